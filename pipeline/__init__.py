@@ -1,0 +1,38 @@
+"""Build WebDataset tar shards of msgpack samples, with an index, from the layouts people have.
+
+The public API, documented in README.md:
+
+- encoding: :func:`encode_sample`, :func:`decode_record`
+- writing: :class:`ShardWriter`, :func:`write_shards`, :func:`build_shards` and the converters
+  :func:`build_npz`, :func:`build_joblib`, :func:`build_sample_files`, :func:`build_folder`
+- distributed builds: :class:`Part`, :func:`merge_index_files`
+- reading and checking: :func:`load_index`, :func:`iter_records`, :func:`verify`, :func:`describe`
+"""
+
+from .build.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
+from .build.merge import merge_index_files
+from .build.output import OutputExistsError
+from .build.run import Part, build_shards
+from .build.sources.arrays import ArraySource, open_npy, open_npz
+from .build.sources.folder import FolderSource
+from .build.sources.joblib_batches import JoblibBatchSource
+from .build.sources.sample_files import SampleFileSource, partition_sources
+from .build.writer import ShardWriter
+from .format.codec import decode_record, encode_sample
+from .format.errors import FormatError, IndexFormatError, SampleError, ShardError
+from .format.index import DatasetIndex, FieldSpec, ShardInfo, load_index
+from .format.packing import sample_keys, unpack_rows
+from .format.records import decode_fields, iter_records
+from .format.summary import describe, iter_samples
+from .format.verify import Problem, verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArraySource", "DatasetIndex", "FieldSpec", "FolderSource", "FormatError", "IndexFormatError",
+    "JoblibBatchSource", "OutputExistsError", "Part", "Problem", "SampleError", "SampleFileSource",
+    "ShardError", "ShardInfo", "ShardWriter", "build_folder", "build_joblib", "build_npz",
+    "build_sample_files", "build_shards", "decode_fields", "decode_record", "describe",
+    "encode_sample", "iter_records", "iter_samples", "load_index", "merge_index_files", "open_npy",
+    "open_npz", "partition_sources", "sample_keys", "unpack_rows", "verify", "write_shards",
+]

@@ -1,0 +1,137 @@
+"""Blocks of rows and how they become records.
+
+Every source hands the writer a :class:`RowBlock`: columns of equal length (NumPy arrays
+for array sources, Python lists for per-file sources) plus the sample keys, or ``None``
+to have keys generated from the global sample number. Records are cut from a block by
+slicing, so array sources never loop in Python per sample when ``pack > 1``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from ..format.codec import check_field_names, encode_fields
+from ..format.errors import SampleError
+from ..format.index import Schema, merge_spec, spec_of
+from ..format.packing import packed_fields, stack_column
+
+KEY_DIGITS = 12
+_MAX_KEY_BYTES = 100 - len(".msgpack")
+_BAD_KEY = re.compile(r"[./\\\x00-\x1f\x7f]")
+
+
+def generated_key(index: int) -> str:
+    """The key of sample number ``index`` when the user gives none."""
+    return str(index).zfill(KEY_DIGITS)
+
+
+def check_key(key: Any) -> str:
+    """Refuse keys that would break the ``key.ext`` grouping or escape a folder."""
+    if not isinstance(key, str) or not key:
+        raise SampleError(f"sample key {key!r} must be a non-empty string")
+    if _BAD_KEY.search(key) or key.startswith("__"):
+        raise SampleError(
+            f"sample key {key!r} is not allowed: keys may not contain '.', '/', '\\\\' or control "
+            f"characters, nor start with '__'"
+        )
+    if len(key.encode("utf-8")) > _MAX_KEY_BYTES:
+        raise SampleError(f"sample key {key!r} is longer than {_MAX_KEY_BYTES} bytes")
+    return key
+
+
+@dataclass
+class RowBlock:
+    """Consecutive samples as columns; ``keys`` is ``None`` for generated keys."""
+
+    columns: dict[str, Any]
+    keys: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        lengths = {name: len(col) for name, col in self.columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise SampleError(f"fields have different numbers of rows: {lengths}")
+        if not self.columns:
+            raise SampleError("a sample needs at least one field")
+        check_field_names(self.columns, "?")
+        if self.keys is not None and len(self.keys) != len(self):
+            raise SampleError(f"{len(self.keys)} keys for {len(self)} rows")
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def slice(self, start: int, stop: int) -> "RowBlock":
+        keys = None if self.keys is None else self.keys[start:stop]
+        return RowBlock({n: c[start:stop] for n, c in self.columns.items()}, keys)
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[Mapping[str, Any]], keys: list[str] | None) -> "RowBlock":
+        """Columns (as lists) from a list of samples that all have the same fields."""
+        if not samples:
+            raise SampleError("no samples")
+        names = list(samples[0])
+        for i, sample in enumerate(samples):
+            if not isinstance(sample, Mapping):
+                raise SampleError(f"sample {i} is a {type(sample).__name__}, not a mapping of fields")
+            if list(sample) != names:
+                where = keys[i] if keys else f"#{i}"
+                raise SampleError(f"record {where!r}: fields {sorted(sample)} differ from {sorted(names)}")
+        return cls({name: [s[name] for s in samples] for name in names}, keys)
+
+    @staticmethod
+    def concat(blocks: Sequence["RowBlock"]) -> "RowBlock":
+        """One block from several (arrays concatenated, lists joined)."""
+        if len(blocks) == 1:
+            return blocks[0]
+        names = list(blocks[0].columns)
+        columns: dict[str, Any] = {}
+        for name in names:
+            parts = [b.columns[name] for b in blocks]
+            if all(isinstance(p, np.ndarray) for p in parts):
+                columns[name] = np.concatenate(parts)
+            else:
+                columns[name] = [v for p in parts for v in p]
+        keys = None if blocks[0].keys is None else [k for b in blocks for k in b.keys]  # type: ignore[union-attr]
+        return RowBlock(columns, keys)
+
+    def schema(self) -> Schema:
+        """Field specs of the block: once per array column, per value for list columns."""
+        schema: Schema = {}
+        for name, col in self.columns.items():
+            if isinstance(col, np.ndarray):
+                schema[name] = spec_of(col, packed=True)
+                continue
+            for i, value in enumerate(col):
+                spec = spec_of(value)
+                if name in schema:
+                    where = f"record {self.keys[i]!r}" if self.keys else "samples"
+                    spec = merge_spec(name, schema[name], spec, where)
+                schema[name] = spec
+        return schema
+
+
+def encode_records(block: RowBlock, first_index: int, pack: int) -> Iterator[tuple[str, bytes, int]]:
+    """``(record key, payload, rows)`` for each record of ``block``; sample ``i`` of the block
+    is sample number ``first_index + i`` of the dataset."""
+    n = len(block)
+    if pack == 1:
+        names = list(block.columns)
+        cols = [block.columns[name] for name in names]
+        for i in range(n):
+            key = generated_key(first_index + i) if block.keys is None else block.keys[i]
+            yield key, encode_fields(dict(zip(names, (c[i] for c in cols))), key), 1
+        return
+    for start in range(0, n, pack):
+        stop = min(start + pack, n)
+        keys = None if block.keys is None else block.keys[start:stop]
+        record_key = generated_key(first_index + start) if keys is None else keys[0]
+        columns = {}
+        for name, col in block.columns.items():
+            if isinstance(col, np.ndarray):
+                columns[name] = col[start:stop]
+            else:
+                columns[name] = stack_column(name, col[start:stop], keys or [record_key] * (stop - start))
+        yield record_key, encode_fields(packed_fields(columns, stop - start, keys), record_key), stop - start

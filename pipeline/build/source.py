@@ -1,0 +1,130 @@
+"""What a planned build reads from: a :class:`Source` of rows, and how rows are cut into shards.
+
+A source knows its length and can read any range of rows as a :class:`RowBlock`. Because
+the shard boundaries are planned before anything is written, shard ``k`` holds the same
+samples whether the build runs in one process, in a pool, or as parts on several machines.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+from ..format.tar import BLOCK, END_OF_ARCHIVE, member_bytes
+from .rows import RowBlock, encode_records
+
+#: Default shard size: large enough that per-shard costs (open, fsync, an HTTP request)
+#: vanish, small enough for many shards per consumer.
+DEFAULT_SHARD_BYTES = 256 << 20
+
+
+class Source(ABC):
+    """A sequence of rows that a build cuts into shards.
+
+    Subclasses implement ``__len__`` and ``read``; sources whose rows vary in size override
+    ``shard_bounds``, and in-memory sources override ``window`` so that a task sent to another
+    process carries only its own rows.
+    """
+
+    description: str = "source"
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def read(self, start: int, stop: int) -> RowBlock:
+        """Rows ``[start, stop)`` as a block."""
+
+    def shard_bounds(self, shard_samples: int | None, shard_bytes: int | None, pack: int) -> list[int]:
+        """Row numbers where shards start, plus ``len(self)`` at the end (fixed-size rows)."""
+        if len(self) == 0:
+            return [0]
+        return uniform_bounds(len(self), samples_per_shard_for(self, shard_samples, shard_bytes, pack))
+
+    def window(self, start: int, stop: int) -> "Source":
+        """Rows ``[start, stop)`` renumbered from 0, cheap to send to a worker process."""
+        return SourceWindow(self, start, stop)
+
+    def approx_row_bytes(self) -> int:
+        """About how many bytes one row holds, to size the chunks a build reads at once.
+        Sources that know better (arrays, files) override this guess."""
+        return 64 << 10
+
+
+def uniform_bounds(rows: int, samples_per_shard: int) -> list[int]:
+    """Bounds for shards of equal sample counts (the last one shorter)."""
+    bounds = list(range(0, rows, samples_per_shard)) + [rows]
+    return bounds if rows else [0]
+
+
+def samples_per_shard_for(source: Source, shard_samples: int | None, shard_bytes: int | None,
+                          pack: int) -> int:
+    """Samples per shard for a source of fixed-size rows: encode one record to learn its size."""
+    if not shard_bytes:
+        return shard_samples or max(len(source), 1)
+    sample = source.read(0, min(pack, len(source)))
+    _, payload, rows = next(encode_records(sample, 0, pack))
+    records = max((shard_bytes - len(END_OF_ARCHIVE)) // member_bytes(len(payload)), 1)
+    per_shard = records * rows
+    return min(per_shard, shard_samples) if shard_samples else per_shard
+
+
+def greedy_bounds(sample_bytes: Sequence[int], fields: int, shard_samples: int | None,
+                  shard_bytes: int | None, pack: int) -> list[int]:
+    """Bounds for rows of varying sizes (files): fill each shard up to the limits, record by record.
+
+    A record's size is estimated from its samples' byte sizes plus msgpack and tar overhead,
+    so shards may differ slightly from ``shard_bytes``, never by more than one record.
+    """
+    bounds = [0]
+    n = len(sample_bytes)
+    used_bytes = used_rows = 0
+    start = 0
+    while start < n:
+        stop = min(start + pack, n)
+        if shard_samples:
+            stop = min(stop, start + shard_samples - used_rows)
+        record = member_bytes(sum(sample_bytes[start:stop]) + 64 * fields * (stop - start)) + BLOCK
+        if used_rows and shard_bytes and used_bytes + record + len(END_OF_ARCHIVE) > shard_bytes:
+            bounds.append(start)
+            used_bytes = used_rows = 0
+            continue
+        used_bytes += record
+        used_rows += stop - start
+        start = stop
+        if shard_samples and used_rows == shard_samples and start < n:
+            bounds.append(start)
+            used_bytes = used_rows = 0
+    bounds.append(n)
+    return bounds if n else [0]
+
+
+class SourceWindow(Source):
+    """Rows ``[start, stop)`` of another source, renumbered from 0: what one task receives."""
+
+    def __init__(self, source: Source, start: int, stop: int) -> None:
+        self.source, self.start, self.stop = source, start, stop
+        self.description = source.description
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        return self.source.read(self.start + start, self.start + stop)
+
+    def approx_row_bytes(self) -> int:
+        return self.source.approx_row_bytes()
+
+
+class FileRowsSource(Source):
+    """A source whose rows come from files of known sizes (``self.sizes``, bytes per row):
+    shards are planned from the sizes, without reading a file."""
+
+    sizes: list[int]
+    fields: Sequence[str]
+
+    def approx_row_bytes(self) -> int:
+        return max(sum(self.sizes) // max(len(self), 1), 1)
+
+    def shard_bounds(self, shard_samples: int | None, shard_bytes: int | None, pack: int) -> list[int]:
+        return greedy_bounds(self.sizes, len(self.fields), shard_samples, shard_bytes, pack)

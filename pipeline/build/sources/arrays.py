@@ -1,0 +1,187 @@
+"""Array sources: in-memory arrays, ``.npy`` and ``.npz`` files, ``np.memmap``.
+
+File-backed columns are read with ``pread`` into fresh buffers, a chunk at a time, instead of
+through a memory map: pages of a memory map stay resident in the process until unmapped, so
+a 4 GB memmap read end to end makes a 4 GB RSS, while reads keep the build within a few chunks.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Union
+
+import numpy as np
+
+from ...format.codec import check_dtype
+from ...format.errors import SampleError
+from ..rows import RowBlock, check_key
+from ..source import Source
+
+
+@dataclass(frozen=True)
+class FileColumn:
+    """A C-ordered array stored raw in a file at ``offset`` (a ``.npy`` body, a memmap)."""
+
+    path: str
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+    def rows(self, start: int, stop: int) -> "FileColumn":
+        """The column of rows ``[start, stop)``, still in the file."""
+        return FileColumn(self.path, self.offset + start * self.row_bytes, self.dtype,
+                          (stop - start,) + self.shape[1:])
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
+        view = memoryview(out).cast("B") if out.nbytes else memoryview(b"")
+        position = self.offset + start * self.row_bytes
+        with open(self.path, "rb", buffering=0) as src:
+            done = 0
+            while done < len(view):
+                n = os.preadv(src.fileno(), [view[done:]], position + done)
+                if n == 0:
+                    raise SampleError(f"{self.path}: file ends at byte {position + done}, "
+                                      f"rows {start}..{stop} need {position + len(view)}")
+                done += n
+        return out
+
+
+Column = Union[np.ndarray, FileColumn]
+
+
+def _npy_column(path: Path, src: Any, base: int) -> FileColumn:
+    """Parse a ``.npy`` header from ``src`` (positioned at its start, ``base`` in the file)."""
+    try:
+        version = np.lib.format.read_magic(src)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read_header(src)
+    except ValueError as exc:
+        raise SampleError(f"{path}: not a valid .npy array: {exc}") from None
+    if fortran and len(shape) > 1:
+        raise SampleError(f"{path}: Fortran-ordered arrays cannot be streamed; save it with "
+                          f"np.save(path, np.ascontiguousarray(a))")
+    if not shape:
+        raise SampleError(f"{path}: a 0-d array has no rows")
+    return FileColumn(str(path), base + src.tell(), np.dtype(dtype), tuple(shape))
+
+
+def open_npy(path: str | os.PathLike[str]) -> FileColumn:
+    """A column over a ``.npy`` file, without loading it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such .npy file")
+    with open(path, "rb") as src:
+        return _npy_column(path, src, 0)
+
+
+def open_npz(path: str | os.PathLike[str]) -> dict[str, Column]:
+    """Columns of every array in an ``.npz``. Arrays stored uncompressed (``np.savez``) are
+    read in place; compressed ones (``np.savez_compressed``) must be loaded whole into RAM."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such .npz file")
+    columns: dict[str, Column] = {}
+    with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
+        for info in archive.infolist():
+            name = info.filename.removesuffix(".npy")
+            if info.compress_type != zipfile.ZIP_STORED:
+                with archive.open(info) as member:
+                    columns[name] = np.lib.format.read_array(member, allow_pickle=False)
+                continue
+            raw.seek(info.header_offset + 26)
+            name_len, extra_len = np.frombuffer(raw.read(4), dtype="<u2")
+            data_start = info.header_offset + 30 + int(name_len) + int(extra_len)
+            raw.seek(data_start)
+            member = _npy_column(path / info.filename, raw, 0)
+            columns[name] = FileColumn(str(path), member.offset, member.dtype, member.shape)
+    return columns
+
+
+def as_column(value: Any, name: str) -> Column:
+    """A column from an array, a memmap, or a path to a ``.npy`` file."""
+    if isinstance(value, FileColumn):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return open_npy(value)
+    if isinstance(value, np.memmap) and isinstance(value.base, mmap.mmap) and value.filename \
+            and value.flags.c_contiguous and value.ndim > 0:
+        # an unsliced memmap: read its file instead of faulting its pages into our RSS
+        return FileColumn(value.filename, value.offset, value.dtype, value.shape)
+    if type(value).__module__ == "torch":
+        value = value.detach().cpu().numpy()
+    array = np.asarray(value)
+    if array.ndim == 0:
+        raise SampleError(f"field {name!r}: a 0-d array has no rows")
+    return array
+
+
+class ArraySource(Source):
+    """Rows of several equally long arrays, one per field."""
+
+    def __init__(self, columns: Mapping[str, Any], keys: list[str] | None = None,
+                 description: str = "arrays") -> None:
+        self.columns: dict[str, Column] = {name: as_column(v, name) for name, v in columns.items()}
+        if not self.columns:
+            raise SampleError("no arrays given")
+        for name, col in self.columns.items():
+            try:
+                check_dtype(col.dtype)
+            except TypeError as exc:
+                raise SampleError(f"field {name!r} ({_where(col)}): {exc}") from None
+        lengths = {name: len(col) for name, col in self.columns.items()}
+        if len(set(lengths.values())) > 1:
+            detail = ", ".join(f"{n} has {k} rows ({_where(self.columns[n])})" for n, k in lengths.items())
+            raise SampleError(f"arrays of different lengths: {detail}")
+        if keys is not None:
+            if len(keys) != len(self):
+                raise SampleError(f"{len(keys)} keys for {len(self)} rows")
+            for key in keys:
+                check_key(key)
+            if len(set(keys)) != len(keys):
+                raise SampleError("duplicate sample keys")
+        self.keys = keys
+        self.description = description
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        columns = {name: col.read(start, stop) if isinstance(col, FileColumn) else col[start:stop]
+                   for name, col in self.columns.items()}
+        return RowBlock(columns, None if self.keys is None else self.keys[start:stop])
+
+    def window(self, start: int, stop: int) -> Source:
+        """Rows ``[start, stop)``: arrays sliced, file columns narrowed, so that a task sent
+        to a worker carries only its own rows (or just a path)."""
+        window = ArraySource.__new__(ArraySource)
+        window.columns = {n: c.rows(start, stop) if isinstance(c, FileColumn) else c[start:stop]
+                          for n, c in self.columns.items()}
+        window.keys = None if self.keys is None else self.keys[start:stop]
+        window.description = self.description
+        return window
+
+    def approx_row_bytes(self) -> int:
+        return sum(_row_bytes(col) for col in self.columns.values())
+
+
+def _row_bytes(col: Column) -> int:
+    if isinstance(col, FileColumn):
+        return col.row_bytes
+    return int(np.prod(col.shape[1:], dtype=np.int64)) * col.dtype.itemsize
+
+
+def _where(col: Column) -> str:
+    return col.path if isinstance(col, FileColumn) else "in memory"

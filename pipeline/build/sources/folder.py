@@ -1,0 +1,62 @@
+"""A folder of files grouped by stem: ``0001.jpg`` + ``0001.json`` -> one sample.
+
+This is what ``tar`` users expect of webdataset: the key is the file name up to its first
+dot, each extension is a field, and the bytes are kept exactly as they are (decode images
+or JSON in your transform). Every sample must have the same set of extensions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ...format.errors import SampleError
+from ...format.tar import split_name
+from ..rows import RowBlock, check_key
+from ..source import FileRowsSource
+
+
+class FolderSource(FileRowsSource):
+    """The files of ``folder`` (and its subfolders when ``recursive``; a subfolder path joins
+    the key with ``_`` since keys cannot hold ``/``), sorted by key."""
+
+    def __init__(self, folder: str | os.PathLike[str], recursive: bool = False) -> None:
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise FileNotFoundError(f"{self.folder}: no such folder")
+        files = sorted(self.folder.rglob("*") if recursive else self.folder.iterdir())
+        groups: dict[str, dict[str, Path]] = {}
+        for path in files:
+            if not path.is_file() or path.name.startswith("."):
+                continue
+            relative = path.relative_to(self.folder).as_posix()
+            key, ext = split_name(relative)
+            if key is None or ext is None:
+                raise SampleError(f"{path}: a file name needs a stem and an extension (key.ext)")
+            key = check_key(key.replace("/", "_"))
+            if ext in groups.setdefault(key, {}):
+                raise SampleError(f"{path}: two files give key {key!r} the same extension {ext!r}")
+            groups[key][ext] = path
+        if not groups:
+            raise FileNotFoundError(f"{self.folder}: no files to build from")
+        self.keys = sorted(groups)
+        first = self.keys[0]
+        fields = sorted(groups[first])
+        for key in self.keys:
+            if sorted(groups[key]) != fields:
+                raise SampleError(
+                    f"{self.folder}: sample {key!r} has files {sorted(groups[key])}, sample {first!r} "
+                    f"has {fields}; every sample needs the same extensions"
+                )
+        self.fields = fields
+        self.paths = [[groups[key][ext] for ext in fields] for key in self.keys]
+        self.sizes = [sum(p.stat().st_size for p in paths) for paths in self.paths]
+        self.description = f"folder {self.folder}"
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        rows = self.paths[start:stop]
+        columns = {ext: [paths[j].read_bytes() for paths in rows] for j, ext in enumerate(self.fields)}
+        return RowBlock(columns, self.keys[start:stop])

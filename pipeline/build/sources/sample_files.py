@@ -1,0 +1,119 @@
+"""The "one file per sample" layout: ``<root>/<ID>.pt`` (or ``.npy``), a labels mapping
+``{ID: label}`` and a partition ``{"train": [IDs], "validation": [IDs]}``.
+
+Each split becomes its own shard set. Every ID is checked before anything is written: a
+partition ID without a file or without a label is an error naming it, never a silent skip.
+``.pt`` files are read with ``torch.load(weights_only=True)``, which refuses pickled code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ...format.errors import SampleError
+from ..rows import RowBlock, check_key
+from ..source import FileRowsSource
+
+SAMPLE_SUFFIXES = (".pt", ".npy")
+
+
+def load_sample_file(path: Path) -> Any:
+    """The array or tensor stored in one sample file."""
+    if path.suffix == ".npy":
+        return np.load(path, allow_pickle=False)
+    import torch
+
+    try:
+        value = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ...
+        raise SampleError(f"{path}: cannot load with torch.load(weights_only=True): {exc}") from None
+    if isinstance(value, torch.Tensor) and value.dtype != torch.bfloat16:
+        return value.numpy()
+    return value
+
+
+def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    """A mapping given directly or as the path of a JSON file."""
+    if isinstance(value, Mapping):
+        return value
+    path = Path(value)
+    try:
+        with open(path, encoding="utf-8") as src:
+            data = json.load(src)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} file {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise SampleError(f"{what} file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SampleError(f"{what} file {path} must hold a JSON object")
+    return data
+
+
+def _find_file(root: Path, sample_id: str) -> Path | None:
+    for suffix in SAMPLE_SUFFIXES:
+        path = root / f"{sample_id}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+class SampleFileSource(FileRowsSource):
+    """The samples of one split: field ``x`` from each ID's file, field ``y`` its label."""
+
+    def __init__(self, root: str | os.PathLike[str], ids: Sequence[str], labels: Mapping[str, Any],
+                 split: str = "samples", fields: tuple[str, str] = ("x", "y")) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"{self.root}: no such folder")
+        ids = [str(i) for i in ids]
+        repeated = [i for i, n in Counter(ids).items() if n > 1]
+        if repeated:
+            raise SampleError(f"split {split!r}: IDs appear more than once, e.g. {repeated[:3]}")
+        for sample_id in ids:
+            check_key(sample_id)
+        no_label = [i for i in ids if i not in labels]
+        if no_label:
+            raise SampleError(f"split {split!r}: {len(no_label)} IDs have no label, e.g. {no_label[:3]}")
+        paths = [_find_file(self.root, i) for i in ids]
+        no_file = [i for i, p in zip(ids, paths) if p is None]
+        if no_file:
+            raise FileNotFoundError(
+                f"split {split!r}: {len(no_file)} IDs have no file {self.root}/<ID>.pt or .npy, "
+                f"e.g. {no_file[:3]}"
+            )
+        self.ids = ids
+        self.paths: list[Path] = paths  # type: ignore[assignment]
+        self.labels = [labels[i] for i in ids]
+        self.fields = fields
+        self.sizes = [p.stat().st_size for p in self.paths]
+        self.description = f"{split} ({self.root})"
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        x_name, y_name = self.fields
+        return RowBlock({x_name: [load_sample_file(p) for p in self.paths[start:stop]],
+                         y_name: self.labels[start:stop]}, self.ids[start:stop])
+
+
+def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[str] | Mapping[str, Any],
+                      partition: str | os.PathLike[str] | Mapping[str, Sequence[str]]) -> dict[str, SampleFileSource]:
+    """One source per split of the partition, all checked before any is built."""
+    label_map = load_mapping(labels, "labels")
+    splits = load_mapping(partition, "partition")
+    if not splits:
+        raise SampleError("the partition has no splits")
+    sources = {}
+    for split, ids in splits.items():
+        if not isinstance(ids, (list, tuple)):
+            raise SampleError(f"partition split {split!r} must be a list of IDs")
+        check_key(split)
+        sources[split] = SampleFileSource(root, ids, label_map, split)
+    return sources

@@ -1,0 +1,193 @@
+"""ShardWriter: stream samples into size-limited shards and an ``index.json``.
+
+Use it when samples come from your own loop::
+
+    with ShardWriter("shards/train", prefix="train", shard_bytes=256 << 20, pack=64) as w:
+        for x, y in my_samples():
+            w.write({"x": x, "y": y})
+
+Shards are named ``<prefix>-000000.tar``, ``<prefix>-000001.tar``..., each finalised
+atomically; the index is written by ``close()`` (the end of the ``with`` block) and only if
+no error happened, so a failed build never leaves an index naming a broken shard.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..format.errors import SampleError
+from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema, save_index
+from ..format.tar import END_OF_ARCHIVE, member_bytes
+from .output import prepare_output, remove_stale_shards, shard_name
+from .progress import BuildProgress
+from .rows import RowBlock, check_key, encode_records
+from .shard_file import ShardFile
+
+
+class ShardWriter:
+    """Writes samples to shards of at most ``shard_samples`` samples and ``shard_bytes`` bytes.
+
+    ``pack=K`` stores K consecutive samples per record (the last record of a shard may be
+    shorter). Keys are generated (``000000000042``) unless given for every sample; a
+    repeated key is refused.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        prefix: str = "shard",
+        *,
+        shard_samples: int | None = None,
+        shard_bytes: int | None = 256 << 20,
+        pack: int = 1,
+        overwrite: bool = False,
+        quiet: bool = True,
+    ) -> None:
+        if pack < 1:
+            raise ValueError(f"pack must be >= 1, got {pack}")
+        if shard_samples is not None and shard_samples < 1:
+            raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
+        if shard_bytes is not None and shard_bytes < 4096:
+            raise ValueError(f"shard_bytes must be >= 4096, got {shard_bytes}")
+        self.out_dir = Path(out_dir)
+        self.prefix = prefix
+        self.shard_samples = shard_samples
+        self.shard_bytes = shard_bytes
+        self.pack = pack
+        self._old_shards = prepare_output(self.out_dir, overwrite)
+        self._shard: ShardFile | None = None
+        self._shards: list[ShardInfo] = []
+        self._schema: Schema | None = None
+        self._pending: list[RowBlock] = []
+        self._pending_rows = 0
+        self._next_index = 0
+        self._seen_keys: set[str] | None = None
+        self._closed = False
+        self.progress = BuildProgress(None, f"writing {self.out_dir}", quiet)
+
+    # -- public API --------------------------------------------------------------------------
+
+    def write(self, sample: Mapping[str, Any], key: str | None = None) -> None:
+        """Add one sample (a mapping of field name to value)."""
+        if not isinstance(sample, Mapping):
+            raise SampleError(f"a sample must be a mapping of field -> value, got {type(sample).__name__}")
+        self._add(RowBlock({name: [value] for name, value in sample.items()},
+                           None if key is None else [key]))
+
+    def write_columns(self, columns: Mapping[str, Any], keys: list[str] | None = None) -> None:
+        """Add many samples at once: arrays (or lists) of equal length, one per field."""
+        self._add(RowBlock(dict(columns), None if keys is None else list(keys)))
+
+    def close(self) -> DatasetIndex:
+        """Write what is pending, finalise the last shard and write ``index.json``."""
+        if self._closed:
+            raise RuntimeError("ShardWriter is already closed")
+        self._closed = True
+        self._drain(final=True)
+        self._commit_shard()
+        index = DatasetIndex(self._schema or {}, self._shards, self.pack)
+        path = save_index(index, self.out_dir)
+        remove_stale_shards(self.out_dir, self._old_shards, index)
+        self.progress.close(str(path))
+        return index
+
+    def abort(self) -> None:
+        """Stop without writing an index; the shard being written is removed."""
+        self._closed = True
+        if self._shard is not None:
+            self._shard.abort()
+            self._shard = None
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self._closed:
+            self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _add(self, block: RowBlock) -> None:
+        if self._closed:
+            raise RuntimeError("ShardWriter is closed")
+        self._track_keys(block)
+        self._pending.append(block)
+        self._pending_rows += len(block)
+        if self._pending_rows >= self.pack:
+            self._drain(final=False)
+
+    def _track_keys(self, block: RowBlock) -> None:
+        given = block.keys is not None
+        if self._next_index + self._pending_rows > 0 and given != (self._seen_keys is not None):
+            raise SampleError("give a key for every sample or for none (generated keys)")
+        if not given:
+            return
+        if self._seen_keys is None:
+            self._seen_keys = set()
+        for key in block.keys:  # type: ignore[union-attr]
+            check_key(key)
+            if key in self._seen_keys:
+                raise SampleError(f"duplicate sample key {key!r}")
+            self._seen_keys.add(key)
+
+    def _room(self) -> int:
+        """Samples the current shard can still take under the sample limit."""
+        used = self._shard.samples if self._shard is not None else 0
+        return (self.shard_samples - used) if self.shard_samples else 1 << 62
+
+    def _drain(self, final: bool) -> None:
+        """Encode pending rows into records: whole records only, unless ``final`` or the
+        record closes a shard at its sample limit (the only places a short record may be)."""
+        if not self._pending:
+            return
+        block = RowBlock.concat(self._pending)
+        self._schema = merge_schema(self._schema, block.schema(), f"{self.out_dir}")
+        pos, n = 0, len(block)
+        while pos < n:
+            room = self._room()
+            take = min(room, n - pos)
+            if take < room and not final:
+                take -= take % self.pack
+            if take == 0:
+                break
+            pos += self._write_records(block.slice(pos, pos + take))
+            if self._shard is not None and self._room() == 0:
+                self._commit_shard()
+        self._pending = [block.slice(pos, n)] if pos < n else []
+        self._pending_rows = n - pos
+
+    def _write_records(self, block: RowBlock) -> int:
+        """Write records of ``block`` to the current shard until it is done or the shard is full
+        by bytes; return the rows written."""
+        written = 0
+        for key, payload, rows in encode_records(block, self._next_index, self.pack):
+            shard = self._open_shard()
+            if (self.shard_bytes and shard.samples
+                    and shard.position + member_bytes(len(payload)) + len(END_OF_ARCHIVE) > self.shard_bytes):
+                self._commit_shard()
+                return written  # re-cut the rest so that records align with the new shard
+            shard.add_record(key, payload, rows)
+            written += rows
+            self._next_index += rows
+        return written
+
+    def _open_shard(self) -> ShardFile:
+        if self._shard is None:
+            name = shard_name(self.prefix, len(self._shards))
+            self._shard = ShardFile(self.out_dir / name, name)
+        return self._shard
+
+    def _commit_shard(self) -> None:
+        if self._shard is None or not self._shard.offsets:
+            if self._shard is not None:
+                self._shard.abort()
+            self._shard = None
+            return
+        info = self._shard.commit()
+        self._shard = None
+        self._shards.append(info)
+        self.progress.update(info.samples, info.bytes)

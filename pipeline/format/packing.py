@@ -1,0 +1,99 @@
+"""Packed records: K consecutive samples stored as columns in one record.
+
+A 48-byte tabular sample costs a 512-byte tar header, padding to 512 bytes and a msgpack
+map when stored alone; packed 256 to a record it costs about its own size. A packed record
+is a msgpack map whose array fields have a leading dimension K, plus ``__rows__: K`` (so any
+reader, with or without an index, knows the record is packed) and, when the writer was given
+explicit keys, ``__keys__``: the K sample keys. Without ``__keys__`` the sample keys are the
+record key's number plus the row, written with the same width (``000512`` -> ``000512``,
+``000513``, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .codec import KEYS_FIELD, ROWS_FIELD
+from .errors import SampleError
+
+
+def stack_column(name: str, values: Sequence[Any], keys: Sequence[str]) -> Any:
+    """Stack one field of several samples: arrays and numbers into an array, else a list."""
+    first = values[0]
+    if isinstance(first, (np.ndarray, np.generic, bool, int, float)) or _is_tensor(first):
+        arrays = [np.asarray(_as_numpy(v)) for v in values]
+        shape = arrays[0].shape
+        for key, arr in zip(keys, arrays):
+            if arr.shape != shape:
+                raise SampleError(
+                    f"record {key!r}, field {name!r}: shape {arr.shape} differs from {shape} "
+                    f"in the same packed record (packing needs equal shapes; use pack=1)"
+                )
+        return np.stack(arrays)
+    return list(values)
+
+
+def _is_tensor(value: Any) -> bool:
+    return type(value).__module__ == "torch" and type(value).__name__ in ("Tensor", "Parameter")
+
+
+def _as_numpy(value: Any) -> Any:
+    if _is_tensor(value):
+        import torch
+
+        if value.dtype == torch.bfloat16:
+            raise SampleError("bfloat16 tensors cannot be packed (NumPy has no bfloat16); use pack=1")
+        return value.detach().cpu().numpy()
+    return value
+
+
+def packed_fields(columns: Mapping[str, Any], rows: int, keys: Sequence[str] | None) -> dict[str, Any]:
+    """The map to encode for a packed record of ``rows`` rows (``keys`` only if given)."""
+    fields = dict(columns)
+    fields[ROWS_FIELD] = rows
+    if keys is not None:
+        fields[KEYS_FIELD] = list(keys)
+    return fields
+
+
+def record_rows(fields: Mapping[str, Any]) -> int:
+    """Number of samples a decoded record holds (1 for an unpacked record)."""
+    rows = fields.get(ROWS_FIELD)
+    if rows is None:
+        return 1
+    if not isinstance(rows, int) or rows < 1:
+        raise SampleError(f"packed record has an invalid {ROWS_FIELD} value {rows!r}")
+    return rows
+
+
+def sample_keys(record_key: str, fields: Mapping[str, Any]) -> list[str]:
+    """The keys of the samples in a record, derived as described in the module docstring."""
+    rows = record_rows(fields)
+    if ROWS_FIELD not in fields:
+        return [record_key]
+    keys = fields.get(KEYS_FIELD)
+    if keys is not None:
+        if len(keys) != rows:
+            raise SampleError(f"packed record {record_key!r} has {len(keys)} keys for {rows} rows")
+        return list(keys)
+    if not record_key.isdigit():
+        raise SampleError(f"packed record {record_key!r} has no {KEYS_FIELD} and a non-numeric key")
+    start, width = int(record_key), len(record_key)
+    return [str(start + i).zfill(width) for i in range(rows)]
+
+
+def unpack_rows(fields: Mapping[str, Any], record_key: str = "?") -> list[dict[str, Any]]:
+    """Split a decoded record into its samples (for inspection and tests, not the hot path)."""
+    rows = record_rows(fields)
+    data = {k: v for k, v in fields.items() if k not in (ROWS_FIELD, KEYS_FIELD)}
+    if ROWS_FIELD not in fields:
+        return [data]
+    for name, column in data.items():
+        if len(column) != rows:
+            raise SampleError(
+                f"packed record {record_key!r}, field {name!r}: {len(column)} rows, "
+                f"expected {rows}"
+            )
+    return [{name: column[i] for name, column in data.items()} for i in range(rows)]

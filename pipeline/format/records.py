@@ -1,0 +1,92 @@
+"""Records: consecutive tar members that share a key, and how to decode them.
+
+Our shards hold one ``<key>.msgpack`` member per record. Shards written by ``webdataset``
+or other tools hold one member per field (``<key>.npy``, ``<key>.cls``, ``<key>.json``...);
+those decode by extension here, so both stream through the same reader. Unknown
+extensions stay raw ``bytes``: nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Callable, Iterator
+
+import numpy as np
+
+from .codec import decode_record
+from .errors import SampleError, ShardError
+from .tar import DEFAULT_MAX_MEMBER_BYTES, iter_members, split_name
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record of a shard: its key, member payloads by extension, and byte offset."""
+
+    key: str
+    members: dict[str, bytes]
+    offset: int
+
+
+def iter_records(
+    stream: BinaryIO,
+    url: str,
+    start: int = 0,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+) -> Iterator[Record]:
+    """Group the members of a tar stream into records (members with the same key)."""
+    current: Record | None = None
+    for member in iter_members(stream, url, start, max_member_bytes):
+        key, ext = split_name(member.name)
+        if key is None or ext is None:
+            raise ShardError(url, member.offset, f"member name {member.name!r} has no key.extension form")
+        if current is not None and key == current.key:
+            if ext in current.members:
+                raise ShardError(url, member.offset, f"record {key!r} has two {ext!r} members")
+            current.members[ext] = member.data
+            continue
+        if current is not None:
+            yield current
+        current = Record(key, {ext: member.data}, member.offset)
+    if current is not None:
+        yield current
+
+
+def _load_npy(data: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+_DECODERS: dict[str, Callable[[bytes], Any]] = {
+    "npy": _load_npy,
+    "cls": lambda b: int(b),
+    "cls2": lambda b: int(b),
+    "index": lambda b: int(b),
+    "id": lambda b: int(b),
+    "json": json.loads,
+    "jsn": json.loads,
+    "txt": lambda b: b.decode("utf-8"),
+    "text": lambda b: b.decode("utf-8"),
+}
+
+
+def decode_member(ext: str, data: bytes) -> Any:
+    """Decode one foreign member by the last part of its extension (raw bytes if unknown)."""
+    decoder = _DECODERS.get(ext.rsplit(".", 1)[-1].lower())
+    return data if decoder is None else decoder(data)
+
+
+def decode_fields(record: Record, url: str) -> dict[str, Any]:
+    """All fields of a record: the msgpack map merged with any per-field members."""
+    fields: dict[str, Any] = {}
+    try:
+        for ext, data in record.members.items():
+            if ext == "msgpack":
+                fields.update(decode_record(data))
+            else:
+                fields[ext] = decode_member(ext, data)
+    except SampleError as exc:
+        raise ShardError(url, record.offset, f"record {record.key!r}: {exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ShardError(url, record.offset, f"record {record.key!r}, member {ext!r}: {exc}") from None
+    return fields
