@@ -87,6 +87,11 @@ class RowBlock:
         if len(blocks) == 1:
             return blocks[0]
         names = list(blocks[0].columns)
+        for block in blocks[1:]:
+            if list(block.columns) != names:
+                where = f"record {block.keys[0]!r}" if block.keys else "a sample"
+                raise SampleError(f"{where} has fields {sorted(block.columns)}, earlier samples "
+                                  f"{sorted(names)}; every sample needs the same fields")
         columns: dict[str, Any] = {}
         for name in names:
             parts = [b.columns[name] for b in blocks]

@@ -53,7 +53,7 @@ class FileColumn:
                 n = os.preadv(src.fileno(), [view[done:]], position + done)
                 if n == 0:
                     raise SampleError(f"{self.path}: file ends at byte {position + done}, "
-                                      f"rows {start}..{stop} need {position + len(view)}")
+                                      f"the array needs bytes up to {position + len(view)}")
                 done += n
         return out
 

@@ -1,0 +1,180 @@
+"""Converters from the layouts users have: every sample arrives, exactly, or a clear error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pytest
+import torch
+
+import pipeline
+from pipeline import SampleError
+from tests.helpers import read_back
+
+
+def shard_hashes(folder: Path) -> list[str]:
+    return [s.sha256 for s in pipeline.load_index(folder).shards]
+
+
+def test_npy_npz_memmap_tensor_and_in_memory_arrays_build_identical_shards(tmp_path: Path, tabular) -> None:
+    np.save(tmp_path / "x.npy", tabular["x"])
+    np.save(tmp_path / "y.npy", tabular["y"])
+    np.savez(tmp_path / "stored.npz", **tabular)
+    np.savez_compressed(tmp_path / "packed.npz", **tabular)
+    options = dict(pack=50, shard_bytes=20 << 10, quiet=True)
+    pipeline.write_shards(tmp_path / "mem", tabular, **options)
+    pipeline.write_shards(tmp_path / "npy", {"x": tmp_path / "x.npy", "y": str(tmp_path / "y.npy")}, **options)
+    pipeline.write_shards(tmp_path / "mmap", {"x": np.load(tmp_path / "x.npy", mmap_mode="r"),
+                                              "y": torch.from_numpy(tabular["y"])}, **options)
+    pipeline.build_npz(tmp_path / "stored.npz", tmp_path / "stored", **options)
+    pipeline.build_npz(tmp_path / "packed.npz", tmp_path / "packed", **options)
+    expected = shard_hashes(tmp_path / "mem")
+    assert len(expected) > 5
+    for other in ("npy", "mmap", "stored", "packed"):
+        assert shard_hashes(tmp_path / other) == expected, other
+    _, fields = read_back(tmp_path / "npy")
+    np.testing.assert_array_equal(np.stack(fields["x"]), tabular["x"])
+
+
+def test_file_backed_arrays_are_read_without_mapping_them(tmp_path: Path) -> None:
+    rows = np.arange(50_000, dtype=np.float64).reshape(-1, 5)
+    np.save(tmp_path / "a.npy", rows)
+    column = pipeline.open_npy(tmp_path / "a.npy")
+    assert len(column) == 10_000 and column.shape == (10_000, 5)
+    np.testing.assert_array_equal(column.read(123, 456), rows[123:456])
+    np.testing.assert_array_equal(column.rows(100, 200).read(5, 10), rows[105:110])
+
+
+def test_feature_and_label_arrays_of_different_lengths_are_refused(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((10, 2)))
+    with pytest.raises(SampleError, match=r"different lengths: x has 10 rows \(.*x\.npy\), y has 9 rows"):
+        pipeline.write_shards(tmp_path / "out", {"x": tmp_path / "x.npy", "y": np.zeros(9)}, quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unsupported_dtype_and_missing_path_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SampleError, match=r"field 'z' \(in memory\): unsupported array dtype complex64"):
+        pipeline.write_shards(tmp_path / "o", {"z": np.zeros(3, np.complex64)}, quiet=True)
+    with pytest.raises(FileNotFoundError, match=r"nothere\.npy: no such \.npy file"):
+        pipeline.write_shards(tmp_path / "o", {"x": tmp_path / "nothere.npy"}, quiet=True)
+
+
+def make_joblib_batches(folder: Path, sizes: list[int], per_sample: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    folder.mkdir()
+    xs, ys = [], []
+    start = 0
+    for b, size in enumerate(sizes):
+        x = np.arange(start * 3, (start + size) * 3, dtype=np.float32).reshape(size, 3)
+        y = np.arange(start, start + size)
+        if per_sample:
+            joblib.dump(list(x), folder / f"x_{b}.job")
+            joblib.dump(list(y), folder / f"y_{b}.job")
+        else:  # a list of per-batch arrays, as the recipe saves them
+            joblib.dump([x[: size // 2], x[size // 2:]], folder / f"x_{b}.job")
+            joblib.dump([y[: size // 2], y[size // 2:]], folder / f"y_{b}.job")
+        xs.append(x)
+        ys.append(y)
+        start += size
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_joblib_batches_convert_in_numeric_batch_order(tmp_path: Path, per_sample: bool) -> None:
+    sizes = [30, 7, 50, 13, 25, 11, 40, 9, 20, 16, 33]  # 11 batches: x_10 sorts after x_9
+    x, y = make_joblib_batches(tmp_path / "jb", sizes, per_sample)
+    index = pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", shard_samples=45, pack=8, quiet=True)
+    assert index.samples == sum(sizes)
+    _, fields = read_back(tmp_path / "out")
+    np.testing.assert_array_equal(np.stack(fields["x"]), x)
+    np.testing.assert_array_equal(np.array(fields["y"]), y)
+
+
+def test_joblib_files_without_partner_or_mismatched_rows_are_named(tmp_path: Path) -> None:
+    make_joblib_batches(tmp_path / "jb", [5, 5])
+    (tmp_path / "jb" / "y_1.job").unlink()
+    with pytest.raises(FileNotFoundError, match=r"x_1\.job has no matching y_1\.job"):
+        pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", quiet=True)
+    joblib.dump(np.arange(4), tmp_path / "jb" / "y_1.job")
+    with pytest.raises(SampleError, match=r"x_1\.job: 2 arrays that add up to neither the 4 labels"):
+        pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out" / "index.json").exists()
+
+
+def make_sample_files(root: Path, ids: list[str], suffix: str = ".pt", first: int = 0) -> None:
+    """Sample file ``n`` holds a 2x3 array of the number ``first + n``."""
+    root.mkdir(exist_ok=True)
+    for n, sample_id in enumerate(ids, start=first):
+        value = torch.full((2, 3), float(n))
+        if suffix == ".pt":
+            torch.save(value, root / f"{sample_id}.pt")
+        else:
+            np.save(root / f"{sample_id}.npy", value.numpy())
+
+
+def test_one_file_per_sample_with_labels_and_partition_gives_one_shard_set_per_split(tmp_path: Path) -> None:
+    ids = [f"id-{n}" for n in range(30)]
+    make_sample_files(tmp_path / "data", ids[:20])
+    make_sample_files(tmp_path / "data", ids[20:], ".npy", first=20)
+    labels = {sample_id: n % 4 for n, sample_id in enumerate(ids)}
+    partition = {"train": ids[5:], "validation": ids[:5]}
+    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    indexes = pipeline.build_sample_files(tmp_path / "data", tmp_path / "labels.json", partition,
+                                          tmp_path / "out", shard_samples=8, quiet=True)
+    assert {split: i.samples for split, i in indexes.items()} == {"train": 25, "validation": 5}
+    for split, split_ids in partition.items():
+        keys, fields = read_back(tmp_path / "out" / split)
+        assert keys == split_ids
+        assert fields["y"] == [labels[i] for i in split_ids]
+        assert [float(x[0, 0]) for x in fields["x"]] == [float(ids.index(i)) for i in split_ids]
+    assert (tmp_path / "out" / "train" / "train-000000.tar").exists()
+
+
+def test_partition_ids_without_file_or_label_are_errors_before_anything_is_written(tmp_path: Path) -> None:
+    make_sample_files(tmp_path / "data", ["a", "b"])
+    with pytest.raises(FileNotFoundError, match=r"split 'validation': 1 IDs have no file .*\['c'\]"):
+        pipeline.build_sample_files(tmp_path / "data", {"a": 0, "b": 1, "c": 2},
+                                    {"train": ["a"], "validation": ["b", "c"]}, tmp_path / "out", quiet=True)
+    with pytest.raises(SampleError, match=r"split 'train': 1 IDs have no label, e\.g\. \['b'\]"):
+        pipeline.build_sample_files(tmp_path / "data", {"a": 0}, {"train": ["a", "b"]}, tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_pt_files_holding_pickled_code_are_refused(tmp_path: Path) -> None:
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("executed",))
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.pt").write_bytes(pickle.dumps(Evil(), protocol=2))
+    with pytest.raises(SampleError, match=r"a\.pt: cannot load with torch\.load\(weights_only=True\)"):
+        pipeline.build_sample_files(tmp_path / "data", {"a": 0}, {"train": ["a"]}, tmp_path / "out", quiet=True)
+
+
+def test_folder_of_files_grouped_by_stem_keeps_bytes_exactly(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    expected = {}
+    for n in range(12):
+        image, meta = rng.bytes(100 + n), json.dumps({"n": n}).encode()
+        (folder / f"{n:04d}.jpg").write_bytes(image)
+        (folder / f"{n:04d}.json").write_bytes(meta)
+        expected[f"{n:04d}"] = (image, meta)
+    pipeline.build_folder(folder, tmp_path / "out", shard_samples=5, quiet=True)
+    keys, fields = read_back(tmp_path / "out")
+    assert keys == sorted(expected)
+    assert list(zip(fields["jpg"], fields["json"])) == [expected[k] for k in keys]
+
+
+def test_folder_samples_with_different_extensions_are_named(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("a.jpg", "a.json", "b.jpg"):
+        (folder / name).write_bytes(b"x")
+    with pytest.raises(SampleError, match=r"sample 'b' has files \['jpg'\], sample 'a' has \['jpg', 'json'\]"):
+        pipeline.build_folder(folder, tmp_path / "out", quiet=True)

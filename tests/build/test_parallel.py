@@ -1,0 +1,85 @@
+"""Parallel and partial builds write the very shards a single process writes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline import IndexFormatError, Part
+
+
+@pytest.fixture
+def npy_inputs(tmp_path: Path) -> dict[str, Path]:
+    rng = np.random.default_rng(3)
+    paths = {"x": tmp_path / "x.npy", "y": tmp_path / "y.npy"}
+    np.save(paths["x"], rng.random((5000, 16), dtype=np.float32))
+    np.save(paths["y"], rng.integers(0, 10, 5000))
+    return paths
+
+
+OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
+
+
+def test_worker_processes_write_the_same_shards_and_index(tmp_path: Path, npy_inputs) -> None:
+    single = pipeline.write_shards(tmp_path / "one", npy_inputs, **OPTIONS)
+    pooled = pipeline.write_shards(tmp_path / "two", npy_inputs, workers=2, **OPTIONS)
+    assert len(single.shards) > 8
+    assert pooled.to_json() == single.to_json()
+
+
+def test_parts_merged_equal_the_whole_build(tmp_path: Path, npy_inputs) -> None:
+    whole = pipeline.write_shards(tmp_path / "whole", npy_inputs, **OPTIONS)
+    for i in range(3):
+        part = pipeline.write_shards(tmp_path / "parts", npy_inputs, part=Part(i, 3), **OPTIONS)
+        assert part.part is not None and part.part.total_shards == len(whole.shards)
+    merged, path = pipeline.merge_index_files([tmp_path / "parts"])
+    assert path == tmp_path / "parts" / "index.json"
+    assert merged.to_json() == whole.to_json()
+    assert pipeline.verify(tmp_path / "parts") == []
+
+
+def test_parts_in_separate_folders_merge_with_relative_urls(tmp_path: Path, npy_inputs) -> None:
+    for i in range(2):
+        pipeline.write_shards(tmp_path / f"machine{i}", npy_inputs, part=Part(i, 2), **OPTIONS)
+    merged, _ = pipeline.merge_index_files([tmp_path / "machine0", tmp_path / "machine1"],
+                                           output=tmp_path / "index.json")
+    assert merged.shards[0].url.startswith("machine0/") and merged.shards[-1].url.startswith("machine1/")
+    assert pipeline.verify(tmp_path / "index.json") == []
+
+
+def test_merging_with_a_part_missing_is_an_error(tmp_path: Path, npy_inputs) -> None:
+    for i in (0, 2):
+        pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(i, 3), **OPTIONS)
+    with pytest.raises(IndexFormatError, match=r"missing parts \[1\]"):
+        pipeline.merge_index_files([tmp_path / "p"])
+    assert not (tmp_path / "p" / "index.json").exists()
+
+
+def test_cli_part_builds_and_merge_index(tmp_path: Path, npy_inputs) -> None:
+    for i in range(2):
+        subprocess.run([sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "out"),
+                        "--array", f"x={npy_inputs['x']}", "--array", f"y={npy_inputs['y']}",
+                        "--pack", "32", "--shard-bytes", "40KiB", "--part", f"{i}/2", "--workers", "2",
+                        "--quiet"], check=True)
+    result = subprocess.run([sys.executable, "-m", "pipeline", "merge-index", str(tmp_path / "out")],
+                            check=True, capture_output=True, text=True)
+    assert "5000 samples" in result.stdout
+    whole = pipeline.write_shards(tmp_path / "whole", npy_inputs, **OPTIONS)
+    assert pipeline.load_index(tmp_path / "out").to_json() == whole.to_json()
+
+
+def test_a_failing_task_in_a_pool_fails_the_build_without_an_index(tmp_path: Path) -> None:
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((4000, 100), np.float32))
+    source = pipeline.ArraySource({"x": x})
+    with open(x, "r+b") as f:  # cut the file after the header was read: later rows are missing
+        f.truncate(200_000)
+    with pytest.raises(pipeline.SampleError, match=r"x\.npy: file ends at byte \d+, the array needs bytes up to \d+"):
+        pipeline.build_shards(source, tmp_path / "out", shard_bytes=64 << 10, workers=2, quiet=True)
+    assert not (tmp_path / "out" / "index.json").exists()
+    assert not list((tmp_path / "out").glob(".*tmp*"))

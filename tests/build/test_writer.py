@@ -1,0 +1,154 @@
+"""ShardWriter: limits, names, packing, keys, the index, and what an error leaves behind."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline import OutputExistsError, SampleError, ShardWriter
+from tests.helpers import read_back
+
+
+def test_shards_respect_the_sample_limit_with_deterministic_names(tmp_path: Path) -> None:
+    with ShardWriter(tmp_path, "train", shard_samples=40) as writer:
+        for i in range(100):
+            writer.write({"i": i})
+    index = pipeline.load_index(tmp_path)
+    assert [s.url for s in index.shards] == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
+    assert [s.samples for s in index.shards] == [40, 40, 20]
+    keys, fields = read_back(tmp_path)
+    assert fields["i"] == list(range(100)) and keys == [f"{i:012d}" for i in range(100)]
+
+
+def test_shards_respect_the_byte_limit(tmp_path: Path) -> None:
+    limit = 64 << 10
+    with ShardWriter(tmp_path, shard_bytes=limit) as writer:
+        for i in range(100):
+            writer.write({"blob": bytes(3000)})
+    index = pipeline.load_index(tmp_path)
+    assert len(index.shards) > 1 and all(s.bytes <= limit for s in index.shards)
+    assert index.samples == 100
+
+
+def test_packed_records_hold_k_rows_and_only_the_last_of_a_shard_is_shorter(tmp_path: Path, tabular) -> None:
+    with ShardWriter(tmp_path, shard_samples=1000, pack=64) as writer:
+        writer.write_columns(tabular)
+    index = pipeline.load_index(tmp_path)
+    assert [s.samples for s in index.shards] == [1000, 1000, 1000]
+    assert all(s.records == 16 for s in index.shards)  # 15 x 64 + 1 x 40
+    keys, fields = read_back(tmp_path)
+    np.testing.assert_array_equal(np.stack(fields["x"]), tabular["x"])
+    np.testing.assert_array_equal(np.array(fields["y"]), tabular["y"])
+    assert keys == [f"{i:012d}" for i in range(3000)]
+    assert index.fields["x"].shape == (10,) and index.fields["x"].dtype == "float32"
+
+
+def test_packing_per_sample_writes_and_columns_give_the_same_shards(tmp_path: Path, tabular) -> None:
+    with ShardWriter(tmp_path / "a", pack=32, shard_samples=500) as writer:
+        writer.write_columns(tabular)
+    with ShardWriter(tmp_path / "b", pack=32, shard_samples=500) as writer:
+        for i in range(7):
+            writer.write({"x": tabular["x"][i], "y": tabular["y"][i]})
+        writer.write_columns({"x": tabular["x"][7:], "y": tabular["y"][7:]})
+    sha = [[s.sha256 for s in pipeline.load_index(tmp_path / d).shards] for d in "ab"]
+    assert sha[0] == sha[1]
+
+
+def test_index_offsets_sizes_and_sha256_match_the_files(tmp_path: Path, tabular) -> None:
+    pipeline.write_shards(tmp_path, tabular, pack=100, shard_bytes=8 << 10, quiet=True)
+    index = pipeline.load_index(tmp_path)
+    for shard in index.shards:
+        data = (tmp_path / shard.url).read_bytes()
+        assert len(data) == shard.bytes and hashlib.sha256(data).hexdigest() == shard.sha256
+        with tarfile.open(tmp_path / shard.url) as tar:
+            assert [m.offset for m in tar.getmembers()] == shard.offsets
+
+
+def test_given_keys_are_kept_and_duplicates_refused(tmp_path: Path) -> None:
+    with ShardWriter(tmp_path / "a", pack=2) as writer:
+        for key in ["cat", "dog", "emu"]:
+            writer.write({"v": len(key)}, key=key)
+    assert read_back(tmp_path / "a")[0] == ["cat", "dog", "emu"]
+    with pytest.raises(SampleError, match="duplicate sample key 'cat'"):
+        with ShardWriter(tmp_path / "b") as writer:
+            writer.write({"v": 1}, key="cat")
+            writer.write({"v": 2}, key="cat")
+    assert not (tmp_path / "b" / "index.json").exists()
+
+
+@pytest.mark.parametrize("key", ["a/b", "../x", "x.y", "/abs", "nul\0", "__meta__", ""])
+def test_keys_that_could_escape_or_break_grouping_are_refused(tmp_path: Path, key: str) -> None:
+    with pytest.raises(SampleError, match="key"):
+        with ShardWriter(tmp_path) as writer:
+            writer.write({"v": 1}, key=key)
+
+
+def test_mixing_given_and_generated_keys_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SampleError, match="every sample or for none"):
+        with ShardWriter(tmp_path) as writer:
+            writer.write({"v": 1})
+            writer.write({"v": 2}, key="k")
+
+
+def test_samples_with_different_fields_or_dtypes_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SampleError, match=r"fields \['b'\], earlier samples \['a'\]"):
+        with ShardWriter(tmp_path / "a", pack=4) as writer:
+            writer.write({"a": 1})
+            writer.write({"b": 1})
+            writer.close()
+    with pytest.raises(pipeline.IndexFormatError, match="dtype float64, earlier samples float32"):
+        with ShardWriter(tmp_path / "b") as writer:
+            writer.write({"a": np.zeros(2, np.float32)})
+            writer.write({"a": np.zeros(2, np.float64)})
+
+
+def test_an_existing_index_is_refused_unless_overwrite_and_stale_shards_go(tmp_path: Path) -> None:
+    pipeline.write_shards(tmp_path, {"v": np.arange(100)}, shard_samples=10, quiet=True)
+    with pytest.raises(OutputExistsError, match="index.json already exists"):
+        pipeline.write_shards(tmp_path, {"v": np.arange(100)}, quiet=True)
+    pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
+    assert sorted(p.name for p in tmp_path.glob("*.tar")) == [f"shard-{i:06d}.tar" for i in range(3)]
+    assert read_back(tmp_path)[1]["v"] == list(range(30))
+
+
+class FailingDisk:
+    """Makes the n-th ``os.writev`` fail like a full disk would."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_at: int) -> None:
+        self.calls = 0
+        self.fail_at = fail_at
+        self.real = os.writev
+        monkeypatch.setattr(os, "writev", self)
+
+    def __call__(self, fd: int, buffers) -> int:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise OSError(28, "No space left on device")
+        return self.real(fd, buffers)
+
+
+def test_a_write_error_mid_shard_leaves_no_index_and_no_partial_shard(tmp_path: Path, monkeypatch) -> None:
+    disk = FailingDisk(monkeypatch, fail_at=5)
+    data = {"x": np.zeros((4000, 1000), np.uint8)}
+    with pytest.raises(OSError, match="No space left"):
+        pipeline.write_shards(tmp_path, data, shard_bytes=1 << 20, quiet=True)
+    assert not (tmp_path / "index.json").exists()
+    assert not list(tmp_path.glob(".*tmp*"))
+    complete = sorted(tmp_path.glob("*.tar"))
+    assert complete and len(complete) < 4
+    for path in complete:  # what is left under a shard name is a whole archive
+        with open(path, "rb") as src:
+            assert sum(1 for _ in pipeline.iter_records(src, str(path))) > 0
+        assert path.read_bytes().endswith(bytes(1024))
+
+    disk.calls = 0
+    with pytest.raises(OSError, match="No space left"):
+        with ShardWriter(tmp_path / "w", shard_bytes=1 << 20) as writer:
+            writer.write_columns(data)
+    assert not (tmp_path / "w" / "index.json").exists() and not list((tmp_path / "w").glob(".*tmp*"))

@@ -1,0 +1,135 @@
+"""The sample codec: exact round trips, zero-copy decoding, and refusals that name the field."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from pipeline import SampleError, decode_record, encode_sample
+from pipeline.format.codec import NUMPY_EXT
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64"]
+
+
+def roundtrip(sample: dict) -> dict:
+    return decode_record(encode_sample(sample, "k"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 0, 2), (2, 3, 4)])
+def test_every_supported_dtype_and_shape_round_trips_byte_exact(dtype: str, shape: tuple) -> None:
+    rng = np.random.default_rng(0)
+    arr = (rng.random(shape) * 100).astype(dtype)
+    out = roundtrip({"a": arr})["a"]
+    assert out.dtype == arr.dtype and out.shape == arr.shape
+    assert out.tobytes() == arr.tobytes()
+
+
+def test_non_contiguous_and_big_endian_inputs_round_trip_by_value() -> None:
+    base = np.arange(60, dtype=np.float64).reshape(6, 10)
+    strided = base[::2, ::3]
+    fortran = np.asfortranarray(base)
+    big = base.astype(">i4")
+    out = roundtrip({"s": strided, "f": fortran, "b": big})
+    np.testing.assert_array_equal(out["s"], strided)
+    np.testing.assert_array_equal(out["f"], fortran)
+    np.testing.assert_array_equal(out["b"], big)
+    assert out["b"].dtype == np.dtype("<i4")
+
+
+def test_decoding_is_zero_copy_and_aligned() -> None:
+    payload = encode_sample({"a": np.arange(1000, dtype=np.float64)}, "k")
+    out = decode_record(payload)["a"]
+    assert not out.flags.owndata and not out.flags.writeable
+    owner = out
+    while isinstance(owner, np.ndarray):
+        owner = owner.base
+    assert isinstance(owner, bytes)  # a view of the extension bytes msgpack handed us
+    assert out.ctypes.data % 16 == 0
+
+
+def test_native_values_round_trip() -> None:
+    sample = {"i": -5, "big": 2**63 - 1, "f": 1.5, "b": True, "n": None, "s": "héllo", "raw": b"\x00\xff",
+              "l": [1, "a", [2.0]], "d": {"k": [1, 2]}, "t": (1, 2)}
+    out = roundtrip(sample)
+    assert out == {**sample, "t": [1, 2]}
+    assert isinstance(out["raw"], bytes)
+
+
+def test_numpy_scalars_become_zero_d_arrays_of_the_same_dtype() -> None:
+    out = roundtrip({"a": np.int16(-3), "b": np.float64(2.5), "c": np.bool_(True)})
+    assert out["a"].dtype == np.int16 and out["a"].shape == () and out["a"] == -3
+    assert out["b"].dtype == np.float64 and out["b"] == 2.5
+    assert out["c"].dtype == np.bool_ and bool(out["c"])
+
+
+def test_torch_tensors_are_accepted_and_bfloat16_comes_back_as_bfloat16() -> None:
+    t32 = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    bf = torch.tensor([1.5, -2.25, 3.0e10], dtype=torch.bfloat16)
+    out = roundtrip({"t": t32, "bf": bf, "nc": t32.t()})
+    np.testing.assert_array_equal(out["t"], t32.numpy())
+    np.testing.assert_array_equal(out["nc"], t32.t().numpy())
+    assert isinstance(out["bf"], torch.Tensor) and out["bf"].dtype == torch.bfloat16
+    assert torch.equal(out["bf"], bf)
+
+
+@pytest.mark.parametrize("value, what", [
+    (np.array([object(), 1], dtype=object), "dtype object"),
+    (np.array([1 + 2j]), "dtype complex128"),
+    (np.array(["ab"]), "dtype <U2"),
+    (object(), "builtins.object"),
+    ({1, 2}, "builtins.set"),
+])
+def test_unsupported_values_are_refused_naming_field_and_key(value, what: str) -> None:
+    with pytest.raises(SampleError) as err:
+        encode_sample({"fine": 1, "bad": value}, key="sample-7")
+    message = str(err.value)
+    assert "'sample-7'" in message and "'bad'" in message and what in message
+
+
+def test_reserved_and_non_string_field_names_are_refused() -> None:
+    with pytest.raises(SampleError, match="reserved"):
+        encode_sample({"__rows__": 1}, "k")
+    with pytest.raises(SampleError, match="non-empty strings"):
+        encode_sample({1: 2}, "k")  # type: ignore[dict-item]
+
+
+def test_array_extension_whose_shape_disagrees_with_its_bytes_is_an_error() -> None:
+    good = encode_sample({"a": np.arange(4, dtype=np.int32)}, "k")
+    ext = msgpack.unpackb(good, raw=False)["a"]
+    assert ext.code == NUMPY_EXT
+    bad = msgpack.packb({"a": msgpack.ExtType(NUMPY_EXT, ext.data[:-4])}, use_bin_type=True)
+    with pytest.raises(SampleError, match="needs 16 bytes, has 12"):
+        decode_record(bad)
+
+
+def test_unknown_extension_and_non_map_records_are_errors() -> None:
+    with pytest.raises(SampleError, match="unknown msgpack extension type 9"):
+        decode_record(msgpack.packb({"a": msgpack.ExtType(9, b"x")}))
+    with pytest.raises(SampleError, match="must be a msgpack map"):
+        decode_record(msgpack.packb([1, 2]))
+    with pytest.raises(SampleError, match="not a valid msgpack record"):
+        decode_record(b"\xc1")
+
+
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(dtype=st.sampled_from(DTYPES).map(np.dtype),
+                  shape=hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5)))
+def test_any_array_round_trips_byte_exact(arr: np.ndarray) -> None:
+    out = roundtrip({"a": arr})["a"]
+    assert out.dtype == arr.dtype and out.shape == arr.shape and out.tobytes() == arr.tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64))
+def test_random_bytes_decode_to_a_map_or_raise_sample_error(data: bytes) -> None:
+    try:
+        assert isinstance(decode_record(data), dict)
+    except SampleError:
+        pass

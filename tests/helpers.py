@@ -1,0 +1,23 @@
+"""Reading back every sample of a shard set: the ground truth of the tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import pipeline
+
+
+def read_back(out_dir: Path) -> tuple[list[str], dict[str, list]]:
+    """Every sample of the index in ``out_dir``, in order: the keys and each field's values."""
+    keys: list[str] = []
+    fields: dict[str, list] = {}
+    index = pipeline.load_index(out_dir)
+    for key, sample in pipeline.iter_samples(Path(out_dir) / "index.json", index):
+        keys.append(key)
+        for name, value in sample.items():
+            fields.setdefault(name, []).append(value)
+    return keys, fields
+
+

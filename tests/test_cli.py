@@ -1,0 +1,108 @@
+"""The command line: build, inspect and verify, with exit codes and messages users read."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True)
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> Path:
+    np.save(tmp_path / "x.npy", np.arange(600, dtype=np.float32).reshape(200, 3))
+    np.save(tmp_path / "y.npy", np.arange(200) % 7)
+    result = run_cli("build", "arrays", str(tmp_path / "out"), "--array", f"x={tmp_path / 'x.npy'}",
+                     "--array", f"y={tmp_path / 'y.npy'}", "--pack", "16", "--shard-samples", "64")
+    assert result.returncode == 0, result.stderr
+    assert "wrote 200 samples in 4 shards" in result.stderr and "samples/s" in result.stderr
+    return tmp_path / "out"
+
+
+def test_inspect_prints_schema_counts_and_samples(built: Path) -> None:
+    result = run_cli("inspect", str(built), "--samples", "2")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "200 in 4 shards, 13 records (pack=16)" in out
+    assert "x                float32 [3]" in out and "y                int64 []" in out
+    assert "000000000001" in out and "[3. 4. 5.]" in out
+
+
+def test_verify_passes_then_names_shard_record_and_reason_of_corruption(built: Path) -> None:
+    assert run_cli("verify", str(built), "--quiet").returncode == 0
+    shard = built / "shard-000001.tar"
+    index = pipeline.load_index(built)
+    record_at = index.shards[1].offsets[2]
+    data = bytearray(shard.read_bytes())
+    data[record_at + 512 + 100] ^= 0xFF  # inside array bytes: decodes, but the sha256 differs
+    shard.write_bytes(bytes(data))
+    result = run_cli("verify", str(built), "--quiet")
+    assert result.returncode == 1 and "shard-000001.tar: sha256" in result.stdout
+    data[record_at + 512] = 0xC1  # the msgpack map header of record 2: undecodable
+    shard.write_bytes(bytes(data))
+    result = run_cli("verify", str(built), "--quiet")
+    assert result.returncode == 1
+    assert f"shard-000001.tar record 2 (byte {record_at}): record '000000000096': not a valid msgpack" \
+        in result.stdout
+
+
+def test_verify_reports_a_truncated_shard_and_a_missing_one(built: Path) -> None:
+    (built / "shard-000000.tar").write_bytes((built / "shard-000000.tar").read_bytes()[:3000])
+    (built / "shard-000002.tar").unlink()
+    result = run_cli("verify", str(built), "--quiet")
+    assert result.returncode == 1
+    assert "shard-000000.tar: size is 3000 bytes" in result.stdout
+    assert "shard-000002.tar: missing file" in result.stdout
+
+
+def test_building_over_an_existing_index_needs_overwrite(built: Path, tmp_path: Path) -> None:
+    args = ["build", "arrays", str(built), "--array", f"x={tmp_path / 'x.npy'}", "--quiet"]
+    result = run_cli(*args)
+    assert result.returncode == 1 and "already exists; pass overwrite=True (--overwrite)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert run_cli(*args, "--overwrite").returncode == 0
+
+
+def test_bad_input_is_one_line_error_not_a_traceback(tmp_path: Path) -> None:
+    result = run_cli("build", "files", str(tmp_path / "nope"), str(tmp_path / "out"),
+                     "--labels", str(tmp_path / "l.json"), "--partition", str(tmp_path / "p.json"))
+    assert result.returncode == 1 and "labels file" in result.stderr and "does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = run_cli("build", "arrays", str(tmp_path / "out"), "--array", "x")
+    assert result.returncode == 2 and "expected NAME=PATH" in result.stderr
+
+
+def test_build_files_and_folder_from_the_cli(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for n in range(6):
+        np.save(data / f"s{n}.npy", np.full(3, n, np.int16))
+    (tmp_path / "labels.json").write_text(json.dumps({f"s{n}": n for n in range(6)}))
+    (tmp_path / "partition.json").write_text(json.dumps({"train": ["s0", "s1", "s2", "s3"],
+                                                         "validation": ["s4", "s5"]}))
+    result = run_cli("build", "files", str(data), str(tmp_path / "out"), "--labels", str(tmp_path / "labels.json"),
+                     "--partition", str(tmp_path / "partition.json"), "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert pipeline.load_index(tmp_path / "out" / "validation").samples == 2
+    result = run_cli("build", "folder", str(data), str(tmp_path / "folder-out"), "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert pipeline.load_index(tmp_path / "folder-out").fields["npy"].dtype == "bytes"
+
+
+def test_demo_script_builds_and_verifies(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "demo.py"
+    result = subprocess.run([sys.executable, str(script), "--samples", "5000", "--out", str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert pipeline.load_index(tmp_path / "train").samples == 4500
+    assert pipeline.load_index(tmp_path / "validation").samples == 500
+    assert "built and verified" in result.stdout
