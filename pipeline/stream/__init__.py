@@ -1,0 +1,1 @@
+"""Reading shards into PyTorch: the epoch plan, the dataset, the loader."""

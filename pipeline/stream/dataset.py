@@ -1,0 +1,244 @@
+"""ShardDataset: stream shards into PyTorch with exact, reproducible, resumable epochs.
+
+The contract, per epoch (``set_epoch(e)``, or let :class:`~pipeline.stream.loader.ShardLoader`
+count epochs for you):
+
+- Every (rank, DataLoader worker) reads a disjoint part of the epoch's shuffled sequence (see
+  :mod:`pipeline.stream.plan`); with an index, every sample is delivered exactly once per epoch
+  (``remainder="pad"`` repeats up to ``world_size - 1`` samples so that ranks are equal,
+  ``"drop"`` leaves out as many, ``"keep"`` lets ranks differ by a batch: for evaluation).
+- Every rank yields the same number of batches (``len(dataset)``), so DDP never waits for a
+  rank that ran out.
+- Batches are collated inside the worker: a dict ``field -> tensor`` (or a tuple, with
+  ``as_tuple``), gathered with vectorised NumPy from a shuffle buffer of ``shuffle_buffer``
+  samples that mixes ``chunks_per_buffer`` pieces of different shards.
+- The same seed and epoch give the same batches on any machine; a new epoch a new order.
+
+Shards without an index (written by webdataset or other tools) stream too, split whole across
+consumers: then counts per rank can differ, there is no ``len()``, and resuming mid-epoch is
+refused. With fewer such shards than consumers, some consumers get none (a warning says so).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .batching import batches_from_windows, to_torch
+from .plan import (PlanConfig, Remainder, batch_counts, chunk_table, epoch_order, epoch_segments,
+                   locate, rng_for, window_permutation)
+from .reader import Columns, concat_columns, iter_foreign_rows, read_rows, stack_values
+from .shards import ForeignShards, IndexedShards, resolve_shards
+
+DEFAULT_BUFFER_BYTES = 64 << 20
+
+
+def distributed_rank_and_world() -> tuple[int, int]:
+    """Rank and world size from torch.distributed when initialised, else RANK/WORLD_SIZE."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+class ShardDataset(IterableDataset):
+    """Batches from a shard set; see the module docstring for the contract.
+
+    ``source``: an index (``index.json`` or its folder), a brace pattern
+    (``shards/train/train-{000000..000009}.tar``) or a list of shard paths.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Sequence[str],
+        *,
+        batch_size: int = 256,
+        shuffle: bool = True,
+        seed: int = 0,
+        shuffle_buffer: int | None = None,
+        chunks_per_buffer: int = 64,
+        fields: Sequence[str] | None = None,
+        drop_last: bool = False,
+        remainder: Remainder = "pad",
+        as_tuple: Sequence[str] | None = None,
+        sample_transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        batch_transform: Callable[[dict[str, Any]], Any] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if remainder not in ("drop", "pad", "keep"):
+            raise ValueError(f"remainder must be 'drop', 'pad' or 'keep', got {remainder!r}")
+        self.shards = resolve_shards(source)
+        default_rank, default_world = distributed_rank_and_world()
+        self.rank = default_rank if rank is None else rank
+        self.world_size = default_world if world_size is None else world_size
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is outside world size {self.world_size}")
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.remainder: Remainder = remainder
+        self.fields = None if fields is None else list(fields)
+        self.as_tuple = None if as_tuple is None else list(as_tuple)
+        self.sample_transform = sample_transform
+        self.batch_transform = batch_transform
+        self.shuffle_buffer = shuffle_buffer or self._default_buffer()
+        self.chunks_per_buffer = max(chunks_per_buffer, 1)
+        self.num_workers = 1  # how many DataLoader workers will read: set by ShardLoader
+        # a shared tensor, so that persistent DataLoader workers see set_epoch()
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._resume: tuple[int, list[tuple[int, int]]] | None = None
+        if isinstance(self.shards, IndexedShards):
+            index = self.shards.index
+            if self.fields is not None and index.fields:
+                unknown = sorted(set(self.fields) - set(index.fields))
+                if unknown:
+                    raise ValueError(f"fields {unknown} are not in the index (it has {sorted(index.fields)})")
+            chunk_samples = max(self.shuffle_buffer // self.chunks_per_buffer, 1)
+            self.chunks = chunk_table([s.samples for s in index.shards], index.pack, chunk_samples)
+
+    # -- configuration -------------------------------------------------------------------------
+
+    def _default_buffer(self) -> int:
+        if isinstance(self.shards, IndexedShards) and self.shards.index.samples:
+            sample_bytes = max(self.shards.index.bytes // self.shards.index.samples, 1)
+            return int(min(max(DEFAULT_BUFFER_BYTES // sample_bytes, 4 * self.batch_size), 1 << 20))
+        return max(4 * self.batch_size, 4096)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the epoch plan is exact (the shards have an index)."""
+        return isinstance(self.shards, IndexedShards)
+
+    @property
+    def samples(self) -> int:
+        if not isinstance(self.shards, IndexedShards):
+            raise TypeError("shards without an index have no known length")
+        return self.shards.index.samples
+
+    @property
+    def plan_config(self) -> PlanConfig:
+        return PlanConfig(self.seed, self.world_size, self.batch_size, self.drop_last, self.remainder)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.item())
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration plays (also seen by persistent workers)."""
+        self._epoch.fill_(int(epoch))
+
+    def resume(self, epoch: int, legs: list[tuple[int, int]]) -> None:
+        """Continue ``epoch`` after the batches that ``legs`` already delivered (see
+        :func:`pipeline.stream.plan.epoch_segments`); set by the loader's ``load_state_dict``."""
+        if legs and not self.exact:
+            raise ValueError("resuming in the middle of an epoch needs an index; shards without one "
+                             "resume at the next epoch boundary")
+        self._resume = (epoch, [(int(k), int(n)) for k, n in legs])
+        self.set_epoch(epoch)
+
+    def _legs(self, epoch: int) -> list[tuple[int, int]]:
+        return self._resume[1] if self._resume and self._resume[0] == epoch else []
+
+    def batches_per_rank(self, num_workers: int | None = None, epoch: int | None = None) -> int:
+        """Batches this rank yields in an epoch with ``num_workers`` workers (0 counts as 1)."""
+        workers = max(self.num_workers if num_workers is None else num_workers, 1)
+        epoch = self.epoch if epoch is None else epoch
+        segments = epoch_segments(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))
+        return sum(batch_counts(segments, self.batch_size, self.drop_last))
+
+    def __len__(self) -> int:
+        return self.batches_per_rank()
+
+    # -- iteration -----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        epoch = self.epoch
+        if isinstance(self.shards, IndexedShards):
+            windows = self._indexed_windows(epoch, worker, workers)
+        else:
+            windows = self._foreign_windows(epoch, worker, workers)
+        for batch in batches_from_windows(windows, self.batch_size, self.drop_last, shared=info is not None):
+            yield self._finish(batch)
+
+    def _wanted(self) -> set[str] | None:
+        return None if self.fields is None else set(self.fields)
+
+    def _read_positions(self, order: Any, start: int, stop: int) -> Columns:
+        assert isinstance(self.shards, IndexedShards)
+        pieces = locate(order, self.chunks, start, stop)
+        pack = self.shards.index.pack
+        return concat_columns([read_rows(self.shards.urls[s], self.shards.shards[s], pack, a, b, self._wanted())
+                               for s, a, b in pieces])
+
+    def _indexed_windows(self, epoch: int, worker: int, workers: int) -> Iterator[tuple[Columns, np.ndarray]]:
+        segments = epoch_segments(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))[worker]
+        order = epoch_order(self.chunks, self.seed, epoch, self.shuffle)
+        size = self.shuffle_buffer
+        for seg in segments:
+            span_length = seg.span_stop - seg.span_start
+            for window in range(seg.begin // size, -(-seg.end // size)):
+                lo, hi = window * size, min((window + 1) * size, span_length)
+                columns = self._read_positions(order, seg.span_start + lo, seg.span_start + hi)
+                emit = window_permutation(self.seed, epoch, seg.span_start, window, hi - lo, self.shuffle)
+                yield columns, emit[max(seg.begin, lo) - lo:min(seg.end, hi) - lo]
+
+    def _foreign_windows(self, epoch: int, worker: int, workers: int) -> Iterator[tuple[Columns, np.ndarray]]:
+        assert isinstance(self.shards, ForeignShards)
+        urls = list(self.shards.urls)
+        if self.shuffle:
+            urls = [urls[i] for i in rng_for(self.seed, epoch).permutation(len(urls))]
+        consumers = self.world_size * workers
+        consumer = self.rank * workers + worker
+        if len(urls) < consumers and consumer == 0:
+            warnings.warn(f"{len(urls)} shards without an index for {consumers} consumers "
+                          f"({self.world_size} ranks x {workers} workers): some read nothing, and ranks "
+                          f"may yield different numbers of batches", stacklevel=2)
+        mine = urls[consumer::consumers]
+        pending: list[Columns] = []
+        rows = window = 0
+        for url in mine:
+            for columns in iter_foreign_rows(url, self._wanted()):
+                pending.append(columns)
+                rows += len(next(iter(columns.values())))
+                if rows >= self.shuffle_buffer:
+                    yield self._foreign_window(pending, rows, epoch, consumer, window)
+                    pending, rows, window = [], 0, window + 1
+        if rows:
+            yield self._foreign_window(pending, rows, epoch, consumer, window)
+
+    def _foreign_window(self, parts: list[Columns], rows: int, epoch: int, consumer: int,
+                        window: int) -> tuple[Columns, np.ndarray]:
+        columns = {name: stack_values(col) if isinstance(col, list) else col
+                   for name, col in concat_columns(parts).items()}
+        return columns, window_permutation(self.seed, epoch, consumer, window, rows, self.shuffle)
+
+    def _finish(self, batch: Columns) -> Any:
+        if self.sample_transform is not None:
+            n = len(next(iter(batch.values())))
+            samples = [self.sample_transform({k: v[i] for k, v in batch.items()}) for i in range(n)]
+            batch = {k: _stack([s[k] for s in samples]) for k in samples[0]}
+        out = to_torch(batch)
+        if self.batch_transform is not None:
+            return self.batch_transform(out)
+        if self.as_tuple is not None:
+            return tuple(out[name] for name in self.as_tuple)
+        return out
+
+
+def _stack(values: list[Any]) -> Any:
+    if isinstance(values[0], torch.Tensor):
+        return torch.stack(values)
+    if isinstance(values[0], (np.ndarray, np.generic, int, float, bool)):
+        return np.stack([np.asarray(v) for v in values])
+    return values

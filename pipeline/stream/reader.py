@@ -1,0 +1,112 @@
+"""Read samples out of shards as columns: rows of an indexed shard, or all of a foreign one.
+
+Columns are what the rest of the reader works with: a NumPy array per field (rows on the
+first axis) or, for values that are not equally shaped arrays, a list. Packed records already
+are columns; unpacked records are stacked once per read, never per batch.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..format.codec import KEYS_FIELD, ROWS_FIELD
+from ..format.errors import SampleError, ShardError
+from ..format.index import ShardInfo
+from ..format.packing import record_rows
+from ..format.records import decode_fields, iter_records
+from .opener import open_stream, read_range
+
+Columns = dict[str, Any]
+_RESERVED = (ROWS_FIELD, KEYS_FIELD)
+
+
+def stack_values(values: Sequence[Any]) -> Any:
+    """One column from per-sample values: an array if they are equally shaped arrays or
+    numbers, else the list itself."""
+    first = values[0]
+    if isinstance(first, (np.ndarray, np.generic, int, float, bool)):
+        try:
+            return np.stack(values) if isinstance(first, (np.ndarray, np.generic)) else np.asarray(values)
+        except ValueError:
+            return list(values)
+    return list(values)
+
+
+def concat_columns(parts: Sequence[Columns]) -> Columns:
+    """Join column sets of consecutive rows."""
+    if len(parts) == 1:
+        return parts[0]
+    out: Columns = {}
+    for name in parts[0]:
+        cols = [p[name] for p in parts]
+        if all(isinstance(c, np.ndarray) for c in cols) and len({c.shape[1:] for c in cols}) == 1:
+            out[name] = np.concatenate(cols)
+        else:
+            out[name] = [v for c in cols for v in c]
+    return out
+
+
+def _record_columns(fields: dict[str, Any], url: str, offset: int, wanted: set[str] | None) -> tuple[Columns, int]:
+    try:
+        rows = record_rows(fields)
+    except SampleError as exc:
+        raise ShardError(url, offset, str(exc)) from None
+    packed = ROWS_FIELD in fields
+    columns = {}
+    for name, value in fields.items():
+        if name in _RESERVED or (wanted is not None and name not in wanted):
+            continue
+        if packed:
+            try:
+                length = len(value)
+            except TypeError:
+                length = None
+            if length != rows:
+                raise ShardError(url, offset, f"packed record: field {name!r} has {length} rows, expected {rows}")
+            columns[name] = value
+        else:
+            columns[name] = [value]
+    if wanted is not None and len(columns) != len(wanted):
+        missing = sorted(wanted - set(columns))
+        raise ShardError(url, offset, f"record lacks field(s) {missing}")
+    return columns, rows
+
+
+def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
+              wanted: set[str] | None = None) -> Columns:
+    """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read."""
+    first, last = row_start // pack, -(-row_stop // pack)
+    start = shard.offsets[first]
+    stop = shard.offsets[last] if last < shard.records else shard.bytes
+    data = read_range(url, start, stop)
+    parts: list[Columns] = []
+    singles: dict[str, list] = {}
+    n_records = 0
+    for record in iter_records(io.BytesIO(data), url, start):
+        if n_records == last - first:
+            break
+        columns, rows = _record_columns(decode_fields(record, url), url, record.offset, wanted)
+        n_records += 1
+        if pack == 1:
+            for name, col in columns.items():
+                singles.setdefault(name, []).append(col[0])
+        else:
+            parts.append(columns)
+    if n_records != last - first:
+        raise ShardError(url, start, f"expected {last - first} records from here (as the index says), found {n_records}")
+    if pack == 1:
+        return {name: stack_values(values) for name, values in singles.items()}
+    columns = concat_columns(parts)
+    skip = row_start - first * pack
+    n = row_stop - row_start
+    return {name: col[skip:skip + n] for name, col in columns.items()}
+
+
+def iter_foreign_rows(url: str, wanted: set[str] | None = None) -> Iterator[Columns]:
+    """Every record of a shard without an index, as columns (one row, or a packed record's rows)."""
+    with open_stream(url) as stream:
+        for record in iter_records(stream, url):
+            yield _record_columns(decode_fields(record, url), url, record.offset, wanted)[0]

@@ -1,0 +1,520 @@
+#!/usr/bin/env python
+"""Benchmark of building shards: speed, size on disk and memory, each against a baseline
+measured in the same run on the same data.
+
+What it measures, and why:
+
+1. tabular: 2M samples of 10 float32 features + an int64 label, written with ``pack=256``,
+   against ``webdataset.ShardWriter`` writing the same samples the usual way (one ``.npy``
+   and one ``.cls`` tar member per sample). Small samples are where per-sample costs (tar
+   headers, padding, Python calls) dominate, which is what packing is for. webdataset
+   manages ~10k samples/s, so it writes only the first ``--wds-rows`` samples; its
+   samples/s and bytes per sample are measured there. Also reported: our bytes on disk
+   divided by the raw bytes (``rows * 48``), the cost of the container.
+2. embeddings: 200k x 768 float32 + an int64 label, read from ``.npy`` files, with
+   ``pack=1`` and a packed variant (``--embedding-pack``), against ``cp`` of the same
+   files followed by ``sync``: any converter must at least read the bytes and make them
+   durable, so cp+sync is the bound to compare with.
+3. workers: the embeddings builds with ``workers=2`` against ``workers=1``, both reading
+   the ``.npy`` files with pread (no arrays pickled to workers). A build parallelises over
+   shards, and 614 MB in 256 MB shards is only 3 shards, so this case uses smaller shards
+   (``--workers-shard-mb``) for both of its runs.
+4. memory: a >= 4 GB ``.npy`` opened with ``np.load(path, mmap_mode="r")`` and passed as
+   a memmap; reported is the peak RSS of the building process, which must stay bounded
+   (a build that touched the map page by page would grow to the size of the file).
+
+Method: every run is a fresh Python process (this script with ``--child``), so a peak RSS
+belongs to one run. The peak is the process's ``VmHWM``: ``ru_maxrss`` is carried across
+``exec`` on Linux, so in a fresh child it starts at the peak of the process that started
+it. The workers' peak (``RUSAGE_CHILDREN``: the largest worker) is reported beside it; it
+has the same flaw, so it is an upper bound (at least the run's own RSS when it started
+its pool). Inputs are generated in a
+temporary folder (removed at the end), synced, and read once so that they sit in the page
+cache. A timing starts after ``sync`` and ends after ``sync``, so it includes the fsync our
+writer does for every shard and the write-back of what webdataset and cp leave dirty.
+Every case except memory runs ``--repeats`` times, interleaved with its baseline so that
+drift in disk speed hits both alike, and the median time is reported. MB = 1e6 bytes.
+
+Usage (results also go to ``bench-results/bench_build.json``)::
+
+    python scripts/bench_build.py --quick   # smoke run, seconds
+    python scripts/bench_build.py           # full run, a few minutes, ~9 GB free in --tmp
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+MB = 1e6
+FEATURES = 10
+DIM = 768
+CLASSES = 1000
+_CHUNK_BYTES = 64 << 20
+
+QUICK = dict(tabular_rows=50_000, embedding_rows=5_000, big_gb=0.05, wds_rows=2_000, repeats=1,
+             workers_shard_mb=2)
+FULL = dict(tabular_rows=2_000_000, embedding_rows=200_000, big_gb=4.3, wds_rows=100_000, repeats=3,
+            workers_shard_mb=32)
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    tabular_rows: int
+    embedding_rows: int
+    big_gb: float
+    wds_rows: int
+    repeats: int
+    shard_mb: int
+    workers_shard_mb: int
+    tabular_pack: int
+    embedding_pack: int
+    skip_big: bool
+    quick: bool
+    tmp: str | None
+    out: Path
+
+    @property
+    def big_rows(self) -> int:
+        return int(self.big_gb * 1e9) // (DIM * 4)
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small sizes, one repeat: a smoke run")
+    p.add_argument("--tabular-rows", type=int, help=f"tabular samples (default {FULL['tabular_rows']:,})")
+    p.add_argument("--embedding-rows", type=int, help=f"embedding samples (default {FULL['embedding_rows']:,})")
+    p.add_argument("--big-gb", type=float, help=f"size of the memmap of the memory case (default {FULL['big_gb']})")
+    p.add_argument("--wds-rows", type=int, help=f"samples webdataset writes (default {FULL['wds_rows']:,})")
+    p.add_argument("--repeats", type=int, help=f"runs of each timed case, median reported (default {FULL['repeats']})")
+    p.add_argument("--shard-mb", type=int, default=256, help="shard size of every case but workers (default 256)")
+    p.add_argument("--workers-shard-mb", type=int,
+                   help=f"shard size of the workers case (default {FULL['workers_shard_mb']})")
+    p.add_argument("--tabular-pack", type=int, default=256, help="pack of the tabular build (default 256)")
+    p.add_argument("--embedding-pack", type=int, default=16,
+                   help="pack of the packed embeddings build (default 16; pack=1 is always run too)")
+    p.add_argument("--skip-big", action="store_true", help="skip the memory case (needs ~2.1x --big-gb free)")
+    p.add_argument("--tmp", help="folder for the generated data and shards (default: the system temp dir)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench-results",
+                   help="folder for bench_build.json (default: bench-results/)")
+    args = p.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    pick = {name: getattr(args, name) if getattr(args, name) is not None else default
+            for name, default in sizes.items()}
+    return Config(**pick, shard_mb=args.shard_mb, tabular_pack=args.tabular_pack,
+                  embedding_pack=args.embedding_pack, skip_big=args.skip_big, quick=args.quick,
+                  tmp=args.tmp, out=args.out)
+
+
+# -- generated data --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Features ``x`` and labels ``y`` as ``.npy`` files."""
+
+    x: Path
+    y: Path
+    rows: int
+    features: int
+
+    @property
+    def raw_bytes(self) -> int:
+        """Bytes of the arrays themselves: float32 features and an int64 label per row."""
+        return self.rows * (self.features * 4 + 8)
+
+    def paths(self) -> dict[str, str]:
+        return {"x": str(self.x), "y": str(self.y)}
+
+    def remove(self) -> None:
+        self.x.unlink(missing_ok=True)
+        self.y.unlink(missing_ok=True)
+
+
+def write_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype,
+              fill: Callable[[int], np.ndarray]) -> Path:
+    """Write a ``.npy`` of ``shape`` a chunk of rows at a time (never the whole array in
+    memory); ``fill(n)`` returns the next ``n`` rows."""
+    dtype = np.dtype(dtype)
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    step = max(1, _CHUNK_BYTES // row_bytes)
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        for start in range(0, shape[0], step):
+            np.ascontiguousarray(fill(min(step, shape[0] - start)), dtype=dtype).tofile(f)
+    return path
+
+
+def make_dataset(folder: Path, name: str, rows: int, features: int, seed: int) -> Dataset:
+    """Random float32 features (normal) and int64 labels, written, synced and read back
+    once so that they are in the page cache."""
+    rng = np.random.default_rng(seed)
+    x = write_npy(folder / f"{name}-x.npy", (rows, features), np.float32,
+                  lambda n: rng.standard_normal((n, features), dtype=np.float32))
+    y = write_npy(folder / f"{name}-y.npy", (rows,), np.int64,
+                  lambda n: rng.integers(0, CLASSES, n, dtype=np.int64))
+    os.sync()
+    for path in (x, y):
+        warm_page_cache(path)
+    return Dataset(x, y, rows, features)
+
+
+def warm_page_cache(path: Path) -> None:
+    buffer = bytearray(_CHUNK_BYTES)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buffer):
+            pass
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def check_free_space(folder: Path, needed: int) -> None:
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise SystemExit(f"{folder}: {free / 1e9:.1f} GB free, this run needs ~{needed / 1e9:.1f} GB; "
+                         f"use --tmp elsewhere, smaller sizes, or --skip-big")
+
+
+# -- one run, in a fresh process ---------------------------------------------------------------
+
+
+def child_main(spec: dict[str, Any]) -> None:
+    """Run one case described by ``spec`` and print its result as a JSON line."""
+    run = {"build": child_build, "webdataset": child_webdataset, "cp": child_cp}[spec["kind"]]
+    result = run(spec)
+    result["peak_rss_mb"] = peak_rss_mb()
+    result["children_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / MB
+    print(json.dumps(result))
+
+
+def _proc_status_mb(field: str) -> float | None:
+    """A ``VmXXX`` line of ``/proc/self/status`` in MB (Linux), None elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            line = next(line for line in f if line.startswith(field + ":"))
+    except (OSError, StopIteration):
+        return None
+    return int(line.split()[1]) * 1024 / MB
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS. ``VmHWM`` rather than ``ru_maxrss``: Linux carries
+    ``ru_maxrss`` across ``exec``, so a fresh child would report at least the peak of the
+    process that started it."""
+    hwm = _proc_status_mb("VmHWM")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB
+
+
+def current_rss_mb() -> float | None:
+    return _proc_status_mb("VmRSS")
+
+
+def load_inputs(paths: dict[str, str], mode: str) -> dict[str, Any]:
+    """The arrays as the build gets them: ``.npy`` paths, loaded arrays, or memmaps."""
+    if mode == "path":
+        return dict(paths)
+    if mode == "memory":
+        return {name: np.load(path) for name, path in paths.items()}
+    if mode == "mmap":
+        return {name: np.load(path, mmap_mode="r") for name, path in paths.items()}
+    raise ValueError(f"unknown input mode {mode!r}")
+
+
+def synced_seconds(work: Callable[[], Any]) -> float:
+    """Seconds from a clean page cache (``sync``) to ``work`` done and durable (``sync``)."""
+    os.sync()
+    start = time.perf_counter()
+    work()
+    os.sync()
+    return time.perf_counter() - start
+
+
+def child_build(spec: dict[str, Any]) -> dict[str, Any]:
+    import pipeline
+
+    arrays = load_inputs(spec["inputs"], spec["input_mode"])
+    rss_before = current_rss_mb()
+    indexes = []
+    seconds = synced_seconds(lambda: indexes.append(pipeline.write_shards(
+        spec["dest"], arrays, prefix="bench", shard_bytes=spec["shard_bytes"], pack=spec["pack"],
+        workers=spec["workers"], overwrite=True, quiet=True)))
+    return {"seconds": seconds, "samples": indexes[0].samples, "shards": len(indexes[0].shards),
+            "rss_before_mb": rss_before}
+
+
+def child_webdataset(spec: dict[str, Any]) -> dict[str, Any]:
+    import webdataset as wds
+
+    data = load_inputs(spec["inputs"], "memory")
+    rows = spec["rows"]
+    x, y = data["x"][:rows], data["y"][:rows]
+    pattern = str(Path(spec["dest"]) / "wds-%06d.tar")
+    Path(spec["dest"]).mkdir(parents=True, exist_ok=True)
+
+    def write() -> None:
+        with wds.ShardWriter(pattern, maxcount=1 << 62, maxsize=spec["shard_bytes"], verbose=0) as sink:
+            for i in range(rows):
+                sink.write({"__key__": f"{i:012d}", "npy": x[i], "cls": int(y[i])})
+
+    seconds = synced_seconds(write)
+    shards = len(list(Path(spec["dest"]).glob("wds-*.tar")))
+    return {"seconds": seconds, "samples": rows, "shards": shards, "rss_before_mb": current_rss_mb()}
+
+
+def child_cp(spec: dict[str, Any]) -> dict[str, Any]:
+    Path(spec["dest"]).mkdir(parents=True, exist_ok=True)
+    sources = list(spec["inputs"].values())
+    seconds = synced_seconds(lambda: subprocess.run(["cp", *sources, spec["dest"]], check=True))
+    return {"seconds": seconds, "samples": spec["rows"], "shards": 0, "rss_before_mb": None}
+
+
+# -- cases and their results -----------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One measured configuration; ``data_bytes`` are the raw bytes it processes (for MB/s)."""
+
+    name: str
+    spec: dict[str, Any]
+    data_bytes: int
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def run(self, work_dir: Path) -> None:
+        dest = work_dir / "out" / self.name
+        shutil.rmtree(dest, ignore_errors=True)
+        spec = {**self.spec, "dest": str(dest)}
+        proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"case {self.name} failed (exit {proc.returncode}):\n{proc.stderr}")
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        result["bytes_on_disk"] = folder_bytes(dest)
+        shutil.rmtree(dest)
+        self.runs.append(result)
+        print(f"  {self.name}: {result['seconds']:.2f} s, peak RSS {result['peak_rss_mb']:.0f} MB",
+              file=sys.stderr, flush=True)
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(r["seconds"] for r in self.runs)
+
+    @property
+    def samples(self) -> int:
+        return self.runs[0]["samples"]
+
+    def summary(self) -> dict[str, Any]:
+        last = self.runs[-1]
+        return {
+            "case": self.name,
+            "samples": self.samples,
+            "shards": last["shards"],
+            "seconds": self.seconds,
+            "samples_per_s": self.samples / self.seconds,
+            "data_mb_per_s": self.data_bytes / self.seconds / MB,
+            "bytes_on_disk": last["bytes_on_disk"],
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in self.runs),
+            "children_peak_rss_mb": max(r["children_peak_rss_mb"] for r in self.runs),
+            "rss_before_build_mb": last["rss_before_mb"],
+            "all_seconds": [r["seconds"] for r in self.runs],
+            "spec": {k: v for k, v in self.spec.items() if k != "inputs"},
+        }
+
+
+def build_case(name: str, data: Dataset, mode: str, pack: int, shard_mb: int, workers: int = 1) -> Case:
+    spec = {"kind": "build", "inputs": data.paths(), "input_mode": mode, "pack": pack,
+            "shard_bytes": shard_mb << 20, "workers": workers}
+    return Case(name, spec, data.raw_bytes)
+
+
+def timed_cases(cfg: Config, tabular: Dataset, emb: Dataset) -> dict[str, Case]:
+    """Every case but memory, in the order they run (baselines next to what they judge)."""
+    wds_rows = min(cfg.wds_rows, tabular.rows)
+    p, w = cfg.embedding_pack, cfg.workers_shard_mb
+    cases = [
+        build_case("tabular", tabular, "memory", cfg.tabular_pack, cfg.shard_mb),
+        Case("tabular webdataset", {"kind": "webdataset", "inputs": tabular.paths(), "rows": wds_rows,
+                                    "shard_bytes": cfg.shard_mb << 20},
+             tabular.raw_bytes * wds_rows // tabular.rows),
+        Case("embeddings cp+sync", {"kind": "cp", "inputs": emb.paths(), "rows": emb.rows}, emb.raw_bytes),
+        build_case("embeddings pack=1", emb, "path", 1, cfg.shard_mb),
+        build_case(f"embeddings pack={p}", emb, "path", p, cfg.shard_mb),
+        build_case(f"workers=1 pack=1 {w}MB", emb, "path", 1, w, workers=1),
+        build_case(f"workers=2 pack=1 {w}MB", emb, "path", 1, w, workers=2),
+        build_case(f"workers=1 pack={p} {w}MB", emb, "path", p, w, workers=1),
+        build_case(f"workers=2 pack={p} {w}MB", emb, "path", p, w, workers=2),
+    ]
+    return {case.name: case for case in cases}
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: str
+    value: float
+    goal: str
+    met: bool | None  # None: informational
+
+    def row(self) -> dict[str, Any]:
+        return {"metric": self.metric, "value": self.value, "target": self.goal, "met": self.met}
+
+
+def targets(cfg: Config, cases: dict[str, Case], big: Case | None) -> list[Target]:
+    """The ratios the benchmark exists for, each against its baseline from this run."""
+    tab, wds = cases["tabular"], cases["tabular webdataset"]
+    cp = cases["embeddings cp+sync"]
+    p, w = cfg.embedding_pack, cfg.workers_shard_mb
+    speedup = (tab.samples / tab.seconds) / (wds.samples / wds.seconds)
+    overhead = tab.runs[-1]["bytes_on_disk"] / tab.data_bytes
+    wds_per_sample = wds.runs[-1]["bytes_on_disk"] / wds.samples
+    rows = [
+        Target("tabular: our samples/s / webdataset samples/s", speedup, ">= 50", speedup >= 50),
+        Target("tabular: our bytes on disk / raw bytes", overhead, "<= 1.5", overhead <= 1.5),
+        Target("tabular: webdataset bytes on disk / raw bytes", wds_per_sample / (tab.data_bytes / tab.samples),
+               "info", None),
+        Target("tabular: webdataset bytes per sample", wds_per_sample, "info", None),
+        Target(f"tabular: webdataset GB on disk for {tab.samples:,} samples (extrapolated)",
+               wds_per_sample * tab.samples / 1e9, "info", None),
+    ]
+    for pack in (1, p):
+        ours = cases[f"embeddings pack={pack}"]
+        ratio = cp.seconds / ours.seconds
+        rows.append(Target(f"embeddings pack={pack}: our MB/s / cp+sync MB/s", ratio, ">= 0.5", ratio >= 0.5))
+    for pack in (1, p):
+        one, two = cases[f"workers=1 pack={pack} {w}MB"], cases[f"workers=2 pack={pack} {w}MB"]
+        ratio = one.seconds / two.seconds
+        rows.append(Target(f"workers: workers=2 / workers=1 speed (pack={pack}, {w} MB shards)",
+                           ratio, ">= 1.6", ratio >= 1.6))
+    if big is not None:
+        rss = big.summary()["peak_rss_mb"]
+        rows.append(Target(f"memory: peak RSS (MB) building a {big.data_bytes / 1e9:.1f} GB memmap",
+                           rss, "< 300", rss < 300))
+    return rows
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def cases_table(summaries: list[dict[str, Any]]) -> str:
+    header = ["case", "samples", "shards", "time (s)", "samples/s", "data MB/s", "on disk (MB)",
+              "peak RSS (MB)", "workers' peak RSS (MB)"]
+    rows = [[s["case"], f"{s['samples']:,}", str(s["shards"]), f"{s['seconds']:.2f}",
+             f"{s['samples_per_s']:,.0f}", f"{s['data_mb_per_s']:.0f}", f"{s['bytes_on_disk'] / MB:.1f}",
+             f"{s['peak_rss_mb']:.0f}",
+             f"{s['children_peak_rss_mb']:.0f}" if s["spec"].get("workers", 1) > 1 else "-"]
+            for s in summaries]
+    return markdown_table(header, rows)
+
+
+def targets_table(rows: list[Target]) -> str:
+    verdict = {True: "yes", False: "**NO**", None: ""}
+    return markdown_table(["metric", "value", "target", "met"],
+                          [[t.metric, f"{t.value:,.2f}", t.goal, verdict[t.met]] for t in rows])
+
+
+def environment() -> dict[str, Any]:
+    import msgpack
+    import webdataset
+
+    import pipeline
+
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "numpy": np.__version__, "msgpack": ".".join(map(str, msgpack.version)),
+            "webdataset": getattr(webdataset, "__version__", "?"), "pipeline": pipeline.__version__}
+
+
+def save_results(cfg: Config, summaries: list[dict[str, Any]], rows: list[Target]) -> Path:
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    path = cfg.out / "bench_build.json"
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()}
+    payload = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "config": config,
+               "environment": environment(), "cases": summaries, "targets": [t.row() for t in rows]}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def disk_needed(cfg: Config) -> int:
+    """Rough peak of the run: inputs plus the largest outputs alive at once."""
+    tabular = cfg.tabular_rows * (FEATURES * 4 + 8)
+    embeddings = cfg.embedding_rows * (DIM * 4 + 8)
+    timed = 2 * tabular + 3 * embeddings
+    big = 0 if cfg.skip_big else int(2.1 * cfg.big_rows * (DIM * 4 + 8))
+    return max(timed, big) + (256 << 20)
+
+
+def run_timed(cfg: Config, work: Path) -> dict[str, Case]:
+    print("generating tabular and embeddings data...", file=sys.stderr, flush=True)
+    tabular = make_dataset(work, "tabular", cfg.tabular_rows, FEATURES, seed=1)
+    emb = make_dataset(work, "embeddings", cfg.embedding_rows, DIM, seed=2)
+    cases = timed_cases(cfg, tabular, emb)
+    for repeat in range(cfg.repeats):
+        print(f"repeat {repeat + 1}/{cfg.repeats}", file=sys.stderr, flush=True)
+        for case in cases.values():
+            case.run(work)
+    tabular.remove()
+    emb.remove()
+    return cases
+
+
+def run_big(cfg: Config, work: Path) -> Case:
+    print(f"generating a {cfg.big_rows * DIM * 4 / 1e9:.1f} GB array...", file=sys.stderr, flush=True)
+    big = make_dataset(work, "big", cfg.big_rows, DIM, seed=3)
+    case = build_case(f"memory: memmap pack={cfg.embedding_pack}", big, "mmap", cfg.embedding_pack, cfg.shard_mb)
+    try:
+        case.run(work)
+    finally:
+        big.remove()
+    return case
+
+
+def main(cfg: Config) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench_build-", dir=cfg.tmp) as tmp:
+        work = Path(tmp)
+        check_free_space(work, disk_needed(cfg))
+        cases = run_timed(cfg, work)
+        big = None if cfg.skip_big else run_big(cfg, work)
+    summaries = [c.summary() for c in cases.values()] + ([big.summary()] if big else [])
+    rows = targets(cfg, cases, big)
+    path = save_results(cfg, summaries, rows)
+    print(f"\n### Cases (median of {cfg.repeats} runs; MB = 1e6 bytes)\n")
+    print(cases_table(summaries))
+    print("\n### Targets\n")
+    print(targets_table(rows))
+    print(f"\nwritten to {path}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child_main(json.loads(sys.argv[2]))
+    else:
+        main(parse_args())
