@@ -7,6 +7,8 @@ The public API, documented in README.md:
   :func:`build_npz`, :func:`build_joblib`, :func:`build_sample_files`, :func:`build_folder`
 - distributed builds: :class:`Part`, :func:`merge_index_files`
 - reading and checking: :func:`load_index`, :func:`iter_records`, :func:`verify`, :func:`describe`
+- streaming into PyTorch: :class:`ShardDataset`, :func:`make_loader`, :class:`ShardLoader`,
+  :class:`DevicePrefetcher`
 """
 
 from .build.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
@@ -25,11 +27,15 @@ from .format.packing import sample_keys, unpack_rows
 from .format.records import decode_fields, iter_records
 from .format.summary import describe, iter_samples
 from .format.verify import Problem, verify
+from .stream.dataset import ShardDataset
+from .stream.loader import DevicePrefetcher, ShardLoader, make_loader
+from .stream.opener import SourceError
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArraySource", "DatasetIndex", "FieldSpec", "FolderSource", "FormatError", "IndexFormatError",
+    "ArraySource", "DatasetIndex", "DevicePrefetcher", "ShardDataset", "ShardLoader", "SourceError",
+    "make_loader", "FieldSpec", "FolderSource", "FormatError", "IndexFormatError",
     "JoblibBatchSource", "OutputExistsError", "Part", "Problem", "SampleError", "SampleFileSource",
     "ShardError", "ShardInfo", "ShardWriter", "build_folder", "build_joblib", "build_npz",
     "build_sample_files", "build_shards", "decode_fields", "decode_record", "describe",

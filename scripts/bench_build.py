@@ -117,6 +117,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--out", type=Path, default=ROOT / "bench-results",
                    help="folder for bench_build.json (default: bench-results/)")
     args = p.parse_args(argv)
+    if args.embedding_pack < 2:
+        p.error("--embedding-pack is the packed variant, it must be >= 2 (pack=1 always runs)")
     sizes = QUICK if args.quick else FULL
     pick = {name: getattr(args, name) if getattr(args, name) is not None else default
             for name, default in sizes.items()}
@@ -261,7 +263,8 @@ def child_build(spec: dict[str, Any]) -> dict[str, Any]:
         spec["dest"], arrays, prefix="bench", shard_bytes=spec["shard_bytes"], pack=spec["pack"],
         workers=spec["workers"], overwrite=True, quiet=True)))
     return {"seconds": seconds, "samples": indexes[0].samples, "shards": len(indexes[0].shards),
-            "rss_before_mb": rss_before}
+            "rss_before_mb": rss_before, "pipeline_version": pipeline.__version__,
+            "pipeline_path": str(Path(pipeline.__file__).parent)}
 
 
 def child_webdataset(spec: dict[str, Any]) -> dict[str, Any]:
@@ -426,7 +429,7 @@ def cases_table(summaries: list[dict[str, Any]]) -> str:
     header = ["case", "samples", "shards", "time (s)", "samples/s", "data MB/s", "on disk (MB)",
               "peak RSS (MB)", "workers' peak RSS (MB)"]
     rows = [[s["case"], f"{s['samples']:,}", str(s["shards"]), f"{s['seconds']:.2f}",
-             f"{s['samples_per_s']:,.0f}", f"{s['data_mb_per_s']:.0f}", f"{s['bytes_on_disk'] / MB:.1f}",
+             f"{s['samples_per_s']:,.0f}", f"{s['data_mb_per_s']:.{0 if s['data_mb_per_s'] >= 10 else 1}f}", f"{s['bytes_on_disk'] / MB:.1f}",
              f"{s['peak_rss_mb']:.0f}",
              f"{s['children_peak_rss_mb']:.0f}" if s["spec"].get("workers", 1) > 1 else "-"]
             for s in summaries]
@@ -439,23 +442,25 @@ def targets_table(rows: list[Target]) -> str:
                           [[t.metric, f"{t.value:,.2f}", t.goal, verdict[t.met]] for t in rows])
 
 
-def environment() -> dict[str, Any]:
+def environment(cases: dict[str, Case]) -> dict[str, Any]:
+    """Versions; the library's as the runs imported it (not imported here)."""
     import msgpack
     import webdataset
 
-    import pipeline
-
+    built = cases["tabular"].runs[-1]
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "numpy": np.__version__, "msgpack": ".".join(map(str, msgpack.version)),
-            "webdataset": getattr(webdataset, "__version__", "?"), "pipeline": pipeline.__version__}
+            "webdataset": getattr(webdataset, "__version__", "?"),
+            "pipeline": built["pipeline_version"], "pipeline_path": built["pipeline_path"]}
 
 
-def save_results(cfg: Config, summaries: list[dict[str, Any]], rows: list[Target]) -> Path:
+def save_results(cfg: Config, cases: dict[str, Case], summaries: list[dict[str, Any]],
+                 rows: list[Target]) -> Path:
     cfg.out.mkdir(parents=True, exist_ok=True)
     path = cfg.out / "bench_build.json"
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()}
     payload = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "config": config,
-               "environment": environment(), "cases": summaries, "targets": [t.row() for t in rows]}
+               "environment": environment(cases), "cases": summaries, "targets": [t.row() for t in rows]}
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
 
@@ -505,12 +510,11 @@ def main(cfg: Config) -> None:
         big = None if cfg.skip_big else run_big(cfg, work)
     summaries = [c.summary() for c in cases.values()] + ([big.summary()] if big else [])
     rows = targets(cfg, cases, big)
-    path = save_results(cfg, summaries, rows)
     print(f"\n### Cases (median of {cfg.repeats} runs; MB = 1e6 bytes)\n")
     print(cases_table(summaries))
     print("\n### Targets\n")
     print(targets_table(rows))
-    print(f"\nwritten to {path}")
+    print(f"\nwritten to {save_results(cfg, cases, summaries, rows)}")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 """Cut emitted windows into batches with vectorised gathers, and hand them to torch.
 
-A window is a set of columns plus the emission order of its rows. A batch is gathered with one
+A window is a set of columns plus the emission order of its rows. Rows are gathered with one
 ``np.take`` per field into a fresh buffer: in a DataLoader worker that buffer is a torch tensor
-in shared memory, so the batch crosses to the main process without another copy.
+in shared memory, so it crosses to the main process without another copy. A DataLoader pays
+a fixed cost per object it passes between processes (about a millisecond on a small machine),
+so workers send *messages* of several batches, which the main process splits into views.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -50,30 +52,46 @@ def _join(parts: list[Columns]) -> Columns:
     return out
 
 
-def batches_from_windows(windows: Iterator[tuple[Columns, np.ndarray]], batch_size: int,
-                         drop_last: bool, shared: bool = False) -> Iterator[Columns]:
-    """Batches of ``batch_size`` rows in emission order across windows; the last batch is
-    shorter unless ``drop_last``."""
+def messages_from_windows(windows: Iterator[tuple[Columns, np.ndarray]], message_rows: Iterable[int],
+                          limit: int | None = None, shared: bool = False) -> Iterator[Columns]:
+    """Rows in emission order across windows, cut into messages of ``message_rows`` rows each
+    (whole batches; the last message may be shorter), at most ``limit`` rows in all."""
+    sizes = iter(message_rows)
+    target = next(sizes, 0)
     carry: list[Columns] = []
-    carried = 0
+    carried = consumed = 0
     for columns, order in windows:
+        if limit is not None:
+            order = order[:max(limit - consumed, 0)]
+        consumed += len(order)
         position = 0
-        if carried:
-            need = batch_size - carried
-            carry.append(gather(columns, order[:need]))
-            carried += min(need, len(order))
-            position = need
-            if carried < batch_size:
-                continue
-            yield _join(carry)
-            carry, carried = [], 0
-        while position + batch_size <= len(order):
-            yield gather(columns, order[position:position + batch_size], shared)
-            position += batch_size
-        if position < len(order):
-            carry, carried = [gather(columns, order[position:])], len(order) - position
-    if carried and not drop_last:
+        while position < len(order) and target:
+            take = order[position:position + target - carried]
+            position += len(take)
+            if not carry and len(take) == target:
+                yield gather(columns, take, shared)
+            else:
+                carry.append(gather(columns, take))
+                carried += len(take)
+                if carried < target:
+                    continue
+                yield _join(carry)
+                carry, carried = [], 0
+            target = next(sizes, 0)
+    if carried:
         yield _join(carry)
+
+
+def split_message(message: Any, batch_size: int) -> Iterator[Any]:
+    """The batches of a message (views, no copy): a dict or tuple of tensors and lists."""
+    if isinstance(message, dict):
+        rows = len(next(iter(message.values())))
+        for start in range(0, rows, batch_size):
+            yield {name: value[start:start + batch_size] for name, value in message.items()}
+    else:
+        rows = len(message[0])
+        for start in range(0, rows, batch_size):
+            yield tuple(value[start:start + batch_size] for value in message)
 
 
 def to_torch(batch: Columns) -> dict[str, Any]:

@@ -21,6 +21,7 @@ refused. With fewer such shards than consumers, some consumers get none (a warni
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from typing import Any, Callable, Iterator, Sequence
@@ -29,9 +30,9 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .batching import batches_from_windows, to_torch
-from .plan import (PlanConfig, Remainder, batch_counts, chunk_table, epoch_order, epoch_segments,
-                   locate, rng_for, window_permutation)
+from .batching import messages_from_windows, to_torch
+from .plan import (PlanConfig, Remainder, WorkerPlan, chunk_table, epoch_order, epoch_plans, locate, rng_for,
+                   window_permutation)
 from .reader import Columns, concat_columns, iter_foreign_rows, read_rows, stack_values
 from .shards import ForeignShards, IndexedShards, resolve_shards
 
@@ -93,9 +94,10 @@ class ShardDataset(IterableDataset):
         self.shuffle_buffer = shuffle_buffer or self._default_buffer()
         self.chunks_per_buffer = max(chunks_per_buffer, 1)
         self.num_workers = 1  # how many DataLoader workers will read: set by ShardLoader
+        self.batches_per_message = 1  # batches a worker sends at once: set by ShardLoader
         # a shared tensor, so that persistent DataLoader workers see set_epoch()
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._resume: tuple[int, list[tuple[int, int]]] | None = None
+        self._resume: tuple[int, list[tuple[int, int, int]]] | None = None
         if isinstance(self.shards, IndexedShards):
             index = self.shards.index
             if self.fields is not None and index.fields:
@@ -107,11 +109,14 @@ class ShardDataset(IterableDataset):
 
     # -- configuration -------------------------------------------------------------------------
 
-    def _default_buffer(self) -> int:
+    def sample_bytes(self) -> int:
+        """Average bytes of a sample in the shards (a guess for shards without an index)."""
         if isinstance(self.shards, IndexedShards) and self.shards.index.samples:
-            sample_bytes = max(self.shards.index.bytes // self.shards.index.samples, 1)
-            return int(min(max(DEFAULT_BUFFER_BYTES // sample_bytes, 4 * self.batch_size), 1 << 20))
-        return max(4 * self.batch_size, 4096)
+            return max(self.shards.index.bytes // self.shards.index.samples, 1)
+        return 4096
+
+    def _default_buffer(self) -> int:
+        return int(min(max(DEFAULT_BUFFER_BYTES // self.sample_bytes(), 4 * self.batch_size), 1 << 20))
 
     @property
     def exact(self) -> bool:
@@ -126,7 +131,8 @@ class ShardDataset(IterableDataset):
 
     @property
     def plan_config(self) -> PlanConfig:
-        return PlanConfig(self.seed, self.world_size, self.batch_size, self.drop_last, self.remainder)
+        return PlanConfig(self.seed, self.world_size, self.batch_size, self.drop_last, self.remainder,
+                          self.batches_per_message)
 
     @property
     def epoch(self) -> int:
@@ -136,24 +142,24 @@ class ShardDataset(IterableDataset):
         """Select the epoch the next iteration plays (also seen by persistent workers)."""
         self._epoch.fill_(int(epoch))
 
-    def resume(self, epoch: int, legs: list[tuple[int, int]]) -> None:
+    def resume(self, epoch: int, legs: list[tuple[int, int, int]]) -> None:
         """Continue ``epoch`` after the batches that ``legs`` already delivered (see
-        :func:`pipeline.stream.plan.epoch_segments`); set by the loader's ``load_state_dict``."""
+        :func:`pipeline.stream.plan.epoch_plans`); set by the loader's ``load_state_dict``."""
         if legs and not self.exact:
             raise ValueError("resuming in the middle of an epoch needs an index; shards without one "
                              "resume at the next epoch boundary")
-        self._resume = (epoch, [(int(k), int(n)) for k, n in legs])
+        self._resume = (epoch, [(int(k), int(n), int(m)) for k, n, m in legs])
         self.set_epoch(epoch)
 
-    def _legs(self, epoch: int) -> list[tuple[int, int]]:
+    def _legs(self, epoch: int) -> list[tuple[int, int, int]]:
         return self._resume[1] if self._resume and self._resume[0] == epoch else []
 
     def batches_per_rank(self, num_workers: int | None = None, epoch: int | None = None) -> int:
         """Batches this rank yields in an epoch with ``num_workers`` workers (0 counts as 1)."""
         workers = max(self.num_workers if num_workers is None else num_workers, 1)
         epoch = self.epoch if epoch is None else epoch
-        segments = epoch_segments(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))
-        return sum(batch_counts(segments, self.batch_size, self.drop_last))
+        plans = epoch_plans(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))
+        return sum(plan.batches(self.batch_size, self.drop_last) for plan in plans)
 
     def __len__(self) -> int:
         return self.batches_per_rank()
@@ -161,15 +167,26 @@ class ShardDataset(IterableDataset):
     # -- iteration -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
+        """Batches of this rank and worker; ``batches_per_message`` at a time when a ShardLoader
+        asked for messages (it splits them again)."""
         info = get_worker_info()
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         epoch = self.epoch
+        per_message = self.batches_per_message
         if isinstance(self.shards, IndexedShards):
-            windows = self._indexed_windows(epoch, worker, workers)
+            plan = epoch_plans(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))[worker]
+            windows = self._indexed_windows(epoch, plan)
+            sizes: Any = [n * self.batch_size
+                          for n in plan.message_sizes(self.batch_size, self.drop_last, per_message)]
+            limit = plan.batches(self.batch_size, True) * self.batch_size if self.drop_last else None
         else:
             windows = self._foreign_windows(epoch, worker, workers)
-        for batch in batches_from_windows(windows, self.batch_size, self.drop_last, shared=info is not None):
-            yield self._finish(batch)
+            sizes, limit = itertools.repeat(per_message * self.batch_size), None
+        messages = messages_from_windows(windows, sizes, limit, shared=info is not None)
+        if self.drop_last and limit is None:
+            messages = _drop_short_tail(messages, self.batch_size)
+        for message in messages:
+            yield self._finish(message)
 
     def _wanted(self) -> set[str] | None:
         return None if self.fields is None else set(self.fields)
@@ -181,11 +198,10 @@ class ShardDataset(IterableDataset):
         return concat_columns([read_rows(self.shards.urls[s], self.shards.shards[s], pack, a, b, self._wanted())
                                for s, a, b in pieces])
 
-    def _indexed_windows(self, epoch: int, worker: int, workers: int) -> Iterator[tuple[Columns, np.ndarray]]:
-        segments = epoch_segments(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))[worker]
+    def _indexed_windows(self, epoch: int, plan: WorkerPlan) -> Iterator[tuple[Columns, np.ndarray]]:
         order = epoch_order(self.chunks, self.seed, epoch, self.shuffle)
         size = self.shuffle_buffer
-        for seg in segments:
+        for seg in plan.segments:
             span_length = seg.span_stop - seg.span_start
             for window in range(seg.begin // size, -(-seg.end // size)):
                 lo, hi = window * size, min((window + 1) * size, span_length)
@@ -234,6 +250,17 @@ class ShardDataset(IterableDataset):
         if self.as_tuple is not None:
             return tuple(out[name] for name in self.as_tuple)
         return out
+
+
+def _drop_short_tail(messages: Iterator[Columns], batch_size: int) -> Iterator[Columns]:
+    """Without an index the stream's length is unknown: cut a last partial batch when it shows."""
+    for message in messages:
+        rows = len(next(iter(message.values())))
+        keep = rows - rows % batch_size
+        if keep == rows:
+            yield message
+        elif keep:
+            yield {name: value[:keep] for name, value in message.items()}
 
 
 def _stack(values: list[Any]) -> Any:

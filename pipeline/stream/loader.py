@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from .batching import split_message
 from .dataset import ShardDataset
 
 STATE_VERSION = 1
@@ -35,12 +36,14 @@ class ShardLoader(DataLoader):
     the first iteration (persistent workers copy the dataset when they start).
     """
 
-    def __init__(self, dataset: ShardDataset, num_workers: int = 0, **kwargs: Any) -> None:
+    def __init__(self, dataset: ShardDataset, num_workers: int = 0,
+                 batches_per_message: int | None = None, **kwargs: Any) -> None:
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         dataset.num_workers = max(num_workers, 1)
+        dataset.batches_per_message = batches_per_message or _auto_batches_per_message(dataset, num_workers)
         self._epoch = dataset.epoch
         self._batches = 0
-        self._legs: list[tuple[int, int]] = []
+        self._legs: list[tuple[int, int, int]] = []
 
     @property
     def epoch(self) -> int:
@@ -53,15 +56,19 @@ class ShardLoader(DataLoader):
     def __len__(self) -> int:
         return self.dataset.batches_per_rank(max(self.num_workers, 1), self._epoch)  # type: ignore[attr-defined]
 
+    def _leg(self, batches: int) -> tuple[int, int, int]:
+        return max(self.num_workers, 1), batches, self.dataset.batches_per_message  # type: ignore[attr-defined]
+
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
         if self._batches:  # an earlier iteration stopped early: continue after its last batch
-            self._legs.append((max(self.num_workers, 1), self._batches))
+            self._legs.append(self._leg(self._batches))
             self._batches = 0
         dataset.resume(self._epoch, self._legs) if self._legs else dataset.set_epoch(self._epoch)
-        for batch in super().__iter__():
-            self._batches += 1
-            yield batch
+        for message in super().__iter__():
+            for batch in split_message(message, dataset.batch_size) if dataset.batches_per_message > 1 else [message]:
+                self._batches += 1
+                yield batch
         self.set_epoch(self._epoch + 1)
 
     def state_dict(self, in_flight: int = 0) -> dict[str, Any]:
@@ -69,7 +76,7 @@ class ShardLoader(DataLoader):
         ``in_flight`` batches fetched ahead by a prefetcher but not yet trained on)."""
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
         batches = self._batches - in_flight
-        legs = self._legs + ([(max(self.num_workers, 1), batches)] if batches else [])
+        legs = self._legs + ([self._leg(batches)] if batches else [])
         state = {"version": STATE_VERSION, "epoch": self._epoch, "legs": [list(leg) for leg in legs]}
         state.update({key: _plan_value(dataset, key) for key in _PLAN_KEYS})
         return state
@@ -79,7 +86,7 @@ class ShardLoader(DataLoader):
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not supported")
-        legs = [(int(k), int(n)) for k, n in state["legs"]]
+        legs = [(int(k), int(n), int(m)) for k, n, m in state["legs"]]
         for key in _PLAN_KEYS:
             mine = _plan_value(dataset, key)
             if state.get(key) != mine and (legs or key not in ("world_size", "batch_size", "drop_last")):
@@ -89,6 +96,16 @@ class ShardLoader(DataLoader):
         if legs:
             dataset.resume(int(state["epoch"]), legs)
         self._epoch, self._batches, self._legs = int(state["epoch"]), 0, legs
+
+
+def _auto_batches_per_message(dataset: ShardDataset, num_workers: int) -> int:
+    """Batches per worker message: enough to amortise the DataLoader's per-message cost for
+    small batches (up to 16), one for batches of 8 MB and more, one without workers or when a
+    transform may change what a batch is."""
+    if num_workers == 0 or dataset.batch_transform is not None or dataset.sample_transform is not None:
+        return 1
+    batch_bytes = dataset.batch_size * dataset.sample_bytes()
+    return int(min(max((8 << 20) // batch_bytes, 1), 16))
 
 
 def _plan_value(dataset: ShardDataset, key: str) -> Any:
@@ -104,6 +121,7 @@ def make_loader(
     prefetch_factor: int | None = 2,
     persistent_workers: bool | None = None,
     pin_memory: bool | None = None,
+    batches_per_message: int | None = None,
     **dataset_options: Any,
 ) -> ShardLoader:
     """A :class:`ShardLoader` with sensible defaults: persistent workers, prefetching, per-worker
@@ -121,6 +139,7 @@ def make_loader(
         persistent_workers=workers if persistent_workers is None else persistent_workers and workers,
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
         worker_init_fn=_seed_numpy_in_worker if workers else None,
+        batches_per_message=batches_per_message,
     )
 
 

@@ -17,7 +17,7 @@ number of workers, pieces of the old workers' spans dealt out to the new workers
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Sequence
 
 import numpy as np
@@ -109,21 +109,45 @@ def batches_of(samples: int, batch_size: int, drop_last: bool) -> int:
     return samples // batch_size if drop_last else -(-samples // batch_size)
 
 
-def loader_order(batch_counts: Sequence[int]) -> list[int]:
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What one DataLoader worker delivers in an epoch: its segments, cut into batches, sent to
+    the main process ``per_message`` batches at a time. ``phase`` is how many batches of the
+    worker's current message were delivered before a resume (its first message is shorter)."""
+
+    segments: tuple[Segment, ...]
+    phase: int = 0
+
+    @property
+    def samples(self) -> int:
+        return sum(len(s) for s in self.segments)
+
+    def batches(self, batch_size: int, drop_last: bool) -> int:
+        return batches_of(self.samples, batch_size, drop_last)
+
+    def message_sizes(self, batch_size: int, drop_last: bool, per_message: int) -> list[int]:
+        """Batches in each message this worker sends."""
+        left = self.batches(batch_size, drop_last)
+        sizes = []
+        size = per_message - self.phase if self.phase else per_message
+        while left > 0:
+            sizes.append(min(size, left))
+            left -= sizes[-1]
+            size = per_message
+        return sizes
+
+
+def loader_order(plans: Sequence[WorkerPlan], batch_size: int, drop_last: bool, per_message: int) -> list[int]:
     """Worker of each batch in the order a DataLoader yields them: round robin over the workers
-    that still have batches (how ``torch.utils.data.DataLoader`` serves an IterableDataset)."""
-    order = []
-    for r in range(max(batch_counts, default=0)):
-        order.extend(w for w, count in enumerate(batch_counts) if count > r)
+    that still have messages (how ``torch.utils.data.DataLoader`` serves an IterableDataset),
+    each message's batches in a row."""
+    sizes = [plan.message_sizes(batch_size, drop_last, per_message) for plan in plans]
+    order: list[int] = []
+    for r in range(max((len(s) for s in sizes), default=0)):
+        for w, worker_sizes in enumerate(sizes):
+            if r < len(worker_sizes):
+                order.extend([w] * worker_sizes[r])
     return order
-
-
-def batches_done_per_worker(batch_counts: Sequence[int], batches_done: int) -> list[int]:
-    """How many batches each worker had produced when the loader had yielded ``batches_done``."""
-    done = [0] * len(batch_counts)
-    for w in loader_order(batch_counts)[:batches_done]:
-        done[w] += 1
-    return done
 
 
 def split_segments(segments: Sequence[Segment], parts: int) -> list[list[Segment]]:
@@ -153,15 +177,16 @@ class PlanConfig:
     batch_size: int
     drop_last: bool
     remainder: Remainder
+    per_message: int = 1
 
 
-def fresh_segments(total: int, config: PlanConfig, rank: int, workers: int) -> list[list[Segment]]:
-    """The segments of each worker of ``rank`` at the start of an epoch of ``total`` samples."""
+def fresh_plans(total: int, config: PlanConfig, rank: int, workers: int) -> list[WorkerPlan]:
+    """The plan of each worker of ``rank`` at the start of an epoch of ``total`` samples."""
     start, stop = rank_span(total, config.world, rank, config.remainder)
-    return [[Segment(a, b, 0, b - a)] for a, b in worker_spans(start, stop, workers)]
+    return [WorkerPlan((Segment(a, b, 0, b - a),)) for a, b in worker_spans(start, stop, workers)]
 
 
-def _skip(segments: Sequence[Segment], count: int) -> list[Segment]:
+def _skip(segments: Sequence[Segment], count: int) -> tuple[Segment, ...]:
     """The segments less their first ``count`` emission positions."""
     rest = []
     for seg in segments:
@@ -169,35 +194,41 @@ def _skip(segments: Sequence[Segment], count: int) -> list[Segment]:
         count -= take
         if take < len(seg):
             rest.append(Segment(seg.span_start, seg.span_stop, seg.begin + take, seg.end))
-    return rest
+    return tuple(rest)
 
 
-def continue_segments(segments: list[list[Segment]], batch_size: int, drop_last: bool,
-                      batches_done: int, workers: int) -> list[list[Segment]]:
-    """What is left of each worker's segments once the loader has yielded ``batches_done``
-    batches, dealt out to ``workers`` workers: exactly the samples not yet delivered, each once.
-    With an unchanged number of workers every worker simply skips ahead."""
-    done = batches_done_per_worker(batch_counts(segments, batch_size, drop_last), batches_done)
-    rest = [_skip(segs, n * batch_size) for segs, n in zip(segments, done)]
-    if workers == len(segments):
-        return rest
-    return split_segments([s for segs in rest for s in segs], workers)
+def continue_plans(plans: Sequence[WorkerPlan], config: PlanConfig, batches_done: int,
+                   workers: int) -> list[WorkerPlan]:
+    """What is left of each worker's plan once the loader has yielded ``batches_done`` batches,
+    dealt out to ``workers`` workers: exactly the samples not yet delivered, each once.
+
+    With an unchanged number of workers every worker skips ahead, and the list is rotated so
+    that DataLoader worker 0 plays the worker whose batch comes next: a fresh DataLoader starts
+    its round robin at worker 0, and the rotation makes it continue the old order exactly
+    (``phase`` keeps each worker's messages aligned as they were)."""
+    order = loader_order(plans, config.batch_size, config.drop_last, config.per_message)
+    done = [0] * len(plans)
+    for w in order[:batches_done]:
+        done[w] += 1
+    if workers == len(plans):
+        rest = [WorkerPlan(_skip(plan.segments, n * config.batch_size), (plan.phase + n) % config.per_message)
+                for plan, n in zip(plans, done)]
+        first = order[batches_done] if batches_done < len(order) else 0
+        return rest[first:] + rest[:first]
+    left = [seg for plan, n in zip(plans, done) for seg in _skip(plan.segments, n * config.batch_size)]
+    return [WorkerPlan(tuple(segs)) for segs in split_segments(left, workers)]
 
 
-def epoch_segments(total: int, config: PlanConfig, rank: int, workers: int,
-                   legs: Sequence[tuple[int, int]] = ()) -> list[list[Segment]]:
-    """Each worker's segments for this epoch. ``legs`` lists, for each earlier stretch of the
-    epoch (before each resume), the workers it ran with and the batches its loader yielded."""
-    segments = fresh_segments(total, config, rank, legs[0][0] if legs else workers)
-    for i, (_, batches) in enumerate(legs):
+def epoch_plans(total: int, config: PlanConfig, rank: int, workers: int,
+                legs: Sequence[tuple[int, int, int]] = ()) -> list[WorkerPlan]:
+    """Each worker's plan for this epoch. ``legs`` lists, for each earlier stretch of the epoch
+    (before each resume), its workers, the batches its loader yielded and its batches per
+    message."""
+    plans = fresh_plans(total, config, rank, legs[0][0] if legs else workers)
+    for i, (_, batches, per_message) in enumerate(legs):
         next_workers = legs[i + 1][0] if i + 1 < len(legs) else workers
-        segments = continue_segments(segments, config.batch_size, config.drop_last, batches, next_workers)
-    return segments
-
-
-def batch_counts(segments: list[list[Segment]], batch_size: int, drop_last: bool) -> list[int]:
-    """Batches each worker yields from its segments."""
-    return [batches_of(sum(len(s) for s in segs), batch_size, drop_last) for segs in segments]
+        plans = continue_plans(plans, replace(config, per_message=per_message), batches, next_workers)
+    return plans
 
 
 def window_permutation(seed: int, epoch: int, span_start: int, window: int, size: int,
