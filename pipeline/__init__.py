@@ -27,11 +27,22 @@ from .format.packing import sample_keys, unpack_rows
 from .format.records import decode_fields, iter_records
 from .format.summary import describe, iter_samples
 from .format.verify import Problem, verify
-from .stream.dataset import ShardDataset
-from .stream.loader import DevicePrefetcher, ShardLoader, make_loader
 from .stream.opener import SourceError
 
 __version__ = "0.1.0"
+
+_STREAMING = {"ShardDataset": "dataset", "DevicePrefetcher": "loader", "ShardLoader": "loader",
+              "make_loader": "loader"}
+
+
+def __getattr__(name: str):
+    """Import the torch-based reader on first use, so that building shards (and the CLI) does
+    not pay for importing torch."""
+    if name in _STREAMING:
+        from importlib import import_module
+
+        return getattr(import_module(f".stream.{_STREAMING[name]}", __name__), name)
+    raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
 
 __all__ = [
     "ArraySource", "DatasetIndex", "DevicePrefetcher", "ShardDataset", "ShardLoader", "SourceError",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,11 +99,13 @@ def test_build_files_and_folder_from_the_cli(tmp_path: Path) -> None:
     assert pipeline.load_index(tmp_path / "folder-out").fields["npy"].dtype == "bytes"
 
 
-def test_demo_script_builds_and_verifies(tmp_path: Path) -> None:
+def test_demo_builds_verifies_and_trains_far_above_chance(tmp_path: Path) -> None:
     script = Path(__file__).resolve().parent.parent / "scripts" / "demo.py"
-    result = subprocess.run([sys.executable, str(script), "--samples", "5000", "--out", str(tmp_path)],
+    result = subprocess.run([sys.executable, str(script), "--samples", "20000", "--epochs", "1", "--out", str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert pipeline.load_index(tmp_path / "train").samples == 4500
-    assert pipeline.load_index(tmp_path / "validation").samples == 500
+    assert pipeline.load_index(tmp_path / "train").samples == 18000
+    assert pipeline.load_index(tmp_path / "validation").samples == 2000
     assert "built and verified" in result.stdout
+    accuracy = float(re.search(r"validation accuracy ([\d.]+)%", result.stdout).group(1))
+    assert accuracy > 60  # 10 classes: chance is 10%

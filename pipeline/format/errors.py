@@ -21,10 +21,13 @@ class ShardError(FormatError):
     The message always carries the shard URL and the byte offset of the problem.
     """
 
-    def __init__(self, url: str, offset: int | None, reason: str) -> None:
+    def __init__(self, url: str, offset: int | None = None, reason: str | None = None) -> None:
         self.url = url
         self.offset = offset
         self.reason = reason
+        if reason is None:  # rebuilt from its message alone (as DataLoader does across processes)
+            super().__init__(url)
+            return
         where = f"{url}" if offset is None else f"{url} at byte {offset}"
         super().__init__(f"{where}: {reason}")
 

@@ -11,7 +11,7 @@ count epochs for you):
   rank that ran out.
 - Batches are collated inside the worker: a dict ``field -> tensor`` (or a tuple, with
   ``as_tuple``), gathered with vectorised NumPy from a shuffle buffer of ``shuffle_buffer``
-  samples that mixes ``chunks_per_buffer`` pieces of different shards.
+  samples that mixes at least ``chunks_per_buffer`` pieces (chunks) of different shards.
 - The same seed and epoch give the same batches on any machine; a new epoch a new order.
 
 Shards without an index (written by webdataset or other tools) stream too, split whole across
@@ -104,8 +104,7 @@ class ShardDataset(IterableDataset):
                 unknown = sorted(set(self.fields) - set(index.fields))
                 if unknown:
                     raise ValueError(f"fields {unknown} are not in the index (it has {sorted(index.fields)})")
-            chunk_samples = max(self.shuffle_buffer // self.chunks_per_buffer, 1)
-            self.chunks = chunk_table([s.samples for s in index.shards], index.pack, chunk_samples)
+            self.chunks = chunk_table([s.samples for s in index.shards], index.pack, self._chunk_samples())
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -114,6 +113,15 @@ class ShardDataset(IterableDataset):
         if isinstance(self.shards, IndexedShards) and self.shards.index.samples:
             return max(self.shards.index.bytes // self.shards.index.samples, 1)
         return 4096
+
+    def _chunk_samples(self) -> int:
+        """Samples per chunk: small enough that a worker's window holds ``chunks_per_buffer``
+        chunks even when the window is a whole worker span, for up to 8 workers per rank. It
+        depends on the data, the buffer and the world size only, never on the number of
+        workers, so that an epoch can resume with another number of workers."""
+        assert isinstance(self.shards, IndexedShards)
+        rank_samples = -(-self.shards.index.samples // self.world_size)
+        return max(min(self.shuffle_buffer, rank_samples // 8) // self.chunks_per_buffer, 1)
 
     def _default_buffer(self) -> int:
         return int(min(max(DEFAULT_BUFFER_BYTES // self.sample_bytes(), 4 * self.batch_size), 1 << 20))

@@ -65,10 +65,19 @@ class ShardLoader(DataLoader):
             self._legs.append(self._leg(self._batches))
             self._batches = 0
         dataset.resume(self._epoch, self._legs) if self._legs else dataset.set_epoch(self._epoch)
-        for message in super().__iter__():
-            for batch in split_message(message, dataset.batch_size) if dataset.batches_per_message > 1 else [message]:
-                self._batches += 1
-                yield batch
+        iterator = super().__iter__()
+        try:
+            for message in iterator:
+                for batch in split_message(message, dataset.batch_size) if dataset.batches_per_message > 1 else [message]:
+                    self._batches += 1
+                    yield batch
+        except Exception:
+            # Stop the workers now: left to garbage collection after a worker error, the
+            # DataLoader waits seconds per worker for them to notice.
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            raise
         self.set_epoch(self._epoch + 1)
 
     def state_dict(self, in_flight: int = 0) -> dict[str, Any]:

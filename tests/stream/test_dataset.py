@@ -1,0 +1,220 @@
+"""ShardDataset and ShardLoader with real DataLoader worker processes."""
+
+from __future__ import annotations
+
+import io
+import math
+import tarfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import webdataset as wds
+
+import pipeline
+from pipeline import ShardDataset, ShardError, make_loader
+from tests.stream.shardsets import random_sizes, uneven_shards
+
+warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    """7 shards of random sizes (5037 samples), packed 16 to a record."""
+    return uneven_shards(tmp_path_factory.mktemp("uneven"), random_sizes(7, 200, 1500, seed=4), pack=16)
+
+
+def epoch_ids(loader) -> list[np.ndarray]:
+    return [batch["i"].numpy().copy() for batch in loader]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+def test_every_sample_exactly_once_per_epoch_with_workers(shards: Path, workers: int) -> None:
+    total = pipeline.load_index(shards).samples
+    loader = make_loader(shards, num_workers=workers, batch_size=64, shuffle_buffer=500)
+    for _ in range(2):
+        batches = epoch_ids(loader)
+        ids = np.concatenate(batches)
+        assert sorted(ids.tolist()) == list(range(total))
+        assert len(batches) == len(loader)
+        assert sum(len(b) < 64 for b in batches) <= max(workers, 1)  # one short batch per worker at most
+
+
+def test_fewer_shards_than_consumers_still_exact(tmp_path: Path) -> None:
+    folder = uneven_shards(tmp_path / "two", [700, 13])
+    loader = make_loader(folder, num_workers=3, batch_size=32, shuffle_buffer=100)
+    ids = np.concatenate(epoch_ids(loader))
+    assert sorted(ids.tolist()) == list(range(713))
+
+
+def test_batches_hold_the_stored_values(shards: Path) -> None:
+    for batch in make_loader(shards, num_workers=2, batch_size=50):
+        assert batch["x"].dtype == torch.float32 and batch["i"].dtype == torch.int64
+        assert torch.equal(batch["x"][:, 0], 2 * batch["i"].float())
+        assert torch.equal(batch["x"][:, 1], -batch["i"].float())
+
+
+def test_same_seed_and_epoch_repeat_and_a_new_epoch_reorders(shards: Path) -> None:
+    first = epoch_ids(make_loader(shards, num_workers=2, batch_size=64, seed=3))
+    again = epoch_ids(make_loader(shards, num_workers=2, batch_size=64, seed=3))
+    assert all((a == b).all() for a, b in zip(first, again)) and len(first) == len(again)
+    loader = make_loader(shards, num_workers=2, batch_size=64, seed=3)
+    loader.set_epoch(1)
+    assert not (np.concatenate(epoch_ids(loader))[:500] == np.concatenate(first)[:500]).all()
+    other_seed = epoch_ids(make_loader(shards, num_workers=2, batch_size=64, seed=4))
+    assert not (np.concatenate(other_seed)[:500] == np.concatenate(first)[:500]).all()
+
+
+def run_until(shards: Path, workers: int, stop: int | None, state=None, epochs: int = 2):
+    """Batches of ``epochs`` epochs; with ``stop``, also the state after that many batches."""
+    loader = make_loader(shards, num_workers=workers, batch_size=48, seed=9, shuffle_buffer=400)
+    if state is not None:
+        loader.load_state_dict(state)
+    out = []
+    while loader.epoch < epochs:
+        for batch in loader:
+            out.append(batch["i"].numpy().copy())
+            if stop is not None and len(out) == stop:
+                return out, loader.state_dict()
+    return out, None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("stop", [1, 17, 105, 106, 130])
+def test_resume_yields_exactly_the_batches_an_uninterrupted_run_yields(shards: Path, workers: int, stop: int) -> None:
+    reference, _ = run_until(shards, workers, None)
+    head, state = run_until(shards, workers, stop)
+    tail, _ = run_until(shards, workers, None, state=state)
+    assert len(head) + len(tail) == len(reference)
+    assert all((a == b).all() for a, b in zip(head + tail, reference))
+
+
+@pytest.mark.parametrize("before, after", [(2, 3), (3, 1), (0, 2)])
+def test_resume_with_other_worker_count_delivers_the_rest_of_the_epoch_once(shards: Path, before: int, after: int) -> None:
+    total = pipeline.load_index(shards).samples
+    head, state = run_until(shards, before, 23, epochs=1)
+    tail, _ = run_until(shards, after, None, state=state, epochs=1)
+    assert sorted(np.concatenate(head + tail).tolist()) == list(range(total))
+
+
+def test_resume_refuses_a_changed_plan_mid_epoch(shards: Path) -> None:
+    _, state = run_until(shards, 0, 5)
+    loader = make_loader(shards, num_workers=0, batch_size=32, seed=9)
+    with pytest.raises(ValueError, match="batch_size=48, this loader has batch_size=32"):
+        loader.load_state_dict(state)
+
+
+def test_prefetcher_state_excludes_the_batch_fetched_ahead(shards: Path) -> None:
+    reference, _ = run_until(shards, 2, None, epochs=1)
+    loader = make_loader(shards, num_workers=2, batch_size=48, seed=9, shuffle_buffer=400)
+    prefetcher = pipeline.DevicePrefetcher(loader, "cpu")
+    head = []
+    for batch in prefetcher:
+        head.append(batch["i"].numpy().copy())
+        if len(head) == 10:
+            state = prefetcher.state_dict()
+            break
+    tail, _ = run_until(shards, 2, None, state=state, epochs=1)
+    assert all((a == b).all() for a, b in zip(head + tail, reference)) and len(head + tail) == len(reference)
+    assert 0 <= prefetcher.stats()["input_bound"] <= 1
+
+
+def test_remainder_drop_last_fields_and_tuples(shards: Path) -> None:
+    total = pipeline.load_index(shards).samples
+    dataset = ShardDataset(shards, batch_size=100, drop_last=True, fields=["i"], as_tuple=["i"])
+    batches = list(dataset)
+    assert all(isinstance(b, tuple) and len(b) == 1 and len(b[0]) == 100 for b in batches)
+    assert len(batches) == total // 100 == len(dataset)
+    two_ranks = [ShardDataset(shards, batch_size=100, remainder="pad", rank=r, world_size=2) for r in (0, 1)]
+    counts = [sum(len(b["i"]) for b in ds) for ds in two_ranks]
+    assert counts == [math.ceil(total / 2)] * 2
+    with pytest.raises(ValueError, match=r"fields \['nope'\] are not in the index"):
+        ShardDataset(shards, fields=["nope"])
+
+
+def test_sample_and_batch_transforms_run_in_the_workers(shards: Path) -> None:
+    loader = make_loader(shards, num_workers=2, batch_size=10,
+                         sample_transform=lambda s: {"i": s["i"], "double": s["i"] * 2},
+                         batch_transform=lambda b: (b["i"], b["double"]))
+    for i, double in loader:
+        assert torch.equal(double, 2 * i)
+
+
+def class_sorted_shards(folder: Path, classes: int = 10, per_class: int = 3000) -> Path:
+    """One shard per class, as when data arrive sorted by label."""
+    with pipeline.ShardWriter(folder, "sorted", shard_samples=per_class, pack=32) as writer:
+        labels = np.repeat(np.arange(classes), per_class)
+        writer.write_columns({"label": labels, "i": np.arange(len(labels))})
+    return folder
+
+
+def mixing(batches: list[np.ndarray], classes: int = 10) -> tuple[float, float]:
+    """Mean distinct classes per batch, mean label entropy per batch (bits)."""
+    distinct, entropy = [], []
+    for labels in batches:
+        p = np.bincount(labels, minlength=classes) / len(labels)
+        distinct.append((p > 0).sum())
+        entropy.append(-(p[p > 0] * np.log2(p[p > 0])).sum())
+    return float(np.mean(distinct)), float(np.mean(entropy))
+
+
+def test_shuffle_mixes_across_class_sorted_shards(tmp_path: Path) -> None:
+    """A full random permutation gives about 10 classes and 3.28 bits per batch of 256; reading
+    the sorted shards in order gives 1 class and 0 bits. We require at least 9 classes and 3.0
+    bits on average: a batch that mixes most shards, which shard-level shuffling alone (one
+    class per batch) or a small buffer over one shard at a time cannot reach."""
+    folder = class_sorted_shards(tmp_path / "sorted")
+    loader = make_loader(folder, num_workers=2, batch_size=256, seed=1)
+    batches = [b["label"].numpy() for b in loader][:-2]
+    distinct, entropy = mixing(batches)
+    reference = mixing([np.random.default_rng(0).permutation(np.repeat(np.arange(10), 3000))[i:i + 256]
+                        for i in range(0, 29_000, 256)])
+    assert reference[0] > 9.9 and reference[1] > 3.2
+    assert distinct >= 9.0 and entropy >= 3.0, (distinct, entropy)
+
+
+def webdataset_shards(folder: Path, count: int, per_shard: int) -> list[str]:
+    folder.mkdir()
+    urls = []
+    for s in range(count):
+        path = folder / f"wds-{s:03d}.tar"
+        with wds.TarWriter(str(path)) as sink:
+            for j in range(per_shard):
+                i = s * per_shard + j
+                sink.write({"__key__": f"k{i:05d}", "npy": np.full(3, i, np.float32), "cls": i})
+        urls.append(str(path))
+    return urls
+
+
+def test_foreign_webdataset_shards_stream_without_an_index(tmp_path: Path) -> None:
+    urls = webdataset_shards(tmp_path / "wds", count=4, per_shard=50)
+    loader = make_loader(urls, num_workers=2, batch_size=16)
+    seen = []
+    for batch in loader:
+        assert torch.equal(batch["npy"][:, 0], batch["cls"].float())
+        seen.extend(batch["cls"].tolist())
+    assert sorted(seen) == list(range(200))
+    pattern = str(tmp_path / "wds" / "wds-{000..003}.tar")
+    assert sorted(int(c) for b in ShardDataset(pattern, batch_size=7) for c in b["cls"]) == list(range(200))
+
+
+def test_foreign_shards_fewer_than_consumers_warn(tmp_path: Path) -> None:
+    urls = webdataset_shards(tmp_path / "wds", count=1, per_shard=10)
+    dataset = ShardDataset(urls, batch_size=4, rank=0, world_size=2)
+    with pytest.warns(UserWarning, match="1 shards without an index for 2 consumers"):
+        assert sum(len(b["cls"]) for b in dataset) == 10
+
+
+def test_a_corrupt_shard_is_an_error_naming_it_not_a_hang(tmp_path: Path) -> None:
+    folder = uneven_shards(tmp_path / "bad", [300, 300])
+    shard = folder / "part-000001.tar"
+    index = pipeline.load_index(folder)
+    data = bytearray(shard.read_bytes())
+    data[index.shards[1].offsets[5] + 512] = 0xC1
+    shard.write_bytes(bytes(data))
+    loader = make_loader(folder, num_workers=2, batch_size=32)
+    with pytest.raises(ShardError, match=rf"part-000001\.tar at byte {index.shards[1].offsets[5]}"):
+        for _ in loader:
+            pass

@@ -1,0 +1,66 @@
+"""Real torchrun, several processes with gloo on CPU: exact epochs across ranks, and training."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from tests.stream.shardsets import random_sizes, uneven_shards
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+
+def torchrun(nproc: int, *args: str, timeout: int = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+               "--nproc-per-node", str(nproc), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.parametrize("ranks, sizes", [
+    (2, random_sizes(5, 100, 900, seed=1)),
+    (3, random_sizes(4, 50, 700, seed=2)),
+    (3, [400, 7]),  # fewer shards than the 6 consumers
+])
+def test_every_sample_once_and_equal_batch_counts_across_ranks(tmp_path: Path, ranks: int, sizes: list[int]) -> None:
+    shards = uneven_shards(tmp_path / "shards", sizes, pack=4)
+    out = tmp_path / "out"
+    out.mkdir()
+    torchrun(ranks, str(HERE / "ddp_collect.py"), str(shards), str(out), "2")
+    results = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(ranks)]
+    counts = {len(r["batches"]) for r in results}
+    assert len(counts) == 1 and counts == {results[0]["len"]}
+    seen = Counter(i for r in results for batch in r["batches"] for i in batch)
+    total = sum(sizes)
+    assert set(seen) == set(range(total))  # every sample delivered
+    padded = -(-total // ranks) * ranks
+    assert sum(seen.values()) == padded  # and only the padding to equal rank spans repeats
+    assert sum(n - 1 for n in seen.values()) == padded - total
+
+
+def test_training_example_under_torchrun_on_uneven_data(tmp_path: Path) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 2, (4, 8)).astype(np.float32)
+    for split, n in (("train", 3001), ("validation", 499)):
+        y = rng.integers(0, 4, n)
+        x = centres[y] + rng.normal(0, 1, (n, 8)).astype(np.float32)
+        pipeline.write_shards(tmp_path / "data" / split, {"x": x, "y": y}, prefix=split, pack=16,
+                              shard_samples=977, quiet=True)
+    result_file = tmp_path / "result.json"
+    torchrun(2, str(ROOT / "scripts" / "train.py"), "--data", str(tmp_path / "data"), "--epochs", "2",
+             "--workers", "2", "--batch-size", "64", "--quiet", "--result", str(result_file))
+    result = json.loads(result_file.read_text())
+    assert result["epoch"] == 1 and result["val_samples"] == 499
+    assert result["val_accuracy"] > 0.8
