@@ -14,23 +14,25 @@ What it measures, and why:
 2. embeddings: 200k x 768 float32 + an int64 label, read from ``.npy`` files, with
    ``pack=1`` and a packed variant (``--embedding-pack``), against ``cp`` of the same
    files followed by ``sync``: any converter must at least read the bytes and make them
-   durable, so cp+sync is the bound to compare with.
+   durable, so cp+sync is the bound to compare with (a demanding one: GNU cp copies in
+   the kernel with ``copy_file_range``, without a pass through user space).
 3. workers: the embeddings builds with ``workers=2`` against ``workers=1``, both reading
    the ``.npy`` files with pread (no arrays pickled to workers). A build parallelises over
    shards, and 614 MB in 256 MB shards is only 3 shards, so this case uses smaller shards
    (``--workers-shard-mb``) for both of its runs.
 4. memory: a >= 4 GB ``.npy`` opened with ``np.load(path, mmap_mode="r")`` and passed as
    a memmap; reported is the peak RSS of the building process, which must stay bounded
-   (a build that touched the map page by page would grow to the size of the file).
+   (a build that touched the map page by page would grow to the size of the file). The
+   peak includes the interpreter and whatever ``import pipeline`` loads; the JSON also
+   records each run's RSS just before its build started (``rss_before_build_mb``).
 
 Method: every run is a fresh Python process (this script with ``--child``), so a peak RSS
 belongs to one run. The peak is the process's ``VmHWM``: ``ru_maxrss`` is carried across
 ``exec`` on Linux, so in a fresh child it starts at the peak of the process that started
 it. The workers' peak (``RUSAGE_CHILDREN``: the largest worker) is reported beside it; it
 has the same flaw, so it is an upper bound (at least the run's own RSS when it started
-its pool). Inputs are generated in a
-temporary folder (removed at the end), synced, and read once so that they sit in the page
-cache. A timing starts after ``sync`` and ends after ``sync``, so it includes the fsync our
+its pool). Inputs are generated in a temporary folder (removed at the end), synced, and
+read once so that they sit in the page cache. A timing starts after ``sync`` and ends after ``sync``, so it includes the fsync our
 writer does for every shard and the write-back of what webdataset and cp leave dirty.
 Every case except memory runs ``--repeats`` times, interleaved with its baseline so that
 drift in disk speed hits both alike. Rates and ratios use the best time of each case: on a

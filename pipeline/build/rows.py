@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..format.codec import check_field_names, encode_fields
+from ..format.codec import check_field_names, encode_parts
 from ..format.errors import SampleError
 from ..format.index import Schema, merge_spec, spec_of
 from ..format.packing import packed_fields, stack_column
@@ -118,16 +118,17 @@ class RowBlock:
         return schema
 
 
-def encode_records(block: RowBlock, first_index: int, pack: int) -> Iterator[tuple[str, bytes, int]]:
-    """``(record key, payload, rows)`` for each record of ``block``; sample ``i`` of the block
-    is sample number ``first_index + i`` of the dataset."""
+def encode_records(block: RowBlock, first_index: int, pack: int) -> Iterator[tuple[str, list, int]]:
+    """``(record key, payload parts, rows)`` for each record of ``block`` (the parts are
+    buffers whose concatenation is the msgpack payload); sample ``i`` of the block is sample
+    number ``first_index + i`` of the dataset."""
     n = len(block)
     if pack == 1:
         names = list(block.columns)
         cols = [block.columns[name] for name in names]
         for i in range(n):
             key = generated_key(first_index + i) if block.keys is None else block.keys[i]
-            yield key, encode_fields(dict(zip(names, (c[i] for c in cols))), key), 1
+            yield key, encode_parts(dict(zip(names, (c[i] for c in cols))), key), 1
         return
     for start in range(0, n, pack):
         stop = min(start + pack, n)
@@ -139,4 +140,4 @@ def encode_records(block: RowBlock, first_index: int, pack: int) -> Iterator[tup
                 columns[name] = col[start:stop]
             else:
                 columns[name] = stack_column(name, col[start:stop], keys or [record_key] * (stop - start))
-        yield record_key, encode_fields(packed_fields(columns, stop - start, keys), record_key), stop - start
+        yield record_key, encode_parts(packed_fields(columns, stop - start, keys), record_key), stop - start

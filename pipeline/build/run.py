@@ -73,8 +73,8 @@ def write_shard(run: ShardRun, i: int) -> tuple[ShardInfo, Schema]:
         for chunk_start in range(start, stop, run.chunk_rows):
             block = run.window.read(chunk_start, min(chunk_start + run.chunk_rows, stop))
             schema = merge_schema(schema, block.schema(), f"{run.window.description} shard {name}")
-            for key, payload, rows in encode_records(block, run.first_index + chunk_start, run.pack):
-                shard.add_record(key, payload, rows)
+            for key, parts, rows in encode_records(block, run.first_index + chunk_start, run.pack):
+                shard.add_record(key, parts, rows)
         return shard.commit(), schema or {}
 
 

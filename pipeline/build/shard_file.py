@@ -4,19 +4,77 @@ Records go to a temporary file next to the final name; ``commit`` writes the end
 blocks, fsyncs and renames, so a crash or an error never leaves a file under the shard's
 name that is shorter than what the index will say. The sha256 and the record offsets are
 computed on the way, so the index entry costs no second read.
+
+Hashing and writing run in a background thread (both release the GIL) while the caller
+encodes the next records: on two cores that nearly doubles the throughput of large samples.
+Record payloads arrive as lists of buffers that reference the source arrays, so array data is
+copied once, by the kernel, on its way to the page cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 from pathlib import Path
+from typing import Sequence
 
 from ..format.index import ShardInfo
 from ..format.tar import END_OF_ARCHIVE, member_header, padding
 
+Buffer = bytes | memoryview
+
 _FLUSH_BYTES = 8 << 20
+_QUEUED_FLUSHES = 3  # bounds memory: at most this many flushes wait for the writer thread
 _MAX_IOV = 1024
+
+
+class _BackgroundWriter:
+    """Hashes and writes lists of buffers to a file descriptor, in order, in its own thread.
+    The first error is kept and raised to the caller at its next call."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.sha = hashlib.sha256()
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[list[Buffer] | None] = queue.Queue(maxsize=_QUEUED_FLUSHES)
+        self._thread = threading.Thread(target=self._run, name="shard-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (buffers := self._queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self._write(buffers)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    self.error = exc
+
+    def _write(self, buffers: list[Buffer]) -> None:
+        for i in range(0, len(buffers), _MAX_IOV):
+            chunk = buffers[i:i + _MAX_IOV]
+            for part in chunk:
+                self.sha.update(part)
+            total = sum(len(part) for part in chunk)
+            written = os.writev(self.fd, chunk)
+            if written != total:  # a short write (disk full, signal): finish it by hand
+                rest = memoryview(b"".join(chunk))[written:]
+                while rest:
+                    rest = rest[os.write(self.fd, rest):]
+
+    def submit(self, buffers: list[Buffer]) -> None:
+        self.raise_error()
+        self._queue.put(buffers)
+
+    def finish(self) -> None:
+        """Wait until everything submitted is written; raise the first error if any."""
+        self._queue.put(None)
+        self._thread.join()
+        self.raise_error()
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
 class ShardFile:
@@ -27,62 +85,58 @@ class ShardFile:
         self.url = url
         self.tmp_path = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         self._fd: int | None = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._sha = hashlib.sha256()
-        self._pending: list[bytes | memoryview] = []
+        self._writer = _BackgroundWriter(self._fd)
+        self._pending: list[Buffer] = []
         self._pending_bytes = 0
         self.position = 0
         self.samples = 0
         self.offsets: list[int] = []
 
-    def add_record(self, key: str, payload: bytes, rows: int) -> None:
-        """Append the record ``<key>.msgpack`` holding ``rows`` samples."""
-        header = member_header(f"{key}.msgpack", len(payload))
+    def add_record(self, key: str, parts: Sequence[Buffer], rows: int) -> None:
+        """Append the record ``<key>.msgpack`` whose payload is the concatenation of ``parts``
+        and which holds ``rows`` samples. The parts must not change until the shard is done."""
+        size = sum(len(part) for part in parts)
         self.offsets.append(self.position)
         self.samples += rows
-        self._append(header)
-        self._append(payload)
-        pad = padding(len(payload))
+        self._append(member_header(f"{key}.msgpack", size))
+        for part in parts:
+            self._append(part)
+        pad = padding(size)
         if pad:
             self._append(pad)
         if self._pending_bytes >= _FLUSH_BYTES:
             self._flush()
 
-    def _append(self, data: bytes | memoryview) -> None:
+    def _append(self, data: Buffer) -> None:
         self._pending.append(data)
         self._pending_bytes += len(data)
         self.position += len(data)
 
     def _flush(self) -> None:
-        assert self._fd is not None
-        for i in range(0, len(self._pending), _MAX_IOV):
-            chunk = self._pending[i:i + _MAX_IOV]
-            for part in chunk:
-                self._sha.update(part)
-            total = sum(len(part) for part in chunk)
-            written = os.writev(self._fd, chunk)
-            if written != total:  # a short write (disk full, signal): finish it by hand
-                rest = b"".join(chunk)[written:]
-                while rest:
-                    n = os.write(self._fd, rest)
-                    rest = rest[n:]
-        self._pending.clear()
+        self._writer.submit(self._pending)
+        self._pending = []
         self._pending_bytes = 0
 
     def commit(self) -> ShardInfo:
         """Finish the archive, make it durable and give it its final name."""
         self._append(END_OF_ARCHIVE)
         self._flush()
+        self._writer.finish()
         assert self._fd is not None
         os.fsync(self._fd)
         os.close(self._fd)
         self._fd = None
         os.replace(self.tmp_path, self.path)
         return ShardInfo(self.url, self.samples, len(self.offsets), self.position,
-                         self._sha.hexdigest(), self.offsets)
+                         self._writer.sha.hexdigest(), self.offsets)
 
     def abort(self) -> None:
         """Drop the partial shard: nothing is left under the final or temporary name."""
         if self._fd is not None:
+            try:
+                self._writer.finish()
+            except BaseException:  # noqa: BLE001 - the shard is being dropped anyway
+                pass
             os.close(self._fd)
             self._fd = None
         self.tmp_path.unlink(missing_ok=True)

@@ -63,8 +63,8 @@ def samples_per_shard_for(source: Source, shard_samples: int | None, shard_bytes
     if not shard_bytes:
         return shard_samples or max(len(source), 1)
     sample = source.read(0, min(pack, len(source)))
-    _, payload, rows = next(encode_records(sample, 0, pack))
-    records = max((shard_bytes - len(END_OF_ARCHIVE)) // member_bytes(len(payload)), 1)
+    _, parts, rows = next(encode_records(sample, 0, pack))
+    records = max((shard_bytes - len(END_OF_ARCHIVE)) // member_bytes(sum(map(len, parts))), 1)
     per_shard = records * rows
     return min(per_shard, shard_samples) if shard_samples else per_shard
 

@@ -164,13 +164,13 @@ class ShardWriter:
         """Write records of ``block`` to the current shard until it is done or the shard is full
         by bytes; return the rows written."""
         written = 0
-        for key, payload, rows in encode_records(block, self._next_index, self.pack):
+        for key, parts, rows in encode_records(block, self._next_index, self.pack):
             shard = self._open_shard()
             if (self.shard_bytes and shard.samples
-                    and shard.position + member_bytes(len(payload)) + len(END_OF_ARCHIVE) > self.shard_bytes):
+                    and shard.position + member_bytes(sum(map(len, parts))) + len(END_OF_ARCHIVE) > self.shard_bytes):
                 self._commit_shard()
                 return written  # re-cut the rest so that records align with the new shard
-            shard.add_record(key, payload, rows)
+            shard.add_record(key, parts, rows)
             written += rows
             self._next_index += rows
         return written

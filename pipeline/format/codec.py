@@ -15,6 +15,7 @@ accepted: pickle is never used, so decoding a shard can never execute code.
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 from typing import Any, Mapping
 
 import msgpack
@@ -53,42 +54,48 @@ def check_dtype(dtype: np.dtype) -> np.dtype:
     return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
 
 
-def _array_payload(arr: np.ndarray, dtype_str: str) -> bytes:
+def _array_head(arr: np.ndarray, dtype_str: str) -> bytes:
+    """Our header of an array payload: version, dtype, shape, zero-padded to 16 bytes."""
     if arr.ndim > 255:
         raise _Unsupported(f"array with {arr.ndim} dimensions (at most 255)")
     head = _HEAD.pack(_PAYLOAD_VERSION, len(dtype_str), arr.ndim) + dtype_str.encode("ascii")
     head += struct.pack(f"<{arr.ndim}Q", *arr.shape)
-    head += b"\0" * (-len(head) % _ALIGN)
+    return head + b"\0" * (-len(head) % _ALIGN)
+
+
+def _raw_bytes(arr: np.ndarray) -> memoryview | bytes:
+    """The C-order bytes of ``arr``, without a copy when it is already C-contiguous."""
     data = np.ascontiguousarray(arr)
-    return b"".join((head, memoryview(data).cast("B") if data.size else b""))
+    return memoryview(data.reshape(-1)).cast("B") if data.size else b""
 
 
-def encode_array(arr: np.ndarray) -> msgpack.ExtType:
-    """The msgpack extension value that stores ``arr`` (any layout, copied to C order)."""
+def array_parts(value: Any) -> tuple[int, bytes, memoryview | bytes]:
+    """``(extension type, header, raw bytes)`` of an ndarray, NumPy scalar or torch tensor."""
+    if type(value).__module__ == "torch":
+        import torch
+
+        tensor = value.detach().cpu()
+        if tensor.dtype == torch.bfloat16:
+            bits = tensor.contiguous().view(torch.int16).numpy()
+            return BFLOAT16_EXT, _array_head(bits, "bf16"), _raw_bytes(bits)
+        value = tensor.numpy()
+    arr = np.asarray(value)
     dtype = check_dtype(arr.dtype)
     if dtype != arr.dtype:
         arr = arr.astype(dtype)
-    return msgpack.ExtType(NUMPY_EXT, _array_payload(arr, dtype.str))
+    return NUMPY_EXT, _array_head(arr, dtype.str), _raw_bytes(arr)
 
 
-def _encode_tensor(tensor: Any) -> msgpack.ExtType:
-    import torch
-
-    tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
-        bits = tensor.contiguous().view(torch.int16).numpy()
-        return msgpack.ExtType(BFLOAT16_EXT, _array_payload(bits, "bf16"))
-    return encode_array(tensor.numpy())
+def _is_array(value: Any) -> bool:
+    return isinstance(value, (np.ndarray, np.generic)) or (
+        type(value).__module__ == "torch" and type(value).__name__ in ("Tensor", "Parameter"))
 
 
 def _default(obj: Any) -> Any:
     """msgpack ``default`` hook: the only conversions we allow beyond native types."""
-    if isinstance(obj, np.ndarray):
-        return encode_array(obj)
-    if isinstance(obj, np.generic):
-        return encode_array(np.asarray(obj))
-    if type(obj).__module__ == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
-        return _encode_tensor(obj)
+    if _is_array(obj):
+        code, head, data = array_parts(obj)
+        return msgpack.ExtType(code, head + bytes(data))
     if isinstance(obj, tuple):
         return list(obj)
     if isinstance(obj, bool):
@@ -106,16 +113,6 @@ def _default(obj: Any) -> Any:
     raise _Unsupported(f"unsupported type {type(obj).__module__}.{type(obj).__qualname__}")
 
 
-def _describe_failure(fields: Mapping[str, Any], key: str, exc: Exception) -> SampleError:
-    """Find which field made packing fail, to name it in the error."""
-    for name, value in fields.items():
-        try:
-            msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True)
-        except (_Unsupported, TypeError, ValueError, OverflowError) as field_exc:
-            return SampleError(f"record {key!r}, field {name!r}: {field_exc}")
-    return SampleError(f"record {key!r}: {exc}")
-
-
 def check_field_names(fields: Mapping[str, Any], key: str) -> None:
     """Field names are non-empty strings; names starting with ``__`` are reserved."""
     for name in fields:
@@ -125,12 +122,52 @@ def check_field_names(fields: Mapping[str, Any], key: str) -> None:
             raise SampleError(f"record {key!r}: field name {name!r} is reserved (starts with '__')")
 
 
+_FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+
+
+def _ext_header(code: int, length: int) -> bytes:
+    """msgpack's header of an extension of ``length`` bytes (the same bytes ``packb`` writes)."""
+    if length in _FIXEXT:
+        return bytes((_FIXEXT[length], code))
+    if length < 1 << 8:
+        return bytes((0xC7, length, code))
+    if length < 1 << 16:
+        return b"\xc8" + struct.pack(">HB", length, code)
+    return b"\xc9" + struct.pack(">IB", length, code)
+
+
+def _map_header(size: int) -> bytes:
+    if size < 16:
+        return bytes((0x80 | size,))
+    return b"\xde" + struct.pack(">H", size) if size < 1 << 16 else b"\xdf" + struct.pack(">I", size)
+
+
+@lru_cache(maxsize=4096)
+def _packed_name(name: str) -> bytes:
+    return msgpack.packb(name, use_bin_type=True)
+
+
+def encode_parts(fields: Mapping[str, Any], key: str) -> list[bytes | memoryview]:
+    """A record's msgpack map as a list of buffers whose concatenation is exactly what
+    ``msgpack.packb`` gives; array data is referenced, not copied, so a writer can hand it
+    to the kernel directly. Errors name the key and the field."""
+    parts: list[bytes | memoryview] = [_map_header(len(fields))]
+    for name, value in fields.items():
+        try:
+            parts.append(_packed_name(name))
+            if _is_array(value):
+                code, head, data = array_parts(value)
+                parts += (_ext_header(code, len(head) + len(data)), head, data)
+            else:
+                parts.append(msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True))
+        except (_Unsupported, TypeError, ValueError, OverflowError) as exc:
+            raise SampleError(f"record {key!r}, field {name!r}: {exc}") from None
+    return parts
+
+
 def encode_fields(fields: Mapping[str, Any], key: str) -> bytes:
     """Encode one record's map of fields to msgpack bytes; errors name the key and field."""
-    try:
-        return msgpack.packb(dict(fields), default=_default, use_bin_type=True, strict_types=True)
-    except (_Unsupported, TypeError, ValueError, OverflowError) as exc:
-        raise _describe_failure(fields, key, exc) from None
+    return b"".join(encode_parts(fields, key))
 
 
 def encode_sample(sample: Mapping[str, Any], key: str = "?") -> bytes:

@@ -28,25 +28,34 @@ def _octal(value: int, width: int) -> bytes:
     return f"{value:0{width - 1}o}".encode("ascii") + b"\0"
 
 
+def _header_template() -> bytes:
+    header = bytearray(BLOCK)
+    header[100:108] = _octal(0o644, 8)
+    header[108:116] = _octal(0, 8)
+    header[116:124] = _octal(0, 8)
+    header[136:148] = _octal(0, 12)
+    header[156:157] = b"0"
+    header[257:265] = b"ustar\x0000"
+    return bytes(header)
+
+
+_TEMPLATE = _header_template()
+#: Checksum of the template with its checksum field as spaces (POSIX) and an all-zero size.
+_TEMPLATE_SUM = sum(_TEMPLATE) + 8 * ord(" ")
+
+
 def member_header(name: str, size: int) -> bytes:
-    """The 512-byte ustar header of a regular file ``name`` of ``size`` bytes."""
+    """The 512-byte ustar header of a regular file ``name`` of ``size`` bytes (mode 0644,
+    owner 0, mtime 0: identical input gives identical shards)."""
     raw = name.encode("utf-8")
     if len(raw) > 100:
         raise ValueError(f"member name {name!r} is longer than 100 bytes")
     if size > _MAX_OCTAL_SIZE:
         raise ValueError(f"member {name!r} of {size} bytes exceeds the 8 GiB ustar limit")
-    header = bytearray(BLOCK)
-    header[0:len(raw)] = raw
-    header[100:108] = _octal(0o644, 8)
-    header[108:116] = _octal(0, 8)
-    header[116:124] = _octal(0, 8)
-    header[124:136] = _octal(size, 12)
-    header[136:148] = _octal(0, 12)
-    header[148:156] = b" " * 8
-    header[156:157] = b"0"
-    header[257:265] = b"ustar\x0000"
-    header[148:156] = f"{sum(header):06o}".encode("ascii") + b"\0 "
-    return bytes(header)
+    size_field = b"%011o\0" % size
+    checksum = _TEMPLATE_SUM + sum(raw) + sum(size_field)
+    return b"".join((raw, _TEMPLATE[len(raw):124], size_field, _TEMPLATE[136:148],
+                     b"%06o\0 " % checksum, _TEMPLATE[156:]))
 
 
 def padding(size: int) -> bytes:

@@ -39,6 +39,18 @@ def test_npy_npz_memmap_tensor_and_in_memory_arrays_build_identical_shards(tmp_p
     np.testing.assert_array_equal(np.stack(fields["x"]), tabular["x"])
 
 
+def test_edits_to_a_copy_on_write_memmap_are_kept(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((4, 3), np.float32))
+    edited = np.load(tmp_path / "x.npy", mmap_mode="c")
+    edited[:] = 7
+    shared = np.load(tmp_path / "x.npy", mmap_mode="r+")
+    pipeline.write_shards(tmp_path / "c", {"x": edited}, quiet=True)
+    shared[:] = 5  # a shared mapping's edits are in the file the build reads
+    pipeline.write_shards(tmp_path / "r", {"x": shared}, quiet=True)
+    assert read_back(tmp_path / "c")[1]["x"][0].tolist() == [7, 7, 7]
+    assert read_back(tmp_path / "r")[1]["x"][0].tolist() == [5, 5, 5]
+
+
 def test_file_backed_arrays_are_read_without_mapping_them(tmp_path: Path) -> None:
     rows = np.arange(50_000, dtype=np.float64).reshape(-1, 5)
     np.save(tmp_path / "a.npy", rows)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from pipeline import SampleError, decode_record, encode_sample
-from pipeline.format.codec import NUMPY_EXT
+from pipeline.format.codec import NUMPY_EXT, _default, encode_parts
 
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64"]
@@ -133,3 +133,13 @@ def test_random_bytes_decode_to_a_map_or_raise_sample_error(data: bytes) -> None
         assert isinstance(decode_record(data), dict)
     except SampleError:
         pass
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 2, 4, 200, 300, 70_000])
+def test_zero_copy_parts_are_byte_identical_to_msgpack(nbytes: int) -> None:
+    """Every extension size class (fixext, ext8, ext16, ext32) and a map of more than 15 fields."""
+    sample = {"a": np.arange(nbytes, dtype=np.uint8), "s": "text", "n": [1, np.float32(2.0)]}
+    sample.update({f"f{i}": i for i in range(16)})
+    parts = encode_parts(sample, "k")
+    assert any(isinstance(p, memoryview) for p in parts) or nbytes == 0
+    assert b"".join(parts) == msgpack.packb(sample, default=_default, use_bin_type=True, strict_types=True)

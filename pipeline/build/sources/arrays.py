@@ -117,8 +117,9 @@ def as_column(value: Any, name: str) -> Column:
     if isinstance(value, (str, os.PathLike)):
         return open_npy(value)
     if isinstance(value, np.memmap) and isinstance(value.base, mmap.mmap) and value.filename \
-            and value.flags.c_contiguous and value.ndim > 0:
-        # an unsliced memmap: read its file instead of faulting its pages into our RSS
+            and value.flags.c_contiguous and value.ndim > 0 and value.mode != "c":
+        # an unsliced memmap whose edits reach its file (not copy-on-write): read the file
+        # instead of faulting its pages into our RSS
         return FileColumn(value.filename, value.offset, value.dtype, value.shape)
     if type(value).__module__ == "torch":
         value = value.detach().cpu().numpy()
