@@ -19,6 +19,7 @@ from typing import Callable
 
 from ..format.index import (INDEX_NAME, DatasetIndex, PartInfo, Schema, ShardInfo, merge_schema,
                             part_index_name, save_index)
+from .fixed_records import build_records, fixed_layout
 from .output import prepare_output, remove_stale_shards, shard_name
 from .progress import BuildProgress
 from .rows import encode_records
@@ -73,7 +74,13 @@ def write_shard(run: ShardRun, i: int) -> tuple[ShardInfo, Schema]:
         for chunk_start in range(start, stop, run.chunk_rows):
             block = run.window.read(chunk_start, min(chunk_start + run.chunk_rows, stop))
             schema = merge_schema(schema, block.schema(), f"{run.window.description} shard {name}")
-            for key, parts, rows in encode_records(block, run.first_index + chunk_start, run.pack):
+            first = run.first_index + chunk_start
+            layout = fixed_layout(block, run.pack)
+            if layout is not None:  # all full records at once, then the generic path for a tail
+                records, rows = build_records(block, layout, first, run.pack)
+                shard.add_fixed_records(records, run.pack)
+                block, first = block.slice(rows, len(block)), first + rows
+            for key, parts, rows in encode_records(block, first, run.pack):
                 shard.add_record(key, parts, rows)
         return shard.commit(), schema or {}
 

@@ -18,7 +18,9 @@ import os
 import queue
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
+
+import numpy as np
 
 from ..format.index import ShardInfo
 from ..format.tar import END_OF_ARCHIVE, member_header, padding
@@ -30,31 +32,43 @@ _QUEUED_FLUSHES = 3  # bounds memory: at most this many flushes wait for the wri
 _MAX_IOV = 1024
 
 
+class _Worker:
+    """Applies a function to each submitted item, in order, in its own thread; the first
+    error is kept, later items are skipped."""
+
+    def __init__(self, name: str, apply: Callable[[list[Buffer]], None]) -> None:
+        self.apply = apply
+        self.error: BaseException | None = None
+        self.queue: queue.Queue[list[Buffer] | None] = queue.Queue(maxsize=_QUEUED_FLUSHES)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (item := self.queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self.apply(item)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    self.error = exc
+
+
 class _BackgroundWriter:
-    """Hashes and writes lists of buffers to a file descriptor, in order, in its own thread.
-    The first error is kept and raised to the caller at its next call."""
+    """Hashes and writes lists of buffers to a file descriptor, in order, in two threads of
+    its own (hashlib and os.writev release the GIL, so both run beside the encoder). The first
+    error is raised to the caller at its next call."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.sha = hashlib.sha256()
-        self.error: BaseException | None = None
-        self._queue: queue.Queue[list[Buffer] | None] = queue.Queue(maxsize=_QUEUED_FLUSHES)
-        self._thread = threading.Thread(target=self._run, name="shard-writer", daemon=True)
-        self._thread.start()
+        self._workers = (_Worker("shard-hash", self._hash), _Worker("shard-write", self._write))
 
-    def _run(self) -> None:
-        while (buffers := self._queue.get()) is not None:
-            if self.error is None:
-                try:
-                    self._write(buffers)
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                    self.error = exc
+    def _hash(self, buffers: list[Buffer]) -> None:
+        for part in buffers:
+            self.sha.update(part)
 
     def _write(self, buffers: list[Buffer]) -> None:
         for i in range(0, len(buffers), _MAX_IOV):
             chunk = buffers[i:i + _MAX_IOV]
-            for part in chunk:
-                self.sha.update(part)
             total = sum(len(part) for part in chunk)
             written = os.writev(self.fd, chunk)
             if written != total:  # a short write (disk full, signal): finish it by hand
@@ -64,17 +78,21 @@ class _BackgroundWriter:
 
     def submit(self, buffers: list[Buffer]) -> None:
         self.raise_error()
-        self._queue.put(buffers)
+        for worker in self._workers:
+            worker.queue.put(buffers)
 
     def finish(self) -> None:
-        """Wait until everything submitted is written; raise the first error if any."""
-        self._queue.put(None)
-        self._thread.join()
+        """Wait until everything submitted is hashed and written; raise the first error."""
+        for worker in self._workers:
+            worker.queue.put(None)
+        for worker in self._workers:
+            worker.thread.join()
         self.raise_error()
 
     def raise_error(self) -> None:
-        if self.error is not None:
-            raise self.error
+        for worker in self._workers:
+            if worker.error is not None:
+                raise worker.error
 
 
 class ShardFile:
@@ -104,6 +122,16 @@ class ShardFile:
         pad = padding(size)
         if pad:
             self._append(pad)
+        if self._pending_bytes >= _FLUSH_BYTES:
+            self._flush()
+
+    def add_fixed_records(self, records: np.ndarray, rows_per_record: int) -> None:
+        """Append whole records already laid out as a (records, record_bytes) uint8 array
+        (see :mod:`pipeline.build.fixed_records`), each holding ``rows_per_record`` samples."""
+        count, size = records.shape
+        self.offsets.extend(range(self.position, self.position + count * size, size))
+        self.samples += count * rows_per_record
+        self._append(memoryview(records).cast("B"))
         if self._pending_bytes >= _FLUSH_BYTES:
             self._flush()
 

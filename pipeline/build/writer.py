@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from ..format.errors import SampleError
 from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema, save_index
 from ..format.tar import END_OF_ARCHIVE, member_bytes
+from .fixed_records import FixedLayout, build_records, fixed_layout
 from .output import prepare_output, remove_stale_shards, shard_name
 from .progress import BuildProgress
 from .rows import RowBlock, check_key, encode_records
@@ -163,6 +164,9 @@ class ShardWriter:
     def _write_records(self, block: RowBlock) -> int:
         """Write records of ``block`` to the current shard until it is done or the shard is full
         by bytes; return the rows written."""
+        layout = fixed_layout(block, self.pack)
+        if layout is not None:
+            return self._write_fixed_records(block, layout)
         written = 0
         for key, parts, rows in encode_records(block, self._next_index, self.pack):
             shard = self._open_shard()
@@ -174,6 +178,21 @@ class ShardWriter:
             written += rows
             self._next_index += rows
         return written
+
+    def _write_fixed_records(self, block: RowBlock, layout: FixedLayout) -> int:
+        """The full records of ``block`` that fit the current shard, laid out at once."""
+        shard = self._open_shard()
+        fit = len(block) // self.pack
+        if self.shard_bytes:
+            room = (self.shard_bytes - len(END_OF_ARCHIVE) - shard.position) // layout.record_bytes
+            fit = min(fit, room if shard.samples else max(room, 1))
+        if fit == 0:
+            self._commit_shard()
+            return 0
+        records, rows = build_records(block.slice(0, fit * self.pack), layout, self._next_index, self.pack)
+        shard.add_fixed_records(records, self.pack)
+        self._next_index += rows
+        return rows
 
     def _open_shard(self) -> ShardFile:
         if self._shard is None:

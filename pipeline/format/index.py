@@ -147,7 +147,8 @@ class DatasetIndex:
             "samples": self.samples,
             "pack": self.pack,
             "fields": {name: spec.to_json() for name, spec in self.fields.items()},
-            "shards": [asdict(s) for s in self.shards],
+            "shards": [{"url": s.url, "samples": s.samples, "records": s.records, "bytes": s.bytes,
+                        "sha256": s.sha256, "offsets": s.offsets} for s in self.shards],
         }
         if self.part is not None:
             data["part"] = asdict(self.part)
@@ -176,7 +177,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to ``path`` through a temporary file, fsync and rename."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(data, out, indent=1)
+        json.dump(data, out, separators=(",", ":"))  # compact: an index may hold millions of offsets
         out.write("\n")
         out.flush()
         os.fsync(out.fileno())

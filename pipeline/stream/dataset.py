@@ -33,7 +33,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from .batching import messages_from_windows, to_torch
 from .plan import (PlanConfig, Remainder, WorkerPlan, chunk_table, epoch_order, epoch_plans, locate, rng_for,
                    window_permutation)
-from .reader import Columns, concat_columns, iter_foreign_rows, read_rows, stack_values
+from .reader import Columns, assemble_columns, concat_columns, iter_foreign_rows, read_rows, stack_values
 from .shards import ForeignShards, IndexedShards, resolve_shards
 
 DEFAULT_BUFFER_BYTES = 64 << 20
@@ -203,8 +203,8 @@ class ShardDataset(IterableDataset):
         assert isinstance(self.shards, IndexedShards)
         pieces = locate(order, self.chunks, start, stop)
         pack = self.shards.index.pack
-        return concat_columns([read_rows(self.shards.urls[s], self.shards.shards[s], pack, a, b, self._wanted())
-                               for s, a, b in pieces])
+        return assemble_columns((read_rows(self.shards.urls[s], self.shards.shards[s], pack, a, b, self._wanted())
+                                 for s, a, b in pieces), stop - start)
 
     def _indexed_windows(self, epoch: int, plan: WorkerPlan) -> Iterator[tuple[Columns, np.ndarray]]:
         order = epoch_order(self.chunks, self.seed, epoch, self.shuffle)

@@ -29,7 +29,7 @@ def test_shards_respect_the_sample_limit_with_deterministic_names(tmp_path: Path
 def test_shards_respect_the_byte_limit(tmp_path: Path) -> None:
     limit = 64 << 10
     with ShardWriter(tmp_path, shard_bytes=limit) as writer:
-        for i in range(100):
+        for _ in range(100):
             writer.write({"blob": bytes(3000)})
     index = pipeline.load_index(tmp_path)
     assert len(index.shards) > 1 and all(s.bytes <= limit for s in index.shards)
@@ -58,6 +58,30 @@ def test_packing_per_sample_writes_and_columns_give_the_same_shards(tmp_path: Pa
         writer.write_columns({"x": tabular["x"][7:], "y": tabular["y"][7:]})
     sha = [[s.sha256 for s in pipeline.load_index(tmp_path / d).shards] for d in "ab"]
     assert sha[0] == sha[1]
+
+
+@pytest.mark.parametrize("pack", [1, 3, 16])
+def test_vectorised_and_per_record_encodings_write_identical_shards(tmp_path: Path, pack: int) -> None:
+    """Array columns are laid out with NumPy; per-sample writes go record by record (40 samples
+    per shard: with pack=3 and 16 every shard also ends with a short record)."""
+    rng = np.random.default_rng(pack)
+    columns = {"f16": rng.random((203, 3, 2)).astype(np.float16), "u8": rng.integers(0, 255, 203).astype(np.uint8),
+               "b": rng.random(203) > 0.5, "big": rng.integers(0, 2**62, (203, 700))}
+    pipeline.write_shards(tmp_path / "fast", columns, pack=pack, shard_samples=40, quiet=True)
+    with ShardWriter(tmp_path / "stream", pack=pack, shard_samples=40) as writer:
+        writer.write_columns(columns)
+    with ShardWriter(tmp_path / "slow", pack=pack, shard_samples=40) as writer:
+        for i in range(203):
+            writer.write({name: col[i] for name, col in columns.items()})
+    expected = pipeline.load_index(tmp_path / "slow").to_json()
+    assert len(expected["shards"]) > 2
+    assert pipeline.load_index(tmp_path / "fast").to_json() == expected
+    assert pipeline.load_index(tmp_path / "stream").to_json() == expected
+    with ShardWriter(tmp_path / "bytes", pack=pack, shard_bytes=64 << 10) as writer:
+        writer.write_columns(columns)
+    index = pipeline.load_index(tmp_path / "bytes")
+    assert index.samples == 203 and all(s.bytes <= 64 << 10 for s in index.shards)
+    np.testing.assert_array_equal(np.stack(read_back(tmp_path / "bytes")[1]["big"]), columns["big"])
 
 
 def test_index_offsets_sizes_and_sha256_match_the_files(tmp_path: Path, tabular) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import math
-import tarfile
 import warnings
 from pathlib import Path
 
