@@ -186,7 +186,7 @@ class ShardWriter:
         if self.shard_bytes:
             room = (self.shard_bytes - len(END_OF_ARCHIVE) - shard.position) // layout.record_bytes
             fit = min(fit, room if shard.samples else max(room, 1))
-        if fit == 0:
+        if fit <= 0:  # the shard is full (or past its limit, holding one record bigger than it)
             self._commit_shard()
             return 0
         records, rows = build_records(block.slice(0, fit * self.pack), layout, self._next_index, self.pack)
