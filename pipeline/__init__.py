@@ -27,7 +27,7 @@ from .format.packing import sample_keys, unpack_rows
 from .format.records import decode_fields, iter_records
 from .format.summary import describe, iter_samples
 from .format.verify import Problem, verify
-from .stream.opener import SourceError
+from .storage.errors import SourceError
 
 __version__ = "0.1.0"
 

@@ -202,21 +202,29 @@ def save_index(index: DatasetIndex, path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def parse_index(data: bytes | str, where: str) -> DatasetIndex:
+    """An index from the bytes of its JSON file; ``where`` names it in errors."""
+    try:
+        parsed = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IndexFormatError(f"{where}: cannot read index: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise IndexFormatError(f"{where}: an index must be a JSON object")
+    return DatasetIndex.from_json(parsed, where=where)
+
+
 def load_index(path: str | os.PathLike[str]) -> DatasetIndex:
-    """Read an index file, or the ``index.json`` inside a folder."""
+    """Read a local index file, or the ``index.json`` inside a folder."""
     path = Path(path)
     if path.is_dir():
         path = path / INDEX_NAME
     try:
-        with open(path, encoding="utf-8") as src:
-            data = json.load(src)
+        data = path.read_bytes()
     except FileNotFoundError:
         raise IndexFormatError(f"{path}: no such index file") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except OSError as exc:
         raise IndexFormatError(f"{path}: cannot read index: {exc}") from None
-    if not isinstance(data, dict):
-        raise IndexFormatError(f"{path}: an index must be a JSON object")
-    return DatasetIndex.from_json(data, where=str(path))
+    return parse_index(data, str(path))
 
 
 def part_index_name(part: int, count: int) -> str:

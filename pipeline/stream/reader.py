@@ -17,7 +17,7 @@ from ..format.errors import SampleError, ShardError
 from ..format.index import ShardInfo
 from ..format.packing import record_rows
 from ..format.records import decode_fields, iter_records
-from .opener import open_stream, read_range
+from ..storage.opener import open_stream, read_range
 
 Columns = dict[str, Any]
 _RESERVED = (ROWS_FIELD, KEYS_FIELD)

@@ -1,7 +1,8 @@
 """What a dataset reads: an indexed shard set, or a list of foreign shards without an index.
 
-``resolve_shards`` accepts an index (file or folder), a brace pattern
-(``shards/train/train-{000000..000031}.tar``) or a list of shard URLs. A pattern or list whose
+``resolve_shards`` accepts an index (file or folder, local or a URL; an ``s3://bucket/prefix``
+finds the ``index.json`` under it), a brace pattern (``shards/train/train-{000000..000031}.tar``,
+local or URLs) or a list of shard URLs. A pattern or list whose
 shards are all named by the ``index.json`` beside them is read through that index (exact
 epochs); otherwise the shards are *foreign* and stream without one.
 """
@@ -16,7 +17,8 @@ from typing import Sequence
 from braceexpand import braceexpand
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, ShardInfo, load_index
+from ..format.index import INDEX_NAME, DatasetIndex, ShardInfo, load_index, parse_index
+from ..storage import SourceError, is_remote, join, parent, read_bytes, redact, scheme
 
 
 @dataclass(frozen=True)
@@ -41,36 +43,62 @@ class ForeignShards:
 ShardSource = IndexedShards | ForeignShards
 
 
-def _from_index(path: Path) -> IndexedShards:
-    index = load_index(path)
-    base = path.parent if path.name.endswith(".json") else path
-    return IndexedShards(index, tuple(str(base / s.url) for s in index.shards))
+def _from_index(location: str) -> IndexedShards:
+    """The index at a local path or folder, or at a URL (an ``index.json``, or a folder or bucket
+    prefix holding one); shard URLs resolve against the index's folder."""
+    if not is_remote(location):
+        path = Path(location)
+        index = load_index(path)
+        base = str(path.parent if path.name.endswith(".json") else path)
+    else:
+        url = location if location.endswith(".json") else join(location, INDEX_NAME)
+        index = parse_index(read_bytes(url), redact(url))
+        base = parent(url)
+    return IndexedShards(index, tuple(join(base, s.url) for s in index.shards))
+
+
+def _index_beside(urls: list[str]) -> IndexedShards | None:
+    """The index in the one folder that holds all of ``urls``, if there is one."""
+    folders = {parent(u) for u in urls}
+    if len(folders) != 1:
+        return None
+    folder = folders.pop()
+    if not is_remote(folder):
+        return _from_index(folder) if (Path(folder) / INDEX_NAME).is_file() else None
+    try:
+        return _from_index(join(folder, INDEX_NAME))
+    except SourceError:
+        return None
+
+
+def _is_index_location(text: str) -> bool:
+    if text.endswith(".json") or text.endswith("/"):
+        return True
+    if is_remote(text):
+        return scheme(text) == "s3" and not text.endswith(".tar") and "{" not in text
+    return Path(text).is_dir()
 
 
 def resolve_shards(source: str | os.PathLike[str] | Sequence[str]) -> ShardSource:
     """Interpret what the user passed to the dataset (see the module docstring)."""
     if isinstance(source, (str, os.PathLike)):
         text = os.fspath(source)
-        path = Path(text)
-        if text.endswith(".json") or path.is_dir():
-            return _from_index(path)
+        if _is_index_location(text):
+            return _from_index(text)
         urls = list(braceexpand(text))
     else:
         urls = [os.fspath(u) for u in source]
     if not urls:
         raise ValueError("no shards given")
-    folders = {str(Path(u).parent) for u in urls}
-    if len(folders) == 1:
-        index_path = Path(folders.pop()) / INDEX_NAME
-        if index_path.is_file():
-            indexed = _from_index(index_path)
-            position = {os.path.normpath(u): i for i, u in enumerate(indexed.urls)}
-            wanted = [position.get(os.path.normpath(u)) for u in urls]
-            if all(i is not None for i in wanted):
-                chosen = [indexed.shards[i] for i in wanted]  # type: ignore[index]
-                subset = DatasetIndex(indexed.index.fields, chosen, indexed.index.pack)
-                return IndexedShards(subset, tuple(indexed.urls[i] for i in wanted))  # type: ignore[index]
+    indexed = _index_beside(urls)
+    if indexed is not None:
+        position = {os.path.normpath(u): i for i, u in enumerate(indexed.urls)}
+        wanted = [position.get(os.path.normpath(u)) for u in urls]
+        if all(i is not None for i in wanted):
+            chosen = [indexed.shards[i] for i in wanted]  # type: ignore[index]
+            subset = DatasetIndex(indexed.index.fields, chosen, indexed.index.pack)
+            return IndexedShards(subset, tuple(indexed.urls[i] for i in wanted))  # type: ignore[index]
     for url in urls:
-        if "://" not in url and not Path(url).is_file():
+        if not is_remote(url) and not Path(url).is_file():
             raise IndexFormatError(f"{url}: no such shard")
     return ForeignShards(tuple(urls))

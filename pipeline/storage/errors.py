@@ -1,0 +1,37 @@
+"""Errors of reading and writing bytes by URL: each names the URL, the byte offset and the cause."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from ..format.errors import FormatError
+
+
+def redact(url: str) -> str:
+    """The URL without its query string or user info, which may hold signatures or secrets:
+    what goes into logs and error messages."""
+    if "://" not in url or url.startswith("pipe:"):
+        return url
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "<redacted>" if parts.query else "", ""))
+
+
+class SourceError(FormatError, OSError):
+    """Bytes cannot be read from (or written to) a URL. Permanent: retrying will not help."""
+
+    def __init__(self, url: str, offset: int | None = None, cause: str | None = None) -> None:
+        self.url = url
+        self.offset = offset
+        self.cause = cause
+        if cause is None:  # rebuilt from its message alone (as DataLoader does across processes)
+            super().__init__(url)
+            return
+        where = redact(url) if offset is None else f"{redact(url)} at byte {offset}"
+        super().__init__(f"{where}: {cause}")
+
+
+class TransientError(SourceError):
+    """A failure worth retrying: a dropped connection, a timeout, a stall, HTTP 5xx, S3 SlowDown."""

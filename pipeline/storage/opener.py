@@ -1,0 +1,192 @@
+"""One opener for every URL: map a URL to bytes, a byte range or a stream.
+
+- local paths and ``file://``: ``pread``, no copies through a buffer;
+- ``http(s)://``: urllib3, ranged GETs, resumed after cuts (:mod:`.http`);
+- ``s3://bucket/key``: boto3, any S3-compatible endpoint (:mod:`.s3`);
+- ``pipe:COMMAND``: the standard output of a shell command (webdataset's convention);
+- any other scheme (``gs://``, ``az://``, ``hf://``...): fsspec, when it and the scheme's package
+  are installed.
+
+Remote reads are streamed in chunks (never a whole shard in memory unless asked), retried with
+back-off and jitter on transient failures, and resumed from the byte reached; permanent failures
+raise one :class:`SourceError` naming the URL, the byte offset and the cause.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import subprocess
+from typing import Any, BinaryIO
+from urllib.parse import urljoin, urlparse
+
+from . import http, s3
+from .errors import SourceError
+from .retry import RetryPolicy
+from .streams import ResumingStream
+
+POLICY = RetryPolicy.from_env()
+
+
+def scheme(url: str) -> str:
+    """``file`` for local paths, else the URL's scheme (``pipe`` for ``pipe:COMMAND``)."""
+    if url.startswith("pipe:"):
+        return "pipe"
+    if "://" not in url:
+        return "file"
+    return url.split("://", 1)[0].lower()
+
+
+def is_remote(url: str) -> bool:
+    return scheme(url) != "file"
+
+
+def local_path(url: str) -> str:
+    """The file system path of a local URL (``file://`` or a plain path)."""
+    return urlparse(url).path if url.startswith("file://") else url
+
+
+def _remote_stream(url: str, start: int, stop: int | None, policy: RetryPolicy) -> ResumingStream:
+    kind = scheme(url)
+    if kind in ("http", "https"):
+        return ResumingStream(url, start, stop, lambda u, a, b: http.open_range(u, a, b, policy), http.map_error, policy)
+    if kind == "s3":
+        return ResumingStream(url, start, stop, lambda u, a, b: s3.open_range(u, a, b, policy), s3.map_error, policy)
+    raise SourceError(url, start, f"scheme {kind!r} has no ranged reader")
+
+
+def _local_range(url: str, start: int, stop: int) -> bytes:
+    path = local_path(url)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise SourceError(url, start, f"cannot open: {exc.strerror}") from None
+    try:
+        chunks = []
+        position = start
+        while position < stop:
+            data = os.pread(fd, min(stop - position, 64 << 20), position)
+            if not data:
+                raise SourceError(url, position, f"ends at byte {position}, expected data up to byte {stop}")
+            chunks.append(data)
+            position += len(data)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_range(url: str, start: int, stop: int, policy: RetryPolicy | None = None) -> bytes:
+    """Bytes ``[start, stop)`` of ``url``; fewer bytes than asked for is an error."""
+    kind = scheme(url)
+    if kind == "file":
+        return _local_range(url, start, stop)
+    if kind in ("http", "https", "s3"):
+        with _remote_stream(url, start, stop, policy or POLICY) as stream:
+            data = stream.read()
+    else:
+        with open_stream(url, policy) as stream:
+            _skip(stream, start, url)
+            data = stream.read(stop - start)
+    if len(data) != stop - start:
+        raise SourceError(url, start + len(data), f"ends at byte {start + len(data)}, expected data up to byte {stop}")
+    return data
+
+
+def _skip(stream: Any, count: int, url: str) -> None:
+    if hasattr(stream, "seek") and getattr(stream, "seekable", lambda: False)():
+        stream.seek(count)
+        return
+    while count > 0:
+        data = stream.read(min(count, 1 << 20))
+        if not data:
+            raise SourceError(url, None, f"ends before byte {count}")
+        count -= len(data)
+
+
+class _PipeStream:
+    """The standard output of a shell command; a non-zero exit is an error naming it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.process = subprocess.Popen(url[len("pipe:"):], shell=True, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, bufsize=1 << 20)
+
+    def read(self, size: int = -1) -> bytes:
+        assert self.process.stdout is not None
+        data = self.process.stdout.read(size)
+        if not data:
+            self._check_exit()
+        return data
+
+    def _check_exit(self) -> None:
+        status = self.process.wait()
+        if status != 0:
+            assert self.process.stderr is not None
+            message = self.process.stderr.read().decode("utf-8", "replace").strip()[-300:]
+            raise SourceError(self.url, None, f"command exited with status {status}: {message}")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def __enter__(self) -> "_PipeStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _fsspec_open(url: str) -> Any:
+    try:
+        import fsspec
+    except ImportError:
+        raise SourceError(url, None, f"scheme {scheme(url)!r} needs fsspec and its package for that scheme") from None
+    try:
+        return fsspec.open(url, "rb").open()
+    except (ImportError, ValueError) as exc:
+        raise SourceError(url, None, f"fsspec cannot open it: {exc}") from None
+    except FileNotFoundError:
+        raise SourceError(url, None, "not found") from None
+
+
+def open_stream(url: str, policy: RetryPolicy | None = None) -> BinaryIO:
+    """A binary stream of a whole object (read sequentially)."""
+    kind = scheme(url)
+    if kind == "file":
+        try:
+            return open(local_path(url), "rb", buffering=1 << 20)
+        except OSError as exc:
+            raise SourceError(url, 0, f"cannot open: {exc.strerror}") from None
+    if kind in ("http", "https", "s3"):
+        return _remote_stream(url, 0, None, policy or POLICY)  # type: ignore[return-value]
+    if kind == "pipe":
+        return _PipeStream(url)  # type: ignore[return-value]
+    return _fsspec_open(url)
+
+
+def read_bytes(url: str, policy: RetryPolicy | None = None) -> bytes:
+    """A whole object (an index): small enough to hold in memory."""
+    with open_stream(url, policy) as stream:
+        return stream.read()
+
+
+def join(base: str, relative: str) -> str:
+    """``relative`` resolved against the folder URL ``base`` (which ends in ``/`` or not)."""
+    kind = scheme(base)
+    if kind == "file":
+        return os.path.join(local_path(base), relative)
+    if kind in ("http", "https"):
+        return urljoin(base if base.endswith("/") else base + "/", relative)
+    prefix, _, path = base.partition("://")
+    return f"{prefix}://{posixpath.normpath(posixpath.join(path, relative))}"
+
+
+def parent(url: str) -> str:
+    """The folder URL of an object URL."""
+    if scheme(url) == "file":
+        return os.path.dirname(local_path(url)) or "."
+    return url.rsplit("/", 1)[0]

@@ -1,0 +1,56 @@
+"""Retries with exponential back-off and jitter, and the timeouts every remote read obeys."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from .errors import TransientError, redact
+
+log = logging.getLogger("pipeline.storage")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try. ``read_timeout``: seconds a read may go without receiving
+    ``stall_bytes`` bytes before the connection counts as stalled (a silent server and one
+    that trickles a byte at a time are both caught)."""
+
+    attempts: int = 8
+    base_delay: float = 0.25
+    max_delay: float = 15.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    stall_bytes: int = 64 << 10
+
+    @classmethod
+    def from_env(cls) -> "RetryPolicy":
+        """Defaults, overridden by ``PIPELINE_RETRY_ATTEMPTS`` and ``PIPELINE_READ_TIMEOUT``."""
+        return cls(attempts=int(os.environ.get("PIPELINE_RETRY_ATTEMPTS", cls.attempts)),
+                   read_timeout=float(os.environ.get("PIPELINE_READ_TIMEOUT", cls.read_timeout)),
+                   connect_timeout=float(os.environ.get("PIPELINE_CONNECT_TIMEOUT", cls.connect_timeout)))
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based): exponential, jittered."""
+        return min(self.max_delay, self.base_delay * 2**attempt) * random.uniform(0.5, 1.0)
+
+
+def with_retries(action: Callable[[], T], url: str, offset: int, policy: RetryPolicy, what: str) -> T:
+    """Run ``action``; on a TransientError wait and try again, up to ``policy.attempts`` times.
+    Every retry is logged once, with the URL (redacted) and the byte offset."""
+    for attempt in range(policy.attempts):
+        try:
+            return action()
+        except TransientError as exc:
+            if attempt + 1 == policy.attempts:
+                raise TransientError(url, offset, f"{what} failed {policy.attempts} times, last: {exc.cause}") from None
+            pause = policy.delay(attempt)
+            log.warning("retrying %s of %s at byte %d in %.2fs (attempt %d/%d): %s", what, redact(url),
+                        offset, pause, attempt + 2, policy.attempts, exc.cause)
+            time.sleep(pause)
+    raise AssertionError("unreachable")

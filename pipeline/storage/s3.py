@@ -1,0 +1,146 @@
+"""``s3://bucket/key`` through boto3: the standard credential chain (``AWS_PROFILE``, the
+environment, config files, instance roles), ``AWS_ENDPOINT_URL`` or an explicit endpoint for any
+S3-compatible store, ranged GETs and uploads. Error codes are sorted into permanent and
+transient failures."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from .errors import SourceError, TransientError
+from .retry import RetryPolicy
+from .streams import Response
+
+_TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "RequestTimeTooSkewed",
+                    "Throttling", "ThrottlingException", "500", "502", "503", "504"}
+_DESCRIBED = {"NoSuchKey": "no such key", "NoSuchBucket": "no such bucket", "AccessDenied": "access denied",
+              "InvalidAccessKeyId": "invalid access key (bad credentials)",
+              "SignatureDoesNotMatch": "signature does not match (bad credentials)",
+              "InvalidRange": "range not satisfiable (the object is shorter than expected)",
+              "404": "not found", "403": "forbidden"}
+_clients: dict[tuple[int, str | None, float, float], Any] = {}
+_lock = threading.Lock()
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``."""
+    rest = url[len("s3://"):]
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise SourceError(url, None, "an S3 URL needs a bucket: s3://bucket/key")
+    return bucket, key
+
+
+def client(policy: RetryPolicy) -> Any:
+    """A boto3 S3 client for this process, endpoint from ``AWS_ENDPOINT_URL`` when set."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    key = (os.getpid(), endpoint, policy.connect_timeout, policy.read_timeout)
+    with _lock:
+        if key not in _clients:
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError:
+                raise SourceError("s3://", None, "s3:// URLs need boto3: pip install 'pipeline[s3]'") from None
+            config = Config(connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout,
+                            retries={"max_attempts": 1, "mode": "standard"}, s3={"addressing_style": "path"})
+            _clients[key] = boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+        return _clients[key]
+
+
+def map_error(url: str, offset: int, exc: BaseException) -> SourceError:
+    """botocore's exceptions to ours: error codes decide permanent or transient."""
+    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in _TRANSIENT_CODES or (isinstance(status, int) and status >= 500):
+            return TransientError(url, offset, f"S3 {code or status}")
+        return SourceError(url, offset, f"S3 {code}: {_DESCRIBED.get(code, error.get('Message', 'error'))}")
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return SourceError(url, offset, f"no usable AWS credentials: {exc}")
+    return TransientError(url, offset, f"{type(exc).__name__}: {exc}")
+
+
+class _Body:
+    """An S3 response body read as it arrives (``read1``), so that stalls are seen."""
+
+    def __init__(self, body: Any) -> None:
+        self.body = body
+        self.raw = getattr(body, "_raw_stream", None)
+
+    def read1(self, size: int) -> bytes:
+        if self.raw is not None and hasattr(self.raw, "read1"):
+            return self.raw.read1(size)
+        return self.body.read(min(size, 64 << 10))
+
+    def close(self) -> None:
+        self.body.close()
+
+
+def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> Response:
+    bucket, key = split_url(url)
+    arguments: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if start or stop is not None:
+        arguments["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
+    try:
+        return _Body(client(policy).get_object(**arguments)["Body"])
+    except SourceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - sorted by map_error
+        raise map_error(url, start, exc) from None
+
+
+def upload_file(path: str, url: str, policy: RetryPolicy) -> None:
+    """Upload a local file (multipart when large), retried on transient failures."""
+    from boto3.s3.transfer import TransferConfig
+
+    from .retry import with_retries
+
+    bucket, key = split_url(url)
+
+    def attempt() -> None:
+        try:
+            client(policy).upload_file(path, bucket, key, Config=TransferConfig(multipart_threshold=64 << 20,
+                                                                                multipart_chunksize=64 << 20))
+        except Exception as exc:  # noqa: BLE001 - sorted by map_error
+            cause = getattr(exc, "original_error", None) or getattr(exc, "last_exception", None) or exc
+            raise map_error(url, 0, cause) from None
+
+    with_retries(attempt, url, 0, policy, "upload")
+
+
+def put_bytes(url: str, data: bytes, policy: RetryPolicy) -> None:
+    """Write a small object (an index) in one PUT, retried on transient failures."""
+    from .retry import with_retries
+
+    bucket, key = split_url(url)
+
+    def attempt() -> None:
+        try:
+            client(policy).put_object(Bucket=bucket, Key=key, Body=data)
+        except Exception as exc:  # noqa: BLE001 - sorted by map_error
+            raise map_error(url, 0, exc) from None
+
+    with_retries(attempt, url, 0, policy, "upload")
+
+
+def exists(url: str, policy: RetryPolicy) -> bool:
+    bucket, key = split_url(url)
+    try:
+        client(policy).head_object(Bucket=bucket, Key=key)
+        return True
+    except Exception as exc:  # noqa: BLE001 - sorted by map_error
+        error = map_error(url, 0, exc)
+        if "404" in str(error) or "no such key" in str(error) or "NoSuchKey" in str(error) or "not found" in str(error):
+            return False
+        raise error from None
+
+
+def delete(url: str, policy: RetryPolicy) -> None:
+    bucket, key = split_url(url)
+    client(policy).delete_object(Bucket=bucket, Key=key)

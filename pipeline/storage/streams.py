@@ -1,0 +1,117 @@
+"""A remote byte stream that survives cuts: it reopens with a range request from the byte
+reached, so the bytes it returns have no gap and no duplicate."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Protocol
+
+from .errors import SourceError, TransientError, redact
+from .retry import RetryPolicy, log, with_retries
+
+
+class Response(Protocol):
+    """What a backend hands back for a GET: bytes as they arrive, and a way to let go."""
+
+    def read1(self, size: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+#: ``open(url, start, stop)`` -> a response whose first byte is byte ``start`` of the object;
+#: raises SourceError (permanent) or TransientError.
+Opener = Callable[[str, int, "int | None"], Response]
+#: Maps a backend's own exceptions raised while reading a response to our errors.
+ErrorMapper = Callable[[str, int, BaseException], SourceError]
+
+_READ_SIZE = 1 << 20
+
+
+class ResumingStream:
+    """A file-like reader of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end)."""
+
+    def __init__(self, url: str, start: int, stop: int | None, open_range: Opener,
+                 map_error: ErrorMapper, policy: RetryPolicy, on_retry: Callable[[], None] | None = None) -> None:
+        self.url = url
+        self.position = start
+        self.stop = stop
+        self._open_range = open_range
+        self._map_error = map_error
+        self.policy = policy
+        self._on_retry = on_retry
+        self._response: Response | None = None
+        self._failures = 0
+        self._window_start = 0.0
+        self._window_bytes = 0
+
+    def _connect(self) -> None:
+        self._response = with_retries(lambda: self._open_range(self.url, self.position, self.stop),
+                                      self.url, self.position, self.policy, "request")
+        self._window_start, self._window_bytes = time.monotonic(), 0
+
+    def _read_some(self, size: int) -> bytes:
+        if self._response is None:
+            self._connect()
+        assert self._response is not None
+        try:
+            data = self._response.read1(size)
+        except SourceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every backend has its own exception zoo
+            raise self._map_error(self.url, self.position, exc) from None
+        now = time.monotonic()
+        self._window_bytes += len(data)
+        if self._window_bytes >= self.policy.stall_bytes:
+            self._window_start, self._window_bytes = now, 0
+        elif now - self._window_start > self.policy.read_timeout:
+            raise TransientError(self.url, self.position, f"stalled: {self._window_bytes} bytes in "
+                                 f"{now - self._window_start:.1f}s")
+        if not data and self.stop is not None and self.position < self.stop:
+            raise TransientError(self.url, self.position, f"connection closed before byte {self.stop}")
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes (all that is left for -1); fewer only at the end."""
+        want = (self.stop - self.position if self.stop is not None else 1 << 62) if size < 0 else size
+        if self.stop is not None:
+            want = min(want, self.stop - self.position)
+        chunks = []
+        while want > 0:
+            try:
+                data = self._read_some(min(want, _READ_SIZE))
+            except TransientError as exc:
+                self._recover(exc)
+                continue
+            if not data:
+                break
+            self._failures = 0
+            chunks.append(data)
+            self.position += len(data)
+            want -= len(data)
+        return b"".join(chunks)
+
+    def _recover(self, exc: TransientError) -> None:
+        """Drop the connection and wait before the next read reopens it at ``position``."""
+        self._failures += 1
+        self.close()
+        if self._failures >= self.policy.attempts:
+            raise SourceError(self.url, self.position, f"gave up after {self._failures} failed reads: {exc.cause}")
+        if self._on_retry is not None:
+            self._on_retry()
+        pause = self.policy.delay(self._failures - 1)
+        log.warning("resuming %s at byte %d in %.2fs: %s", redact(self.url), self.position, pause, exc.cause)
+        time.sleep(pause)
+
+    def close(self) -> None:
+        if self._response is not None:
+            try:
+                self._response.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection may fail again
+                pass
+            self._response = None
+
+    def __enter__(self) -> "ResumingStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
