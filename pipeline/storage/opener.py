@@ -25,8 +25,6 @@ from .errors import SourceError
 from .retry import RetryPolicy
 from .streams import ResumingStream
 
-POLICY = RetryPolicy.from_env()
-
 
 def scheme(url: str) -> str:
     """``file`` for local paths, else the URL's scheme (``pipe`` for ``pipe:COMMAND``)."""
@@ -81,7 +79,7 @@ def read_range(url: str, start: int, stop: int, policy: RetryPolicy | None = Non
     if kind == "file":
         return _local_range(url, start, stop)
     if kind in ("http", "https", "s3"):
-        with _remote_stream(url, start, stop, policy or POLICY) as stream:
+        with _remote_stream(url, start, stop, policy or RetryPolicy.from_env()) as stream:
             data = stream.read()
     else:
         with open_stream(url, policy) as stream:
@@ -162,7 +160,7 @@ def open_stream(url: str, policy: RetryPolicy | None = None) -> BinaryIO:
         except OSError as exc:
             raise SourceError(url, 0, f"cannot open: {exc.strerror}") from None
     if kind in ("http", "https", "s3"):
-        return _remote_stream(url, 0, None, policy or POLICY)  # type: ignore[return-value]
+        return _remote_stream(url, 0, None, policy or RetryPolicy.from_env())  # type: ignore[return-value]
     if kind == "pipe":
         return _PipeStream(url)  # type: ignore[return-value]
     return _fsspec_open(url)

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from .errors import TransientError, redact
+from .errors import SourceError, TransientError, redact
 
 log = logging.getLogger("pipeline.storage")
 T = TypeVar("T")
@@ -30,10 +30,13 @@ class RetryPolicy:
 
     @classmethod
     def from_env(cls) -> "RetryPolicy":
-        """Defaults, overridden by ``PIPELINE_RETRY_ATTEMPTS`` and ``PIPELINE_READ_TIMEOUT``."""
-        return cls(attempts=int(os.environ.get("PIPELINE_RETRY_ATTEMPTS", cls.attempts)),
-                   read_timeout=float(os.environ.get("PIPELINE_READ_TIMEOUT", cls.read_timeout)),
-                   connect_timeout=float(os.environ.get("PIPELINE_CONNECT_TIMEOUT", cls.connect_timeout)))
+        """Defaults, overridden by ``PIPELINE_RETRY_ATTEMPTS``, ``PIPELINE_RETRY_DELAY`` (the first
+        back-off, seconds), ``PIPELINE_CONNECT_TIMEOUT`` and ``PIPELINE_READ_TIMEOUT``."""
+        env = os.environ
+        return cls(attempts=int(env.get("PIPELINE_RETRY_ATTEMPTS", cls.attempts)),
+                   base_delay=float(env.get("PIPELINE_RETRY_DELAY", cls.base_delay)),
+                   connect_timeout=float(env.get("PIPELINE_CONNECT_TIMEOUT", cls.connect_timeout)),
+                   read_timeout=float(env.get("PIPELINE_READ_TIMEOUT", cls.read_timeout)))
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based): exponential, jittered."""
@@ -48,7 +51,7 @@ def with_retries(action: Callable[[], T], url: str, offset: int, policy: RetryPo
             return action()
         except TransientError as exc:
             if attempt + 1 == policy.attempts:
-                raise TransientError(url, offset, f"{what} failed {policy.attempts} times, last: {exc.cause}") from None
+                raise SourceError(url, offset, f"{what} failed {policy.attempts} times, last: {exc.cause}") from None
             pause = policy.delay(attempt)
             log.warning("retrying %s of %s at byte %d in %.2fs (attempt %d/%d): %s", what, redact(url),
                         offset, pause, attempt + 2, policy.attempts, exc.cause)

@@ -1,0 +1,93 @@
+"""Servers shared by the storage tests, started once per session and stopped at its end."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+import pipeline
+from tests.storage.servers import ACCESS_KEY, SECRET_KEY, start_nginx, start_seaweedfs, stop
+
+
+@pytest.fixture(scope="session")
+def web_root(tmp_path_factory) -> Path:
+    """What nginx serves: one uneven, packed shard set with every sample numbered by ``i``."""
+    root = tmp_path_factory.mktemp("www")
+    from tests.stream.shardsets import random_sizes, uneven_shards
+
+    uneven_shards(root / "data", random_sizes(9, 300, 1800, seed=11), pack=8)
+    return root
+
+
+@pytest.fixture(scope="session")
+def nginx(tmp_path_factory, web_root: Path) -> Iterator[str]:
+    url, process = start_nginx(tmp_path_factory.mktemp("nginx"), web_root)
+    yield url
+    stop(process)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory) -> Iterator[str]:
+    endpoint, process = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+    yield endpoint
+    stop(process)
+
+
+@pytest.fixture
+def s3_env(seaweedfs: str, monkeypatch) -> str:
+    """Point boto3 at the test server with the right credentials."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", seaweedfs)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return seaweedfs
+
+
+@pytest.fixture
+def fast_retries(monkeypatch) -> None:
+    """Short back-off and read timeout, so that fault tests take seconds."""
+    monkeypatch.setenv("PIPELINE_RETRY_DELAY", "0.01")
+    monkeypatch.setenv("PIPELINE_READ_TIMEOUT", "1")
+    monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "6")
+
+
+def make_bucket(name: str) -> None:
+    import boto3
+
+    client = boto3.client("s3")
+    for _ in range(50):  # the gateway may answer before its filer is ready
+        try:
+            client.create_bucket(Bucket=name)
+            return
+        except client.exceptions.BucketAlreadyOwnedByYou:
+            return
+        except Exception:  # noqa: BLE001
+            time.sleep(0.2)
+    client.create_bucket(Bucket=name)
+
+
+def upload_folder(folder: Path, bucket: str, prefix: str) -> None:
+    import boto3
+
+    client = boto3.client("s3")
+    for path in sorted(folder.iterdir()):
+        client.upload_file(str(path), bucket, f"{prefix}/{path.name}")
+
+
+def all_ids(loader) -> list[int]:
+    return sorted(i for batch in loader for i in batch["i"].tolist())
+
+
+@pytest.fixture(scope="session")
+def total_samples(web_root: Path) -> int:
+    return pipeline.load_index(web_root / "data").samples
+
+
+@pytest.fixture
+def np_rng() -> np.random.Generator:
+    return np.random.default_rng(0)

