@@ -20,7 +20,7 @@ _DESCRIBED = {"NoSuchKey": "no such key", "NoSuchBucket": "no such bucket", "Acc
               "SignatureDoesNotMatch": "signature does not match (bad credentials)",
               "InvalidRange": "range not satisfiable (the object is shorter than expected)",
               "404": "not found", "403": "forbidden"}
-_clients: dict[tuple[int, str | None, float, float], Any] = {}
+_clients: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
 
@@ -35,8 +35,11 @@ def split_url(url: str) -> tuple[str, str]:
 
 def client(policy: RetryPolicy) -> Any:
     """A boto3 S3 client for this process, endpoint from ``AWS_ENDPOINT_URL`` when set."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    key = (os.getpid(), endpoint, policy.connect_timeout, policy.read_timeout)
+    env = os.environ
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    # a new client when the process, endpoint, profile or credentials in the environment change
+    identity = (env.get("AWS_PROFILE"), env.get("AWS_ACCESS_KEY_ID"), hash(env.get("AWS_SECRET_ACCESS_KEY")))
+    key = (os.getpid(), endpoint, identity, policy.connect_timeout, policy.read_timeout)
     with _lock:
         if key not in _clients:
             try:
