@@ -3,49 +3,72 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import posixpath
+import re
 from typing import Sequence
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, load_index, merge_indexes, save_index
+from ..format.index import INDEX_NAME, DatasetIndex, merge_indexes, parse_index
+from ..storage import join, scheme
+from ..storage.destination import Destination, destination
+from .output import OutputExistsError, save_index
 
-PART_GLOB = "index.part-*-of-*.json"
+PART_NAME = re.compile(r"^index\.part-\d+-of-\d+\.json$")
 
 
-def find_part_indexes(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Partial index files: given directly, or every one found in the given folders."""
-    found: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found.extend(sorted(path.glob(PART_GLOB)))
-        elif path.is_file():
-            found.append(path)
-        else:
-            raise FileNotFoundError(f"{path}: no such partial index or folder")
+def find_part_indexes(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Destination, str]]:
+    """Partial indexes: files given directly, or every one in the given folders or S3 prefixes."""
+    found: list[tuple[Destination, str]] = []
+    for location in map(os.fspath, paths):
+        if location.endswith(".json"):
+            folder, _, name = location.rpartition("/")
+            found.append((destination(folder or "."), name))
+            continue
+        place = destination(location)
+        if scheme(location) == "file" and not place.folder.is_dir():
+            raise FileNotFoundError(f"{location}: no such partial index or folder")
+        found.extend((place, name) for name in place.list("index.part-") if PART_NAME.match(name))
     if not found:
-        raise IndexFormatError(f"no partial indexes ({PART_GLOB}) in {[str(p) for p in paths]}")
+        raise IndexFormatError(f"no partial indexes (index.part-*-of-*.json) in {list(map(os.fspath, paths))}")
     return found
+
+
+def _relative(url: str, folder: str) -> str:
+    """``url`` as seen from ``folder``: relative when both are on the same disk or bucket."""
+    if scheme(url) != scheme(folder):
+        return url
+    if scheme(url) == "file":
+        return os.path.relpath(url, folder)
+    head, path = url.split("://", 1)
+    base = folder.split("://", 1)[1]
+    if path.split("/", 1)[0] != base.split("/", 1)[0]:  # another bucket or host
+        return url
+    return posixpath.relpath(path, base)
 
 
 def merge_index_files(paths: Sequence[str | os.PathLike[str]],
                       output: str | os.PathLike[str] | None = None,
-                      overwrite: bool = False) -> tuple[DatasetIndex, Path]:
-    """Merge partial indexes into ``output`` (default: ``index.json`` beside the first part).
-
-    Shard URLs are rewritten relative to the output's folder, so parts built into different
-    folders (one per machine, on a shared file system) merge into one index.
-    """
-    files = find_part_indexes(paths)
-    out = Path(output) if output is not None else files[0].parent / INDEX_NAME
-    if out.is_dir():
-        out = out / INDEX_NAME
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
+                      overwrite: bool = False) -> tuple[DatasetIndex, str]:
+    """Merge partial indexes into ``output`` (default: ``index.json`` beside the first part), a
+    local path or an S3 URL. Shard URLs are rewritten relative to the output's folder, so parts
+    built in different folders (one per machine) merge into one index."""
+    parts_found = find_part_indexes(paths)
+    if output is None:
+        target, name = parts_found[0][0], INDEX_NAME
+    else:
+        text = os.fspath(output)
+        folder, name = (text.rpartition("/")[0] or ".", text.rpartition("/")[2]) if text.endswith(".json") \
+            else (text, INDEX_NAME)
+        target = destination(folder)
+    if target.exists(name) and not overwrite:
+        raise OutputExistsError(f"{target.url(name)} already exists; pass overwrite=True (--overwrite) to replace it")
+    out_folder = str(target).rstrip("/")
     parts = []
-    for file in files:
-        part = load_index(file)
+    for place, part_name in parts_found:
+        part = parse_index(place.read(part_name), place.url(part_name))
         for shard in part.shards:
-            shard.url = os.path.relpath(file.parent / shard.url, out.parent)
+            shard.url = _relative(join(str(place), shard.url), out_folder)
         parts.append(part)
     index = merge_indexes(parts)
-    return index, save_index(index, out)
+    target.prepare()
+    return index, save_index(target, index, name)

@@ -1,15 +1,14 @@
-"""The output folder of a build: refuse to clobber an index, clean up what a rebuild replaced."""
+"""The output of a build: refuse to clobber an index, clean up what a rebuild replaced."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, load_index
+from ..format.index import INDEX_NAME, DatasetIndex, parse_index
+from ..storage.destination import Destination
 
 
 class OutputExistsError(FileExistsError):
-    """The output folder already holds an index and ``overwrite`` was not given."""
+    """The output already holds an index and ``overwrite`` was not given."""
 
 
 def shard_name(prefix: str, number: int) -> str:
@@ -17,30 +16,36 @@ def shard_name(prefix: str, number: int) -> str:
     return f"{prefix}-{number:06d}.tar"
 
 
-def prepare_output(out_dir: Path, overwrite: bool, index_name: str = INDEX_NAME) -> list[Path]:
-    """Make ``out_dir``; refuse an existing index unless ``overwrite``.
+def prepare_output(destination: Destination, overwrite: bool, index_name: str = INDEX_NAME) -> list[str]:
+    """Make the destination ready; refuse an existing index unless ``overwrite``.
 
     With ``overwrite`` the old index is removed first (so that, if this build fails, no index
-    names a mix of old and new shards) and the old shard paths are returned, for
+    names a mix of old and new shards) and the old shard names are returned, for
     :func:`remove_stale_shards` to delete once the new index is written.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    index_path = out_dir / index_name
-    if not index_path.exists():
+    destination.prepare()
+    if not destination.exists(index_name):
         return []
     if not overwrite:
-        raise OutputExistsError(f"{index_path} already exists; pass overwrite=True (--overwrite) to replace it")
+        raise OutputExistsError(f"{destination.url(index_name)} already exists; "
+                                f"pass overwrite=True (--overwrite) to replace it")
     try:
-        old = [out_dir / s.url for s in load_index(index_path).shards]
+        old = [s.url for s in parse_index(destination.read(index_name), destination.url(index_name)).shards]
     except IndexFormatError:
         old = []
-    index_path.unlink()
+    destination.delete(index_name)
     return old
 
 
-def remove_stale_shards(out_dir: Path, old_shards: list[Path], index: DatasetIndex) -> None:
+def remove_stale_shards(destination: Destination, old_shards: list[str], index: DatasetIndex) -> None:
     """Delete shards of a replaced build that the new index does not name."""
-    keep = {(out_dir / s.url).resolve() for s in index.shards}
-    for path in old_shards:
-        if path.resolve() not in keep:
-            path.unlink(missing_ok=True)
+    keep = {s.url for s in index.shards}
+    for name in old_shards:
+        if name not in keep and "/" not in name and not name.startswith(".."):
+            destination.delete(name)
+
+
+def save_index(destination: Destination, index: DatasetIndex, name: str = INDEX_NAME) -> str:
+    """Write the index (last, after every shard it names is published); return its URL."""
+    destination.write_json(name, index.to_json())
+    return destination.url(name)

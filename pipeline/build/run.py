@@ -14,13 +14,12 @@ import multiprocessing
 import os
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
-from ..format.index import (INDEX_NAME, DatasetIndex, PartInfo, Schema, ShardInfo, merge_schema,
-                            part_index_name, save_index)
+from ..format.index import INDEX_NAME, DatasetIndex, PartInfo, Schema, ShardInfo, merge_schema, part_index_name
+from ..storage.destination import Destination, destination
 from .fixed_records import build_records, fixed_layout
-from .output import prepare_output, remove_stale_shards, shard_name
+from .output import prepare_output, remove_stale_shards, save_index, shard_name
 from .progress import BuildProgress
 from .rows import encode_records
 from .shard_file import ShardFile
@@ -56,7 +55,7 @@ class ShardRun:
     """A task: write consecutive shards ``first_number...`` from a window of the source."""
 
     window: Source
-    out_dir: Path
+    destination: Destination
     prefix: str
     first_number: int
     bounds: tuple[int, ...]  # row bounds within the window, one more than shards
@@ -70,7 +69,7 @@ def write_shard(run: ShardRun, i: int) -> tuple[ShardInfo, Schema]:
     name = shard_name(run.prefix, run.first_number + i)
     start, stop = run.bounds[i], run.bounds[i + 1]
     schema: Schema | None = None
-    with ShardFile(run.out_dir / name, name) as shard:
+    with ShardFile(run.destination.staging / name, name) as shard:
         for chunk_start in range(start, stop, run.chunk_rows):
             block = run.window.read(chunk_start, min(chunk_start + run.chunk_rows, stop))
             schema = merge_schema(schema, block.schema(), f"{run.window.description} shard {name}")
@@ -82,7 +81,9 @@ def write_shard(run: ShardRun, i: int) -> tuple[ShardInfo, Schema]:
                 block, first = block.slice(rows, len(block)), first + rows
             for key, parts, rows in encode_records(block, first, run.pack):
                 shard.add_record(key, parts, rows)
-        return shard.commit(), schema or {}
+        info = shard.commit()
+    run.destination.publish(name)
+    return info, schema or {}
 
 
 def write_run(run: ShardRun, on_shard: Callable[[ShardInfo], None] | None = None) -> list[tuple[ShardInfo, Schema]]:
@@ -101,7 +102,7 @@ def chunk_rows_for(source: Source, pack: int) -> int:
     return max(pack, (_CHUNK_BYTES // row_bytes) // pack * pack)
 
 
-def plan_runs(source: Source, out_dir: Path, prefix: str, bounds: list[int], numbers: range,
+def plan_runs(source: Source, target: Destination, prefix: str, bounds: list[int], numbers: range,
               pack: int, runs: int) -> list[ShardRun]:
     """Split the selected shards into at most ``runs`` contiguous tasks."""
     if not numbers:
@@ -113,7 +114,7 @@ def plan_runs(source: Source, out_dir: Path, prefix: str, bounds: list[int], num
         last = min(first + per_run, numbers.stop)
         lo, hi = bounds[first], bounds[last]
         local = tuple(b - lo for b in bounds[first:last + 1])
-        tasks.append(ShardRun(source.window(lo, hi), out_dir, prefix, first, local, lo, pack, chunk))
+        tasks.append(ShardRun(source.window(lo, hi), target, prefix, first, local, lo, pack, chunk))
     return tasks
 
 
@@ -161,7 +162,8 @@ def build_shards(
     quiet: bool = False,
     executor: Executor | None = None,
 ) -> DatasetIndex:
-    """Write ``source`` as shards in ``out_dir`` and return the index (also saved there).
+    """Write ``source`` as shards in ``out_dir`` (a folder or an ``s3://`` prefix) and return
+    the index (also saved there).
 
     With ``part``, only that part's shards are written and a partial index
     (``index.part-I-of-N.json``) is saved; join the parts with ``merge_index_files``.
@@ -170,23 +172,26 @@ def build_shards(
         raise ValueError(f"pack must be >= 1, got {pack}")
     if shard_samples is not None and shard_samples < 1:
         raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
-    out_dir = Path(out_dir)
-    bounds = source.shard_bounds(shard_samples, shard_bytes, pack)
-    total = len(bounds) - 1
-    numbers = range(total) if part is None else part.shard_range(total)
-    index_name = INDEX_NAME if part is None else part_index_name(part.index, part.count)
-    old_shards = prepare_output(out_dir, overwrite, index_name)
-    rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0
-    progress = BuildProgress(rows, f"{source.description} -> {out_dir}", quiet)
-    tasks = plan_runs(source, out_dir, prefix, bounds, numbers, pack, runs=1 if workers <= 1 else workers * 4)
-    results = run_tasks(tasks, workers, executor, progress)
-    schema: Schema | None = None
-    for info, shard_schema in results:
-        if info.samples:
-            schema = merge_schema(schema, shard_schema, f"{out_dir / info.url}")
-    part_info = None if part is None else PartInfo(part.index, part.count, total)
-    index = DatasetIndex(schema or {}, [info for info, _ in results], pack, part_info)
-    path = save_index(index, out_dir / index_name)
-    remove_stale_shards(out_dir, old_shards, index)
-    progress.close(str(path))
-    return index
+    target = destination(out_dir)
+    try:
+        bounds = source.shard_bounds(shard_samples, shard_bytes, pack)
+        total = len(bounds) - 1
+        numbers = range(total) if part is None else part.shard_range(total)
+        index_name = INDEX_NAME if part is None else part_index_name(part.index, part.count)
+        old_shards = prepare_output(target, overwrite, index_name)
+        rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0
+        progress = BuildProgress(rows, f"{source.description} -> {target}", quiet)
+        tasks = plan_runs(source, target, prefix, bounds, numbers, pack, runs=1 if workers <= 1 else workers * 4)
+        results = run_tasks(tasks, workers, executor, progress)
+        schema: Schema | None = None
+        for info, shard_schema in results:
+            if info.samples:
+                schema = merge_schema(schema, shard_schema, target.url(info.url))
+        part_info = None if part is None else PartInfo(part.index, part.count, total)
+        index = DatasetIndex(schema or {}, [info for info, _ in results], pack, part_info)
+        where = save_index(target, index, index_name)
+        remove_stale_shards(target, old_shards, index)
+        progress.close(where)
+        return index
+    finally:
+        target.close()

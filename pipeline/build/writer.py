@@ -7,21 +7,22 @@ Use it when samples come from your own loop::
             w.write({"x": x, "y": y})
 
 Shards are named ``<prefix>-000000.tar``, ``<prefix>-000001.tar``..., each finalised
-atomically; the index is written by ``close()`` (the end of the ``with`` block) and only if
+atomically (and uploaded as soon as it is finished when ``out_dir`` is an ``s3://`` prefix);
+the index is written by ``close()`` (the end of the ``with`` block) and only if
 no error happened, so a failed build never leaves an index naming a broken shard.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Mapping
 
 from ..format.errors import SampleError
-from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema, save_index
+from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema
+from ..storage.destination import destination
 from ..format.tar import END_OF_ARCHIVE, member_bytes
 from .fixed_records import FixedLayout, build_records, fixed_layout
-from .output import prepare_output, remove_stale_shards, shard_name
+from .output import prepare_output, remove_stale_shards, save_index, shard_name
 from .progress import BuildProgress
 from .rows import RowBlock, check_key, encode_records
 from .shard_file import ShardFile
@@ -52,12 +53,12 @@ class ShardWriter:
             raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
         if shard_bytes is not None and shard_bytes < 4096:
             raise ValueError(f"shard_bytes must be >= 4096, got {shard_bytes}")
-        self.out_dir = Path(out_dir)
+        self.destination = destination(out_dir)
         self.prefix = prefix
         self.shard_samples = shard_samples
         self.shard_bytes = shard_bytes
         self.pack = pack
-        self._old_shards = prepare_output(self.out_dir, overwrite)
+        self._old_shards = prepare_output(self.destination, overwrite)
         self._shard: ShardFile | None = None
         self._shards: list[ShardInfo] = []
         self._schema: Schema | None = None
@@ -66,7 +67,7 @@ class ShardWriter:
         self._next_index = 0
         self._seen_keys: set[str] | None = None
         self._closed = False
-        self.progress = BuildProgress(None, f"writing {self.out_dir}", quiet)
+        self.progress = BuildProgress(None, f"writing {self.destination}", quiet)
 
     # -- public API --------------------------------------------------------------------------
 
@@ -86,12 +87,15 @@ class ShardWriter:
         if self._closed:
             raise RuntimeError("ShardWriter is already closed")
         self._closed = True
-        self._drain(final=True)
-        self._commit_shard()
-        index = DatasetIndex(self._schema or {}, self._shards, self.pack)
-        path = save_index(index, self.out_dir)
-        remove_stale_shards(self.out_dir, self._old_shards, index)
-        self.progress.close(str(path))
+        try:
+            self._drain(final=True)
+            self._commit_shard()
+            index = DatasetIndex(self._schema or {}, self._shards, self.pack)
+            where = save_index(self.destination, index)
+            remove_stale_shards(self.destination, self._old_shards, index)
+        finally:
+            self.destination.close()
+        self.progress.close(where)
         return index
 
     def abort(self) -> None:
@@ -100,6 +104,7 @@ class ShardWriter:
         if self._shard is not None:
             self._shard.abort()
             self._shard = None
+        self.destination.close()
 
     def __enter__(self) -> "ShardWriter":
         return self
@@ -146,7 +151,7 @@ class ShardWriter:
         if not self._pending:
             return
         block = RowBlock.concat(self._pending)
-        self._schema = merge_schema(self._schema, block.schema(), f"{self.out_dir}")
+        self._schema = merge_schema(self._schema, block.schema(), str(self.destination))
         pos, n = 0, len(block)
         while pos < n:
             room = self._room()
@@ -197,7 +202,7 @@ class ShardWriter:
     def _open_shard(self) -> ShardFile:
         if self._shard is None:
             name = shard_name(self.prefix, len(self._shards))
-            self._shard = ShardFile(self.out_dir / name, name)
+            self._shard = ShardFile(self.destination.staging / name, name)
         return self._shard
 
     def _commit_shard(self) -> None:
@@ -208,5 +213,6 @@ class ShardWriter:
             return
         info = self._shard.commit()
         self._shard = None
+        self.destination.publish(info.url)
         self._shards.append(info)
         self.progress.update(info.samples, info.bytes)

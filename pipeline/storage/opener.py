@@ -173,7 +173,10 @@ def read_bytes(url: str, policy: RetryPolicy | None = None) -> bytes:
 
 
 def join(base: str, relative: str) -> str:
-    """``relative`` resolved against the folder URL ``base`` (which ends in ``/`` or not)."""
+    """``relative`` resolved against the folder URL ``base`` (which ends in ``/`` or not); an
+    absolute URL stays as it is."""
+    if "://" in relative:
+        return relative
     kind = scheme(base)
     if kind == "file":
         return os.path.join(local_path(base), relative)

@@ -111,8 +111,8 @@ def upload_file(path: str, url: str, policy: RetryPolicy) -> None:
             client(policy).upload_file(path, bucket, key, Config=TransferConfig(multipart_threshold=64 << 20,
                                                                                 multipart_chunksize=64 << 20))
         except Exception as exc:  # noqa: BLE001 - sorted by map_error
-            cause = getattr(exc, "original_error", None) or getattr(exc, "last_exception", None) or exc
-            raise map_error(url, 0, cause) from None
+            # boto3's transfer manager wraps the client's error; the wrapped one says what happened
+            raise map_error(url, 0, exc.__cause__ or exc.__context__ or exc) from None
 
     with_retries(attempt, url, 0, policy, "upload")
 
@@ -138,12 +138,25 @@ def exists(url: str, policy: RetryPolicy) -> bool:
         client(policy).head_object(Bucket=bucket, Key=key)
         return True
     except Exception as exc:  # noqa: BLE001 - sorted by map_error
-        error = map_error(url, 0, exc)
-        if "404" in str(error) or "no such key" in str(error) or "NoSuchKey" in str(error) or "not found" in str(error):
+        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        if code in ("404", "NoSuchKey", "NotFound"):
             return False
-        raise error from None
+        raise map_error(url, 0, exc) from None
 
 
 def delete(url: str, policy: RetryPolicy) -> None:
     bucket, key = split_url(url)
     client(policy).delete_object(Bucket=bucket, Key=key)
+
+
+def list_names(folder_url: str, prefix: str, policy: RetryPolicy) -> list[str]:
+    """Names of the objects directly under ``folder_url`` (``s3://bucket/dir/``) starting with
+    ``prefix``."""
+    bucket, key = split_url(folder_url)
+    names = []
+    try:
+        for page in client(policy).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + prefix):
+            names.extend(item["Key"][len(key):] for item in page.get("Contents", []))
+    except Exception as exc:  # noqa: BLE001 - sorted by map_error
+        raise map_error(folder_url, 0, exc) from None
+    return sorted(n for n in names if "/" not in n)

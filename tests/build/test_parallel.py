@@ -38,7 +38,7 @@ def test_parts_merged_equal_the_whole_build(tmp_path: Path, npy_inputs) -> None:
         part = pipeline.write_shards(tmp_path / "parts", npy_inputs, part=Part(i, 3), **OPTIONS)
         assert part.part is not None and part.part.total_shards == len(whole.shards)
     merged, path = pipeline.merge_index_files([tmp_path / "parts"])
-    assert path == tmp_path / "parts" / "index.json"
+    assert path == str(tmp_path / "parts" / "index.json")
     assert merged.to_json() == whole.to_json()
     assert pipeline.verify(tmp_path / "parts") == []
 

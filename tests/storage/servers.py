@@ -122,8 +122,9 @@ class FaultProxy:
     the client's read timeout), ``trickle`` sends a byte at a time, ``503`` answers at once."""
 
     def __init__(self, upstream_port: int, faults: dict[str, float], seed: int = 0,
-                 stall_seconds: float = 3.0) -> None:
+                 stall_seconds: float = 3.0, fail_after: int | None = None) -> None:
         self.upstream_port = upstream_port
+        self.fail_after = fail_after  # answer 503 to every request after this many
         self.faults = faults
         self.rng = random.Random(seed)
         self.stall_seconds = stall_seconds
@@ -141,6 +142,9 @@ class FaultProxy:
 
     def _choose(self) -> str:
         with self.lock:
+            if self.fail_after is not None and sum(self.counts.values()) >= self.fail_after:
+                self.counts["503"] += 1
+                return "503"
             roll = self.rng.random()
             for fault, probability in self.faults.items():
                 if roll < probability:
@@ -170,12 +174,22 @@ class FaultProxy:
             if fault == "503":
                 client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
-            head, _, _ = request.partition(b"\r\n\r\n")
+            head, _, body = request.partition(b"\r\n\r\n")
             lines = [line for line in head.split(b"\r\n") if not line.lower().startswith(b"connection:")]
-            request = b"\r\n".join(lines + [b"Connection: close"]) + b"\r\n\r\n"
+            request = b"\r\n".join(lines + [b"Connection: close"]) + b"\r\n\r\n" + body
             with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
                 upstream.sendall(request)
+                threading.Thread(target=self._forward_body, args=(client, upstream), daemon=True).start()
                 self._pump(upstream, client, fault)
+
+    @staticmethod
+    def _forward_body(client: socket.socket, upstream: socket.socket) -> None:
+        """The rest of a request body (uploads), until either side closes."""
+        try:
+            while data := client.recv(65536):
+                upstream.sendall(data)
+        except OSError:
+            pass
 
     def _pump(self, upstream: socket.socket, client: socket.socket, fault: str) -> None:
         limit = self.rng.randint(600, 40_000) if fault != "ok" else None

@@ -1,0 +1,118 @@
+"""Where a build puts its shards and index: a local folder, or an ``s3://bucket/prefix``.
+
+Shards are always written to a local *staging* folder first (atomically, see
+:class:`pipeline.build.shard_file.ShardFile`) and then *published*: for a local folder that is
+already done; for S3 the finished shard is uploaded (multipart when large, retried) and its
+local copy removed. The index is written last, so it never names a shard that is not there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..format.index import write_json_atomic
+from . import s3
+from .opener import scheme
+from .retry import RetryPolicy
+
+
+class Destination:
+    """A local folder: shards are written in place."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        self.staging = self.folder
+
+    def __str__(self) -> str:
+        return str(self.folder)
+
+    def prepare(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def url(self, name: str) -> str:
+        return str(self.folder / name)
+
+    def exists(self, name: str) -> bool:
+        return (self.folder / name).exists()
+
+    def read(self, name: str) -> bytes:
+        return (self.folder / name).read_bytes()
+
+    def write_json(self, name: str, data: object) -> None:
+        write_json_atomic(self.folder / name, data)
+
+    def publish(self, name: str) -> None:
+        """Make the finished shard ``staging/name`` part of the destination."""
+
+    def delete(self, name: str) -> None:
+        (self.folder / name).unlink(missing_ok=True)
+
+    def list(self, prefix: str) -> list[str]:
+        """Names in the destination that start with ``prefix``."""
+        return sorted(p.name for p in self.folder.glob(f"{prefix}*"))
+
+    def close(self) -> None:
+        """Release what the destination holds (the staging folder of a remote one)."""
+
+
+class S3Destination(Destination):
+    """An S3 prefix: shards are staged in a local temporary folder, then uploaded."""
+
+    def __init__(self, url: str, policy: RetryPolicy | None = None) -> None:
+        self.prefix = url.rstrip("/")
+        s3.split_url(self.prefix + "/")  # validates the bucket part
+        self.policy = policy or RetryPolicy.from_env()
+        self.staging = Path(tempfile.mkdtemp(prefix="pipeline-staging-", dir=os.environ.get("PIPELINE_STAGING_DIR")))
+
+    def __str__(self) -> str:
+        return self.prefix
+
+    def prepare(self) -> None:
+        self.staging.mkdir(parents=True, exist_ok=True)
+
+    def url(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    def exists(self, name: str) -> bool:
+        return s3.exists(self.url(name), self.policy)
+
+    def read(self, name: str) -> bytes:
+        from .opener import read_bytes
+
+        return read_bytes(self.url(name), self.policy)
+
+    def write_json(self, name: str, data: object) -> None:
+        import json
+
+        s3.put_bytes(self.url(name), json.dumps(data, separators=(",", ":")).encode() + b"\n", self.policy)
+
+    def publish(self, name: str) -> None:
+        path = self.staging / name
+        s3.upload_file(str(path), self.url(name), self.policy)
+        path.unlink()
+
+    def delete(self, name: str) -> None:
+        s3.delete(self.url(name), self.policy)
+
+    def list(self, prefix: str) -> list[str]:
+        return s3.list_names(self.prefix + "/", prefix, self.policy)
+
+    def close(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def __getstate__(self) -> dict:
+        return self.__dict__  # picklable: workers upload their own shards
+
+
+def destination(location: str | os.PathLike[str]) -> Destination:
+    """The destination a build writes to: a local folder, or ``s3://bucket/prefix``."""
+    text = os.fspath(location)
+    kind = scheme(text)
+    if kind == "file":
+        return Destination(text)
+    if kind == "s3":
+        return S3Destination(text)
+    raise ValueError(f"{text}: builds write to local folders or s3:// prefixes, not {kind}://")

@@ -1,0 +1,73 @@
+"""Builds that write straight to S3: the same bytes as a local build, the index last."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline import OutputExistsError, Part, SourceError
+from pipeline.storage import read_bytes
+from tests.storage.conftest import all_ids, make_bucket
+from tests.storage.servers import FaultProxy
+
+
+@pytest.fixture
+def arrays() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    return {"i": np.arange(3000), "x": rng.random((3000, 40), dtype=np.float32)}
+
+
+@pytest.fixture
+def built_bucket(s3_env: str) -> str:
+    make_bucket("built")
+    return "built"
+
+
+def test_a_build_to_s3_uploads_the_bytes_of_a_local_build(built_bucket: str, arrays, tmp_path: Path) -> None:
+    options = dict(pack=8, shard_bytes=64 << 10, quiet=True)
+    local = pipeline.write_shards(tmp_path / "local", arrays, prefix="t", **options)
+    remote = pipeline.write_shards("s3://built/run1", arrays, prefix="t", workers=2, **options)
+    assert remote.to_json() == local.to_json() and len(local.shards) > 5
+    for shard in local.shards:
+        assert read_bytes(f"s3://built/run1/{shard.url}") == (tmp_path / "local" / shard.url).read_bytes()
+    loader = pipeline.make_loader("s3://built/run1", num_workers=2, batch_size=100)
+    assert all_ids(loader) == list(range(3000))
+    with pytest.raises(OutputExistsError, match=r"s3://built/run1/index\.json already exists"):
+        pipeline.write_shards("s3://built/run1", arrays, prefix="t", **options)
+
+
+def test_shard_writer_streams_to_s3(built_bucket: str, arrays) -> None:
+    with pipeline.ShardWriter("s3://built/writer", "w", shard_samples=700, pack=4) as writer:
+        writer.write_columns(arrays)
+    index = pipeline.make_loader("s3://built/writer/index.json", num_workers=0, batch_size=500)
+    assert all_ids(index) == list(range(3000))
+
+
+def test_parts_built_to_s3_merge_into_one_index(built_bucket: str, arrays, tmp_path: Path) -> None:
+    options = dict(pack=8, shard_bytes=64 << 10, quiet=True)
+    for i in range(3):
+        pipeline.write_shards("s3://built/parts", arrays, prefix="p", part=Part(i, 3), **options)
+    merged, where = pipeline.merge_index_files(["s3://built/parts"])
+    assert where == "s3://built/parts/index.json"
+    assert merged.to_json() == pipeline.write_shards(tmp_path / "whole", arrays, prefix="p", **options).to_json()
+
+
+def test_an_upload_that_keeps_failing_leaves_no_index(built_bucket: str, arrays, monkeypatch, fast_retries) -> None:
+    """Through a proxy that answers 503 to everything after the first few requests."""
+    endpoint = built_bucket and __import__("os").environ["AWS_ENDPOINT_URL"]
+    proxy = FaultProxy(int(endpoint.rsplit(":", 1)[1]), {}, fail_after=3)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        with pytest.raises(SourceError, match=r"s3://built/failing/t-0000\d\d\.tar at byte 0: upload failed 6 times, last: S3 503"):
+            pipeline.write_shards("s3://built/failing", arrays, prefix="t", shard_bytes=64 << 10, quiet=True)
+    finally:
+        proxy.close()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    from pipeline.storage import s3 as s3_storage
+    from pipeline.storage.retry import RetryPolicy
+
+    assert not s3_storage.exists("s3://built/failing/index.json", RetryPolicy())
+    assert s3_storage.exists("s3://built/failing/t-000000.tar", RetryPolicy())  # what came before is there
