@@ -22,12 +22,13 @@ from .build.sources.sample_files import SampleFileSource, partition_sources
 from .build.writer import ShardWriter
 from .format.codec import decode_record, encode_sample
 from .format.errors import FormatError, IndexFormatError, SampleError, ShardError
-from .format.index import DatasetIndex, FieldSpec, ShardInfo, load_index
+from .format.index import DatasetIndex, FieldSpec, ShardInfo
 from .format.packing import sample_keys, unpack_rows
 from .format.records import decode_fields, iter_records
 from .format.summary import describe, iter_samples
 from .format.verify import Problem, verify
 from .storage.errors import SourceError
+from .stream.shards import load_index
 
 __version__ = "0.1.0"
 

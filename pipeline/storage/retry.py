@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 import os
 import random
 import time
@@ -13,6 +14,8 @@ from .errors import SourceError, TransientError, redact
 
 log = logging.getLogger("pipeline.storage")
 T = TypeVar("T")
+#: Retries and resumed reads in this process, for the loader's stats.
+COUNTERS: Counter[str] = Counter()
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ def with_retries(action: Callable[[], T], url: str, offset: int, policy: RetryPo
             if attempt + 1 == policy.attempts:
                 raise SourceError(url, offset, f"{what} failed {policy.attempts} times, last: {exc.cause}") from None
             pause = policy.delay(attempt)
+            COUNTERS["retries"] += 1
             log.warning("retrying %s of %s at byte %d in %.2fs (attempt %d/%d): %s", what, redact(url),
                         offset, pause, attempt + 2, policy.attempts, exc.cause)
             time.sleep(pause)

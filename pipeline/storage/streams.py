@@ -7,7 +7,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from .errors import SourceError, TransientError, redact
-from .retry import RetryPolicy, log, with_retries
+from .retry import COUNTERS, RetryPolicy, log, with_retries
 
 
 class Response(Protocol):
@@ -31,14 +31,13 @@ class ResumingStream:
     """A file-like reader of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end)."""
 
     def __init__(self, url: str, start: int, stop: int | None, open_range: Opener,
-                 map_error: ErrorMapper, policy: RetryPolicy, on_retry: Callable[[], None] | None = None) -> None:
+                 map_error: ErrorMapper, policy: RetryPolicy) -> None:
         self.url = url
         self.position = start
         self.stop = stop
         self._open_range = open_range
         self._map_error = map_error
         self.policy = policy
-        self._on_retry = on_retry
         self._response: Response | None = None
         self._failures = 0
         self._window_start = 0.0
@@ -96,9 +95,8 @@ class ResumingStream:
         self.close()
         if self._failures >= self.policy.attempts:
             raise SourceError(self.url, self.position, f"gave up after {self._failures} failed reads: {exc.cause}")
-        if self._on_retry is not None:
-            self._on_retry()
         pause = self.policy.delay(self._failures - 1)
+        COUNTERS["retries"] += 1
         log.warning("resuming %s at byte %d in %.2fs: %s", redact(self.url), self.position, pause, exc.cause)
         time.sleep(pause)
 

@@ -22,6 +22,7 @@ refused. With fewer such shards than consumers, some consumers get none (a warni
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import warnings
 from typing import Any, Callable, Iterator, Sequence
@@ -30,6 +31,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..format.errors import ShardError
+from ..format.index import ShardInfo
+from ..storage import SourceError, is_remote, read_range, redact
+from ..storage.cache import ShardCache
+from ..storage.retry import COUNTERS
 from .batching import messages_from_windows, to_torch
 from .plan import (PlanConfig, Remainder, WorkerPlan, chunk_table, epoch_order, epoch_plans, locate, rng_for,
                    window_permutation)
@@ -37,6 +43,8 @@ from .reader import Columns, assemble_columns, concat_columns, iter_foreign_rows
 from .shards import ForeignShards, IndexedShards, resolve_shards
 
 DEFAULT_BUFFER_BYTES = 64 << 20
+_STAT_SLOTS = 64  # rows of the shared stats: one per worker id (modulo)
+log = logging.getLogger("pipeline.stream")
 
 
 def distributed_rank_and_world() -> tuple[int, int]:
@@ -70,10 +78,16 @@ class ShardDataset(IterableDataset):
         batch_transform: Callable[[dict[str, Any]], Any] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        on_error: str = "raise",
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int = 64 << 30,
+        verify: bool = False,
     ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if remainder not in ("drop", "pad", "keep"):
             raise ValueError(f"remainder must be 'drop', 'pad' or 'keep', got {remainder!r}")
         self.shards = resolve_shards(source)
@@ -93,6 +107,10 @@ class ShardDataset(IterableDataset):
         self.batch_transform = batch_transform
         self.shuffle_buffer = shuffle_buffer or self._default_buffer()
         self.chunks_per_buffer = max(chunks_per_buffer, 1)
+        self.on_error = on_error
+        self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify)
+        # per worker: pieces skipped, samples replaced, retries (shared with the workers)
+        self._stats = torch.zeros((_STAT_SLOTS, 3), dtype=torch.int64).share_memory_()
         self.num_workers = 1  # how many DataLoader workers will read: set by ShardLoader
         self.batches_per_message = 1  # batches a worker sends at once: set by ShardLoader
         # a shared tensor, so that persistent DataLoader workers see set_epoch()
@@ -183,7 +201,7 @@ class ShardDataset(IterableDataset):
         per_message = self.batches_per_message
         if isinstance(self.shards, IndexedShards):
             plan = epoch_plans(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))[worker]
-            windows = self._indexed_windows(epoch, plan)
+            windows = self._indexed_windows(epoch, plan, worker % _STAT_SLOTS)
             sizes: Any = [n * self.batch_size
                           for n in plan.message_sizes(self.batch_size, self.drop_last, per_message)]
             limit = plan.batches(self.batch_size, True) * self.batch_size if self.drop_last else None
@@ -199,21 +217,56 @@ class ShardDataset(IterableDataset):
     def _wanted(self) -> set[str] | None:
         return None if self.fields is None else set(self.fields)
 
-    def _read_positions(self, order: Any, start: int, stop: int) -> Columns:
-        assert isinstance(self.shards, IndexedShards)
-        pieces = locate(order, self.chunks, start, stop)
-        pack = self.shards.index.pack
-        return assemble_columns((read_rows(self.shards.urls[s], self.shards.shards[s], pack, a, b, self._wanted())
-                                 for s, a, b in pieces), stop - start)
+    def stats(self) -> dict[str, int]:
+        """Counts over all workers so far: shard pieces skipped under ``on_error="skip"``, the
+        samples that stood in for them, and remote reads retried."""
+        totals = self._stats.sum(dim=0).tolist()
+        return {"skipped_pieces": totals[0], "replaced_samples": totals[1], "retries": totals[2]}
 
-    def _indexed_windows(self, epoch: int, plan: WorkerPlan) -> Iterator[tuple[Columns, np.ndarray]]:
+    def _read_piece(self, shard: int, start: int, stop: int, slot: int) -> Columns | None:
+        """Rows of one piece; under the skip policy a piece that cannot be read is logged,
+        counted and returned as ``None``."""
+        assert isinstance(self.shards, IndexedShards)
+        try:
+            return read_rows(self.shards.urls[shard], self.shards.shards[shard], self.shards.index.pack,
+                             start, stop, self._wanted(), self._range_reader)
+        except (ShardError, SourceError) as exc:
+            if self.on_error == "raise":
+                raise
+            log.warning("skipping samples %d-%d of %s: %s", start, stop, redact(self.shards.urls[shard]), exc)
+            self._stats[slot, 0] += 1
+            self._stats[slot, 1] += stop - start
+            return None
+
+    def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes:
+        if self.cache is not None and is_remote(url):
+            return self.cache.read_range(url, start, stop, shard.bytes, shard.sha256)
+        return read_range(url, start, stop)
+
+    def _read_positions(self, order: Any, start: int, stop: int, slot: int) -> Columns:
+        pieces = locate(order, self.chunks, start, stop)
+        read = [(piece, self._read_piece(*piece, slot)) for piece in pieces]
+        good = [columns for _, columns in read if columns is not None]
+        if len(good) < len(read):  # skip policy: good rows stand in for the lost ones, so that
+            if not good:           # every rank still yields the same number of batches
+                raise ShardError(self.shards.urls[pieces[0][0]], None,  # type: ignore[union-attr]
+                                 "every piece of a shuffle window failed; nothing to stand in for them")
+            spare = assemble_columns(iter(good), sum(_rows(c) for c in good))
+            read = [(p, c if c is not None else _repeat(spare, p[2] - p[1])) for p, c in read]
+        return assemble_columns((columns for _, columns in read), stop - start)
+
+    def _count_retries(self, slot: int) -> None:
+        self._stats[slot, 2] = COUNTERS["retries"]
+
+    def _indexed_windows(self, epoch: int, plan: WorkerPlan, slot: int) -> Iterator[tuple[Columns, np.ndarray]]:
         order = epoch_order(self.chunks, self.seed, epoch, self.shuffle)
         size = self.shuffle_buffer
         for seg in plan.segments:
             span_length = seg.span_stop - seg.span_start
             for window in range(seg.begin // size, -(-seg.end // size)):
                 lo, hi = window * size, min((window + 1) * size, span_length)
-                columns = self._read_positions(order, seg.span_start + lo, seg.span_start + hi)
+                columns = self._read_positions(order, seg.span_start + lo, seg.span_start + hi, slot)
+                self._count_retries(slot)
                 emit = window_permutation(self.seed, epoch, seg.span_start, window, hi - lo, self.shuffle)
                 yield columns, emit[max(seg.begin, lo) - lo:min(seg.end, hi) - lo]
 
@@ -258,6 +311,17 @@ class ShardDataset(IterableDataset):
         if self.as_tuple is not None:
             return tuple(out[name] for name in self.as_tuple)
         return out
+
+
+def _rows(columns: Columns) -> int:
+    return len(next(iter(columns.values())))
+
+
+def _repeat(columns: Columns, rows: int) -> Columns:
+    """``rows`` rows taken cyclically from ``columns``."""
+    index = np.arange(rows) % _rows(columns)
+    return {name: col[index] if isinstance(col, np.ndarray) else [col[i] for i in index]
+            for name, col in columns.items()}
 
 
 def _drop_short_tail(messages: Iterator[Columns], batch_size: int) -> Iterator[Columns]:

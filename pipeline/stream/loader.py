@@ -80,6 +80,10 @@ class ShardLoader(DataLoader):
             raise
         self.set_epoch(self._epoch + 1)
 
+    def stats(self) -> dict[str, int]:
+        """Pieces skipped, samples replaced and remote reads retried so far (all workers)."""
+        return self.dataset.stats()  # type: ignore[attr-defined]
+
     def state_dict(self, in_flight: int = 0) -> dict[str, Any]:
         """Where the loader stands: epoch, and the batches delivered so far in it (less
         ``in_flight`` batches fetched ahead by a prefetcher but not yet trained on)."""

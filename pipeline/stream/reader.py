@@ -8,7 +8,7 @@ are columns; unpacked records are stacked once per read, never per batch.
 from __future__ import annotations
 
 import io
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -99,13 +99,21 @@ def _record_columns(fields: dict[str, Any], url: str, offset: int, wanted: set[s
     return columns, rows
 
 
+RangeReader = Callable[[str, int, int, ShardInfo], bytes]
+
+
+def _read_range(url: str, start: int, stop: int, shard: ShardInfo) -> bytes:
+    return read_range(url, start, stop)
+
+
 def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
-              wanted: set[str] | None = None) -> Columns:
-    """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read."""
+              wanted: set[str] | None = None, reader: RangeReader = _read_range) -> Columns:
+    """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read (through
+    ``reader``: a cache, for instance)."""
     first, last = row_start // pack, -(-row_stop // pack)
     start = shard.offsets[first]
     stop = shard.offsets[last] if last < shard.records else shard.bytes
-    data = read_range(url, start, stop)
+    data = reader(url, start, stop, shard)
     parts: list[Columns] = []
     singles: dict[str, list] = {}
     n_records = 0

@@ -17,7 +17,8 @@ from typing import Sequence
 from braceexpand import braceexpand
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, ShardInfo, load_index, parse_index
+from ..format.index import INDEX_NAME, DatasetIndex, ShardInfo, parse_index
+from ..format.index import load_index as load_local_index
 from ..storage import SourceError, is_remote, join, parent, read_bytes, redact, scheme
 
 
@@ -48,13 +49,19 @@ def _from_index(location: str) -> IndexedShards:
     prefix holding one); shard URLs resolve against the index's folder."""
     if not is_remote(location):
         path = Path(location)
-        index = load_index(path)
+        index = load_local_index(path)
         base = str(path.parent if path.name.endswith(".json") else path)
     else:
         url = location if location.endswith(".json") else join(location, INDEX_NAME)
         index = parse_index(read_bytes(url), redact(url))
         base = parent(url)
     return IndexedShards(index, tuple(join(base, s.url) for s in index.shards))
+
+
+def load_index(location: str | os.PathLike[str]) -> DatasetIndex:
+    """An index from a local file or folder, or from a URL (``http(s)://``, ``s3://``...) of an
+    ``index.json`` or of a folder or bucket prefix holding one."""
+    return _from_index(os.fspath(location)).index
 
 
 def _index_beside(urls: list[str]) -> IndexedShards | None:

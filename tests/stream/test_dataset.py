@@ -216,3 +216,20 @@ def test_a_corrupt_shard_is_an_error_naming_it_not_a_hang(tmp_path: Path) -> Non
     with pytest.raises(ShardError, match=rf"part-000001\.tar at byte {index.shards[1].offsets[5]}"):
         for _ in loader:
             pass
+
+
+def test_skip_policy_counts_lost_samples_and_keeps_batch_counts(tmp_path: Path) -> None:
+    folder = uneven_shards(tmp_path / "skip", [400, 300, 500], pack=4)
+    (folder / "part-000001.tar").unlink()  # one shard lost after the build
+    strict = make_loader(folder, num_workers=2, batch_size=32)
+    with pytest.raises(pipeline.SourceError, match=r"part-000001\.tar at byte \d+: cannot open"):
+        for _ in strict:
+            pass
+    loader = make_loader(folder, num_workers=2, batch_size=32, on_error="skip")
+    batches = [b["i"] for b in loader]
+    assert len(batches) == len(loader)  # ranks would still agree on the number of batches
+    ids = torch.cat(batches).tolist()
+    assert len(ids) == 1200 and not set(range(400, 700)) & set(ids)
+    assert set(ids) == set(range(400)) | set(range(700, 1200))
+    stats = loader.stats()
+    assert stats["replaced_samples"] == 300 and stats["skipped_pieces"] >= 1

@@ -1,0 +1,135 @@
+"""A local disk cache of remote shards, shared safely by every worker and rank on a machine.
+
+- One download per shard at a time: a per-shard lock file (``flock``) serialises fetches, and
+  whoever gets the lock second finds the shard already there.
+- Nothing half-written is ever read: a shard is downloaded to ``<name>.part-<pid>`` and renamed
+  into place when complete (and, with ``verify``, when its sha256 matches the index).
+- Least-recently-used eviction down to ``max_bytes``, which never deletes a shard being read
+  (readers hold a shared lock; eviction only takes shards it can lock exclusively without
+  waiting) and never deadlocks: when nothing can go, the cache stays over its limit for a while,
+  even when the limit is smaller than one shard.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from .errors import SourceError
+from .opener import open_stream
+from .retry import RetryPolicy
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@contextmanager
+def _locked(path: Path, mode: int) -> Iterator[None]:
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class ShardCache:
+    """Cached copies of remote shards in ``folder``, at most ``max_bytes`` of them at rest."""
+
+    def __init__(self, folder: str | os.PathLike[str], max_bytes: int, verify: bool = False,
+                 policy: RetryPolicy | None = None) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.verify = verify
+        self.policy = policy
+
+    def path_for(self, url: str) -> Path:
+        """Where ``url`` is cached: a hash of the URL (no name from the data can leave the
+        folder) followed by a readable, sanitised base name."""
+        digest = hashlib.sha256(url.encode()).hexdigest()[:24]
+        base = _SAFE.sub("_", url.rsplit("/", 1)[-1].split("?", 1)[0])[:80]
+        return self.folder / f"{digest}-{base}"
+
+    def _download(self, url: str, path: Path, size: int | None, sha256: str | None) -> None:
+        partial = path.with_name(f"{path.name}.part-{os.getpid()}")
+        digest = hashlib.sha256()
+        written = 0
+        try:
+            with open_stream(url, self.policy) as source, open(partial, "wb") as out:
+                while chunk := source.read(8 << 20):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    written += len(chunk)
+            if size is not None and written != size:
+                raise SourceError(url, written, f"the shard has {written} bytes, the index says {size}")
+            if self.verify and sha256 is not None and digest.hexdigest() != sha256:
+                raise SourceError(url, None, f"sha256 {digest.hexdigest()} differs from the index's {sha256}")
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def fetch(self, url: str, size: int | None = None, sha256: str | None = None) -> Path:
+        """The local copy of ``url``, downloaded first if needed (once, whoever asks)."""
+        path = self.path_for(url)
+        with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
+            if path.exists():
+                os.utime(path)  # recently used
+            else:
+                self._download(url, path, size, sha256)
+        self.evict(keep=path)
+        return path
+
+    @contextmanager
+    def reading(self, url: str, size: int | None = None, sha256: str | None = None) -> Iterator[Path]:
+        """The local copy of ``url``, protected from eviction while the block runs."""
+        while True:
+            path = self.fetch(url, size, sha256)
+            with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_SH):
+                if path.exists():  # not evicted between the fetch and the lock
+                    yield path
+                    return
+
+    def read_range(self, url: str, start: int, stop: int, size: int | None = None,
+                   sha256: str | None = None) -> bytes:
+        """Bytes ``[start, stop)`` of ``url`` from its cached copy."""
+        from .opener import read_range
+
+        with self.reading(url, size, sha256) as path:
+            return read_range(str(path), start, stop)
+
+    def evict(self, keep: Path | None = None) -> None:
+        """Delete least recently used shards until the cache fits ``max_bytes``, skipping
+        ``keep`` and any shard a reader holds."""
+        with _locked(self.folder / ".evict.lock", fcntl.LOCK_EX):
+            entries = []
+            for path in self.folder.iterdir():
+                if path.name.startswith(".") or path.name.endswith(".lock") or ".part-" in path.name:
+                    continue
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:
+                    continue
+                entries.append((stat.st_mtime, stat.st_size, path))
+            total = sum(size for _, size, _ in entries)
+            for _, size, path in sorted(entries):
+                if total <= self.max_bytes:
+                    return
+                if path == keep:
+                    continue
+                with open(path.with_name(path.name + ".lock"), "a+b") as handle:
+                    try:
+                        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue  # being read: it stays
+                    path.unlink(missing_ok=True)
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+                total -= size
+
+    def bytes_cached(self) -> int:
+        return sum(p.stat().st_size for p in self.folder.iterdir()
+                   if not p.name.startswith(".") and not p.name.endswith(".lock") and ".part-" not in p.name)

@@ -1,0 +1,82 @@
+"""The local cache of remote shards: one download per shard, no half-written reads, LRU
+eviction that spares shards being read and never deadlocks."""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from pipeline import SourceError, make_loader
+from pipeline.storage.cache import ShardCache
+from tests.storage.conftest import all_ids
+from tests.storage.servers import FaultProxy
+
+
+@pytest.fixture
+def counting_proxy(nginx: str):
+    proxy = FaultProxy(int(nginx.rsplit(":", 1)[1]), {})
+    yield proxy
+    proxy.close()
+
+
+def test_each_shard_is_downloaded_once_and_later_epochs_read_the_cache(counting_proxy, tmp_path: Path,
+                                                                       total_samples: int) -> None:
+    loader = make_loader(f"{counting_proxy.url}/data/", num_workers=2, batch_size=64, shuffle_buffer=500,
+                         cache_dir=tmp_path / "cache", verify=True)
+    shards = len(pipeline.load_index(f"{counting_proxy.url}/data/index.json").shards)
+    first = counting_proxy.counts["ok"]
+    assert all_ids(loader) == list(range(total_samples))
+    assert counting_proxy.counts["ok"] - first == shards  # one GET per shard, whatever the workers
+    assert all_ids(loader) == list(range(total_samples))
+    assert counting_proxy.counts["ok"] - first == shards
+    assert len(list((tmp_path / "cache").glob("*-part-*.tar"))) == shards
+
+
+def _read_in_process(folder: str, url: str, queue) -> None:
+    queue.put(len(ShardCache(folder, 1 << 30).read_range(url, 0, 4096)))
+
+
+def test_processes_asking_for_one_shard_at_once_download_it_once(counting_proxy, tmp_path: Path) -> None:
+    url = f"{counting_proxy.url}/data/part-000004.tar"
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=_read_in_process, args=(str(tmp_path), url, queue)) for _ in range(4)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=60)
+    assert [queue.get(timeout=5) for _ in processes] == [4096] * 4
+    assert counting_proxy.counts["ok"] == 1
+
+
+def test_eviction_spares_shards_being_read_and_limits_smaller_than_a_shard_work(nginx: str, web_root: Path,
+                                                                                 tmp_path: Path) -> None:
+    urls = [f"{nginx}/data/part-{i:06d}.tar" for i in range(4)]
+    sizes = [(web_root / "data" / f"part-{i:06d}.tar").stat().st_size for i in range(4)]
+    cache = ShardCache(tmp_path, max_bytes=min(sizes) // 2)  # smaller than any shard
+    with cache.reading(urls[0]) as held:
+        for url in urls[1:]:
+            assert cache.read_range(url, 0, 100) == (web_root / "data" / url.rsplit("/", 1)[1]).read_bytes()[:100]
+        assert held.exists()  # being read: never evicted
+    assert cache.read_range(urls[3], 10, 20)
+    assert [p.name.split("-", 1)[1] for p in tmp_path.glob("*.tar")] == ["part-000003.tar"]  # the rest went
+    cache.evict()  # nobody holds it now: over the limit, so it goes too
+    assert not list(tmp_path.glob("*.tar"))
+
+
+def test_a_shard_whose_sha256_differs_from_the_index_is_refused(nginx: str, web_root: Path, tmp_path: Path) -> None:
+    bad = web_root / "bad"
+    shutil.copytree(web_root / "data", bad)
+    shard = bad / "part-000001.tar"
+    data = bytearray(shard.read_bytes())
+    data[pipeline.load_index(bad).shards[1].offsets[2] + 600] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    loader = make_loader(f"{nginx}/bad/", num_workers=0, batch_size=64, cache_dir=tmp_path, verify=True)
+    with pytest.raises(SourceError, match=r"bad/part-000001\.tar: sha256 [0-9a-f]+ differs from the index's"):
+        all_ids(loader)
+    leftovers = [p.name for p in tmp_path.glob("*part-000001.tar*") if not p.name.endswith(".lock")]
+    assert leftovers == []  # nothing half-written or wrong is kept (only its lock file)
