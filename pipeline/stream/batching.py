@@ -24,19 +24,48 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
+def shared_empty(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
+    """An uninitialised tensor allocated straight in shared memory (``share_memory_()`` on a
+    new tensor would allocate twice and copy)."""
+    torch_type = torch_dtype(dtype)
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
+    if new_shared is None:
+        return torch.empty(shape, dtype=torch_type).share_memory_()
+    count = int(np.prod(shape, dtype=np.int64))
+    storage = new_shared(count * np.dtype(dtype).itemsize)
+    return torch.empty(0, dtype=torch_type).set_(storage, 0, shape)
+
+
 def _gather_array(column: np.ndarray, index: np.ndarray, shared: bool) -> Any:
     shape = (len(index),) + column.shape[1:]
     if shared and column.dtype.kind in "biuf":
-        out = torch.empty(shape, dtype=torch_dtype(column.dtype)).share_memory_()
+        out = shared_empty(shape, column.dtype)
         np.take(column, index, axis=0, out=out.numpy())
         return out
     return np.take(column, index, axis=0)
 
 
+def _gather_list(column: list, index: np.ndarray, shared: bool) -> Any:
+    """Rows of a list column: equally shaped arrays are stacked straight into the batch buffer
+    (one copy per sample), anything else stays a list."""
+    values = [column[i] for i in index]
+    first = values[0] if values else None
+    if not isinstance(first, np.ndarray) or first.dtype.kind not in "biuf" \
+            or any(v.shape != first.shape or v.dtype != first.dtype for v in values):
+        return values
+    shape = (len(values),) + first.shape
+    if shared:
+        out = shared_empty(shape, first.dtype)
+        np.stack(values, out=out.numpy())
+        return out
+    return np.stack(values)
+
+
 def gather(columns: Columns, index: np.ndarray, shared: bool = False) -> Columns:
-    """Rows ``index`` of every column (arrays: one vectorised copy; lists: a list)."""
+    """Rows ``index`` of every column: one vectorised copy per field, into shared memory when
+    ``shared``."""
     return {name: _gather_array(col, index, shared) if isinstance(col, np.ndarray)
-            else [col[i] for i in index] for name, col in columns.items()}
+            else _gather_list(col, index, shared) for name, col in columns.items()}
 
 
 def _join(parts: list[Columns]) -> Columns:

@@ -23,10 +23,17 @@ Columns = dict[str, Any]
 _RESERVED = (ROWS_FIELD, KEYS_FIELD)
 
 
+#: Samples at least this large stay separate arrays (views into the bytes read) until a batch
+#: is gathered: one copy per sample instead of two.
+LARGE_SAMPLE_BYTES = 16 << 10
+
+
 def stack_values(values: Sequence[Any]) -> Any:
     """One column from per-sample values: an array if they are equally shaped arrays or
-    numbers, else the list itself."""
+    numbers (except large arrays, kept as a list of views until batching), else the list."""
     first = values[0]
+    if isinstance(first, np.ndarray) and first.nbytes >= LARGE_SAMPLE_BYTES:
+        return list(values)
     if isinstance(first, (np.ndarray, np.generic, int, float, bool)):
         try:
             return np.stack(values) if isinstance(first, (np.ndarray, np.generic)) else np.asarray(values)
