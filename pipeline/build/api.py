@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..format.index import DatasetIndex
+from ..storage import join
 from .run import build_shards
 from .sources.arrays import ArraySource, open_npz
 from .sources.folder import FolderSource
@@ -42,7 +42,7 @@ def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any
     of JSON files. Every split is checked before the first shard is written.
     """
     sources = partition_sources(root, labels, partition)
-    return {split: build_shards(source, Path(out_dir) / split, split, **options)
+    return {split: build_shards(source, join(os.fspath(out_dir), split), split, **options)
             for split, source in sources.items()}
 
 

@@ -66,6 +66,8 @@ def load_index(location: str | os.PathLike[str]) -> DatasetIndex:
 
 def _index_beside(urls: list[str]) -> IndexedShards | None:
     """The index in the one folder that holds all of ``urls``, if there is one."""
+    if any(scheme(u) == "pipe" for u in urls):
+        return None  # a command's output has no folder to hold an index
     folders = {parent(u) for u in urls}
     if len(folders) != 1:
         return None

@@ -1,0 +1,49 @@
+"""The opener's local schemes: paths, file:// URLs, pipe: commands, and unknown schemes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline import SourceError
+from pipeline.storage import join, open_stream, read_range, redact
+from tests.stream.shardsets import uneven_shards
+
+
+def test_file_urls_and_pipe_commands_read_the_same_bytes(tmp_path: Path) -> None:
+    data = np.random.default_rng(0).bytes(100_000)
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data)
+    assert read_range(f"file://{path}", 10, 5000) == data[10:5000]
+    assert read_range(f"pipe:cat {path}", 10, 5000) == data[10:5000]
+    with open_stream(f"pipe:cat {path}") as stream:
+        assert stream.read() == data
+
+
+def test_a_failing_pipe_command_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match=r"pipe:cat /nonexistent: command exited with status 1"):
+        with open_stream("pipe:cat /nonexistent") as stream:
+            stream.read()
+
+
+def test_foreign_shards_stream_through_pipe_commands(tmp_path: Path) -> None:
+    folder = uneven_shards(tmp_path / "s", [40, 30])
+    urls = [f"pipe:cat {folder}/part-{i:06d}.tar" for i in range(2)]
+    ids = sorted(int(i) for batch in pipeline.ShardDataset(urls, batch_size=16) for i in batch["i"])
+    assert ids == list(range(70))
+
+
+def test_unknown_schemes_say_what_is_missing() -> None:
+    with pytest.raises(SourceError, match=r"gs://bucket/x\.tar.*(fsspec|gcsfs|cannot open|protocol)"):
+        open_stream("gs://bucket/x.tar")
+
+
+def test_urls_join_like_folders() -> None:
+    assert join("s3://b/train", "part-0.tar") == "s3://b/train/part-0.tar"
+    assert join("s3://b/a/train/", "../other/x.tar") == "s3://b/a/other/x.tar"
+    assert join("http://h:1/d", "x.tar") == "http://h:1/d/x.tar"
+    assert join("s3://b/a", "http://elsewhere/x.tar") == "http://elsewhere/x.tar"
+    assert redact("https://user:pw@h/x.tar?X-Amz-Signature=abc") == "https://h/x.tar?<redacted>"
