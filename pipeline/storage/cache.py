@@ -130,6 +130,3 @@ class ShardCache:
                     fcntl.flock(handle, fcntl.LOCK_UN)
                 total -= size
 
-    def bytes_cached(self) -> int:
-        return sum(p.stat().st_size for p in self.folder.iterdir()
-                   if not p.name.startswith(".") and not p.name.endswith(".lock") and ".part-" not in p.name)

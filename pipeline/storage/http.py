@@ -53,10 +53,3 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
         raise TransientError(url, start, f"HTTP {status}")
     raise SourceError(url, start, f"unexpected HTTP {status}")
 
-
-def read_object(url: str, policy: RetryPolicy) -> bytes:
-    """A whole (small) object, such as an index."""
-    from .streams import ResumingStream
-
-    with ResumingStream(url, 0, None, lambda u, a, b: open_range(u, a, b, policy), map_error, policy) as stream:
-        return stream.read()

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import pipeline
 from pipeline import SourceError, make_loader
 from pipeline.storage import open_stream, read_range
 from tests.storage.conftest import all_ids
