@@ -42,7 +42,7 @@ from .plan import (PlanConfig, Remainder, WorkerPlan, chunk_table, epoch_order, 
 from .reader import Columns, assemble_columns, concat_columns, iter_foreign_rows, read_rows, stack_values
 from .shards import ForeignShards, IndexedShards, resolve_shards
 
-DEFAULT_BUFFER_BYTES = 64 << 20
+DEFAULT_BUFFER_BYTES = 32 << 20
 _STAT_SLOTS = 64  # rows of the shared stats: one per worker id (modulo)
 log = logging.getLogger("pipeline.stream")
 
