@@ -15,21 +15,31 @@ class SampleError(FormatError, ValueError):
     """A sample cannot be encoded (unsupported type, bad field name) or decoded."""
 
 
-class ShardError(FormatError):
-    """A shard is malformed: bad tar header, truncated member, undecodable record.
+class LocatedError(FormatError):
+    """An error at a place: a URL, the byte offset when known, and the reason.
 
-    The message always carries the shard URL and the byte offset of the problem.
+    Built from its message alone (``LocatedError(message)``), as a DataLoader does when it
+    re-raises a worker's exception in the main process, it keeps that message.
     """
 
     def __init__(self, url: str, offset: int | None = None, reason: str | None = None) -> None:
         self.url = url
         self.offset = offset
         self.reason = reason
-        if reason is None:  # rebuilt from its message alone (as DataLoader does across processes)
+        if reason is None:
             super().__init__(url)
             return
-        where = f"{url}" if offset is None else f"{url} at byte {offset}"
-        super().__init__(f"{where}: {reason}")
+        shown = self.display(url)
+        super().__init__(f"{shown}: {reason}" if offset is None else f"{shown} at byte {offset}: {reason}")
+
+    @staticmethod
+    def display(url: str) -> str:
+        """How the URL appears in the message."""
+        return url
+
+
+class ShardError(LocatedError):
+    """A shard is malformed: bad tar header, truncated member, undecodable record."""
 
 
 class IndexFormatError(FormatError):

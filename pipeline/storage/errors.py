@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from ..format.errors import FormatError
+from ..format.errors import LocatedError
 
 
 def redact(url: str) -> str:
@@ -19,18 +19,11 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "<redacted>" if parts.query else "", ""))
 
 
-class SourceError(FormatError, OSError):
-    """Bytes cannot be read from (or written to) a URL. Permanent: retrying will not help."""
+class SourceError(LocatedError, OSError):
+    """Bytes cannot be read from (or written to) a URL. Permanent: retrying will not help.
+    The URL in the message is redacted (no query string, no user info)."""
 
-    def __init__(self, url: str, offset: int | None = None, cause: str | None = None) -> None:
-        self.url = url
-        self.offset = offset
-        self.cause = cause
-        if cause is None:  # rebuilt from its message alone (as DataLoader does across processes)
-            super().__init__(url)
-            return
-        where = redact(url) if offset is None else f"{redact(url)} at byte {offset}"
-        super().__init__(f"{where}: {cause}")
+    display = staticmethod(redact)
 
 
 class TransientError(SourceError):

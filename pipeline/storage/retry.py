@@ -54,10 +54,10 @@ def with_retries(action: Callable[[], T], url: str, offset: int, policy: RetryPo
             return action()
         except TransientError as exc:
             if attempt + 1 == policy.attempts:
-                raise SourceError(url, offset, f"{what} failed {policy.attempts} times, last: {exc.cause}") from None
+                raise SourceError(url, offset, f"{what} failed {policy.attempts} times, last: {exc.reason}") from None
             pause = policy.delay(attempt)
             COUNTERS["retries"] += 1
             log.warning("retrying %s of %s at byte %d in %.2fs (attempt %d/%d): %s", what, redact(url),
-                        offset, pause, attempt + 2, policy.attempts, exc.cause)
+                        offset, pause, attempt + 2, policy.attempts, exc.reason)
             time.sleep(pause)
     raise AssertionError("unreachable")

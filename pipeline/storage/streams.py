@@ -94,10 +94,10 @@ class ResumingStream:
         self._failures += 1
         self.close()
         if self._failures >= self.policy.attempts:
-            raise SourceError(self.url, self.position, f"gave up after {self._failures} failed reads: {exc.cause}")
+            raise SourceError(self.url, self.position, f"gave up after {self._failures} failed reads: {exc.reason}")
         pause = self.policy.delay(self._failures - 1)
         COUNTERS["retries"] += 1
-        log.warning("resuming %s at byte %d in %.2fs: %s", redact(self.url), self.position, pause, exc.cause)
+        log.warning("resuming %s at byte %d in %.2fs: %s", redact(self.url), self.position, pause, exc.reason)
         time.sleep(pause)
 
     def close(self) -> None:

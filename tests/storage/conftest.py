@@ -83,6 +83,20 @@ def all_ids(loader) -> list[int]:
     return sorted(i for batch in loader for i in batch["i"].tolist())
 
 
+def play(source: str, seed: int, state=None, stop: int | None = None):
+    """One epoch of sample numbers per batch with 2 workers; with ``stop``, only that many
+    batches and the loader's state after them."""
+    loader = pipeline.make_loader(source, num_workers=2, batch_size=64, seed=seed, shuffle_buffer=700)
+    if state:
+        loader.load_state_dict(state)
+    batches = []
+    for batch in loader:
+        batches.append(batch["i"].tolist())
+        if stop and len(batches) == stop:
+            return batches, loader.state_dict()
+    return batches, None
+
+
 @pytest.fixture(scope="session")
 def total_samples(web_root: Path) -> int:
     return pipeline.load_index(web_root / "data").samples

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import SourceError, make_loader
 from pipeline.storage import open_stream, read_range
-from tests.storage.conftest import all_ids
+from tests.storage.conftest import all_ids, play
 from tests.storage.servers import FaultProxy
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -38,20 +38,9 @@ def test_every_sample_once_from_an_index_url(nginx: str, total_samples: int, wor
 
 
 def test_resume_over_http_yields_the_uninterrupted_batches(nginx: str) -> None:
-    def run(state=None, stop=None):
-        loader = make_loader(f"{nginx}/data/", num_workers=2, batch_size=64, seed=2, shuffle_buffer=700)
-        if state:
-            loader.load_state_dict(state)
-        out = []
-        for batch in loader:
-            out.append(batch["i"].tolist())
-            if stop and len(out) == stop:
-                return out, loader.state_dict()
-        return out, None
-
-    reference, _ = run()
-    head, state = run(stop=37)
-    tail, _ = run(state=state)
+    reference, _ = play(f"{nginx}/data/", seed=2)
+    head, state = play(f"{nginx}/data/", seed=2, stop=37)
+    tail, _ = play(f"{nginx}/data/", seed=2, state=state)
     assert head + tail == reference
 
 

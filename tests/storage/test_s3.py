@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import SourceError, make_loader
 from pipeline.storage import read_bytes, read_range
-from tests.storage.conftest import all_ids, make_bucket, upload_folder
+from tests.storage.conftest import all_ids, make_bucket, play, upload_folder
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -34,20 +34,9 @@ def test_every_sample_once_from_a_bucket_prefix(bucket: str, total_samples: int,
 
 
 def test_resume_over_s3_yields_the_uninterrupted_batches(bucket: str) -> None:
-    def run(state=None, stop=None):
-        loader = make_loader("s3://shards/train/", num_workers=2, batch_size=64, seed=4, shuffle_buffer=700)
-        if state:
-            loader.load_state_dict(state)
-        out = []
-        for batch in loader:
-            out.append(batch["i"].tolist())
-            if stop and len(out) == stop:
-                return out, loader.state_dict()
-        return out, None
-
-    reference, _ = run()
-    head, state = run(stop=29)
-    tail, _ = run(state=state)
+    reference, _ = play("s3://shards/train/", seed=4)
+    head, state = play("s3://shards/train/", seed=4, stop=29)
+    tail, _ = play("s3://shards/train/", seed=4, state=state)
     assert head + tail == reference
 
 
