@@ -988,7 +988,17 @@ def save_chart(rows: list[Row], path: Path) -> bool:
     return True
 
 
-def environment() -> dict[str, Any]:
+def library_revision() -> str:
+    """The git commit of the library, with ``+changes`` when ``pipeline/`` has uncommitted
+    edits (each case imports the library afresh, so a run must not span a change)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "--", "pipeline") else "")
+
+
+def environment(revision_at_start: str) -> dict[str, Any]:
     import msgpack
     import torch
     import webdataset
@@ -997,22 +1007,24 @@ def environment() -> dict[str, Any]:
 
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "numpy": np.__version__, "torch": torch.__version__, "msgpack": ".".join(map(str, msgpack.version)),
-            "webdataset": getattr(webdataset, "__version__", "?"), "pipeline": pipeline.__version__}
+            "webdataset": getattr(webdataset, "__version__", "?"), "pipeline": pipeline.__version__,
+            "pipeline_revision_at_start": revision_at_start, "pipeline_revision_at_end": library_revision()}
 
 
 def save_results(cfg: Config, rows: list[Row], shuffle: list[dict[str, Any]], memory: dict[str, Any] | None,
-                 targets: list[Target]) -> Path:
+                 targets: list[Target], revision: str) -> Path:
     cfg.out.mkdir(parents=True, exist_ok=True)
     path = cfg.out / "bench.json"
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     payload = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "config": config,
-               "environment": environment(), "throughput": [r.summary() for r in rows], "shuffle": shuffle,
+               "environment": environment(revision), "throughput": [r.summary() for r in rows], "shuffle": shuffle,
                "memory": memory, "targets": [t.row() for t in targets]}
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
 
 
-def report(cfg: Config, rows: list[Row], shuffle: list[dict[str, Any]], memory: dict[str, Any] | None) -> None:
+def report(cfg: Config, rows: list[Row], shuffle: list[dict[str, Any]], memory: dict[str, Any] | None,
+           revision: str) -> None:
     targets = throughput_targets(rows) + memory_targets(memory)
     if rows:
         print(f"\n### Throughput (batch size {BATCH}; best of {cfg.epochs} epochs; MB/s of payload, 1 MB = 1e6 B; "
@@ -1029,7 +1041,10 @@ def report(cfg: Config, rows: list[Row], shuffle: list[dict[str, Any]], memory: 
     if targets:
         print("\n### Targets\n")
         print(targets_table(targets))
-    print(f"\nwritten to {save_results(cfg, rows, shuffle, memory, targets)}")
+    now = library_revision()
+    if now != revision:
+        print(f"\nWARNING: the library changed during the run ({revision} -> {now}): rerun for consistent results")
+    print(f"\nwritten to {save_results(cfg, rows, shuffle, memory, targets, revision)}")
     if rows and save_chart(rows, cfg.out / "bench.png"):
         print(f"chart in {cfg.out / 'bench.png'}")
 
@@ -1054,13 +1069,15 @@ def check_free_space(folder: Path, needed: int) -> None:
 
 
 def main(cfg: Config) -> None:
+    revision = library_revision()
+    log(f"pipeline at {revision}")
     with tempfile.TemporaryDirectory(prefix="bench-", dir=cfg.tmp) as tmp:
         work = Path(tmp)
         check_free_space(work, disk_needed(cfg))
         rows = run_shapes(cfg, work)
         shuffle = [] if cfg.skip_shuffle else run_shuffle(cfg, work)
         memory = None if cfg.skip_memory else run_memory(cfg, work)
-    report(cfg, rows, shuffle, memory)
+    report(cfg, rows, shuffle, memory, revision)
 
 
 if __name__ == "__main__":

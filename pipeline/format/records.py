@@ -25,12 +25,12 @@ class Record:
     """One record of a shard: its key, member payloads by extension, and byte offset."""
 
     key: str
-    members: dict[str, bytes]
+    members: dict[str, bytes | memoryview]
     offset: int
 
 
 def iter_records(
-    stream: BinaryIO,
+    stream: BinaryIO | bytes | memoryview,
     url: str,
     start: int = 0,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
@@ -70,9 +70,10 @@ _DECODERS: dict[str, Callable[[bytes], Any]] = {
 }
 
 
-def decode_member(ext: str, data: bytes) -> Any:
+def decode_member(ext: str, data: bytes | memoryview) -> Any:
     """Decode one foreign member by the last part of its extension (raw bytes if unknown)."""
     decoder = _DECODERS.get(ext.rsplit(".", 1)[-1].lower())
+    data = bytes(data)
     return data if decoder is None else decoder(data)
 
 

@@ -78,11 +78,25 @@ def split_name(name: str) -> tuple[str, str] | tuple[None, None]:
 
 @dataclass(frozen=True)
 class TarMember:
-    """A regular file read from a tar stream; ``offset`` is where its header starts."""
+    """A regular file read from a tar stream; ``offset`` is where its header starts. ``data``
+    is a memoryview into the buffer when the archive was given as bytes (no copy)."""
 
     name: str
-    data: bytes
+    data: bytes | memoryview
     offset: int
+
+
+class _MemoryReader:
+    """``read(n)`` over an in-memory archive, returning views instead of copies."""
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.view = memoryview(data).cast("B")
+        self.position = 0
+
+    def read(self, size: int) -> memoryview:
+        chunk = self.view[self.position:self.position + size]
+        self.position += len(chunk)
+        return chunk
 
 
 def _parse_number(field: bytes, url: str, offset: int, what: str) -> int:
@@ -125,7 +139,7 @@ class _Stream:
         self.url = url
         self.position = position
 
-    def read(self, size: int, what: str) -> bytes | None:
+    def read(self, size: int, what: str) -> bytes | memoryview | None:
         """Exactly ``size`` bytes, ``None`` at a clean end before any byte, else ShardError."""
         chunks = []
         remaining = size
@@ -135,7 +149,7 @@ class _Stream:
                 break
             chunks.append(chunk)
             remaining -= len(chunk)
-        data = b"".join(chunks)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         start = self.position
         self.position += len(data)
         if remaining and (data or what != "header"):
@@ -144,24 +158,28 @@ class _Stream:
 
 
 def iter_members(
-    stream: BinaryIO,
+    stream: BinaryIO | bytes | bytearray | memoryview,
     url: str,
     start: int = 0,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
 ) -> Iterator[TarMember]:
-    """Yield the regular files of a tar stream positioned at byte ``start`` of shard ``url``.
+    """Yield the regular files of a tar stream (or of an archive already in memory, whose
+    members are then views, not copies) that starts at byte ``start`` of shard ``url``.
 
     Directories and PAX global headers are skipped; links and device files are refused
     (a shard has no use for them and a reader must not follow them).
     """
-    reader = _Stream(stream, url, start)
+    if isinstance(stream, (bytes, bytearray, memoryview)):
+        stream = _MemoryReader(stream)  # type: ignore[assignment]
+    reader = _Stream(stream, url, start)  # type: ignore[arg-type]
     long_name: str | None = None
     pax: dict[str, str] = {}
     while True:
         offset = reader.position
-        header = reader.read(BLOCK, "header")
-        if header is None:
+        block = reader.read(BLOCK, "header")
+        if block is None:
             return  # stream ended without end-of-archive blocks: tolerated, like GNU tar
+        header = bytes(block)
         if header == b"\0" * BLOCK:
             return
         stored = _parse_number(header[148:156], url, offset, "checksum")
@@ -189,12 +207,12 @@ def iter_members(
         else:
             raise ShardError(url, offset, f"tar member of type {kind!r} (link or device) is not allowed in a shard")
         if kind == b"x":
-            pax = _parse_pax(data, url, offset)
+            pax = _parse_pax(bytes(data), url, offset)
             continue
         if kind == b"g":
             continue
         if kind == b"L":
-            long_name = data.split(b"\0", 1)[0].decode("utf-8", "replace")
+            long_name = bytes(data).split(b"\0", 1)[0].decode("utf-8", "replace")
             continue
         name = pax.get("path") or long_name
         if name is None:
