@@ -54,6 +54,9 @@ memory tensors in flight) once per process, so the memory rows also sample PSS
 them. Generated files are synced and read once so that they are in the page cache before
 any case runs; each shape's files are deleted before the next shape is generated. MB/s
 counts payload bytes, not container bytes, so that loaders are compared on the same work.
+The library is copied into the temporary folder at the start (``pipeline/`` as it is, or a
+commit with ``--rev``) and every process imports that copy, so that edits to the package
+during a long run cannot mix versions; the JSON records the revision.
 
 Usage (results also go to ``bench-results/bench.json`` and ``bench-results/bench.png``)::
 
@@ -64,12 +67,15 @@ Usage (results also go to ``bench-results/bench.json`` and ``bench-results/bench
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -125,6 +131,7 @@ class Config:
     skip_shuffle: bool
     skip_memory: bool
     quick: bool
+    rev: str | None
     tmp: str | None
     out: Path
 
@@ -148,6 +155,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--skip-slow", action="store_true", help="skip the classic recipes (joblib, .pt)")
     p.add_argument("--skip-shuffle", action="store_true", help="skip the shuffle quality case")
     p.add_argument("--skip-memory", action="store_true", help="skip the memory case")
+    p.add_argument("--rev", help="benchmark the library at this git commit (default: pipeline/ as it is at the start)")
     p.add_argument("--tmp", help="folder for the generated data (default: the system temp dir)")
     p.add_argument("--out", type=Path, default=ROOT / "bench-results",
                    help="folder for bench.json and bench.png (default: bench-results/)")
@@ -162,7 +170,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     return Config(**pick, shapes=shapes, workers=tuple(int(w) for w in args.workers.split(",")),
                   epochs=args.epochs, embedding_pack=args.embedding_pack, skip_slow=args.skip_slow,
                   skip_shuffle=args.skip_shuffle, skip_memory=args.skip_memory, quick=args.quick,
-                  tmp=args.tmp, out=args.out)
+                  rev=args.rev, tmp=args.tmp, out=args.out)
 
 
 @dataclass(frozen=True)
@@ -640,7 +648,8 @@ def child_main(spec: dict[str, Any]) -> None:
     for _ in range(spec["epochs"]):
         result, labels = play_epoch(loader, spec.get("labels", False))
         epochs.append(result)
-    out: dict[str, Any] = {"epochs": epochs, "info": info}
+    library = sys.modules.get("pipeline")
+    out: dict[str, Any] = {"epochs": epochs, "info": {**info, "pipeline": getattr(library, "__file__", None)}}
     if spec.get("labels"):
         out["label_stats"] = label_stats(labels, SHUFFLE_CLASSES)
     print(json.dumps(out))
@@ -989,8 +998,8 @@ def save_chart(rows: list[Row], path: Path) -> bool:
 
 
 def library_revision() -> str:
-    """The git commit of the library, with ``+changes`` when ``pipeline/`` has uncommitted
-    edits (each case imports the library afresh, so a run must not span a change)."""
+    """The git commit of the working tree, with ``+changes`` when ``pipeline/`` has
+    uncommitted edits."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
 
@@ -998,7 +1007,28 @@ def library_revision() -> str:
     return commit + ("+changes" if git("status", "--porcelain", "--", "pipeline") else "")
 
 
-def environment(revision_at_start: str) -> dict[str, Any]:
+def snapshot_library(work: Path, rev: str | None) -> str:
+    """Copy the library into the run's folder and import it from there, here and in every
+    child process (through ``PYTHONPATH``, ahead of the editable install): each case starts
+    a fresh interpreter, so a run of half an hour would otherwise mix the versions of a
+    package edited meanwhile. Returns the revision benchmarked."""
+    dest = work / "library"
+    if rev:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "pipeline"], capture_output=True,
+                                 check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(dest, filter="data")
+        revision = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+    else:
+        revision = library_revision()
+        shutil.copytree(ROOT / "pipeline", dest / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    sys.path.insert(0, str(dest))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(dest), os.environ.get("PYTHONPATH")]))
+    return revision
+
+
+def environment(revision: str) -> dict[str, Any]:
     import msgpack
     import torch
     import webdataset
@@ -1008,7 +1038,7 @@ def environment(revision_at_start: str) -> dict[str, Any]:
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "numpy": np.__version__, "torch": torch.__version__, "msgpack": ".".join(map(str, msgpack.version)),
             "webdataset": getattr(webdataset, "__version__", "?"), "pipeline": pipeline.__version__,
-            "pipeline_revision_at_start": revision_at_start, "pipeline_revision_at_end": library_revision()}
+            "pipeline_revision": revision, "pipeline_imported_from": str(Path(pipeline.__file__).parent)}
 
 
 def save_results(cfg: Config, rows: list[Row], shuffle: list[dict[str, Any]], memory: dict[str, Any] | None,
@@ -1041,10 +1071,8 @@ def report(cfg: Config, rows: list[Row], shuffle: list[dict[str, Any]], memory: 
     if targets:
         print("\n### Targets\n")
         print(targets_table(targets))
-    now = library_revision()
-    if now != revision:
-        print(f"\nWARNING: the library changed during the run ({revision} -> {now}): rerun for consistent results")
-    print(f"\nwritten to {save_results(cfg, rows, shuffle, memory, targets, revision)}")
+    print(f"\nlibrary benchmarked: pipeline at {revision}")
+    print(f"written to {save_results(cfg, rows, shuffle, memory, targets, revision)}")
     if rows and save_chart(rows, cfg.out / "bench.png"):
         print(f"chart in {cfg.out / 'bench.png'}")
 
@@ -1069,11 +1097,11 @@ def check_free_space(folder: Path, needed: int) -> None:
 
 
 def main(cfg: Config) -> None:
-    revision = library_revision()
-    log(f"pipeline at {revision}")
     with tempfile.TemporaryDirectory(prefix="bench-", dir=cfg.tmp) as tmp:
         work = Path(tmp)
         check_free_space(work, disk_needed(cfg))
+        revision = snapshot_library(work, cfg.rev)
+        log(f"pipeline at {revision}, imported from {work / 'library'}")
         rows = run_shapes(cfg, work)
         shuffle = [] if cfg.skip_shuffle else run_shuffle(cfg, work)
         memory = None if cfg.skip_memory else run_memory(cfg, work)
@@ -1084,4 +1112,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         child_main(json.loads(sys.argv[2]))
     else:
+        # a plain ``kill`` unwinds like Ctrl-C, so that the generated data is removed
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         main(parse_args())

@@ -15,6 +15,7 @@ accepted: pickle is never used, so decoding a shard can never execute code.
 
 from __future__ import annotations
 
+import math
 import struct
 from functools import lru_cache
 from typing import Any, Mapping
@@ -236,7 +237,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise SampleError(f"array extension has bad dtype {dtype_str!r}: {exc}") from None
     else:
         dtype = np.dtype("<i2")
-    count = int(np.prod(shape, dtype=np.uint64)) if shape else 1
+    count = math.prod(shape)
     if count * dtype.itemsize != len(data) - offset:
         raise SampleError(
             f"array extension of shape {tuple(shape)} and dtype {dtype_str} needs "

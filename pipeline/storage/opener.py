@@ -14,6 +14,7 @@ raise one :class:`SourceError` naming the URL, the byte offset and the cause.
 
 from __future__ import annotations
 
+import mmap
 import os
 import posixpath
 import subprocess
@@ -69,6 +70,27 @@ def _local_range(url: str, start: int, stop: int) -> bytes:
             chunks.append(data)
             position += len(data)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def map_range(url: str, start: int, stop: int) -> memoryview:
+    """Bytes ``[start, stop)`` of a local file as a read-only view of its pages (no copy into
+    our memory: the page cache itself, unmapped when the last view of it goes)."""
+    path = local_path(url)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise SourceError(url, start, f"cannot open: {exc.strerror}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < stop:
+            raise SourceError(url, size, f"ends at byte {size}, expected data up to byte {stop}")
+        if stop == start:
+            return memoryview(b"")
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        mapped = mmap.mmap(fd, stop - base, offset=base, access=mmap.ACCESS_READ)
+        return memoryview(mapped)[start - base:]
     finally:
         os.close(fd)
 

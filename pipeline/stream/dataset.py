@@ -34,6 +34,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..format.errors import ShardError
 from ..format.index import ShardInfo
 from ..storage import SourceError, is_remote, read_range, redact
+from ..storage.opener import map_range
 from ..storage.cache import ShardCache
 from ..storage.retry import COUNTERS
 from .batching import messages_from_windows, to_torch
@@ -238,9 +239,12 @@ class ShardDataset(IterableDataset):
             self._stats[slot, 1] += stop - start
             return None
 
-    def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes:
-        if self.cache is not None and is_remote(url):
-            return self.cache.read_range(url, start, stop, shard.bytes, shard.sha256)
+    def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
+        if not is_remote(url):
+            return map_range(url, start, stop)
+        if self.cache is not None:
+            with self.cache.reading(url, shard.bytes, shard.sha256) as path:
+                return map_range(str(path), start, stop)  # the mapping outlives an eviction
         return read_range(url, start, stop)
 
     def _read_positions(self, order: Any, start: int, stop: int, slot: int) -> Columns:

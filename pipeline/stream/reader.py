@@ -7,7 +7,6 @@ are columns; unpacked records are stacked once per read, never per batch.
 
 from __future__ import annotations
 
-import io
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -106,7 +105,7 @@ def _record_columns(fields: dict[str, Any], url: str, offset: int, wanted: set[s
     return columns, rows
 
 
-RangeReader = Callable[[str, int, int, ShardInfo], bytes]
+RangeReader = Callable[[str, int, int, ShardInfo], bytes | memoryview]
 
 
 def _read_range(url: str, start: int, stop: int, shard: ShardInfo) -> bytes:
@@ -124,7 +123,7 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     parts: list[Columns] = []
     singles: dict[str, list] = {}
     n_records = 0
-    for record in iter_records(io.BytesIO(data), url, start):
+    for record in iter_records(data, url, start):  # members are views of data: no copies
         if n_records == last - first:
             break
         columns, rows = _record_columns(decode_fields(record, url), url, record.offset, wanted)
