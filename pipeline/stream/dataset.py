@@ -21,9 +21,11 @@ refused. With fewer such shards than consumers, some consumers get none (a warni
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
@@ -44,6 +46,7 @@ from .reader import Columns, assemble_columns, concat_columns, iter_foreign_rows
 from .shards import ForeignShards, IndexedShards, resolve_shards
 
 DEFAULT_BUFFER_BYTES = 32 << 20
+REQUESTS_IN_FLIGHT = 8  # ranged requests a worker keeps open at once for remote shards
 _STAT_SLOTS = 64  # rows of the shared stats: one per worker id (modulo)
 log = logging.getLogger("pipeline.stream")
 
@@ -124,6 +127,7 @@ class ShardDataset(IterableDataset):
                 if unknown:
                     raise ValueError(f"fields {unknown} are not in the index (it has {sorted(index.fields)})")
             self.chunks = chunk_table([s.samples for s in index.shards], index.pack, self._chunk_samples())
+        self._remote = any(is_remote(u) for u in self.shards.urls)
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -249,7 +253,11 @@ class ShardDataset(IterableDataset):
 
     def _read_positions(self, order: Any, start: int, stop: int, slot: int) -> Columns:
         pieces = locate(order, self.chunks, start, stop)
-        read = [(piece, self._read_piece(*piece, slot)) for piece in pieces]
+        if self._remote and len(pieces) > 1:  # requests wait on the network: keep several in flight
+            results = list(_request_pool().map(lambda piece: self._read_piece(*piece, slot), pieces))
+        else:
+            results = [self._read_piece(*piece, slot) for piece in pieces]
+        read = list(zip(pieces, results))
         good = [columns for _, columns in read if columns is not None]
         if len(good) < len(read):  # skip policy: good rows stand in for the lost ones, so that
             if not good:           # every rank still yields the same number of batches
@@ -315,6 +323,17 @@ class ShardDataset(IterableDataset):
         if self.as_tuple is not None:
             return tuple(out[name] for name in self.as_tuple)
         return out
+
+
+@functools.lru_cache(maxsize=1)
+def _request_pool_for(pid: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="shard-read")
+
+
+def _request_pool() -> ThreadPoolExecutor:
+    """Threads that read remote pieces of a window at once, one pool per process (a pool does
+    not survive a fork)."""
+    return _request_pool_for(os.getpid())
 
 
 def _rows(columns: Columns) -> int:
