@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_s3(folder, names, args.runs, args.workers)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"| source | reader | best (s) | MB/s | vs raw client |\n|---|---|---|---|---|")
+    print("| source | reader | best (s) | MB/s | vs raw client |\n|---|---|---|---|---|")
     raw: dict[str, float] = {}
     for r in rows:
         raw.setdefault(r["source"], r["mb_per_s"])

@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from train import main as train_main  # scripts/train.py, beside this file
 
 import pipeline
-from train import main as train_main  # scripts/train.py, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 

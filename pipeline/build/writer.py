@@ -19,8 +19,8 @@ from typing import Any, Mapping
 
 from ..format.errors import SampleError
 from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema
-from ..storage.destination import destination
 from ..format.tar import END_OF_ARCHIVE, member_bytes
+from ..storage.destination import destination
 from .fixed_records import FixedLayout, build_records, fixed_layout
 from .output import prepare_output, remove_stale_shards, save_index, shard_name
 from .progress import BuildProgress

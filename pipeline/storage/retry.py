@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
 import os
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 

@@ -25,8 +25,8 @@ import functools
 import itertools
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -36,12 +36,21 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..format.errors import ShardError
 from ..format.index import ShardInfo
 from ..storage import SourceError, is_remote, read_range, redact
-from ..storage.opener import map_range
 from ..storage.cache import ShardCache
+from ..storage.opener import map_range
 from ..storage.retry import COUNTERS
 from .batching import messages_from_windows, to_torch
-from .plan import (PlanConfig, Remainder, WorkerPlan, chunk_table, epoch_order, epoch_plans, locate, rng_for,
-                   window_permutation)
+from .plan import (
+    PlanConfig,
+    Remainder,
+    WorkerPlan,
+    chunk_table,
+    epoch_order,
+    epoch_plans,
+    locate,
+    rng_for,
+    window_permutation,
+)
 from .reader import Columns, assemble_columns, concat_columns, iter_foreign_rows, read_rows, stack_values
 from .shards import ForeignShards, IndexedShards, resolve_shards
 

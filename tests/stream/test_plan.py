@@ -7,8 +7,17 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pipeline.stream.plan import (PlanConfig, WorkerPlan, chunk_table, continue_plans, epoch_order,
-                                  epoch_plans, loader_order, locate, window_permutation)
+from pipeline.stream.plan import (
+    PlanConfig,
+    WorkerPlan,
+    chunk_table,
+    continue_plans,
+    epoch_order,
+    epoch_plans,
+    loader_order,
+    locate,
+    window_permutation,
+)
 
 
 def delivered(chunks, order, plans: list[WorkerPlan], config: PlanConfig, window: int,
