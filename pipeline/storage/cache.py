@@ -2,7 +2,7 @@
 
 - One download per shard at a time: a per-shard lock file (``flock``) serialises fetches, and
   whoever gets the lock second finds the shard already there.
-- Nothing half-written is ever read: a shard is downloaded to ``<name>.part-<pid>`` and renamed
+- Nothing half-written is ever read: a shard is downloaded to ``<name>.part-<pid>-<thread>`` and renamed
   into place when complete (and, with ``verify``, when its sha256 matches the index).
 - Least-recently-used eviction down to ``max_bytes``, which never deletes a shard being read
   (readers hold a shared lock; eviction only takes shards it can lock exclusively without
@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import os
 import re
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -56,7 +57,7 @@ class ShardCache:
         return self.folder / f"{digest}-{base}"
 
     def _download(self, url: str, path: Path, size: int | None, sha256: str | None) -> None:
-        partial = path.with_name(f"{path.name}.part-{os.getpid()}")
+        partial = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
         digest = hashlib.sha256()
         written = 0
         try:

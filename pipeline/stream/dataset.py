@@ -26,7 +26,7 @@ import itertools
 import logging
 import os
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -263,7 +263,13 @@ class ShardDataset(IterableDataset):
     def _read_positions(self, order: Any, start: int, stop: int, slot: int) -> Columns:
         pieces = locate(order, self.chunks, start, stop)
         if self._remote and len(pieces) > 1:  # requests wait on the network: keep several in flight
-            results = list(_request_pool().map(lambda piece: self._read_piece(*piece, slot), pieces))
+            futures = [_request_pool().submit(self._read_piece, *piece, slot) for piece in pieces]
+            try:
+                results = [future.result() for future in futures]
+            finally:  # on an error, let no request run on behind the caller's back
+                for future in futures:
+                    future.cancel()
+                wait(futures)
         else:
             results = [self._read_piece(*piece, slot) for piece in pieces]
         read = list(zip(pieces, results))
