@@ -1111,6 +1111,12 @@ def main(cfg: Config) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         child_main(json.loads(sys.argv[2]))
+    elif "--source" in sys.argv:
+        # http or s3: streaming from nginx / SeaweedFS on 127.0.0.1 against curl / boto3,
+        # measured by scripts/bench_remote.py (which takes the remaining options)
+        from bench_remote import main as remote_main
+
+        sys.exit(remote_main(sys.argv[1:]))
     else:
         # a plain ``kill`` unwinds like Ctrl-C, so that the generated data is removed
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
