@@ -11,7 +11,8 @@ What it measures, and why:
    Each shape is read with batches of 256 and ``num_workers`` 0 and 2 by
 
    - this loader: ``make_loader`` over shards written by ``write_shards`` (``pack=256`` for
-     tabular, ``--embedding-pack`` for embeddings, ``pack=1`` for images);
+     tabular, ``--embedding-pack`` (64) for embeddings, ``pack=1`` for images: each record
+     costs some Python to parse, so small samples are packed, as the README advises);
    - webdataset, the baseline the library claims to beat: the plain pipeline
      ``WebDataset(urls, shardshuffle=100).shuffle(1000).decode().to_tuple("npy", "cls")
      .batched(256)`` in a ``WebLoader(batch_size=None)``, over shards of the same samples
@@ -151,7 +152,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated subset of {','.join(SHAPES)}")
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values (default 0,2)")
     p.add_argument("--epochs", type=int, default=2, help="epochs per case; the best is reported (default 2)")
-    p.add_argument("--embedding-pack", type=int, default=16, help="pack of the embeddings shards (default 16)")
+    p.add_argument("--embedding-pack", type=int, default=64,
+                   help="pack of the embeddings shards (default 64: 3 KB samples, 196 KB records)")
     p.add_argument("--skip-slow", action="store_true", help="skip the classic recipes (joblib, .pt)")
     p.add_argument("--skip-shuffle", action="store_true", help="skip the shuffle quality case")
     p.add_argument("--skip-memory", action="store_true", help="skip the memory case")
@@ -472,6 +474,7 @@ def run_child(spec: dict[str, Any], pss: bool = False) -> dict[str, Any]:
     result["peak_pss_mb"] = monitor.peak_pss / MB if pss else None
     result["processes"] = monitor.peak_processes
     result["rss_timeline"] = monitor.timeline
+    result["loadavg_1m"] = os.getloadavg()[0]  # high when something else ran meanwhile
     return result
 
 
@@ -695,7 +698,7 @@ def loader_row(shape: Shape, name: str, workers: int, spec: dict[str, Any], expe
         note = (note + "; " if note else "") + f"delivered {sorted(counts)} samples, expected {expected}"
     row = Row(shape.name, name, workers, best["samples"], best["seconds"], shape.payload_bytes,
               epochs[0]["first_batch_s"], result["peak_rss_mb"], [e["seconds"] for e in epochs], note,
-              result["info"])
+              {**result["info"], "loadavg_1m": result["loadavg_1m"]})
     log(f"  {name:16s} workers={workers}: {row.samples_per_s:>12,.0f} samples/s  {row.mb_per_s:8.1f} MB/s  "
         f"first batch {row.first_batch_s:.2f} s  peak RSS {row.peak_rss_mb:.0f} MB")
     return row
