@@ -54,12 +54,16 @@ def _remote_stream(url: str, start: int, stop: int | None, policy: RetryPolicy) 
     raise SourceError(url, start, f"scheme {kind!r} has no ranged reader")
 
 
-def _local_range(url: str, start: int, stop: int) -> bytes:
-    path = local_path(url)
+def _open_local(url: str, start: int) -> int:
+    """A read-only descriptor of a local file; a failure names the URL and the offset wanted."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        return os.open(local_path(url), os.O_RDONLY)
     except OSError as exc:
         raise SourceError(url, start, f"cannot open: {exc.strerror}") from None
+
+
+def _local_range(url: str, start: int, stop: int) -> bytes:
+    fd = _open_local(url, start)
     try:
         chunks = []
         position = start
@@ -77,11 +81,7 @@ def _local_range(url: str, start: int, stop: int) -> bytes:
 def map_range(url: str, start: int, stop: int) -> memoryview:
     """Bytes ``[start, stop)`` of a local file as a read-only view of its pages (no copy into
     our memory: the page cache itself, unmapped when the last view of it goes)."""
-    path = local_path(url)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise SourceError(url, start, f"cannot open: {exc.strerror}") from None
+    fd = _open_local(url, start)
     try:
         size = os.fstat(fd).st_size
         if size < stop:
