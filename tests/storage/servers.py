@@ -182,7 +182,10 @@ class FaultProxy:
             with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
                 upstream.sendall(request)
                 threading.Thread(target=self._forward_body, args=(client, upstream), daemon=True).start()
-                self._pump(upstream, client, fault)
+                try:
+                    self._pump(upstream, client, fault)
+                except OSError:  # the client hung up first (it timed out on a stall or a trickle)
+                    pass
 
     @staticmethod
     def _forward_body(client: socket.socket, upstream: socket.socket) -> None:
