@@ -28,6 +28,7 @@ from torch import nn
 from tqdm import tqdm
 
 from pipeline import DevicePrefetcher, ShardDataset, load_index, make_loader
+from pipeline.stream.loader import is_worker_failure
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -176,4 +177,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except RuntimeError as exc:  # a dead DataLoader worker: a message, not a traceback from wherever it surfaced
+        if not is_worker_failure(exc):
+            raise
+        sys.exit(f"train.py: {exc}\nWith --checkpoint, --resume continues from the last checkpoint exactly.")

@@ -19,3 +19,12 @@ def read_back(out_dir: Path) -> tuple[list[str], dict[str, list]]:
     return keys, fields
 
 
+def child_pids(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (DataLoader workers, for instance), from ``/proc``."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:  # a thread that has just ended
+            continue
+    return sorted(children)

@@ -24,6 +24,24 @@ def _seed_numpy_in_worker(worker_id: int) -> None:
     np.random.seed(torch.initial_seed() % 2**32)
 
 
+class WorkerError(RuntimeError):
+    """A DataLoader worker process died: killed by a signal (the out-of-memory killer, often)
+    or crashed. The loader stops its other workers; its ``state_dict()`` still counts only the
+    batches delivered, so the last checkpoint, or a state taken now, resumes the epoch exactly,
+    and iterating the loader again continues it with new workers."""
+
+    advice = ("state_dict() (now, or from the last checkpoint) resumes the epoch exactly. A worker killed by "
+              "the system has often run out of memory: fewer workers, a smaller prefetch_factor or "
+              "shuffle_buffer use less.")
+
+
+def is_worker_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` reports a dead DataLoader worker: a :class:`WorkerError`, or PyTorch's own
+    RuntimeError, which its SIGCHLD handler raises in whatever the main thread was running (a
+    training step as often as the loader), where the loader cannot see it."""
+    return isinstance(exc, WorkerError) or (type(exc) is RuntimeError and str(exc).startswith("DataLoader worker (pid"))
+
+
 class ShardLoader(DataLoader):
     """A DataLoader over a :class:`ShardDataset` (``batch_size=None``: batches come collated
     from the workers) that counts epochs and batches.
@@ -32,8 +50,8 @@ class ShardLoader(DataLoader):
     ``state_dict()`` after batch ``n`` and ``load_state_dict()`` in a fresh process make the
     next iteration yield batch ``n + 1`` onward exactly as an uninterrupted run would, with the
     same ``num_workers``; with a different ``num_workers`` the epoch continues with exactly the
-    samples not yet delivered, each once (in another order). Call ``load_state_dict`` before
-    the first iteration (persistent workers copy the dataset when they start).
+    samples not yet delivered, each once (in another order). Continuing mid-epoch starts new
+    workers (persistent ones hold a copy of the dataset from before).
     """
 
     def __init__(self, dataset: ShardDataset, num_workers: int = 0,
@@ -65,20 +83,35 @@ class ShardLoader(DataLoader):
             self._legs.append(self._leg(self._batches))
             self._batches = 0
         dataset.resume(self._epoch, self._legs) if self._legs else dataset.set_epoch(self._epoch)
+        if self._iterator is not None and (
+                self._legs or not all(w.is_alive() for w in getattr(self._iterator, "_workers", ()))):
+            # persistent workers copied the dataset before this resume, or one of them died
+            self._stop_workers(self._iterator)
         iterator = super().__iter__()
         try:
             for message in iterator:
                 for batch in split_message(message, dataset.batch_size) if dataset.batches_per_message > 1 else [message]:
                     self._batches += 1
                     yield batch
-        except Exception:
-            # Stop the workers now: left to garbage collection after a worker error, the
-            # DataLoader waits seconds per worker for them to notice.
-            shutdown = getattr(iterator, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
+        except Exception as exc:
+            self._stop_workers(iterator)
+            if is_worker_failure(exc):
+                delivered = self._batches + sum(batches for _, batches, _ in self._legs)
+                raise WorkerError(f"{str(exc).strip()} Epoch {self._epoch} stopped after batch {delivered}; "
+                                  f"{WorkerError.advice}") from exc
             raise
         self.set_epoch(self._epoch + 1)
+
+    def _stop_workers(self, iterator: Any) -> None:
+        """Stop the worker processes of ``iterator`` now, and forget them, so that the next
+        iteration starts new ones. Left to garbage collection after a worker error, the
+        DataLoader waits seconds per worker for them to notice; reused, persistent workers with
+        one of them dead would fail again."""
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        if self._iterator is iterator:
+            self._iterator = None
 
     def stats(self) -> dict[str, int]:
         """Pieces skipped, samples replaced and remote reads retried so far (all workers)."""
