@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import struct
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import msgpack
 import numpy as np
@@ -210,40 +210,70 @@ def encode_sample(sample: Mapping[str, Any], key: str = "?") -> bytes:
     return encode_fields(sample, key)
 
 
-def _decode_array_payload(data: bytes) -> tuple[str, tuple[int, ...], int]:
+#: The dtype strings an array payload may carry: exactly those the encoder writes (``dtype.str``
+#: of the little-endian form). Decoding looks them up, never parses a dtype description.
+_STORED_DTYPES = {dtype.str.encode("ascii"): dtype for dtype in (
+    np.dtype(name).newbyteorder("<") for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                                  "uint32", "uint64", "float16", "float32", "float64"))}
+_BFLOAT16_BITS = np.dtype("<i2")
+_MAX_DIMS = 64  # NumPy's limit
+_MAX_ARRAY_BYTES = 2**63 - 1
+
+
+def array_view(buffer: bytes | memoryview, dtype: np.dtype, shape: Sequence[int], offset: int,
+               fortran: bool = False) -> np.ndarray:
+    """The ``shape`` array of ``dtype`` stored at ``buffer[offset:]``, as a view (no copy).
+
+    Whatever the header that gave ``shape`` claims, the array must need exactly the bytes that
+    follow ``offset``: a hostile shape can neither make the reader allocate memory nor read
+    past its record, and an overflowing or negative one is a SampleError, not a NumPy error.
+    """
+    if dtype.itemsize == 0:
+        raise SampleError(f"array of dtype {dtype.str}, whose items have no bytes")
+    if len(shape) > _MAX_DIMS:
+        raise SampleError(f"array of {len(shape)} dimensions (NumPy allows {_MAX_DIMS})")
+    if shape and min(shape) < 0:
+        raise SampleError(f"array shape {tuple(shape)} has a negative dimension")
+    needed = math.prod(shape) * dtype.itemsize
+    if needed != len(buffer) - offset:
+        raise SampleError(f"array of shape {tuple(shape)} and dtype {dtype.str} needs {needed} bytes, "
+                          f"has {len(buffer) - offset}")
+    if not needed and math.prod(max(d, 1) for d in shape) * dtype.itemsize > _MAX_ARRAY_BYTES:
+        raise SampleError(f"array shape {tuple(shape)} of {dtype.str} overflows a 64-bit size")
+    flat = np.frombuffer(buffer, dtype=dtype, count=needed // dtype.itemsize, offset=offset)
+    return flat.reshape(tuple(shape)[::-1]).T if fortran else flat.reshape(shape)
+
+
+def _decode_array_payload(data: bytes | memoryview) -> tuple[bytes, tuple[int, ...], int]:
+    """``(dtype string, shape, offset of the data)`` of an array extension's payload."""
     if len(data) < _HEAD.size:
         raise SampleError(f"array extension of {len(data)} bytes is shorter than its header")
     version, dtype_len, ndim, pad = _HEAD.unpack_from(data)
     if version != _PAYLOAD_VERSION:
         raise SampleError(f"array extension version {version} is not supported")
-    head_len = _HEAD.size + dtype_len + 8 * ndim
-    if len(data) < head_len:
-        raise SampleError("array extension truncated inside its header")
-    dtype_str = bytes(data[_HEAD.size:_HEAD.size + dtype_len]).decode("ascii", "replace")
-    shape = struct.unpack_from(f"<{ndim}Q", data, _HEAD.size + dtype_len)
     if pad >= _ALIGN:
         raise SampleError(f"array extension claims {pad} bytes of padding (at most {_ALIGN - 1})")
-    return dtype_str, shape, head_len + pad
+    head_len = _HEAD.size + dtype_len + 8 * ndim
+    if len(data) < head_len + pad:
+        raise SampleError("array extension truncated inside its header")
+    if data[head_len:head_len + pad] != bytes(pad):
+        raise SampleError("array extension has non-zero padding")
+    shape = struct.unpack_from(f"<{ndim}Q", data, _HEAD.size + dtype_len)
+    return bytes(data[_HEAD.size:_HEAD.size + dtype_len]), shape, head_len + pad
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
+def _ext_hook(code: int, data: bytes | memoryview) -> Any:
     if code not in (NUMPY_EXT, BFLOAT16_EXT):
         raise SampleError(f"unknown msgpack extension type {code}")
     dtype_str, shape, offset = _decode_array_payload(data)
     if code == NUMPY_EXT:
-        try:
-            dtype = check_dtype(np.dtype(dtype_str))
-        except (TypeError, _Unsupported) as exc:
-            raise SampleError(f"array extension has bad dtype {dtype_str!r}: {exc}") from None
+        dtype = _STORED_DTYPES.get(dtype_str)
     else:
-        dtype = np.dtype("<i2")
-    count = math.prod(shape)
-    if count * dtype.itemsize != len(data) - offset:
-        raise SampleError(
-            f"array extension of shape {tuple(shape)} and dtype {dtype_str} needs "
-            f"{count * dtype.itemsize} bytes, has {len(data) - offset}"
-        )
-    arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
+        dtype = _BFLOAT16_BITS if dtype_str == b"bf16" else None
+    if dtype is None:
+        raise SampleError(f"array extension has bad dtype {dtype_str[:40]!r} "
+                          f"(records store {', '.join(d.decode() for d in _STORED_DTYPES)} or bf16)")
+    arr = array_view(data, dtype, shape, offset)
     if code == BFLOAT16_EXT:
         import torch
 
@@ -252,27 +282,37 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 _EXT_FIXED = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
+_EXT_WIDTH = {0xC7: 1, 0xC8: 2, 0xC9: 4}  # ext 8/16/32: bytes of the length
+_STR_WIDTH = {0xD9: 1, 0xDA: 2, 0xDB: 4}
 _FIXED_SIZES = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCC: 2, 0xD0: 2, 0xCD: 3, 0xD1: 3, 0xCA: 5, 0xCE: 5, 0xD2: 5,
                 0xCB: 9, 0xCF: 9, 0xD3: 9}
 
 
-class _Generic(Exception):
-    """The record is not a plain map with string keys: decode it the generic way."""
-
-
 def _length(view: memoryview, pos: int, size: int) -> int:
     if pos + 1 + size > len(view):
-        raise SampleError("record truncated inside a length")
+        raise SampleError(f"record truncated inside a length at byte {pos}")
     return int.from_bytes(view[pos + 1:pos + 1 + size], "big")
 
 
+def _ext_code(view: memoryview, at: int) -> int:
+    """The (signed) type of the extension whose type byte is at ``at``, if it is one of ours:
+    msgpack would turn others (type -1, timestamps) into values we never wrote."""
+    if at >= len(view):
+        raise SampleError(f"record truncated inside an extension header at byte {at}")
+    code = view[at] - 256 if view[at] >= 0x80 else view[at]
+    if code not in (NUMPY_EXT, BFLOAT16_EXT):
+        raise SampleError(f"unknown msgpack extension type {code} at byte {at}")
+    return code
+
+
 def _object_end(view: memoryview, pos: int) -> int:
-    """Where the msgpack object at ``pos`` ends, walking headers only (no allocation); every
-    step consumes at least one byte, so hostile lengths cannot make it loop long."""
+    """Where the msgpack object at ``pos`` ends, walking headers only (no allocation, no
+    recursion: any depth of nesting is fine); every step consumes at least one byte, so
+    hostile lengths cannot make it loop long. Extensions other than ours are refused here."""
     pending = 1
     while pending:
         if pos >= len(view):
-            raise SampleError("record truncated")
+            raise SampleError(f"record truncated at byte {len(view)}")
         b = view[pos]
         pending -= 1
         if b <= 0x7F or b >= 0xE0:
@@ -292,10 +332,13 @@ def _object_end(view: memoryview, pos: int) -> int:
         elif b in (0xC6, 0xDB):
             pos += 5 + _length(view, pos, 4)
         elif b in _EXT_FIXED:
+            _ext_code(view, pos + 1)
             pos += 2 + _EXT_FIXED[b]
-        elif b in (0xC7, 0xC8, 0xC9):
-            width = {0xC7: 1, 0xC8: 2, 0xC9: 4}[b]
-            pos += 2 + width + _length(view, pos, width)
+        elif b in _EXT_WIDTH:
+            width = _EXT_WIDTH[b]
+            length = _length(view, pos, width)
+            _ext_code(view, pos + 1 + width)
+            pos += 2 + width + length
         elif b in (0xDC, 0xDD):
             width = 2 if b == 0xDC else 4
             pending, pos = pending + _length(view, pos, width), pos + 1 + width
@@ -303,65 +346,80 @@ def _object_end(view: memoryview, pos: int) -> int:
             width = 2 if b == 0xDE else 4
             pending, pos = pending + 2 * _length(view, pos, width), pos + 1 + width
         else:
-            raise SampleError(f"invalid msgpack byte 0x{b:02x}")
+            raise SampleError(f"invalid msgpack byte 0x{b:02x} at byte {pos}")
     if pos > len(view):
-        raise SampleError("record truncated")
+        raise SampleError(f"record truncated: an object ends at byte {pos}, the record at {len(view)}")
     return pos
 
 
-def _decode_map_in_place(view: memoryview) -> dict[str, Any]:
-    """A record whose top level is a map of string keys, its array fields decoded as views of
-    ``view`` itself: msgpack would first copy each extension's bytes."""
-    first = view[0]
-    if 0x80 <= first <= 0x8F:
-        count, pos = first & 0x0F, 1
-    elif first in (0xDE, 0xDF):
-        width = 2 if first == 0xDE else 4
-        count, pos = _length(view, 0, width), 1 + width
+def _field_name(view: memoryview, pos: int) -> tuple[str, int]:
+    """The field name at ``pos`` and where it ends; names are strings (as encoding requires)."""
+    tag = view[pos] if pos < len(view) else None
+    if tag is not None and 0xA0 <= tag <= 0xBF:
+        start, end = pos + 1, pos + 1 + (tag & 0x1F)
+    elif tag in _STR_WIDTH:
+        start = pos + 1 + _STR_WIDTH[tag]
+        end = start + _length(view, pos, _STR_WIDTH[tag])
+    elif tag is None:
+        raise SampleError(f"record truncated at byte {pos}")
     else:
-        raise _Generic
-    fields: dict[str, Any] = {}
-    for _ in range(count):
-        end = _object_end(view, pos)
-        key = msgpack.unpackb(view[pos:end], raw=False)
-        if not isinstance(key, str):
-            raise _Generic
-        pos = end
-        end = _object_end(view, pos)
-        tag = view[pos]
-        if tag in _EXT_FIXED or tag in (0xC7, 0xC8, 0xC9):
-            width = {0xC7: 1, 0xC8: 2, 0xC9: 4}.get(tag, 0)
-            start = pos + 2 + width
-            fields[key] = _ext_hook(view[start - 1], view[start:end])
-        else:
-            fields[key] = msgpack.unpackb(view[pos:end], ext_hook=_ext_hook, raw=False, strict_map_key=True)
-        pos = end
-    if pos != len(view):
-        raise SampleError(f"{len(view) - pos} bytes after the record's map")
-    return fields
+        raise SampleError(f"field names must be strings, the one at byte {pos} has msgpack type 0x{tag:02x}")
+    if end > len(view):
+        raise SampleError(f"record truncated inside a field name at byte {pos}")
+    try:
+        return str(view[start:end], "utf-8"), end
+    except UnicodeDecodeError:
+        raise SampleError(f"field name at byte {pos} is not UTF-8") from None
+
+
+def _field_value(view: memoryview, pos: int, end: int, name: str) -> Any:
+    """The value in ``view[pos:end]``: an array field as a view of ``view`` itself (msgpack
+    would first copy the extension's bytes), anything else through msgpack."""
+    tag = view[pos]
+    try:
+        if tag in _EXT_FIXED or tag in _EXT_WIDTH:
+            start = pos + 2 + _EXT_WIDTH.get(tag, 0)
+            return _ext_hook(_ext_code(view, start - 1), view[start:end])
+        return msgpack.unpackb(view[pos:end], ext_hook=_ext_hook, raw=False, strict_map_key=True)
+    except SampleError as exc:
+        raise SampleError(f"field {name!r}: {exc}") from None
+    except msgpack.StackError:
+        raise SampleError(f"field {name!r}: nested too deeply for msgpack") from None
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise SampleError(f"field {name!r}: not valid msgpack: {type(exc).__name__}: {exc}") from None
 
 
 def decode_record(data: bytes | memoryview) -> dict[str, Any]:
     """Decode a record payload into its map of fields; arrays are read-only views of ``data``
     (no copy: keep ``data`` alive as long as them, which they do by reference).
 
+    Whatever the bytes, the result is a map of distinct string field names or a SampleError:
+    declared lengths are checked against the record before anything is allocated, so values
+    cost memory in proportion to the record's own bytes: arrays nothing (they are views), other
+    values at most about 72 bytes of Python objects per byte (an empty map: 1 byte, a dict).
+
     Also the one-line decoder that lets ``webdataset`` read our shards:
     ``wds.WebDataset(url).decode(wds.handle_extension("msgpack", decode_record))``.
     """
     view = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
-    try:
-        if len(view):
-            return _decode_map_in_place(view)
-    except (SampleError, _Generic):
-        pass  # the generic decoder below says what is wrong, or decodes what is unusual
-    except Exception:  # noqa: BLE001 - msgpack's own errors on a key: let the generic path name them
-        pass
-    try:
-        fields = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
-    except SampleError:
-        raise
-    except Exception as exc:  # msgpack raises several unrelated types on bad input
-        raise SampleError(f"not a valid msgpack record: {type(exc).__name__}: {exc}") from None
-    if not isinstance(fields, dict):
-        raise SampleError(f"a record must be a msgpack map, got {type(fields).__name__}")
+    first = view[0] if len(view) else 0xC1
+    if 0x80 <= first <= 0x8F:
+        count, pos = first & 0x0F, 1
+    elif first in (0xDE, 0xDF):
+        width = 2 if first == 0xDE else 4
+        count, pos = _length(view, 0, width), 1 + width
+    elif first == 0xC1:
+        raise SampleError("not a valid msgpack record" + (": it starts with byte 0xc1" if len(view) else ": empty"))
+    else:
+        raise SampleError(f"a record must be a msgpack map, this one starts with byte 0x{first:02x}")
+    fields: dict[str, Any] = {}
+    for _ in range(count):
+        name, pos = _field_name(view, pos)
+        if name in fields:
+            raise SampleError(f"field {name!r} appears twice")
+        end = _object_end(view, pos)
+        fields[name] = _field_value(view, pos, end, name)
+        pos = end
+    if pos != len(view):
+        raise SampleError(f"{len(view) - pos} bytes after the record's map")
     return fields

@@ -15,8 +15,10 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
-from .codec import decode_record
+from .codec import array_view, decode_record
+from .conform import check_conforms
 from .errors import SampleError, ShardError
+from .index import Schema
 from .tar import DEFAULT_MAX_MEMBER_BYTES, iter_members, split_name
 
 
@@ -34,10 +36,12 @@ def iter_records(
     url: str,
     start: int = 0,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+    whole: bool = True,
 ) -> Iterator[Record]:
-    """Group the members of a tar stream into records (members with the same key)."""
+    """Group the members of a tar stream into records (members with the same key); see
+    :func:`~pipeline.format.tar.iter_members` for ``whole``."""
     current: Record | None = None
-    for member in iter_members(stream, url, start, max_member_bytes):
+    for member in iter_members(stream, url, start, max_member_bytes, whole):
         key, ext = split_name(member.name)
         if key is None or ext is None:
             raise ShardError(url, member.offset, f"member name {member.name!r} has no key.extension form")
@@ -53,8 +57,25 @@ def iter_records(
         yield current
 
 
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
 def _load_npy(data: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    """A ``.npy`` member as a read-only view of its bytes. ``np.load`` would first allocate
+    what the header claims (a 100-byte member can claim 30 GB); here the shape must match the
+    bytes that follow the header."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read_header = _NPY_HEADERS.get(version)
+        if read_header is None:
+            raise SampleError(f".npy format version {version} is not supported")
+        shape, fortran, dtype = read_header(stream)
+    except ValueError as exc:
+        raise SampleError(f"not a .npy array: {exc}") from None
+    if dtype.hasobject:
+        raise SampleError(".npy array of Python objects: loading it would need pickle")
+    return array_view(data, dtype, shape, stream.tell(), fortran)
 
 
 _DECODERS: dict[str, Callable[[bytes], Any]] = {
@@ -77,17 +98,22 @@ def decode_member(ext: str, data: bytes | memoryview) -> Any:
     return data if decoder is None else decoder(data)
 
 
-def decode_fields(record: Record, url: str) -> dict[str, Any]:
-    """All fields of a record: the msgpack map merged with any per-field members."""
+def decode_fields(record: Record, url: str, schema: Schema | None = None) -> dict[str, Any]:
+    """All fields of a record: the msgpack map merged with any per-field members. With the
+    index's ``schema``, the record must match it (see :mod:`pipeline.format.conform`)."""
     fields: dict[str, Any] = {}
     try:
         for ext, data in record.members.items():
-            if ext == "msgpack":
-                fields.update(decode_record(data))
-            else:
-                fields[ext] = decode_member(ext, data)
+            decoded = decode_record(data) if ext == "msgpack" else {ext: decode_member(ext, data)}
+            twice = sorted(fields.keys() & decoded.keys())
+            if twice:
+                raise SampleError(f"field(s) {twice} given both in the msgpack map and as members")
+            fields.update(decoded)
+        if schema is not None:
+            check_conforms(fields, schema)
     except SampleError as exc:
         raise ShardError(url, record.offset, f"record {record.key!r}: {exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ShardError(url, record.offset, f"record {record.key!r}, member {ext!r}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # int(), json and UTF-8 on foreign members
+        raise ShardError(url, record.offset,
+                         f"record {record.key!r}, member {ext!r}: {type(exc).__name__}: {exc}") from None
     return fields

@@ -21,6 +21,11 @@ _MAX_OCTAL_SIZE = 8**11 - 1
 #: Refuse members larger than this unless a reader raises it: a header claiming 100 GB must
 #: not make a reader allocate 100 GB.
 DEFAULT_MAX_MEMBER_BYTES = 4 << 30
+#: PAX and GNU long-name headers hold a few names and numbers: larger ones are hostile.
+MAX_EXTENDED_HEADER_BYTES = 1 << 20
+#: Streams are read at most this much at a time, so that memory follows the bytes that
+#: actually arrive, not the size a header claims.
+READ_CHUNK_BYTES = 16 << 20
 _KEY_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 
 
@@ -78,8 +83,9 @@ def split_name(name: str) -> tuple[str, str] | tuple[None, None]:
 
 @dataclass(frozen=True)
 class TarMember:
-    """A regular file read from a tar stream; ``offset`` is where its header starts. ``data``
-    is a memoryview into the buffer when the archive was given as bytes (no copy)."""
+    """A regular file read from a tar stream. ``offset`` is where its headers start (its PAX
+    or GNU long-name header when it has one: a reader that starts there sees its full name).
+    ``data`` is a view into the buffer when the archive was given as bytes (no copy)."""
 
     name: str
     data: bytes | memoryview
@@ -99,62 +105,122 @@ class _MemoryReader:
         return chunk
 
 
+_REGULAR = (b"0", b"\0", b"7")
+_EXTENDED = (b"x", b"g", b"L")
+_DIRECTORY = b"5"
+_REFUSED = {b"1": "hard link", b"2": "symbolic link", b"3": "character device", b"4": "block device",
+            b"6": "FIFO", b"S": "GNU sparse file", b"K": "GNU long link name", b"M": "GNU multi-volume part",
+            b"V": "GNU volume label", b"D": "GNU dump directory", b"N": "old GNU long name"}
+_OCTAL = re.compile(rb"[0-7]+")
+_DECIMAL = re.compile(rb"[0-9]{1,20}")
+_PAX_LENGTH = re.compile(rb"([0-9]{1,20}) ")
+_ZERO_BLOCK = bytes(BLOCK)
+
+
 def _parse_number(field: bytes, url: str, offset: int, what: str) -> int:
-    if field[:1] and field[0] & 0x80:  # GNU base-256
-        if field[0] & 0x40:
-            raise ShardError(url, offset, f"negative {what} in tar header")
-        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
+    """A numeric header field: octal digits (NUL or space terminated), or GNU base-256 (first
+    byte 0x80; 0xff marks a negative number). Anything else, signs included, is an error."""
+    if field[0] == 0x80:
+        return int.from_bytes(field[1:], "big")
+    if field[0] == 0xFF:
+        raise ShardError(url, offset, f"negative {what} in tar header")
     text = field.split(b"\0", 1)[0].strip(b" ")
     if not text:
         return 0
+    if not _OCTAL.fullmatch(text):
+        raise ShardError(url, offset, f"non-numeric {what} {text!r} in tar header")
+    return int(text, 8)
+
+
+def _check_checksum(header: bytes, url: str, offset: int) -> None:
+    """The header sum with its checksum field as spaces; old tars summed signed bytes."""
+    stored = _parse_number(header[148:156], url, offset, "checksum")
+    unsigned = sum(header) - sum(header[148:156]) + 8 * ord(" ")
+    if stored == unsigned:
+        return
+    high = sum(1 for b in header[:148] + header[156:] if b >= 0x80)
+    if stored != unsigned - 256 * high:
+        raise ShardError(url, offset, "bad tar header checksum (not a tar file, or corrupt)")
+
+
+def _text(raw: bytes, url: str, offset: int, what: str) -> str:
     try:
-        return int(text, 8)
-    except ValueError:
-        raise ShardError(url, offset, f"non-numeric {what} {text!r} in tar header") from None
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ShardError(url, offset, f"{what} {raw[:100]!r} is not UTF-8") from None
 
 
-def _parse_pax(data: bytes, url: str, offset: int) -> dict[str, str]:
-    records: dict[str, str] = {}
+def _parse_pax(data: bytes, url: str, offset: int) -> dict[bytes, bytes]:
+    """The records ``<length> <key>=<value>\\n`` of a PAX extended header; values stay bytes
+    (extended attributes may be binary), those we use are decoded where they are used."""
+    records: dict[bytes, bytes] = {}
     pos = 0
     while pos < len(data):
-        space = data.find(b" ", pos)
-        try:
-            length = int(data[pos:space])
-            if space < 0 or length <= 0:
-                raise ValueError
-        except ValueError:
-            raise ShardError(url, offset, "malformed PAX extended header") from None
-        entry = data[space + 1:pos + length - 1]
-        key, _, value = entry.partition(b"=")
-        records[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-        pos += length
+        match = _PAX_LENGTH.match(data, pos)
+        end = pos + int(match.group(1)) if match else 0
+        if not match or end > len(data) or end <= match.end() or data[end - 1] != ord("\n"):
+            raise ShardError(url, offset, f"malformed PAX extended header (record at byte {pos} of it)")
+        key, equals, value = data[match.end():end - 1].partition(b"=")
+        if not equals or not key:
+            raise ShardError(url, offset, f"malformed PAX record {data[pos:end][:100]!r}")
+        records[key] = value
+        pos = end
     return records
+
+
+def _pax_size(pax: dict[bytes, bytes], url: str, offset: int) -> int | None:
+    if any(key.startswith(b"GNU.sparse.") for key in pax):
+        raise ShardError(url, offset, "GNU sparse member (PAX GNU.sparse.*) is not allowed in a shard")
+    value = pax.get(b"size")
+    if value is None:
+        return None
+    if not _DECIMAL.fullmatch(value):
+        raise ShardError(url, offset, f"non-numeric PAX size {value[:40]!r}")
+    return int(value)
+
+
+def _ustar_name(header: bytes, url: str, offset: int) -> str:
+    name = header[0:100].split(b"\0", 1)[0]
+    prefix = header[345:500].split(b"\0", 1)[0]
+    if header[257:262] == b"ustar" and prefix:
+        name = prefix + b"/" + name
+    return _text(name, url, offset, "member name")
 
 
 class _Stream:
     """Reads exact byte counts from a stream and tracks the position, for error messages."""
 
-    def __init__(self, stream: BinaryIO, url: str, position: int) -> None:
+    def __init__(self, stream: BinaryIO, url: str, position: int, chunk: int) -> None:
         self.stream = stream
         self.url = url
         self.position = position
+        self.chunk = chunk
 
     def read(self, size: int, what: str) -> bytes | memoryview | None:
-        """Exactly ``size`` bytes, ``None`` at a clean end before any byte, else ShardError."""
-        chunks = []
-        remaining = size
-        while remaining:
-            chunk = self.stream.read(remaining)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        """Exactly ``size`` bytes, ``None`` at a clean end before any byte, else ShardError.
+        Asks for ``chunk`` bytes at most at a time: a header that claims gigabytes costs
+        memory only for the bytes that really follow it."""
+        data: bytes | memoryview = self.stream.read(min(size, self.chunk))
+        if len(data) < size and data:
+            buffer = bytearray(data)
+            while len(buffer) < size:
+                more = self.stream.read(min(size - len(buffer), self.chunk))
+                if not more:
+                    break
+                buffer += more
+            data = memoryview(buffer).toreadonly()
         start = self.position
         self.position += len(data)
-        if remaining and (data or what != "header"):
+        if len(data) < size and (data or what != "header"):
             raise ShardError(self.url, start, f"truncated {what}: expected {size} bytes, got {len(data)}")
         return data if data else None
+
+    def skip(self, size: int, what: str) -> None:
+        """Read past ``size`` bytes (a directory's body) without keeping them."""
+        while size:
+            step = min(size, self.chunk)
+            self.read(step, what)
+            size -= step
 
 
 def iter_members(
@@ -162,63 +228,77 @@ def iter_members(
     url: str,
     start: int = 0,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+    whole: bool = True,
 ) -> Iterator[TarMember]:
     """Yield the regular files of a tar stream (or of an archive already in memory, whose
     members are then views, not copies) that starts at byte ``start`` of shard ``url``.
 
-    Directories and PAX global headers are skipped; links and device files are refused
-    (a shard has no use for them and a reader must not follow them).
+    ``whole``: the stream is a whole shard, so it must end with the end-of-archive blocks
+    (a shard cut at a member boundary is an error, not silently fewer members); pass
+    ``False`` for a byte range of a shard that ends where a record starts.
+
+    Directories and PAX global headers are skipped; links, devices and sparse files are
+    refused (a shard has no use for them and a reader must not follow them).
     """
     if isinstance(stream, (bytes, bytearray, memoryview)):
-        stream = _MemoryReader(stream)  # type: ignore[assignment]
-    reader = _Stream(stream, url, start)  # type: ignore[arg-type]
+        stream, chunk = _MemoryReader(stream), 1 << 62  # type: ignore[assignment]
+    else:
+        chunk = READ_CHUNK_BYTES
+    reader = _Stream(stream, url, start, chunk)  # type: ignore[arg-type]
+    pax: dict[bytes, bytes] = {}
     long_name: str | None = None
-    pax: dict[str, str] = {}
+    first = None  # where the extended headers of the next member start
     while True:
         offset = reader.position
         block = reader.read(BLOCK, "header")
-        if block is None:
-            return  # stream ended without end-of-archive blocks: tolerated, like GNU tar
-        header = bytes(block)
-        if header == b"\0" * BLOCK:
+        if block is None or block == _ZERO_BLOCK:
+            if first is not None:
+                raise ShardError(url, first, "extended header is not followed by a member")
+            if block is None and whole:
+                raise ShardError(url, offset, "shard ends without the end-of-archive blocks (truncated)")
+            if block is not None:
+                _check_end(reader, url, offset)
             return
-        stored = _parse_number(header[148:156], url, offset, "checksum")
-        actual = sum(header[:148]) + 8 * 32 + sum(header[156:])
-        if stored != actual:
-            raise ShardError(url, offset, "bad tar header checksum (not a tar file, or corrupt)")
-        size = _parse_number(header[124:136], url, offset, "size")
+        header = bytes(block)
+        _check_checksum(header, url, offset)
         kind = header[156:157]
-        if "size" in pax:
-            try:
-                size = int(pax["size"])
-            except ValueError:
-                raise ShardError(url, offset, f"non-numeric PAX size {pax['size']!r}") from None
+        size = _parse_number(header[124:136], url, offset, "size")
+        if kind in _EXTENDED:
+            if size > MAX_EXTENDED_HEADER_BYTES:
+                raise ShardError(url, offset, f"extended header of {size} bytes (at most {MAX_EXTENDED_HEADER_BYTES})")
+            data = bytes(reader.read(size + (-size % BLOCK), "extended header") or b"")[:size]
+            if kind == b"x":
+                pax.update(_parse_pax(data, url, offset))
+            elif kind == b"L":
+                long_name = _text(data.split(b"\0", 1)[0], url, offset, "GNU long name")
+            else:
+                _parse_pax(data, url, offset)  # global header: checked, nothing we use
+                continue
+            first = offset if first is None else first
+            continue
+        pax_size = _pax_size(pax, url, offset) if pax else None
+        size = size if pax_size is None else pax_size
         if size > max_member_bytes:
             raise ShardError(url, offset, f"member of {size} bytes exceeds the limit of {max_member_bytes}")
-        padded = size + (-size % BLOCK)
-        if kind in (b"0", b"\0", b"7", b"x", b"g", b"L"):
-            body = reader.read(padded, "member") if padded else b""
-            data = (body or b"")[:size]
-        elif kind == b"5":
-            if padded:
-                reader.read(padded, "member")
-            long_name, pax = None, {}
-            continue
-        else:
-            raise ShardError(url, offset, f"tar member of type {kind!r} (link or device) is not allowed in a shard")
-        if kind == b"x":
-            pax = _parse_pax(bytes(data), url, offset)
-            continue
-        if kind == b"g":
-            continue
-        if kind == b"L":
-            long_name = bytes(data).split(b"\0", 1)[0].decode("utf-8", "replace")
-            continue
-        name = pax.get("path") or long_name
+        name = _text(pax[b"path"], url, offset, "PAX path") if pax.get(b"path") else long_name
         if name is None:
-            name = header[0:100].split(b"\0", 1)[0].decode("utf-8", "replace")
-            prefix = header[345:500].split(b"\0", 1)[0]
-            if header[257:262] == b"ustar" and prefix:
-                name = prefix.decode("utf-8", "replace") + "/" + name
-        long_name, pax = None, {}
-        yield TarMember(name, data, offset)
+            name = _ustar_name(header, url, offset)
+        padded = size + (-size % BLOCK)
+        if kind == _DIRECTORY or (kind == b"\0" and name.endswith("/")):
+            reader.skip(padded, "directory")
+        elif kind in _REGULAR:
+            body = reader.read(padded, "member") if padded else b""
+            yield TarMember(name, (body or b"")[:size], offset if first is None else first)
+        else:
+            what = _REFUSED.get(kind, f"unknown type {kind!r}")
+            raise ShardError(url, offset, f"tar member {name!r} ({what}) is not allowed in a shard: "
+                                          "only regular files and directories are")
+        pax, long_name, first = {}, None, None
+
+
+def _check_end(reader: _Stream, url: str, offset: int) -> None:
+    """After a zero block comes the second block of the end-of-archive marker, or less of it (a
+    cut inside the marker loses no data); a header after one zero block was zeroed."""
+    rest = reader.stream.read(BLOCK)
+    if rest and rest != _ZERO_BLOCK[:len(rest)]:
+        raise ShardError(url, offset, "a zero block inside the archive (a zeroed header?)")

@@ -78,6 +78,7 @@ def verify_shard(path: Path, info: ShardInfo, index: DatasetIndex) -> Problem | 
         return Problem(url, f"size is {size} bytes, the index says {info.bytes}")
     samples = 0
     number = 0  # the record being read
+    keys: dict[str, int] = {}  # where each record key was first seen
     with open(path, "rb") as raw:
         stream = _HashingReader(raw)
         try:
@@ -88,6 +89,9 @@ def verify_shard(path: Path, info: ShardInfo, index: DatasetIndex) -> Problem | 
                 if record.offset != info.offsets[number]:
                     return Problem(url, f"record starts at byte {record.offset}, the index says "
                                    f"{info.offsets[number]}", number, record.offset)
+                if keys.setdefault(record.key, record.offset) != record.offset:
+                    return Problem(url, f"record key {record.key!r} appears twice (first at byte "
+                                   f"{keys[record.key]})", number, record.offset)
                 fields = decode_fields(record, url)
                 _check_record_fields(fields, index, url, number, record.offset)
                 samples += record_rows(fields)

@@ -243,7 +243,7 @@ class ShardDataset(IterableDataset):
         assert isinstance(self.shards, IndexedShards)
         try:
             return read_rows(self.shards.urls[shard], self.shards.shards[shard], self.shards.index.pack,
-                             start, stop, self._wanted(), self._range_reader)
+                             start, stop, self._wanted(), self._range_reader, self.shards.index.fields or None)
         except (ShardError, SourceError) as exc:
             if self.on_error == "raise":
                 raise
@@ -311,8 +311,10 @@ class ShardDataset(IterableDataset):
         mine = urls[consumer::consumers]
         pending: list[Columns] = []
         rows = window = 0
+        fields = None  # those of the first record: every shard's records must have them too
         for url in mine:
-            for columns in iter_foreign_rows(url, self._wanted()):
+            for columns in self._foreign_rows(url, fields, worker % _STAT_SLOTS):
+                fields = set(columns) if fields is None else fields
                 pending.append(columns)
                 rows += len(next(iter(columns.values())))
                 if rows >= self.shuffle_buffer:
@@ -320,6 +322,17 @@ class ShardDataset(IterableDataset):
                     pending, rows, window = [], 0, window + 1
         if rows:
             yield self._foreign_window(pending, rows, epoch, consumer, window)
+
+    def _foreign_rows(self, url: str, fields: set[str] | None, slot: int) -> Iterator[Columns]:
+        """The rows of a shard without an index; under the skip policy, a shard that turns out
+        broken ends there (without an index, nothing after the break can be found): logged, counted."""
+        try:
+            yield from iter_foreign_rows(url, self._wanted(), fields)
+        except (ShardError, SourceError) as exc:
+            if self.on_error == "raise":
+                raise
+            log.warning("skipping the rest of %s: %s", redact(url), exc)
+            self._stats[slot, 0] += 1
 
     def _foreign_window(self, parts: list[Columns], rows: int, epoch: int, consumer: int,
                         window: int) -> tuple[Columns, np.ndarray]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..format.codec import KEYS_FIELD, ROWS_FIELD
 from ..format.errors import SampleError, ShardError
-from ..format.index import ShardInfo
+from ..format.index import Schema, ShardInfo
 from ..format.packing import record_rows
 from ..format.records import decode_fields, iter_records
 from ..storage.opener import open_stream, read_range
@@ -113,9 +113,10 @@ def _read_range(url: str, start: int, stop: int, shard: ShardInfo) -> bytes:
 
 
 def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
-              wanted: set[str] | None = None, reader: RangeReader = _read_range) -> Columns:
+              wanted: set[str] | None = None, reader: RangeReader = _read_range,
+              schema: Schema | None = None) -> Columns:
     """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read (through
-    ``reader``: a cache, for instance)."""
+    ``reader``: a cache, for instance); every record must match the index's ``schema``."""
     first, last = row_start // pack, -(-row_stop // pack)
     start = shard.offsets[first]
     stop = shard.offsets[last] if last < shard.records else shard.bytes
@@ -123,10 +124,13 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     parts: list[Columns] = []
     singles: dict[str, list] = {}
     n_records = 0
-    for record in iter_records(data, url, start):  # members are views of data: no copies
+    for record in iter_records(data, url, start, whole=False):  # members are views of data: no copies
         if n_records == last - first:
             break
-        columns, rows = _record_columns(decode_fields(record, url), url, record.offset, wanted)
+        columns, rows = _record_columns(decode_fields(record, url, schema), url, record.offset, wanted)
+        expected = min(pack, shard.samples - (first + n_records) * pack)
+        if rows != expected:
+            raise ShardError(url, record.offset, f"record {record.key!r} holds {rows} rows, the index says {expected}")
         n_records += 1
         if pack == 1:
             for name, col in columns.items():
@@ -143,8 +147,14 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     return {name: col[skip:skip + n] for name, col in columns.items()}
 
 
-def iter_foreign_rows(url: str, wanted: set[str] | None = None) -> Iterator[Columns]:
-    """Every record of a shard without an index, as columns (one row, or a packed record's rows)."""
+def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str] | None = None) -> Iterator[Columns]:
+    """Every record of a shard without an index, as columns (one row, or a packed record's rows);
+    all with the same ``fields`` (by default those of the first record) so that they collate."""
     with open_stream(url) as stream:
         for record in iter_records(stream, url):
-            yield _record_columns(decode_fields(record, url), url, record.offset, wanted)[0]
+            columns = _record_columns(decode_fields(record, url), url, record.offset, wanted)[0]
+            fields = set(columns) if fields is None else fields
+            if columns.keys() != fields:
+                raise ShardError(url, record.offset, f"record {record.key!r} has fields {sorted(columns)}, "
+                                 f"earlier records {sorted(fields)}")
+            yield columns

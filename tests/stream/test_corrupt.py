@@ -1,0 +1,167 @@
+"""The loader on damaged shards, with and without an index: an error naming the shard and byte,
+or under ``on_error="skip"`` samples left out and counted; never a wrong sample.
+
+Every sample holds ``i`` and ``x = [i, i, i]``, so a sample that is delivered wrong shows.
+(test_dataset.py covers a lost shard and an undecodable record; this file covers cuts, records
+that disagree with the index, and foreign shards.)
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pipeline
+from pipeline import ShardDataset, ShardError, SourceError
+from pipeline.format.records import iter_records
+from pipeline.format.tar import BLOCK
+from pipeline.stream.reader import read_rows
+from tests.format.crafted import FUZZ
+
+DAMAGED = "part-000001.tar"
+
+
+def build(folder: Path, samples: list[int], pack: int = 1, shape: tuple[int, ...] = (3,)) -> Path:
+    """Shards of the given sizes; sample ``i`` has ``x`` filled with ``i``."""
+    with pipeline.ShardWriter(folder, "part", shard_samples=samples[0], pack=pack) as writer:
+        for i in range(sum(samples)):
+            writer.write({"i": i, "x": np.full(shape, i, np.float32)})
+    return folder
+
+
+def read_all(source, **kwargs) -> tuple[list[int], dict[str, int]]:
+    """The ids of every sample delivered (checking each one's ``x``), and the loader's stats."""
+    dataset = ShardDataset(source, batch_size=4, shuffle=False, **kwargs)
+    ids: list[int] = []
+    for batch in dataset:
+        i = batch["i"].numpy()
+        x = batch["x"].numpy().reshape(len(i), -1)
+        assert (x == i[:, None]).all(), "a sample was delivered wrong"
+        ids.extend(i.tolist())
+    return ids, dataset.stats()
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    return build(tmp_path_factory.mktemp("corrupt") / "set", [6, 6])
+
+
+@pytest.fixture
+def shards(pristine: Path, tmp_path: Path) -> Path:
+    """A copy of the set for one test to damage: shard 1 (samples 6..11) is the one damaged."""
+    return Path(shutil.copytree(pristine, tmp_path / "set"))
+
+
+def foreign(folder: Path) -> list[str]:
+    """The shards of ``folder`` copied to a folder without the index: shards of another tool."""
+    bare = folder.parent / "bare"
+    bare.mkdir()
+    return [shutil.copy(folder / f"part-00000{n}.tar", bare) for n in (0, 1)]
+
+
+def test_a_shard_cut_at_every_block_boundary(shards: Path) -> None:
+    shard = shards / DAMAGED
+    whole = shard.read_bytes()
+    urls = foreign(shards)
+    for cut in range(0, len(whole), BLOCK):
+        shard.write_bytes(whole[:cut])
+        Path(urls[1]).write_bytes(whole[:cut])
+        with pytest.raises(SourceError, match=rf"{DAMAGED} at byte {cut}: ends at byte {cut}"):
+            read_all(shards)
+        ids, stats = read_all(shards, on_error="skip")
+        assert len(ids) == 12 and stats["replaced_samples"] > 0  # every rank still gets its batches
+        if cut >= len(whole) - BLOCK:  # a cut in the last end-of-archive block: no sample lost
+            assert read_all(urls)[0] == list(range(12))
+            continue
+        with pytest.raises(ShardError, match=rf"{DAMAGED} at byte \d+: (truncated|shard ends)"):
+            read_all(urls)
+        ids, stats = read_all(urls, on_error="skip")  # the records before the cut, then the end
+        assert ids == list(range(len(ids))) and 6 <= len(ids) < 12 and stats["skipped_pieces"] == 1
+
+
+@pytest.fixture(scope="module")
+def larger(tmp_path_factory) -> Path:
+    """Two shards of 30 samples packed 4 to a record, and copies of them without the index."""
+    folder = build(tmp_path_factory.mktemp("corrupt-large") / "set", [30, 30], pack=4, shape=(40,))
+    foreign(folder)
+    return folder
+
+
+@settings(FUZZ, max_examples=25)
+@given(st.data())
+def test_a_larger_shard_cut_anywhere(larger: Path, data) -> None:
+    shard, urls = larger / DAMAGED, [str(larger.parent / "bare" / f"part-00000{n}.tar") for n in (0, 1)]
+    whole = shard.read_bytes()
+    cut = data.draw(st.integers(0, len(whole) - 1), "cut")
+    try:
+        shard.write_bytes(whole[:cut])
+        Path(urls[1]).write_bytes(whole[:cut])
+        with pytest.raises(SourceError, match=rf"{DAMAGED} at byte \d+: ends at byte {cut}"):
+            read_all(larger)
+        ids, stats = read_all(larger, on_error="skip")
+        assert len(ids) == 60 and stats["replaced_samples"] >= 1
+        ids, stats = read_all(urls, on_error="skip")
+        lost = cut < len(whole) - BLOCK  # else the cut is in the last end-of-archive block
+        assert ids == list(range(len(ids))) and (len(ids) < 60) == lost and stats["skipped_pieces"] == lost
+    finally:
+        shard.write_bytes(whole)
+        Path(urls[1]).write_bytes(whole)
+
+
+def rewrite(shard: Path, record: int, old: bytes, new: bytes) -> int:
+    """Replace ``old`` by ``new`` (same length) inside record ``record``; its byte offset."""
+    data = bytearray(shard.read_bytes())
+    offset = [r.offset for r in iter_records(io.BytesIO(bytes(data)), "s")][record]
+    at = data.index(old, offset + BLOCK)
+    data[at:at + len(old)] = new
+    shard.write_bytes(bytes(data))
+    return offset
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    (b"\xa1x", b"\xa1z", r"fields differ from the index's schema \(missing \['x'\], extra \['z'\]\)"),
+    (b"<f4", b"<i4", r"field 'x' is int32\[3\], the index's schema says float32\[3\]"),
+])
+def test_a_record_that_disagrees_with_the_index_is_an_error_or_skipped(shards: Path, old: bytes, new: bytes,
+                                                                        reason: str) -> None:
+    offset = rewrite(shards / DAMAGED, 2, old, new)
+    with pytest.raises(ShardError, match=rf"{DAMAGED} at byte {offset}: record '\d+': {reason}"):
+        read_all(shards)
+    ids, stats = read_all(shards, on_error="skip")
+    assert len(ids) == 12 and 8 not in ids and stats["replaced_samples"] >= 1
+
+
+def test_an_array_of_the_right_bytes_in_the_wrong_shape_is_an_error(tmp_path: Path) -> None:
+    folder = build(tmp_path / "shaped", [3], shape=(2, 3))
+    offset = rewrite(folder / "part-000000.tar", 1, struct.pack("<2Q", 2, 3), struct.pack("<2Q", 3, 2))
+    with pytest.raises(ShardError, match=rf"at byte {offset}: .*field 'x' is float32\[3, 2\], the index's "
+                                         r"schema says float32\[2, 3\]"):
+        read_all(folder)
+
+
+def test_an_index_whose_pack_disagrees_with_the_records_is_an_error(tmp_path: Path) -> None:
+    folder = build(tmp_path / "packed", [8], pack=4)
+    index = pipeline.load_index(folder)
+    with pytest.raises(ShardError, match=r"part-000000\.tar at byte 0: record '\d+' holds 4 rows, the index says 2"):
+        read_rows(str(folder / "part-000000.tar"), index.shards[0], 2, 0, 4)
+
+
+def test_foreign_shards_whose_records_have_other_fields_are_an_error_or_skipped(tmp_path: Path) -> None:
+    first = build(tmp_path / "a", [5])
+    with pipeline.ShardWriter(tmp_path / "b", "part", shard_samples=5) as writer:
+        for i in range(5, 10):
+            writer.write({"i": i, "y": np.full(3, i, np.float32)})
+    urls = [shutil.copy(first / "part-000000.tar", tmp_path / "a.tar"),
+            shutil.copy(tmp_path / "b" / "part-000000.tar", tmp_path / "b.tar")]
+    with pytest.raises(ShardError, match=r"b\.tar at byte 0: record '\d+' has fields \['i', 'y'\], earlier records "
+                                         r"\['i', 'x'\]"):
+        read_all(urls)
+    ids, stats = read_all(urls, on_error="skip")
+    assert ids == [0, 1, 2, 3, 4] and stats["skipped_pieces"] == 1
