@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, DatasetIndex, parse_index
 from ..storage.destination import Destination
@@ -11,9 +13,21 @@ class OutputExistsError(FileExistsError):
     """The output already holds an index and ``overwrite`` was not given."""
 
 
+_BAD_PREFIX = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def check_prefix(prefix: str) -> str:
+    """Refuse a shard name prefix that is not a plain file name, so that no shard can land
+    outside the output folder (``../x``, ``/tmp/x``) or be hidden among temporary files."""
+    if not prefix or prefix.startswith(".") or _BAD_PREFIX.search(prefix) or len(prefix.encode()) > 200:
+        raise ValueError(f"shard name prefix {prefix!r} is not a plain file name: it must be 1 to 200 bytes "
+                         f"without '/', '\\' or control characters, and not start with '.'")
+    return prefix
+
+
 def shard_name(prefix: str, number: int) -> str:
     """Deterministic shard file name: ``<prefix>-000042.tar``."""
-    return f"{prefix}-{number:06d}.tar"
+    return f"{check_prefix(prefix)}-{number:06d}.tar"
 
 
 def prepare_output(destination: Destination, overwrite: bool, index_name: str = INDEX_NAME) -> list[str]:

@@ -22,7 +22,7 @@ from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.tar import END_OF_ARCHIVE, member_bytes
 from ..storage.destination import destination
 from .fixed_records import FixedLayout, build_records, fixed_layout
-from .output import prepare_output, remove_stale_shards, save_index, shard_name
+from .output import check_prefix, prepare_output, remove_stale_shards, save_index, shard_name
 from .progress import BuildProgress
 from .rows import RowBlock, check_key, encode_records
 from .shard_file import ShardFile
@@ -54,7 +54,7 @@ class ShardWriter:
         if shard_bytes is not None and shard_bytes < 4096:
             raise ValueError(f"shard_bytes must be >= 4096, got {shard_bytes}")
         self.destination = destination(out_dir)
-        self.prefix = prefix
+        self.prefix = check_prefix(prefix)
         self.shard_samples = shard_samples
         self.shard_bytes = shard_bytes
         self.pack = pack

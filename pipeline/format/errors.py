@@ -6,6 +6,34 @@ who sees one knows which file, shard, record or byte offset to look at.
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+#: a request target's query, as in ``"GET /x.tar?X-Amz-Signature=... HTTP/1.1"``
+_TARGET_QUERY = re.compile(r"(?<![\w:/])(/[^\s?'\"<>]*)\?[^\s'\"<>]+")
+
+
+def redact(url: str) -> str:
+    """The URL without its query string or user info, which may hold signatures or secrets:
+    what goes into logs and error messages. Never fails, even on a URL that does not parse."""
+    if url.startswith("pipe:"):
+        return redact_text(url)  # a command: the URLs in it
+    if "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a bad IPv6 address, say: show no more than the scheme
+        return url.split("://", 1)[0] + "://<redacted>"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "<redacted>" if parts.query else "", ""))
+
+
+def redact_text(text: str) -> str:
+    """``text`` (another library's message, say) with every URL in it redacted, and the query of
+    every request target (``/path?query``)."""
+    return _TARGET_QUERY.sub(r"\1?<redacted>", _URL.sub(lambda match: redact(match.group()), text))
+
 
 class FormatError(Exception):
     """Base class of every error the shard format raises."""
@@ -18,24 +46,20 @@ class SampleError(FormatError, ValueError):
 class LocatedError(FormatError):
     """An error at a place: a URL, the byte offset when known, and the reason.
 
+    URLs may carry a password or a presigned URL's signature: the URL is kept and shown
+    redacted (:func:`redact`), and so are URLs quoted in the reason.
     Built from its message alone (``LocatedError(message)``), as a DataLoader does when it
     re-raises a worker's exception in the main process, it keeps that message.
     """
 
     def __init__(self, url: str, offset: int | None = None, reason: str | None = None) -> None:
-        self.url = url
         self.offset = offset
-        self.reason = reason
-        if reason is None:
+        if reason is None:  # the message, redacted when it was made
+            self.url, self.reason = url, None
             super().__init__(url)
             return
-        shown = self.display(url)
-        super().__init__(f"{shown}: {reason}" if offset is None else f"{shown} at byte {offset}: {reason}")
-
-    @staticmethod
-    def display(url: str) -> str:
-        """How the URL appears in the message."""
-        return url
+        self.url, self.reason = redact(url), redact_text(reason)
+        super().__init__(f"{self.url}: {self.reason}" if offset is None else f"{self.url} at byte {offset}: {self.reason}")
 
 
 class ShardError(LocatedError):

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from .errors import SourceError
+from .errors import SourceError, redact
 from .opener import open_stream
 from .retry import RetryPolicy
 
@@ -51,9 +51,10 @@ class ShardCache:
 
     def path_for(self, url: str) -> Path:
         """Where ``url`` is cached: a hash of the URL (no name from the data can leave the
-        folder) followed by a readable, sanitised base name."""
+        folder) followed by a readable, sanitised base name of the redacted URL (no password
+        or signature in file names)."""
         digest = hashlib.sha256(url.encode()).hexdigest()[:24]
-        base = _SAFE.sub("_", url.rsplit("/", 1)[-1].split("?", 1)[0])[:80]
+        base = _SAFE.sub("_", redact(url).rsplit("/", 1)[-1].split("?", 1)[0])[:80]
         return self.folder / f"{digest}-{base}"
 
     def _download(self, url: str, path: Path, size: int | None, sha256: str | None) -> None:

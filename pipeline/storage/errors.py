@@ -1,29 +1,33 @@
-"""Errors of reading and writing bytes by URL: each names the URL, the byte offset and the cause."""
+"""Errors of reading and writing bytes by URL: each names the URL, the byte offset and the cause.
+
+URLs may carry secrets (a password before ``@``, a signature in a presigned URL's query), so
+what we show of them is redacted: in error messages (every :class:`LocatedError` redacts its
+URL and the URLs quoted in its reason) and in the log records of the HTTP library, which logs
+every request line.
+"""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+import logging
 
-from ..format.errors import LocatedError
+from ..format.errors import LocatedError, redact, redact_text
+
+__all__ = ["RedactingFilter", "SourceError", "TransientError", "redact", "redact_text"]
 
 
-def redact(url: str) -> str:
-    """The URL without its query string or user info, which may hold signatures or secrets:
-    what goes into logs and error messages."""
-    if "://" not in url or url.startswith("pipe:"):
-        return url
-    parts = urlsplit(url)
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "<redacted>" if parts.query else "", ""))
+class RedactingFilter(logging.Filter):
+    """Redacts the URLs in a logger's records (for libraries that log whole request URLs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
 
 
 class SourceError(LocatedError, OSError):
-    """Bytes cannot be read from (or written to) a URL. Permanent: retrying will not help.
-    The URL in the message is redacted (no query string, no user info)."""
-
-    display = staticmethod(redact)
+    """Bytes cannot be read from (or written to) a URL. Permanent: retrying will not help."""
 
 
 class TransientError(SourceError):

@@ -3,18 +3,21 @@ permanent and transient failures."""
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import urllib3
 
-from .errors import SourceError, TransientError
+from .errors import RedactingFilter, SourceError, TransientError
 from .retry import RetryPolicy
 from .streams import Response
 
 _PERMANENT = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 410: "gone",
               416: "range not satisfiable (the object is shorter than expected)"}
 _pools: dict[int, urllib3.PoolManager] = {}
+for _name in ("urllib3.connectionpool", "urllib3.poolmanager"):  # they log request lines and redirects
+    logging.getLogger(_name).addFilter(RedactingFilter())
 
 
 def _pool() -> urllib3.PoolManager:
@@ -39,6 +42,8 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
         response: Any = _pool().request(
             "GET", url, headers=headers, preload_content=False, redirect=True, retries=False,
             timeout=urllib3.Timeout(connect=policy.connect_timeout, read=policy.read_timeout))
+    except urllib3.exceptions.LocationValueError as exc:
+        raise SourceError(url, start, f"not a valid URL: {exc}") from None
     except urllib3.exceptions.HTTPError as exc:
         raise TransientError(url, start, f"{type(exc).__name__}: {exc}") from None
     status = response.status

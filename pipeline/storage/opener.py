@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urljoin, urlparse
 
 from . import http, s3
-from .errors import SourceError
+from .errors import SourceError, redact
 from .retry import RetryPolicy
 from .streams import ResumingStream
 
@@ -196,7 +196,10 @@ def read_bytes(url: str, policy: RetryPolicy | None = None) -> bytes:
 
 def join(base: str, relative: str) -> str:
     """``relative`` resolved against the folder URL ``base`` (which ends in ``/`` or not); an
-    absolute URL stays as it is."""
+    absolute URL stays as it is. A ``pipe:`` command is refused: names come from indexes, and
+    reading an index must never run a command."""
+    if scheme(relative) == "pipe":
+        raise SourceError(relative, None, f"a pipe: command cannot stand for a file in {redact(base)}")
     if "://" in relative:
         return relative
     kind = scheme(base)

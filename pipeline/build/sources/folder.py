@@ -26,9 +26,12 @@ class FolderSource(FileRowsSource):
             raise FileNotFoundError(f"{self.folder}: no such folder")
         files = sorted(self.folder.rglob("*") if recursive else self.folder.iterdir())
         groups: dict[str, dict[str, Path]] = {}
+        root = self.folder.resolve()
         for path in files:
             if not path.is_file() or path.name.startswith("."):
                 continue
+            if not path.resolve().is_relative_to(root):  # shards would carry a file from elsewhere
+                raise SampleError(f"{path}: a link to {path.resolve()}, outside {self.folder}: refused")
             relative = path.relative_to(self.folder).as_posix()
             key, ext = split_name(relative)
             if key is None or ext is None:
