@@ -8,6 +8,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from .build.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
+from .build.engines import ENGINES
 from .build.merge import merge_index_files
 from .build.output import OutputExistsError
 from .build.run import Part
@@ -37,12 +38,20 @@ def _build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes writing shards in parallel")
     parser.add_argument("--part", type=Part.parse, help="build only part I of N (I/N); join with merge-index")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing index and its shards")
+    parser.add_argument("--resume", action="store_true",
+                        help="complete a killed build: keep the shards it finished, write the rest")
+    parser.add_argument("--engine", choices=ENGINES, default="local",
+                        help="what runs the tasks: local processes (default) or a Dask cluster")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="with --engine dask: the cluster's scheduler (default: start one of --workers "
+                             "processes here)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {"shard_bytes": args.shard_bytes, "shard_samples": args.shard_samples, "pack": args.pack,
-            "workers": args.workers, "part": args.part, "overwrite": args.overwrite, "quiet": args.quiet}
+            "workers": args.workers, "part": args.part, "overwrite": args.overwrite, "resume": args.resume,
+            "engine": args.engine, "scheduler": args.scheduler, "quiet": args.quiet}
 
 
 def _named_path(text: str) -> tuple[str, str]:

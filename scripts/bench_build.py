@@ -266,7 +266,8 @@ def child_build(spec: dict[str, Any]) -> dict[str, Any]:
     indexes = []
     seconds = synced_seconds(lambda: indexes.append(pipeline.write_shards(
         spec["dest"], arrays, prefix="bench", shard_bytes=spec["shard_bytes"], pack=spec["pack"],
-        workers=spec["workers"], overwrite=True, quiet=True)))
+        workers=spec["workers"], engine=spec.get("engine", "local"), scheduler=spec.get("scheduler"),
+        overwrite=True, quiet=True)))
     return {"seconds": seconds, "samples": indexes[0].samples, "shards": len(indexes[0].shards),
             "rss_before_mb": rss_before, "pipeline_version": pipeline.__version__,
             "pipeline_path": str(Path(pipeline.__file__).parent)}

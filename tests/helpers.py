@@ -28,3 +28,9 @@ def child_pids(pid: int) -> list[int]:
         except FileNotFoundError:  # a thread that has just ended
             continue
     return sorted(children)
+
+
+def index_content(index: pipeline.DatasetIndex) -> tuple:
+    """Everything an index says, as plain values (for comparing two indexes)."""
+    shards = [(s.url, s.samples, s.records, s.bytes, s.sha256, [int(o) for o in s.offsets]) for s in index.shards]
+    return index.fields, index.pack, index.part, shards

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
+from typing import Iterable
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, parse_index
+from ..format.index import INDEX_NAME, DatasetIndex, TableFile, index_shard_names, table_name_for
+from ..format.shard_table import write_table
 from ..storage.destination import Destination
 
 
@@ -44,7 +48,7 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
         raise OutputExistsError(f"{destination.url(index_name)} already exists; "
                                 f"pass overwrite=True (--overwrite) to replace it")
     try:
-        old = [s.url for s in parse_index(destination.read(index_name), destination.url(index_name)).shards]
+        old = list(index_shard_names(destination.read(index_name), destination.url(index_name)))
     except IndexFormatError:
         old = []
     destination.delete(index_name)
@@ -53,13 +57,32 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
 
 def remove_stale_shards(destination: Destination, old_shards: list[str], index: DatasetIndex) -> None:
     """Delete shards of a replaced build that the new index does not name."""
-    keep = {s.url for s in index.shards}
+    keep = set(index.shards.names)
     for name in old_shards:
         if name not in keep and "/" not in name and not name.startswith(".."):
             destination.delete(name)
 
 
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-\d+$")
+
+
+def remove_temporary_files(destination: Destination, shards: Iterable[str], index_name: str = INDEX_NAME) -> None:
+    """Delete the temporary files (``.<name>.tmp-<pid>``) that writers killed mid-file left for
+    the given shards and for the index (and the files saved beside it): a killed build's, or a
+    task's that a cluster ran again after its worker died. Call it once the index is saved."""
+    names = set(shards)
+    index_files = Path(index_name).stem + "."
+    with os.scandir(destination.staging) as entries:
+        for entry in entries:
+            match = _TEMPORARY.match(entry.name) if entry.name.startswith(".") else None
+            if match and (match["name"] in names or match["name"].startswith(index_files)):
+                Path(entry.path).unlink(missing_ok=True)
+
+
 def save_index(destination: Destination, index: DatasetIndex, name: str = INDEX_NAME) -> str:
-    """Write the index (last, after every shard it names is published); return its URL."""
-    destination.write_json(name, index.to_json())
+    """Write the shard table, then the index (last, after every shard it names is published);
+    return the index's URL."""
+    table_name = table_name_for(name)
+    size, sha256 = destination.write_file(table_name, lambda out: write_table(out, index.shards))
+    destination.write_json(name, index.to_json(TableFile(table_name, size, sha256)))
     return destination.url(name)

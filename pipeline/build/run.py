@@ -4,23 +4,27 @@ The plan (which rows go to which shard) depends only on the source and the limit
 build with ``workers=4``, a build split into ``--part i/N`` runs on N machines, and a plain
 single-process build all produce the same shards. Work goes through a
 ``concurrent.futures.Executor``: a local process pool by default, any compatible executor
-(e.g. a cluster's) when given.
+(e.g. a cluster's, see :mod:`.engines`) when given. A resumed build (``resume=True``) plans
+the same shards and keeps those a killed run finished (see :mod:`.resume`).
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+import sys
+from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ..format.index import INDEX_NAME, DatasetIndex, PartInfo, Schema, ShardInfo, merge_schema, part_index_name
 from ..storage.destination import Destination, destination
+from ..storage.opener import scheme
+from .engines import check_engine, open_workers
 from .fixed_records import build_records, fixed_layout
-from .output import prepare_output, remove_stale_shards, save_index, shard_name
+from .output import prepare_output, remove_stale_shards, remove_temporary_files, save_index, shard_name
 from .progress import BuildProgress
+from .resume import finished_index, kept_shard, reference_schema
 from .rows import encode_records
 from .shard_file import ShardFile
 from .source import DEFAULT_SHARD_BYTES, Source
@@ -62,12 +66,26 @@ class ShardRun:
     first_index: int  # dataset sample number of the window's row 0
     pack: int
     chunk_rows: int
+    keep: Schema | None = None  # resuming: keep a finished shard whose fields conform to this
 
 
-def write_shard(run: ShardRun, i: int) -> tuple[ShardInfo, Schema]:
-    """Write shard ``i`` of a run, reading its rows a chunk at a time (bounded memory)."""
+class ShardResult(NamedTuple):
+    """A shard of the build: its index entry, its schema, and whether a finished file was kept."""
+
+    info: ShardInfo
+    schema: Schema
+    kept: bool = False
+
+
+def write_shard(run: ShardRun, i: int) -> ShardResult:
+    """Write shard ``i`` of a run, reading its rows a chunk at a time (bounded memory); when
+    resuming, keep the file already there if it holds what the plan puts in the shard."""
     name = shard_name(run.prefix, run.first_number + i)
     start, stop = run.bounds[i], run.bounds[i + 1]
+    if run.keep is not None:
+        kept = kept_shard(run.destination.staging, name, stop - start, run.pack, run.keep)
+        if kept is not None:
+            return ShardResult(*kept, kept=True)
     schema: Schema | None = None
     with ShardFile(run.destination.staging / name, name) as shard:
         for chunk_start in range(start, stop, run.chunk_rows):
@@ -83,16 +101,16 @@ def write_shard(run: ShardRun, i: int) -> tuple[ShardInfo, Schema]:
                 shard.add_record(key, parts, rows)
         info = shard.commit()
     run.destination.publish(name)
-    return info, schema or {}
+    return ShardResult(info, schema or {})
 
 
-def write_run(run: ShardRun, on_shard: Callable[[ShardInfo], None] | None = None) -> list[tuple[ShardInfo, Schema]]:
+def write_run(run: ShardRun, on_shard: Callable[[ShardInfo], None] | None = None) -> list[ShardResult]:
     """Write every shard of a run; the function each worker executes."""
     results = []
     for i in range(len(run.bounds) - 1):
         results.append(write_shard(run, i))
         if on_shard is not None:
-            on_shard(results[-1][0])
+            on_shard(results[-1].info)
     return results
 
 
@@ -103,7 +121,7 @@ def chunk_rows_for(source: Source, pack: int) -> int:
 
 
 def plan_runs(source: Source, target: Destination, prefix: str, bounds: list[int], numbers: range,
-              pack: int, runs: int) -> list[ShardRun]:
+              pack: int, runs: int, keep: Schema | None = None) -> list[ShardRun]:
     """Split the selected shards into at most ``runs`` contiguous tasks."""
     if not numbers:
         return []
@@ -114,38 +132,31 @@ def plan_runs(source: Source, target: Destination, prefix: str, bounds: list[int
         last = min(first + per_run, numbers.stop)
         lo, hi = bounds[first], bounds[last]
         local = tuple(b - lo for b in bounds[first:last + 1])
-        tasks.append(ShardRun(source.window(lo, hi), target, prefix, first, local, lo, pack, chunk))
+        tasks.append(ShardRun(source.window(lo, hi), target, prefix, first, local, lo, pack, chunk, keep))
     return tasks
 
 
-def _default_executor(workers: int) -> Executor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-
-
-def run_tasks(tasks: list[ShardRun], workers: int, executor: Executor | None,
-              progress: BuildProgress) -> list[tuple[ShardInfo, Schema]]:
-    """Execute the runs and return their results in shard order; the first failure cancels
-    what has not started and propagates (no index is written then)."""
+def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildProgress) -> list[ShardResult]:
+    """Execute the runs (here when there is no executor) and return their results in shard
+    order; the first failure cancels what has not started and propagates (no index is
+    written then)."""
     def report(info: ShardInfo) -> None:
         progress.update(info.samples, info.bytes)
 
-    if executor is None and workers <= 1:
+    if executor is None:
         return [r for task in tasks for r in write_run(task, report)]
-    pool = _default_executor(workers) if executor is None else executor
     futures: dict[Future, int] = {}
     try:
-        futures = {pool.submit(write_run, task): i for i, task in enumerate(tasks)}
-        done: list[list[tuple[ShardInfo, Schema]]] = [[] for _ in tasks]
+        futures = {executor.submit(write_run, task): i for i, task in enumerate(tasks)}
+        done: list[list[ShardResult]] = [[] for _ in tasks]
         for future in as_completed(futures):
             done[futures[future]] = future.result()
-            for info, _ in done[futures[future]]:
-                report(info)
+            for result in done[futures[future]]:
+                report(result.info)
         return [r for results in done for r in results]
     finally:
         for future in futures:
             future.cancel()
-        if executor is None:
-            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def build_shards(
@@ -159,39 +170,71 @@ def build_shards(
     workers: int = 1,
     part: Part | None = None,
     overwrite: bool = False,
+    resume: bool = False,
     quiet: bool = False,
     executor: Executor | None = None,
+    engine: str = "local",
+    scheduler: str | None = None,
 ) -> DatasetIndex:
     """Write ``source`` as shards in ``out_dir`` (a folder or an ``s3://`` prefix) and return
     the index (also saved there).
 
     With ``part``, only that part's shards are written and a partial index
     (``index.part-I-of-N.json``) is saved; join the parts with ``merge_index_files``.
+    ``resume=True`` completes a build that was killed, keeping the shards it finished (a local
+    folder only); if its index is already there, nothing is done. The tasks run here, in
+    ``workers`` processes, in ``executor``, or on Dask (``engine="dask"``: a cluster of
+    ``workers`` local processes, or the one at ``scheduler``).
     """
     if pack < 1:
         raise ValueError(f"pack must be >= 1, got {pack}")
     if shard_samples is not None and shard_samples < 1:
         raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
+    check_engine(engine, scheduler, executor)
+    if resume and overwrite:
+        raise ValueError("resume keeps what a killed build wrote, overwrite replaces it: give one of them")
+    if resume and scheme(os.fspath(out_dir)) != "file":
+        raise ValueError(f"{os.fspath(out_dir)}: resume works on local folders; build again without it "
+                         f"to write every shard")
     target = destination(out_dir)
     try:
         bounds = source.shard_bounds(shard_samples, shard_bytes, pack)
         total = len(bounds) - 1
         numbers = range(total) if part is None else part.shard_range(total)
         index_name = INDEX_NAME if part is None else part_index_name(part.index, part.count)
+        names = [shard_name(prefix, n) for n in numbers]
+        if resume:
+            planned = [(name, bounds[n + 1] - bounds[n]) for name, n in zip(names, numbers)]
+            done = finished_index(target, index_name, planned, pack)
+            if done is not None:
+                _say(quiet, f"{target.url(index_name)} is already complete ({len(planned)} shards); nothing to resume")
+                return done
         old_shards = prepare_output(target, overwrite, index_name)
         rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0
         progress = BuildProgress(rows, f"{source.description} -> {target}", quiet)
-        tasks = plan_runs(source, target, prefix, bounds, numbers, pack, runs=1 if workers <= 1 else workers * 4)
-        results = run_tasks(tasks, workers, executor, progress)
+        keep = reference_schema(source, pack) if resume else None
+        with open_workers(engine, workers, scheduler, executor) as pool:
+            runs = 1 if pool.executor is None else pool.slots * 4
+            tasks = plan_runs(source, target, prefix, bounds, numbers, pack, runs, keep)
+            results = run_tasks(tasks, pool.executor, progress)
         schema: Schema | None = None
-        for info, shard_schema in results:
-            if info.samples:
-                schema = merge_schema(schema, shard_schema, target.url(info.url))
+        for result in results:
+            if result.info.samples:
+                schema = merge_schema(schema, result.schema, target.url(result.info.url))
         part_info = None if part is None else PartInfo(part.index, part.count, total)
-        index = DatasetIndex(schema or {}, [info for info, _ in results], pack, part_info)
+        index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info)
         where = save_index(target, index, index_name)
         remove_stale_shards(target, old_shards, index)
+        remove_temporary_files(target, names, index_name)
         progress.close(where)
+        if resume:
+            kept = sum(result.kept for result in results)
+            _say(quiet, f"resumed: kept {kept} of {len(results)} shards (finished by the killed run), wrote the rest")
         return index
     finally:
         target.close()
+
+
+def _say(quiet: bool, line: str) -> None:
+    if not quiet:
+        print(line, file=sys.stderr)

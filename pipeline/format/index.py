@@ -1,10 +1,12 @@
 """``index.json``: what a shard set holds and where every record starts.
 
 One index per shard set, beside its shards, written last by every build so that an index
-never names a shard that is incomplete. It carries the format version, the field schema
-(name, dtype, per-sample shape), the pack size, and per shard: its URL relative to the
-index, samples, records, bytes, sha256 and the byte offset of every record, which lets a
-reader start at any record with a seek or a ranged request.
+never names a shard that is incomplete. The JSON stays small whatever the size of the set:
+the format version, the field schema (name, dtype, per-sample shape), the pack size, the
+totals, the shard names (as brace ranges, see :mod:`.shard_names`), and the name, size and
+sha256 of the binary *shard table* beside it (:mod:`.shard_table`), which holds per shard its
+samples, records, bytes and sha256, and the byte offset of every record, so that a reader can
+start at any record with a seek or a ranged request.
 
 A *partial* index (``index.part-00001-of-00004.json``) is what one part of a distributed
 build writes; ``merge_indexes`` joins the parts into the final index.
@@ -14,16 +16,20 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from .errors import IndexFormatError
+from .shard_names import ShardNames
+from .shard_table import ShardInfo, ShardTable, read_table
+
+__all__ = ["DatasetIndex", "FieldSpec", "PartInfo", "ShardInfo", "ShardTable", "TableFile"]
 
 FORMAT_NAME = "pipeline-shards"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 INDEX_NAME = "index.json"
 
 
@@ -92,29 +98,6 @@ def merge_schema(old: Schema | None, new: Schema, where: str) -> Schema:
 
 
 @dataclass
-class ShardInfo:
-    """One shard as the index describes it."""
-
-    url: str
-    samples: int
-    records: int
-    bytes: int
-    sha256: str
-    offsets: list[int] = field(default_factory=list)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "ShardInfo":
-        try:
-            info = cls(str(data["url"]), int(data["samples"]), int(data["records"]),
-                       int(data["bytes"]), str(data["sha256"]), [int(o) for o in data["offsets"]])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise IndexFormatError(f"malformed shard entry {dict(data)!r}: {exc}") from None
-        if len(info.offsets) != info.records:
-            raise IndexFormatError(f"shard {info.url}: {len(info.offsets)} offsets for {info.records} records")
-        return info
-
-
-@dataclass
 class PartInfo:
     """Which part of a distributed build a partial index covers."""
 
@@ -123,39 +106,69 @@ class PartInfo:
     total_shards: int
 
 
+@dataclass(frozen=True)
+class TableFile:
+    """The binary shard table beside an index: its name (relative to the index), size, sha256."""
+
+    name: str
+    bytes: int
+    sha256: str
+
+
+def table_name_for(index_name: str) -> str:
+    """``index.json`` -> ``index.bin``; ``index.part-00001-of-00004.json`` -> ``index.part-00001-of-00004.bin``."""
+    return index_name.removesuffix(".json") + ".bin"
+
+
+TableOpener = Callable[[TableFile, ShardNames], ShardTable]
+
+
 @dataclass
 class DatasetIndex:
-    """The contents of an ``index.json``."""
+    """A shard set: schema, pack size, and the table of its shards (a list of
+    :class:`ShardInfo` is accepted and turned into a table)."""
 
     fields: Schema
-    shards: list[ShardInfo]
+    shards: ShardTable
     pack: int = 1
     part: PartInfo | None = None
+    table: TableFile | None = None  # where the table was read from, for ``verify``
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shards, ShardTable):
+            self.shards = ShardTable.from_infos(self.shards)
 
     @property
     def samples(self) -> int:
-        return sum(s.samples for s in self.shards)
+        return int(self.shards.samples.sum())
+
+    @property
+    def records(self) -> int:
+        return self.shards.total_records
 
     @property
     def bytes(self) -> int:
-        return sum(s.bytes for s in self.shards)
+        return int(self.shards.nbytes.sum())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, table: TableFile) -> dict[str, Any]:
+        """The ``index.json`` of this index, whose shard table was saved as ``table``."""
         data: dict[str, Any] = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "samples": self.samples,
+            "records": self.records,
+            "bytes": self.bytes,
             "pack": self.pack,
             "fields": {name: spec.to_json() for name, spec in self.fields.items()},
-            "shards": [{"url": s.url, "samples": s.samples, "records": s.records, "bytes": s.bytes,
-                        "sha256": s.sha256, "offsets": s.offsets} for s in self.shards],
+            "shards": {"count": len(self.shards), "names": self.shards.names.to_json(),
+                       "table": table.name, "table_bytes": table.bytes, "table_sha256": table.sha256},
         }
         if self.part is not None:
             data["part"] = asdict(self.part)
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], where: str = "index") -> "DatasetIndex":
+    def from_json(cls, data: Mapping[str, Any], where: str, open_table: TableOpener) -> "DatasetIndex":
         if data.get("format") != FORMAT_NAME:
             raise IndexFormatError(f"{where}: not a {FORMAT_NAME} index (format={data.get('format')!r})")
         if data.get("version") != FORMAT_VERSION:
@@ -163,54 +176,88 @@ class DatasetIndex:
                                    f"(this library reads version {FORMAT_VERSION})")
         try:
             fields = {name: FieldSpec.from_json(spec) for name, spec in data["fields"].items()}
-            shards = [ShardInfo.from_json(s) for s in data["shards"]]
+            names = _names(data, where)
+            shards = data["shards"]
+            table = TableFile(str(shards["table"]), int(shards["table_bytes"]), str(shards["table_sha256"]))
+            if "/" in table.name or table.name.startswith("."):
+                raise IndexFormatError(f"{where}: shard table {table.name!r} must lie beside the index")
             part = PartInfo(**data["part"]) if data.get("part") else None
-            index = cls(fields, shards, int(data.get("pack", 1)), part)
+            pack = int(data.get("pack", 1))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise IndexFormatError(f"{where}: malformed index: {exc}") from None
-        if "samples" in data and data["samples"] != index.samples:
-            raise IndexFormatError(f"{where}: says {data['samples']} samples, its shards hold {index.samples}")
+        index = cls(fields, open_table(table, names), pack, part, table)
+        for key, value in (("samples", index.samples), ("records", index.records), ("bytes", index.bytes)):
+            if data.get(key) != value:
+                raise IndexFormatError(f"{where}: says {data.get(key)} {key}, its shard table holds {value}")
         return index
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` through a temporary file, fsync and rename."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(data, out, separators=(",", ":"))  # compact: an index may hold millions of offsets
-        out.write("\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+def _names(data: Mapping[str, Any], where: str) -> ShardNames:
+    shards = data["shards"]
+    return ShardNames.from_json(shards["names"], int(shards["count"]), where)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def parse_index(data: bytes | str, where: str, open_table: TableOpener) -> DatasetIndex:
+    """An index from the bytes of its JSON file, its shard table opened by ``open_table``;
+    ``where`` names it in errors."""
+    return DatasetIndex.from_json(_parse_json(data, where), where, open_table)
 
 
-def save_index(index: DatasetIndex, path: str | os.PathLike[str]) -> Path:
-    """Write ``index`` atomically to ``path`` (a file, or a folder to hold ``index.json``)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / INDEX_NAME
-    write_json_atomic(path, index.to_json())
-    return path
-
-
-def parse_index(data: bytes | str, where: str) -> DatasetIndex:
-    """An index from the bytes of its JSON file; ``where`` names it in errors."""
+def _parse_json(data: bytes | str, where: str) -> dict[str, Any]:
     try:
         parsed = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise IndexFormatError(f"{where}: cannot read index: {exc}") from None
     if not isinstance(parsed, dict):
         raise IndexFormatError(f"{where}: an index must be a JSON object")
-    return DatasetIndex.from_json(parsed, where=where)
+    return parsed
+
+
+def index_shard_names(data: bytes | str, where: str) -> ShardNames:
+    """The shard names an index lists, without opening its table."""
+    try:
+        return _names(_parse_json(data, where), where)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise IndexFormatError(f"{where}: malformed index: {exc}") from None
+
+
+class FileRange:
+    """``pread`` of a local file, opened on first use in each process (so that it pickles and
+    survives a fork: ``pread`` shares no file position)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._pid = 0
+
+    def __call__(self, start: int, stop: int) -> bytes:
+        if self._fd is None or self._pid != os.getpid():
+            self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
+        data = os.pread(self._fd, stop - start, start)
+        if len(data) != stop - start:
+            raise IndexFormatError(f"{self.path}: ends at byte {start + len(data)}, expected {stop}")
+        return data
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "_fd": None, "_pid": 0}
+
+    def __del__(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+
+
+def local_tables(folder: Path) -> TableOpener:
+    """Open the shard tables in ``folder``."""
+    def open_table(table: TableFile, names: ShardNames) -> ShardTable:
+        path = folder / table.name
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise IndexFormatError(f"{path}: no such shard table (it is written with the index)") from None
+        if size != table.bytes:
+            raise IndexFormatError(f"{path}: is {size} bytes, the index says {table.bytes}")
+        return read_table(FileRange(path), size, str(path), names)
+    return open_table
 
 
 def load_index(path: str | os.PathLike[str]) -> DatasetIndex:
@@ -224,7 +271,7 @@ def load_index(path: str | os.PathLike[str]) -> DatasetIndex:
         raise IndexFormatError(f"{path}: no such index file") from None
     except OSError as exc:
         raise IndexFormatError(f"{path}: cannot read index: {exc}") from None
-    return parse_index(data, str(path))
+    return parse_index(data, str(path), local_tables(path.parent))
 
 
 def part_index_name(part: int, count: int) -> str:
@@ -246,13 +293,12 @@ def merge_indexes(parts: Iterable[DatasetIndex]) -> DatasetIndex:
         raise IndexFormatError(f"partial indexes do not cover all {count} parts (missing parts {missing}, found {found})")
     pack = parts[0].pack
     schema: Schema | None = None
-    shards: list[ShardInfo] = []
     for p in parts:
         if p.pack != pack:
             raise IndexFormatError(f"part {p.part.index} was built with pack={p.pack}, part 0 with pack={pack}")  # type: ignore[union-attr]
-        if p.shards:
+        if len(p.shards):
             schema = merge_schema(schema, p.fields, f"part {p.part.index}")  # type: ignore[union-attr]
-        shards.extend(p.shards)
+    shards = ShardTable.concat([p.shards for p in parts])
     total = parts[0].part.total_shards  # type: ignore[union-attr]
     if len(shards) != total:
         raise IndexFormatError(f"parts hold {len(shards)} shards, the build planned {total}")

@@ -53,13 +53,12 @@ def describe(index_path: str | os.PathLike[str], samples: int = 3) -> str:
     if index_path.is_dir():
         index_path = index_path / INDEX_NAME
     index = load_index(index_path)
-    sizes = [s.bytes for s in index.shards] or [0]
-    records = sum(s.records for s in index.shards)
+    sizes = index.shards.nbytes if len(index.shards) else np.zeros(1, np.int64)
     lines = [
         f"index    {index_path}",
-        f"samples  {index.samples:,} in {len(index.shards)} shards, {records:,} records (pack={index.pack})",
-        f"bytes    {human_bytes(index.bytes)}; shard sizes min {human_bytes(min(sizes))} / "
-        f"mean {human_bytes(sum(sizes) // len(sizes))} / max {human_bytes(max(sizes))}",
+        f"samples  {index.samples:,} in {len(index.shards)} shards, {index.records:,} records (pack={index.pack})",
+        f"bytes    {human_bytes(index.bytes)}; shard sizes min {human_bytes(int(sizes.min()))} / "
+        f"mean {human_bytes(int(sizes.mean()))} / max {human_bytes(int(sizes.max()))}",
         "fields",
     ]
     for name, spec in index.fields.items():

@@ -111,6 +111,17 @@ def verify_shard(path: Path, info: ShardInfo, index: DatasetIndex) -> Problem | 
     return None
 
 
+def _check_table(path: Path, sha256: str) -> list[Problem]:
+    """The shard table's own checksum (its size and counts were checked when it was opened)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as table:
+        while block := table.read(1 << 22):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        return [Problem(path.name, f"sha256 {digest.hexdigest()} differs from the index's {sha256}")]
+    return []
+
+
 def verify(index_path: str | os.PathLike[str],
            on_shard: Callable[[ShardInfo, Problem | None], None] | None = None) -> list[Problem]:
     """Check every shard named by an index (a file, or a folder holding ``index.json``)."""
@@ -121,7 +132,7 @@ def verify(index_path: str | os.PathLike[str],
         index = load_index(index_path)
     except FormatError as exc:
         return [Problem(str(index_path), str(exc))]
-    problems = []
+    problems = [] if index.table is None else _check_table(index_path.parent / index.table.name, index.table.sha256)
     for info in index.shards:
         problem = verify_shard(index_path.parent / info.url, info, index)
         if problem is not None:

@@ -8,15 +8,43 @@ local copy removed. The index is written last, so it never names a shard that is
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable, TypeVar
 
-from ..format.index import write_json_atomic
 from . import s3
 from .opener import scheme
 from .retry import RetryPolicy
+
+T = TypeVar("T")
+
+
+def write_atomic(path: Path, fill: Callable[[BinaryIO], T]) -> T:
+    """Write a file through a temporary name, fsync and rename, so that readers see the old
+    file or the whole new one, never a part."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as out:
+            result = fill(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return result
+
+
+def json_bytes(data: object) -> bytes:
+    """Compact JSON, one line."""
+    return json.dumps(data, separators=(",", ":")).encode() + b"\n"
 
 
 class Destination:
@@ -41,8 +69,12 @@ class Destination:
     def read(self, name: str) -> bytes:
         return (self.folder / name).read_bytes()
 
+    def write_file(self, name: str, fill: Callable[[BinaryIO], T]) -> T:
+        """Write the file ``name`` atomically with ``fill(file)``; return what ``fill`` returns."""
+        return write_atomic(self.folder / name, fill)
+
     def write_json(self, name: str, data: object) -> None:
-        write_json_atomic(self.folder / name, data)
+        self.write_file(name, lambda out: out.write(json_bytes(data)))
 
     def publish(self, name: str) -> None:
         """Make the finished shard ``staging/name`` part of the destination."""
@@ -84,10 +116,14 @@ class S3Destination(Destination):
 
         return read_bytes(self.url(name), self.policy)
 
-    def write_json(self, name: str, data: object) -> None:
-        import json
+    def write_file(self, name: str, fill: Callable[[BinaryIO], T]) -> T:
+        path = self.staging / name
+        result = write_atomic(path, fill)
+        self.publish(name)
+        return result
 
-        s3.put_bytes(self.url(name), json.dumps(data, separators=(",", ":")).encode() + b"\n", self.policy)
+    def write_json(self, name: str, data: object) -> None:
+        s3.put_bytes(self.url(name), json_bytes(data), self.policy)
 
     def publish(self, name: str) -> None:
         path = self.staging / name

@@ -135,8 +135,8 @@ class ShardDataset(IterableDataset):
                 unknown = sorted(set(self.fields) - set(index.fields))
                 if unknown:
                     raise ValueError(f"fields {unknown} are not in the index (it has {sorted(index.fields)})")
-            self.chunks = chunk_table([s.samples for s in index.shards], index.pack, self._chunk_samples())
-        self._remote = any(is_remote(u) for u in self.shards.urls)
+            self.chunks = chunk_table(index.shards.samples, index.pack, self._chunk_samples())
+        self._remote = self.shards.remote
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -242,12 +242,12 @@ class ShardDataset(IterableDataset):
         counted and returned as ``None``."""
         assert isinstance(self.shards, IndexedShards)
         try:
-            return read_rows(self.shards.urls[shard], self.shards.shards[shard], self.shards.index.pack,
+            return read_rows(self.shards.url(shard), self.shards.shards[shard], self.shards.index.pack,
                              start, stop, self._wanted(), self._range_reader, self.shards.index.fields or None)
         except (ShardError, SourceError) as exc:
             if self.on_error == "raise":
                 raise
-            log.warning("skipping samples %d-%d of %s: %s", start, stop, redact(self.shards.urls[shard]), exc)
+            log.warning("skipping samples %d-%d of %s: %s", start, stop, redact(self.shards.url(shard)), exc)
             self._stats[slot, 0] += 1
             self._stats[slot, 1] += stop - start
             return None
@@ -276,7 +276,7 @@ class ShardDataset(IterableDataset):
         good = [columns for _, columns in read if columns is not None]
         if len(good) < len(read):  # skip policy: good rows stand in for the lost ones, so that
             if not good:           # every rank still yields the same number of batches
-                raise ShardError(self.shards.urls[pieces[0][0]], None,  # type: ignore[union-attr]
+                raise ShardError(self.shards.url(pieces[0][0]), None,  # type: ignore[union-attr]
                                  "every piece of a shuffle window failed; nothing to stand in for them")
             spare = assemble_columns(iter(good), sum(_rows(c) for c in good))
             read = [(p, c if c is not None else _repeat(spare, p[2] - p[1])) for p, c in read]

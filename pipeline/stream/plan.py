@@ -27,30 +27,43 @@ Remainder = Literal["drop", "pad", "keep"]
 
 @dataclass(frozen=True)
 class ChunkTable:
-    """Chunks of a shard set: chunk ``i`` is rows ``[first_row[i], first_row[i] + rows[i])`` of
-    shard ``shard[i]``. Built from the index; the same on every rank and worker."""
+    """Chunks of a shard set: each shard cut into chunks of ``per_chunk`` samples (its last one
+    shorter), numbered shard after shard; shard ``s`` holds chunks ``[first_chunk[s],
+    first_chunk[s + 1])``. Kept implicit (one number per shard), because a billion samples make
+    millions of chunks. Built from the index; the same on every rank and worker."""
 
-    shard: np.ndarray
-    first_row: np.ndarray
-    rows: np.ndarray
+    per_chunk: int
+    shard_samples: np.ndarray
+    first_chunk: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.first_chunk[-1])
 
     @property
     def samples(self) -> int:
-        return int(self.rows.sum())
+        return int(self.shard_samples.sum())
+
+    def rows(self) -> np.ndarray:
+        """Samples in every chunk, by chunk number (int32: a chunk is small)."""
+        rows = np.full(len(self), self.per_chunk, np.int32)
+        full = np.flatnonzero(self.first_chunk[1:] > self.first_chunk[:-1])
+        last = self.first_chunk[full + 1] - 1
+        rows[last] = self.shard_samples[full] - (last - self.first_chunk[full]) * self.per_chunk
+        return rows
+
+    def where(self, chunk: int) -> tuple[int, int]:
+        """``(shard, first_row)`` of a chunk."""
+        shard = int(np.searchsorted(self.first_chunk, chunk, side="right")) - 1
+        return shard, (chunk - int(self.first_chunk[shard])) * self.per_chunk
 
 
-def chunk_table(shard_samples: Sequence[int], pack: int, chunk_samples: int) -> ChunkTable:
+def chunk_table(shard_samples: Sequence[int] | np.ndarray, pack: int, chunk_samples: int) -> ChunkTable:
     """Cut shards of the given sample counts into chunks of about ``chunk_samples`` samples,
     always whole records of ``pack`` samples (so a chunk is one contiguous byte range)."""
     per_chunk = max(pack, (max(chunk_samples, 1) + pack - 1) // pack * pack)
     samples = np.asarray(shard_samples, dtype=np.int64)
     counts = (samples + per_chunk - 1) // per_chunk
-    shard = np.repeat(np.arange(len(samples), dtype=np.int64), counts)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
-    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
-    first_row = within * per_chunk
-    rows = np.minimum(per_chunk, samples[shard] - first_row) if len(shard) else np.zeros(0, np.int64)
-    return ChunkTable(shard, first_row, rows)
+    return ChunkTable(per_chunk, samples, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
 
 
 def rng_for(*key: int) -> np.random.Generator:
@@ -72,9 +85,12 @@ class EpochOrder:
 
 def epoch_order(chunks: ChunkTable, seed: int, epoch: int, shuffle: bool) -> EpochOrder:
     """Chunk order of an epoch: a permutation drawn from ``(seed, epoch)``, or index order."""
-    n = len(chunks.rows)
-    order = rng_for(seed, epoch).permutation(n) if shuffle else np.arange(n)
-    starts = np.concatenate([[0], np.cumsum(chunks.rows[order])]).astype(np.int64)
+    n = len(chunks)
+    order = np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64)
+    if shuffle:
+        rng_for(seed, epoch).shuffle(order)
+    starts = np.zeros(n + 1, np.int64)
+    np.cumsum(chunks.rows()[order], out=starts[1:])
     return EpochOrder(order, starts)
 
 
@@ -253,7 +269,7 @@ def locate(order: EpochOrder, chunks: ChunkTable, start: int, stop: int) -> list
             chunk = int(order.order[j])
             lo = max(lap_start, int(order.starts[j])) - int(order.starts[j])
             hi = min(lap_stop, int(order.starts[j + 1])) - int(order.starts[j])
-            base = int(chunks.first_row[chunk])
-            pieces.append((int(chunks.shard[chunk]), base + lo, base + hi))
+            shard, base = chunks.where(chunk)
+            pieces.append((shard, base + lo, base + hi))
         start += lap_stop - lap_start
     return pieces

@@ -118,15 +118,13 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read (through
     ``reader``: a cache, for instance); every record must match the index's ``schema``."""
     first, last = row_start // pack, -(-row_stop // pack)
-    start = shard.offsets[first]
-    stop = shard.offsets[last] if last < shard.records else shard.bytes
+    start = int(shard.offsets[first])
+    stop = int(shard.offsets[last]) if last < shard.records else shard.bytes
     data = reader(url, start, stop, shard)
     parts: list[Columns] = []
     singles: dict[str, list] = {}
     n_records = 0
     for record in iter_records(data, url, start, whole=False):  # members are views of data: no copies
-        if n_records == last - first:
-            break
         columns, rows = _record_columns(decode_fields(record, url, schema), url, record.offset, wanted)
         expected = min(pack, shard.samples - (first + n_records) * pack)
         if rows != expected:
@@ -137,6 +135,8 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
                 singles.setdefault(name, []).append(col[0])
         else:
             parts.append(columns)
+        if n_records == last - first:
+            break  # the range ends here: do not look for a next header
     if n_records != last - first:
         raise ShardError(url, start, f"expected {last - first} records from here (as the index says), found {n_records}")
     if pack == 1:

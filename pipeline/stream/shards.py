@@ -17,21 +17,43 @@ from typing import Sequence
 from braceexpand import braceexpand
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, ShardInfo, parse_index
+from ..format.index import INDEX_NAME, DatasetIndex, TableFile, parse_index
 from ..format.index import load_index as load_local_index
-from ..storage import SourceError, is_remote, join, parent, read_bytes, redact, scheme
+from ..format.shard_names import ShardNames
+from ..format.shard_table import ShardTable, read_table
+from ..storage import SourceError, is_remote, join, parent, read_bytes, read_range, redact, scheme
+
+#: Offsets are fetched remotely 256 KiB (64k records) a request.
+REMOTE_BLOCK_BYTES = 1 << 18
+
+
+@dataclass(frozen=True)
+class UrlRange:
+    """Ranged reads of one URL (picklable, for DataLoader workers started with spawn)."""
+
+    url: str
+
+    def __call__(self, start: int, stop: int) -> bytes:
+        return bytes(read_range(self.url, start, stop))
 
 
 @dataclass(frozen=True)
 class IndexedShards:
-    """Shards with an index: URLs resolved against the index's folder."""
+    """Shards with an index; their URLs resolve against the index's folder ``base``."""
 
     index: DatasetIndex
-    urls: tuple[str, ...]
+    base: str
 
     @property
-    def shards(self) -> list[ShardInfo]:
+    def shards(self) -> ShardTable:
         return self.index.shards
+
+    def url(self, i: int) -> str:
+        return join(self.base, self.index.shards.names[i])
+
+    @property
+    def remote(self) -> bool:
+        return is_remote(self.base)
 
 
 @dataclass(frozen=True)
@@ -39,6 +61,13 @@ class ForeignShards:
     """Shards without an index: no sample counts, so no exact plan and no ``len()``."""
 
     urls: tuple[str, ...]
+
+    def url(self, i: int) -> str:
+        return self.urls[i]
+
+    @property
+    def remote(self) -> bool:
+        return any(is_remote(u) for u in self.urls)
 
 
 ShardSource = IndexedShards | ForeignShards
@@ -53,9 +82,13 @@ def _from_index(location: str) -> IndexedShards:
         base = str(path.parent if path.name.endswith(".json") else path)
     else:
         url = location if location.endswith(".json") else join(location, INDEX_NAME)
-        index = parse_index(read_bytes(url), redact(url))
         base = parent(url)
-    return IndexedShards(index, tuple(join(base, s.url) for s in index.shards))
+
+        def open_table(table: TableFile, names: ShardNames) -> ShardTable:
+            table_url = join(base, table.name)
+            return read_table(UrlRange(table_url), table.bytes, redact(table_url), names, REMOTE_BLOCK_BYTES)
+        index = parse_index(read_bytes(url), redact(url), open_table)
+    return IndexedShards(index, base)
 
 
 def load_index(location: str | os.PathLike[str]) -> DatasetIndex:
@@ -101,12 +134,11 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str]) -> ShardSourc
         raise ValueError("no shards given")
     indexed = _index_beside(urls)
     if indexed is not None:
-        position = {os.path.normpath(u): i for i, u in enumerate(indexed.urls)}
+        position = {os.path.normpath(indexed.url(i)): i for i in range(len(indexed.shards))}
         wanted = [position.get(os.path.normpath(u)) for u in urls]
         if all(i is not None for i in wanted):
-            chosen = [indexed.shards[i] for i in wanted]  # type: ignore[index]
-            subset = DatasetIndex(indexed.index.fields, chosen, indexed.index.pack)
-            return IndexedShards(subset, tuple(indexed.urls[i] for i in wanted))  # type: ignore[index]
+            subset = DatasetIndex(indexed.index.fields, indexed.shards.take(wanted), indexed.index.pack)  # type: ignore[arg-type]
+            return IndexedShards(subset, indexed.base)
     for url in urls:
         if not is_remote(url) and not Path(url).is_file():
             raise IndexFormatError(f"{url}: no such shard")

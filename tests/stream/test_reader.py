@@ -26,8 +26,8 @@ def test_an_index_that_disagrees_with_the_shard_is_an_error_naming_shard_and_byt
     folder = uneven_shards(tmp_path / "s", [100], pack=16)
     shard = pipeline.load_index(folder).shards[0]
     url = str(folder / shard.url)
-    wrong = shard.offsets[5] + 512  # points into a record's payload
-    shard.offsets[5] = wrong
+    wrong = int(shard.offsets[5]) + 512  # points into a record's payload
+    shard.offsets = [*shard.offsets[:5], wrong, *shard.offsets[6:]]
     with pytest.raises(ShardError, match=rf"part-000000\.tar at byte {wrong}: bad tar header checksum"):
         read_rows(url, shard, 16, 80, 100)
     (folder / shard.url).write_bytes((folder / shard.url).read_bytes()[:shard.offsets[6]])

@@ -1,0 +1,88 @@
+"""What runs the tasks of a planned build: this process, a local process pool, or a Dask cluster.
+
+Every engine is a ``concurrent.futures.Executor`` (none at all for a build in this process), so
+the build submits the same tasks and gathers the same results whatever runs them, and a Dask
+build writes the very shards a single process writes. Tasks are safe to run again: a shard is
+written under a temporary name and renamed when complete, and the index is written by the
+coordinator from the results, so a task that Dask retries after a failure, or reruns after
+its worker died, leaves nothing half-written that an index could name.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+ENGINES = ("local", "dask")
+#: Times Dask runs a failed task again before the build fails (a worker that dies is handled
+#: by Dask's own ``allowed-failures`` instead).
+DASK_RETRIES = 2
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The executor of a build (``None``: run the tasks here, one after another) and how many
+    tasks it runs at once, which sets how finely the build is cut into tasks."""
+
+    executor: Executor | None
+    slots: int
+
+
+def check_engine(engine: str, scheduler: str | None = None, executor: Executor | None = None) -> None:
+    """Refuse a combination that cannot run (before a build touches its output)."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    if engine == "dask":
+        if executor is not None:
+            raise ValueError("give an executor or engine='dask', not both")
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            raise ImportError("engine 'dask' needs the dask and distributed packages: "
+                              "pip install 'pipeline[dask]'") from None
+    elif scheduler is not None:
+        raise ValueError("a scheduler address needs engine='dask' (--engine dask)")
+
+
+@contextmanager
+def open_workers(engine: str = "local", workers: int = 1, scheduler: str | None = None,
+                 executor: Executor | None = None) -> Iterator[Workers]:
+    """The workers of a build, released (pool shut down, cluster closed) on exit.
+
+    ``engine="local"``: ``executor`` if given, else ``workers`` spawned processes (none when
+    ``workers <= 1``). ``engine="dask"``: a client of the cluster at ``scheduler``, or of a
+    cluster of ``workers`` processes started on this machine for the build.
+    """
+    check_engine(engine, scheduler, executor)
+    if engine == "dask":
+        with _dask_workers(scheduler, workers) as found:
+            yield found
+    elif executor is not None:
+        yield Workers(executor, max(workers, 1))
+    elif workers <= 1:
+        yield Workers(None, 1)
+    else:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            yield Workers(pool, workers)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
+    from distributed import Client, LocalCluster
+
+    with ExitStack() as stack:
+        if scheduler is None:
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=max(workers, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        else:
+            client = stack.enter_context(Client(scheduler))
+        slots = sum(client.nthreads().values())
+        yield Workers(client.get_executor(retries=DASK_RETRIES, pure=False), max(slots, 1))

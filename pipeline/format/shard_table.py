@@ -1,0 +1,312 @@
+"""The per-shard table and the record offsets of a shard set, in a binary file beside the index.
+
+Why binary: a billion samples in a million shards would make an ``index.json`` of gigabytes
+that takes minutes and tens of gigabytes of Python objects to parse. Here the numbers are
+fixed-width arrays that a reader maps (local) or fetches by range (remote) and touches only
+where it reads: opening costs the per-shard table (56 bytes a shard), and each worker reads
+just the offsets of the shards in its spans.
+
+Layout of ``index.bin`` (little-endian, every section 8-byte aligned)::
+
+    header   64 bytes: magic b"PIPESHRD", version u32, offset width u32 (4 or 8),
+             shards u64, records u64, zero padding
+    samples  int64[shards]
+    records  int64[shards]
+    bytes    int64[shards]
+    sha256   uint8[shards, 32]
+    offsets  uint32 or uint64[records]   (shard after shard, in index order)
+
+Offsets are 4 bytes when every shard is under 4 GiB, which halves the file for large sets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, overload
+
+import numpy as np
+
+from .errors import IndexFormatError
+from .shard_names import ShardNames
+
+MAGIC = b"PIPESHRD"
+TABLE_VERSION = 1
+HEADER = struct.Struct("<8sIIQQ")
+HEADER_BYTES = 64
+PER_SHARD_BYTES = 3 * 8 + 32
+_WRITE_RECORDS = 1 << 22  # offsets written 4M at a time: bounded memory for any size
+
+
+@dataclass
+class ShardInfo:
+    """One shard as the index describes it. ``offsets[i]`` is the byte where record ``i`` starts."""
+
+    url: str
+    samples: int
+    records: int
+    bytes: int
+    sha256: str
+    offsets: Sequence[int] = field(default_factory=list)
+
+
+class OffsetStore(Protocol):
+    """Record offsets by global record number (records of all shards, in index order)."""
+
+    def read(self, start: int, stop: int) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ArrayOffsets:
+    """Offsets held in an array: in memory, or a view of a mapped file."""
+
+    array: np.ndarray
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.array[start:stop]
+
+
+class RangeOffsets:
+    """Offsets read on demand, a block at a time, the last few blocks kept.
+
+    A reader thus reads only the offsets of the shards it reads (a ranged request per block
+    when remote, a ``pread`` when local), never the whole section of a billion-sample set.
+    Local files are read rather than mapped: a mapping would put every page it touches, and
+    the page cache's large folios around it, in the process's resident set."""
+
+    KEEP_BLOCKS = 64
+
+    def __init__(self, read_range: Callable[[int, int], bytes], base: int, dtype: np.dtype, count: int,
+                 block_bytes: int = 1 << 16) -> None:
+        self._read_range = read_range
+        self._base = base
+        self._dtype = np.dtype(dtype)
+        self._count = count
+        self._per_block = max(block_bytes // self._dtype.itemsize, 1)
+        self._blocks: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # a worker's reader threads must not fetch one block twice
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_blocks": OrderedDict(), "_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+    def _block(self, number: int) -> np.ndarray:
+        with self._lock:
+            return self._cached_block(number)
+
+    def _cached_block(self, number: int) -> np.ndarray:
+        block = self._blocks.get(number)
+        if block is None:
+            first = number * self._per_block
+            last = min(first + self._per_block, self._count)
+            size = self._dtype.itemsize
+            data = self._read_range(self._base + first * size, self._base + last * size)
+            block = np.frombuffer(data, self._dtype)
+            self._blocks[number] = block
+            while len(self._blocks) > self.KEEP_BLOCKS:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(number)
+        return block
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        pieces = []
+        for number in range(start // self._per_block, -(-stop // self._per_block)):
+            first = number * self._per_block
+            block = self._block(number)
+            pieces.append(block[max(start - first, 0):stop - first])
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces) if pieces else np.zeros(0, self._dtype)
+
+
+@dataclass(frozen=True)
+class ConcatOffsets:
+    """The offsets of several tables, one after the other (a merged index)."""
+
+    stores: tuple[OffsetStore, ...]
+    ends: np.ndarray  # cumulative record counts, one per store
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        pieces = []
+        begin = 0
+        for store, end in zip(self.stores, self.ends.tolist()):
+            if start < end and stop > begin:
+                pieces.append(np.asarray(store.read(max(start, begin) - begin, min(stop, end) - begin), np.uint64))
+            begin = end
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.uint64)
+
+
+class ShardTable(Sequence[ShardInfo]):
+    """Every shard of a set as columns: names, samples, records, bytes, sha256, and where its
+    record offsets live. Indexing yields a :class:`ShardInfo` built on demand."""
+
+    def __init__(self, names: ShardNames, samples: np.ndarray, records: np.ndarray, nbytes: np.ndarray,
+                 sha256: np.ndarray, offsets: OffsetStore) -> None:
+        self.names = names
+        self.samples = np.asarray(samples, np.int64)
+        self.records = np.asarray(records, np.int64)
+        self.nbytes = np.asarray(nbytes, np.int64)
+        self.sha256 = np.asarray(sha256, np.uint8).reshape(-1, 32)
+        self.offsets = offsets
+        self.first_record = np.concatenate([[0], np.cumsum(self.records)]).astype(np.int64)
+        if not len(names) == len(self.samples) == len(self.records) == len(self.nbytes) == len(self.sha256):
+            raise IndexFormatError(f"shard table columns differ in length ({len(names)} names, "
+                                   f"{len(self.samples)} sample counts)")
+
+    @classmethod
+    def from_infos(cls, infos: Iterable[ShardInfo]) -> "ShardTable":
+        infos = list(infos)
+        for info in infos:
+            if len(info.offsets) != info.records:
+                raise IndexFormatError(f"shard {info.url}: {len(info.offsets)} offsets for {info.records} records")
+        offsets = np.fromiter((o for info in infos for o in info.offsets), np.uint64,
+                              sum(info.records for info in infos))
+        sha = np.frombuffer(b"".join(bytes.fromhex(info.sha256) for info in infos), np.uint8)
+        return cls(ShardNames.of(info.url for info in infos), [i.samples for i in infos],
+                   [i.records for i in infos], [i.bytes for i in infos], sha, ArrayOffsets(offsets))
+
+    @classmethod
+    def concat(cls, tables: Sequence["ShardTable"]) -> "ShardTable":
+        stores = tuple(t.offsets for t in tables)
+        ends = np.cumsum([int(t.first_record[-1]) for t in tables]).astype(np.int64)
+        def column(name: str) -> np.ndarray:
+            return np.concatenate([getattr(t, name) for t in tables]) if tables else np.zeros(0, np.int64)
+        sha = np.concatenate([t.sha256 for t in tables]) if tables else np.zeros((0, 32), np.uint8)
+        return cls(ShardNames.concat(t.names for t in tables), column("samples"), column("records"),
+                   column("nbytes"), sha, ConcatOffsets(stores, ends))
+
+    def renamed(self, change: Callable[[str], str]) -> "ShardTable":
+        """The same shards under names changed by ``change`` (applied to their folder part)."""
+        return ShardTable(self.names.renamed(change), self.samples, self.records, self.nbytes,
+                          self.sha256, self.offsets)
+
+    def take(self, positions: Sequence[int]) -> "ShardTable":
+        """A table of the chosen shards (their offsets read into memory)."""
+        return ShardTable.from_infos(self[i] for i in positions)
+
+    def offsets_of(self, i: int) -> np.ndarray:
+        return self.offsets.read(int(self.first_record[i]), int(self.first_record[i + 1]))
+
+    @property
+    def total_records(self) -> int:
+        return int(self.first_record[-1])
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @overload
+    def __getitem__(self, i: int) -> ShardInfo: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[ShardInfo]: ...
+
+    def __getitem__(self, i: int | slice) -> ShardInfo | list[ShardInfo]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"shard {i} of {len(self)}")
+        return ShardInfo(self.names[i], int(self.samples[i]), int(self.records[i]), int(self.nbytes[i]),
+                         self.sha256[i].tobytes().hex(), self.offsets_of(i))
+
+    def __iter__(self) -> Iterator[ShardInfo]:
+        return (self[i] for i in range(len(self)))
+
+
+def offset_width(table: ShardTable) -> int:
+    """4-byte offsets when every shard is under 4 GiB, else 8."""
+    return 4 if not len(table) or int(table.nbytes.max()) < 1 << 32 else 8
+
+
+def write_table(out: BinaryIO, table: ShardTable) -> tuple[int, str]:
+    """Write ``table`` in the binary layout; return its size and sha256."""
+    sha = hashlib.sha256()
+    size = 0
+
+    def put(data: bytes | memoryview) -> None:
+        nonlocal size
+        out.write(data)
+        sha.update(data)
+        size += len(data)
+
+    width = offset_width(table)
+    put(HEADER.pack(MAGIC, TABLE_VERSION, width, len(table), table.total_records).ljust(HEADER_BYTES, b"\0"))
+    for column in (table.samples, table.records, table.nbytes):
+        put(memoryview(np.ascontiguousarray(column, "<i8")).cast("B"))
+    put(memoryview(np.ascontiguousarray(table.sha256)).cast("B"))
+    dtype = np.dtype("<u4" if width == 4 else "<u8")
+    for start in range(0, table.total_records, _WRITE_RECORDS):
+        block = table.offsets.read(start, min(start + _WRITE_RECORDS, table.total_records))
+        put(memoryview(np.ascontiguousarray(block, dtype)).cast("B"))
+    return size, sha.hexdigest()
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """What the header of a table file says, checked against what the index expects."""
+
+    width: int
+    shards: int
+    records: int
+
+    @property
+    def offsets_start(self) -> int:
+        return HEADER_BYTES + self.shards * PER_SHARD_BYTES
+
+    @property
+    def size(self) -> int:
+        return self.offsets_start + self.records * self.width
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype("<u4" if self.width == 4 else "<u8")
+
+    @classmethod
+    def parse(cls, header: bytes | memoryview, where: str, shards: int, size: int) -> "TableLayout":
+        if len(header) < HEADER_BYTES:
+            raise IndexFormatError(f"{where}: shard table is truncated ({len(header)} bytes)")
+        magic, version, width, count, records = HEADER.unpack_from(header)
+        if magic != MAGIC:
+            raise IndexFormatError(f"{where}: not a shard table (bad magic at byte 0)")
+        if version != TABLE_VERSION or width not in (4, 8):
+            raise IndexFormatError(f"{where}: shard table version {version} / offset width {width} not supported")
+        layout = cls(width, count, records)
+        if count != shards:
+            raise IndexFormatError(f"{where}: holds {count} shards, the index names {shards}")
+        if layout.size != size:
+            raise IndexFormatError(f"{where}: is {size} bytes, its header implies {layout.size}")
+        return layout
+
+
+def _columns(table: bytes, layout: TableLayout, where: str,
+             names: ShardNames, offsets: OffsetStore) -> ShardTable:
+    n = layout.shards
+    ints = np.frombuffer(table, "<i8", 3 * n, HEADER_BYTES).reshape(3, n)
+    sha = np.frombuffer(table, np.uint8, 32 * n, HEADER_BYTES + 24 * n)
+    result = ShardTable(names, ints[0], ints[1], ints[2], sha, offsets)
+    if result.total_records != layout.records:
+        raise IndexFormatError(f"{where}: per-shard records add up to {result.total_records}, "
+                               f"the header says {layout.records}")
+    if (result.samples < 0).any() or (result.records < 0).any() or (result.nbytes < 0).any():
+        raise IndexFormatError(f"{where}: negative counts in the shard table")
+    return result
+
+
+def read_table(read_range: Callable[[int, int], bytes], size: int, where: str, names: ShardNames,
+               block_bytes: int = 1 << 16) -> ShardTable:
+    """A table read by ranges (``pread`` locally, ranged requests remotely): the per-shard part
+    now, offsets a block of ``block_bytes`` at a time when asked."""
+    layout = TableLayout.parse(read_range(0, HEADER_BYTES) if size >= HEADER_BYTES else b"",
+                               where, len(names), size)
+    if layout.size - layout.offsets_start <= block_bytes:  # small: all of it in one read
+        head = read_range(0, layout.size)
+        offsets: OffsetStore = ArrayOffsets(np.frombuffer(head, layout.dtype, layout.records, layout.offsets_start))
+    else:
+        head = read_range(0, layout.offsets_start)
+        offsets = RangeOffsets(read_range, layout.offsets_start, layout.dtype, layout.records, block_bytes)
+    return _columns(head, layout, where, names, offsets)

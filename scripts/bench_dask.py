@@ -1,0 +1,59 @@
+#!/usr/bin/env python
+"""Benchmark of the Dask engine: the embeddings build of ``bench_build.py`` (200k x 768 float32
++ an int64 label, ``.npy`` files read with pread, ``pack=16``, 32 MB shards) run by one process,
+by two local worker processes, and by a Dask cluster of two worker processes (one thread each):
+once started by the build itself (``--engine dask``, its start and stop included in the time),
+once already running (``--scheduler``, the cost of the engine alone).
+
+Each run is a fresh process, timed from ``sync`` to ``sync``, best of ``--repeats`` (see
+``bench_build.py`` for the method)::
+
+    python scripts/bench_dask.py            # a minute or two, ~2 GB free in --tmp
+    python scripts/bench_dask.py --rows 20000 --repeats 1   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from bench_build import DIM, Case, build_case, cases_table, make_dataset
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=200_000, help="samples (default 200,000)")
+    p.add_argument("--pack", type=int, default=16, help="samples per record (default 16)")
+    p.add_argument("--shard-mb", type=int, default=32, help="shard size (default 32)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each case; the best is used (default 3)")
+    p.add_argument("--tmp", help="folder for the generated data and shards (default: the system temp dir)")
+    return p.parse_args()
+
+
+def dask_case(name: str, local: Case, scheduler: str | None) -> Case:
+    return Case(name, {**local.spec, "engine": "dask", "scheduler": scheduler}, local.data_bytes)
+
+
+def main(args: argparse.Namespace) -> None:
+    from distributed import LocalCluster
+
+    with tempfile.TemporaryDirectory(prefix="bench_dask-", dir=args.tmp) as tmp, \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                         dashboard_address=None) as running:
+        work = Path(tmp)
+        data = make_dataset(work, "embeddings", args.rows, DIM, seed=2)
+        one = build_case("local workers=1", data, "path", args.pack, args.shard_mb, workers=1)
+        two = build_case("local workers=2", data, "path", args.pack, args.shard_mb, workers=2)
+        cases = [one, two, dask_case("dask, cluster of 2 started by the build", two, None),
+                 dask_case("dask, cluster of 2 already running", two, running.scheduler_address)]
+        for repeat in range(args.repeats):
+            print(f"repeat {repeat + 1}/{args.repeats}", flush=True)
+            for case in cases:
+                case.run(work)
+    print(f"\n### Local and Dask builds ({args.repeats} runs each, rates from the best; MB = 1e6 bytes)\n")
+    print(cases_table([case.summary() for case in cases]))
+
+
+if __name__ == "__main__":
+    main(parse_args())

@@ -1,0 +1,170 @@
+#!/usr/bin/env python
+"""Benchmark of opening a very large shard set: 10^6, 10^8 and 10^9 samples.
+
+Only the index is written (``index.json`` and its binary shard table); no shard exists.
+Every sample is its own record (``pack=1``, the worst case: one offset per sample) of 4 KiB,
+in shards of 1,000 samples, so 10^9 samples are 10^6 shards and 10^9 record offsets.
+
+For each size a fresh process (this script with ``--child``) measures:
+
+- ``open``: ``ShardDataset(index, world_size=64, rank=0)``: reading the index and the per-shard
+  table, and cutting the shards into the chunks of the epoch plan. Time, and the RSS it added
+  on top of the process after ``import torch, pipeline``.
+- ``first window``: what DataLoader worker 0 of 8 on that rank then does before its first
+  read: the epoch's chunk order, its plan, and the offsets of every chunk of its first
+  shuffle window. Time, RSS added, and the offsets of how many shards (and bytes) it touched.
+
+Baseline in the same run: the index format this replaces, one JSON with every record offset
+inline, parsed with ``json.loads`` at 10^6 samples (larger sizes would not fit in memory).
+
+Usage::
+
+    python scripts/bench_index.py --quick       # 10^5 and 10^6 samples, seconds
+    python scripts/bench_index.py               # 10^6, 10^8, 10^9: ~5 GB in --tmp, minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_build import current_rss_mb, peak_rss_mb
+
+SAMPLES_PER_SHARD = 1000
+RECORD_BYTES = 4096
+WORLD, WORKERS = 64, 8
+
+
+class FixedRecordOffsets:
+    """Offsets of fixed-size records, computed block by block (nothing of size N in memory)."""
+
+    def __init__(self, first_record: np.ndarray) -> None:
+        self.first_record = first_record
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        records = np.arange(start, stop, dtype=np.int64)
+        shard = np.searchsorted(self.first_record, records, side="right") - 1
+        return (records - self.first_record[shard]) * RECORD_BYTES
+
+
+def write_synthetic_index(folder: Path, samples: int) -> float:
+    """An index of ``samples`` samples (no shards); returns seconds taken."""
+    from pipeline.build.output import save_index
+    from pipeline.format.index import DatasetIndex, FieldSpec
+    from pipeline.format.shard_names import NameRun, ShardNames
+    from pipeline.format.shard_table import ShardTable
+    from pipeline.storage.destination import Destination
+
+    started = time.perf_counter()
+    shards = -(-samples // SAMPLES_PER_SHARD)
+    counts = np.full(shards, SAMPLES_PER_SHARD, np.int64)
+    counts[-1] = samples - SAMPLES_PER_SHARD * (shards - 1)
+    first = np.concatenate([[0], np.cumsum(counts)])
+    sha = np.random.default_rng(0).integers(0, 256, (shards, 32), dtype=np.uint8)
+    names = ShardNames([NameRun("train-", 0, 7, ".tar", shards)])
+    table = ShardTable(names, counts, counts, counts * RECORD_BYTES + 1024, sha, FixedRecordOffsets(first))
+    fields = {"x": FieldSpec("float32", (1000,)), "y": FieldSpec("int64", ())}
+    folder.mkdir(parents=True, exist_ok=True)
+    save_index(Destination(folder), DatasetIndex(fields, table, pack=1))
+    return time.perf_counter() - started
+
+
+def write_inline_json(path: Path, samples: int) -> None:
+    """The replaced layout: one JSON object per shard with every record offset inline."""
+    shards = []
+    for number in range(-(-samples // SAMPLES_PER_SHARD)):
+        count = min(SAMPLES_PER_SHARD, samples - number * SAMPLES_PER_SHARD)
+        shards.append({"url": f"train-{number:07d}.tar", "samples": count, "records": count,
+                       "bytes": count * RECORD_BYTES + 1024, "sha256": "ab" * 32,
+                       "offsets": list(range(0, count * RECORD_BYTES, RECORD_BYTES))})
+    path.write_text(json.dumps({"shards": shards}, separators=(",", ":")))
+
+
+def child(args: argparse.Namespace) -> dict:
+    """One measurement in this (fresh) process."""
+    import torch  # noqa: F401 - loaded first, so that the numbers exclude it
+
+    import pipeline
+    from pipeline.stream.plan import epoch_order, fresh_plans, locate
+
+    base = current_rss_mb()
+    if args.child == "inline-json":
+        started = time.perf_counter()
+        data = json.loads(Path(args.path).read_bytes())
+        seconds = time.perf_counter() - started
+        return {"open_s": seconds, "open_rss_mb": current_rss_mb() - base, "shards": len(data["shards"])}
+    started = time.perf_counter()
+    dataset = pipeline.ShardDataset(args.path, batch_size=256, world_size=WORLD, rank=0)
+    open_s = time.perf_counter() - started
+    open_rss = current_rss_mb() - base
+    started = time.perf_counter()
+    order = epoch_order(dataset.chunks, dataset.seed, 0, dataset.shuffle)
+    plan = fresh_plans(dataset.samples, dataset.plan_config, 0, WORKERS)[0]
+    first = plan.segments[0].span_start
+    touched: dict[int, int] = {}
+    for shard, row_start, row_stop in locate(order, dataset.chunks, first, first + dataset.shuffle_buffer):
+        offsets = dataset.shards.shards[shard].offsets  # what read_rows looks up
+        touched[shard] = offsets.nbytes
+        int(offsets[row_start]), int(offsets[row_stop - 1])
+    touched_bytes = sum(touched.values())
+    return {"open_s": open_s, "open_rss_mb": open_rss, "shards": len(dataset.shards.shards),
+            "chunks": len(dataset.chunks), "window_s": time.perf_counter() - started,
+            "window_rss_mb": current_rss_mb() - base - open_rss, "window_offset_bytes": touched_bytes, "window_shards": len(touched),
+            "peak_rss_mb": peak_rss_mb(), "base_rss_mb": base}
+
+
+def run_child(kind: str, path: Path) -> dict:
+    output = subprocess.run([sys.executable, __file__, "--child", kind, "--path", str(path)],
+                            check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="10^5 and 10^6 samples only")
+    parser.add_argument("--tmp", default=None, help="folder for the synthetic indexes")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    sizes = [10**5, 10**6] if args.quick else [10**6, 10**8, 10**9]
+    root = Path(tempfile.mkdtemp(prefix="bench-index-", dir=args.tmp))
+    rows = []
+    try:
+        inline = root / "inline.json"
+        write_inline_json(inline, 10**6)
+        baseline = run_child("inline-json", inline)
+        print(f"| inline JSON (replaced layout) | 10^6 | {inline.stat().st_size / 1e6:,.0f} MB | "
+              f"{baseline['open_s']:.2f} s | {baseline['open_rss_mb']:.0f} MB | | | |", flush=True)
+        inline.unlink()
+        print("| index | samples | on disk | open | open RSS | first window | window RSS | offsets read |")
+        for samples in sizes:
+            folder = root / f"n{samples}"
+            write_s = write_synthetic_index(folder, samples)
+            on_disk = sum(p.stat().st_size for p in folder.iterdir())
+            result = run_child("table", folder) | {"samples": samples, "write_s": write_s, "bytes": on_disk}
+            rows.append(result)
+            print(f"| table | 10^{len(str(samples)) - 1} | {on_disk / 1e6:,.0f} MB | {result['open_s']:.2f} s | "
+                  f"{result['open_rss_mb']:.0f} MB | {result['window_s']:.3f} s | {result['window_rss_mb']:.0f} MB | "
+                  f"{result['window_shards']} shards, {result['window_offset_bytes'] / 1e3:,.0f} kB |", flush=True)
+            shutil.rmtree(folder)
+        out = Path("bench-results")
+        out.mkdir(exist_ok=True)
+        (out / "bench_index.json").write_text(json.dumps({"inline_json": baseline, "tables": rows}, indent=1))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()

@@ -1,0 +1,126 @@
+"""Builds on Dask write the very shards and index a single process writes, even when a task
+fails or its worker dies on the way."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline.build.rows import RowBlock
+from pipeline.build.source import Source
+from pipeline.cli import main
+
+distributed = pytest.importorskip("distributed")
+
+OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two worker processes of one thread each, on loopback, shared by the tests of this module."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as local:
+        yield local
+
+
+@pytest.fixture
+def npy_inputs(tmp_path: Path) -> dict[str, str]:
+    rng = np.random.default_rng(5)
+    paths = {"x": str(tmp_path / "x.npy"), "y": str(tmp_path / "y.npy")}
+    np.save(paths["x"], rng.random((5000, 16), dtype=np.float32))
+    np.save(paths["y"], rng.integers(0, 10, 5000))
+    return paths
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """Every file of a build (shards, index and what is saved beside it), by name."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+class FailsOnceInAWorker(Source):
+    """The rows of ``inner``, read a record at a time; the first read in a Dask worker past the
+    start of its task fails (``crash``: the worker process dies), once per ``marker`` file."""
+
+    description = "fails once"
+
+    def __init__(self, inner: Source, marker: Path, crash: bool) -> None:
+        self.inner, self.marker, self.crash = inner, marker, crash
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def approx_row_bytes(self) -> int:
+        return 1 << 20  # reads of one record: the failure comes with a shard half written
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        if start > 0 and _in_a_worker() and _first_time(self.marker):
+            if self.crash:
+                os._exit(1)
+            raise RuntimeError("injected failure")
+        return self.inner.read(start, stop)
+
+
+def _in_a_worker() -> bool:
+    try:
+        distributed.get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def _first_time(marker: Path) -> bool:
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return False
+    return True
+
+
+def test_a_dask_cluster_writes_the_shards_and_index_of_a_single_process(tmp_path: Path, npy_inputs, cluster) -> None:
+    single = pipeline.write_shards(tmp_path / "one", npy_inputs, **OPTIONS)
+    pipeline.write_shards(tmp_path / "dask", npy_inputs, engine="dask", scheduler=cluster.scheduler_address,
+                          **OPTIONS)
+    assert len(single.shards) > 8
+    assert files(tmp_path / "dask") == files(tmp_path / "one")
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["task-raises", "worker-dies"])
+def test_a_task_that_fails_once_is_run_again_and_the_build_is_complete(tmp_path: Path, npy_inputs, cluster,
+                                                                       crash: bool) -> None:
+    pipeline.write_shards(tmp_path / "one", npy_inputs, **OPTIONS)
+    source = FailsOnceInAWorker(pipeline.ArraySource(npy_inputs), tmp_path / "failed", crash)
+    pipeline.build_shards(source, tmp_path / "dask", engine="dask", scheduler=cluster.scheduler_address, **OPTIONS)
+    assert (tmp_path / "failed").exists()
+    assert files(tmp_path / "dask") == files(tmp_path / "one")  # no temporary file left either
+    assert pipeline.verify(tmp_path / "dask") == []
+
+
+def test_cli_engine_dask_starts_a_local_cluster(tmp_path: Path, npy_inputs) -> None:
+    result = subprocess.run([sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "dask"),
+                             "--array", f"x={npy_inputs['x']}", "--array", f"y={npy_inputs['y']}",
+                             "--pack", "32", "--shard-bytes", "40KiB", "--engine", "dask", "--workers", "2"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "wrote 5000 samples" in result.stderr
+    pipeline.write_shards(tmp_path / "one", npy_inputs, **OPTIONS)
+    assert files(tmp_path / "dask") == files(tmp_path / "one")
+
+
+def test_without_distributed_the_error_says_what_to_install(tmp_path: Path, npy_inputs, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import fails as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'pipeline\[dask\]'"):
+        pipeline.write_shards(tmp_path / "out", npy_inputs, engine="dask", **OPTIONS)
+
+
+def test_a_scheduler_needs_the_dask_engine(tmp_path: Path, npy_inputs, capsys) -> None:
+    code = main(["build", "arrays", str(tmp_path / "out"), "--array", f"x={npy_inputs['x']}",
+                              "--scheduler", "tcp://127.0.0.1:8786"])
+    assert code == 1
+    assert "needs engine='dask' (--engine dask)" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "index.json").exists()

@@ -1,0 +1,166 @@
+"""A build killed at any moment never leaves an index naming an incomplete shard, and
+``--resume`` completes it with the very files an uninterrupted build writes, keeping the shards
+the killed run finished."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline.format.scan import scan_shard
+
+OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """Every file of a build (shards, index and what is saved beside it), by name."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def inodes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_ino for p in folder.glob("*.tar")}
+
+
+@pytest.fixture
+def npy_inputs(tmp_path: Path) -> dict[str, str]:
+    rng = np.random.default_rng(7)
+    paths = {"x": str(tmp_path / "x.npy"), "y": str(tmp_path / "y.npy")}
+    np.save(paths["x"], rng.random((5000, 16), dtype=np.float32))
+    np.save(paths["y"], rng.integers(0, 10, 5000))
+    return paths
+
+
+def build_command(out: Path, inputs: dict[str, str], *extra: str) -> list[str]:
+    """A build of many small shards by three worker processes, a few seconds long."""
+    return [sys.executable, "-m", "pipeline", "build", "arrays", str(out),
+            "--array", f"x={inputs['x']}", "--array", f"y={inputs['y']}",
+            "--pack", "8", "--shard-bytes", "32KiB", "--workers", "3", "--quiet", *extra]
+
+
+def run_and_kill(command: list[str], out: Path, shards: int, extra: float) -> None:
+    """Run ``command`` and SIGKILL it and its worker processes, as a crash or the out-of-memory
+    killer would, ``extra`` seconds after ``shards`` shard files are in ``out`` (unless it has
+    ended by then): a moment anywhere in the build, however fast the machine."""
+    proc = subprocess.Popen(command, start_new_session=True, stderr=subprocess.DEVNULL)
+    while proc.poll() is None and len(list(out.glob("*.tar"))) < shards:
+        time.sleep(0.005)
+    time.sleep(extra)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def check_after_kill(out: Path) -> tuple[int, bool]:
+    """Every file under a shard's name is a whole shard, and an index, if any, is sound;
+    returns the number of shards and whether there is an index."""
+    shards = list(out.glob("*.tar"))
+    for path in shards:
+        scan_shard(path.read_bytes(), path.name)
+    indexed = (out / "index.json").exists()
+    if indexed:
+        assert pipeline.verify(out) == []
+    return len(shards), indexed
+
+
+def test_builds_killed_at_random_moments_resume_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    inputs = {"x": str(tmp_path / "x.npy"), "y": str(tmp_path / "y.npy")}
+    np.save(inputs["x"], rng.random((30_000, 128), dtype=np.float32))
+    np.save(inputs["y"], rng.integers(0, 10, 30_000))
+    subprocess.run(build_command(tmp_path / "whole", inputs), check=True)
+    whole = files(tmp_path / "whole")
+    total = len(list((tmp_path / "whole").glob("*.tar")))
+    assert total > 100
+
+    moments = random.Random(2024)
+    found = []  # (shards on disk, index written) after each kill
+    for chain in range(3):  # each chain: a build, then resumed builds, every one killed at random
+        out = tmp_path / f"out{chain}"
+        for attempt in range(4):
+            resume = ("--resume",) if attempt else ()
+            on_disk = len(list(out.glob("*.tar")))
+            run_and_kill(build_command(out, inputs, *resume), out, moments.randint(on_disk, total),
+                         moments.uniform(0, 0.02))
+            found.append(check_after_kill(out))
+        subprocess.run(build_command(out, inputs, "--resume"), check=True)
+        assert files(out) == whole  # byte-identical, and no temporary file left
+    assert len(found) >= 10
+    assert any(0 < shards < total and not indexed for shards, indexed in found)  # some killed mid-build
+
+
+def test_resume_rewrites_damaged_and_missing_shards_and_keeps_the_others(tmp_path: Path, npy_inputs) -> None:
+    pipeline.write_shards(tmp_path / "whole", npy_inputs, **OPTIONS)
+    out = tmp_path / "out"
+    pipeline.write_shards(out, npy_inputs, **OPTIONS)
+    for path in out.glob("index*"):
+        path.unlink()  # as if killed just before the index was written
+    shards = sorted(out.glob("*.tar"))
+    with open(shards[1], "r+b") as f:
+        f.truncate(3000)
+    data = bytearray(shards[2].read_bytes())
+    data[512] = 0xC1  # the first byte of the first record's msgpack map: a code msgpack never uses
+    shards[2].write_bytes(bytes(data))
+    shards[3].write_bytes(shards[3].read_bytes()[:-1024])  # cut at a record boundary
+    shards[4].unlink()
+    (out / f".{shards[5].name}.tmp-12345").write_bytes(b"half a shard")
+    (out / ".index.json.tmp-12345").write_bytes(b"{")
+    before = inodes(out)
+
+    pipeline.write_shards(out, npy_inputs, resume=True, **OPTIONS)
+
+    assert files(out) == files(tmp_path / "whole")
+    after = inodes(out)
+    rewritten = {name for name in after if before.get(name) != after[name]}
+    assert rewritten == {p.name for p in shards[1:5]}
+
+
+def test_resume_of_a_finished_build_does_nothing_and_says_so(tmp_path: Path, npy_inputs) -> None:
+    command = [sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "out"),
+               "--array", f"x={npy_inputs['x']}", "--array", f"y={npy_inputs['y']}", "--pack", "32"]
+    subprocess.run(command, check=True, capture_output=True)
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "out").iterdir()}
+    result = subprocess.run(command + ["--resume"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "already complete" in result.stderr and "nothing to resume" in result.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "out").iterdir()} == before
+    refused = subprocess.run(command, capture_output=True, text=True)
+    assert refused.returncode == 1 and "already exists" in refused.stderr
+
+
+def test_resume_refuses_the_index_of_another_build(tmp_path: Path, npy_inputs) -> None:
+    pipeline.write_shards(tmp_path, npy_inputs, **OPTIONS)
+    with pytest.raises(pipeline.OutputExistsError, match="other shards than this one plans"):
+        pipeline.write_shards(tmp_path, npy_inputs, resume=True, **{**OPTIONS, "pack": 16})
+    with pytest.raises(ValueError, match="give one of them"):
+        pipeline.write_shards(tmp_path, npy_inputs, resume=True, overwrite=True, **OPTIONS)
+
+
+def test_a_shard_whose_stored_types_differ_from_the_source_is_rewritten(tmp_path: Path) -> None:
+    """Packed, a column of Python ints is stored as an int64 array while the index describes
+    the source's ``int``: such a shard cannot be told from another build's, so it is rewritten
+    and the index is the one a fresh build writes."""
+    (tmp_path / "data").mkdir()
+    for i in range(20):
+        np.save(tmp_path / "data" / f"s{i}.npy", np.full(3, i, np.float32))
+    labels = {f"s{i}": i % 3 for i in range(20)}
+    partition = {"train": [f"s{i}" for i in range(20)]}
+    options = dict(pack=4, shard_samples=8, quiet=True)
+    pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "whole", **options)
+    pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", **options)
+    train = tmp_path / "out" / "train"
+    for path in train.glob("index*"):
+        path.unlink()
+    (train / "train-000002.tar").unlink()
+    before = inodes(train)
+    pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", resume=True, **options)
+    assert files(train) == files(tmp_path / "whole" / "train")
+    assert all(before[name] != ino for name, ino in inodes(train).items() if name in before)
