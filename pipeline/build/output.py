@@ -63,6 +63,16 @@ def remove_stale_shards(destination: Destination, old_shards: list[str], index: 
             destination.delete(name)
 
 
+def remove_planned_shards(destination: Destination, prefix: str, names: Iterable[str]) -> None:
+    """Delete the files already under the shard names a build is about to write from scratch:
+    left by an earlier build that failed or was killed (or by the build being replaced), they
+    must not pass, to a later ``resume``, for shards of this build."""
+    planned = set(names)
+    for name in destination.list(prefix):
+        if name in planned:
+            destination.delete(name)
+
+
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-\d+$")
 
 

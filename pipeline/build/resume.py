@@ -8,7 +8,9 @@ knows what each shard file must hold; it keeps a file when a scan of it agrees w
 writes it again otherwise.
 
 The scan checks a file's structure, not that its samples are the source's: resuming assumes
-the source and the options are those of the killed run.
+the source and the options are those of the killed run. (A build started without ``resume``
+first deletes what lies under the names it plans, so the files a resume finds were written by
+that build or by its resumed runs, never by an earlier build of other data.)
 """
 
 from __future__ import annotations

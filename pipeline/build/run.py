@@ -22,7 +22,14 @@ from ..storage.destination import Destination, destination
 from ..storage.opener import scheme
 from .engines import check_engine, open_workers
 from .fixed_records import build_records, fixed_layout
-from .output import prepare_output, remove_stale_shards, remove_temporary_files, save_index, shard_name
+from .output import (
+    prepare_output,
+    remove_planned_shards,
+    remove_stale_shards,
+    remove_temporary_files,
+    save_index,
+    shard_name,
+)
 from .progress import BuildProgress
 from .resume import finished_index, kept_shard, reference_schema
 from .rows import encode_records
@@ -210,6 +217,8 @@ def build_shards(
                 _say(quiet, f"{target.url(index_name)} is already complete ({len(planned)} shards); nothing to resume")
                 return done
         old_shards = prepare_output(target, overwrite, index_name)
+        if not resume:
+            remove_planned_shards(target, f"{prefix}-", names)
         rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0
         progress = BuildProgress(rows, f"{source.description} -> {target}", quiet)
         keep = reference_schema(source, pack) if resume else None

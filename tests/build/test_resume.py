@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 import pipeline
+from pipeline.build.rows import RowBlock
+from pipeline.build.source import Source
 from pipeline.format.scan import scan_shard
 
 OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
@@ -164,3 +166,37 @@ def test_a_shard_whose_stored_types_differ_from_the_source_is_rewritten(tmp_path
     pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", resume=True, **options)
     assert files(train) == files(tmp_path / "whole" / "train")
     assert all(before[name] != ino for name, ino in inodes(train).items() if name in before)
+
+
+class DiesAt(Source):
+    """The rows of ``inner``; reading past row ``last`` fails, as a build killed part way."""
+
+    description = "dies part way"
+
+    def __init__(self, inner: Source, last: int) -> None:
+        self.inner, self.last = inner, last
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        if stop > self.last:
+            raise RuntimeError("the build dies here")
+        return self.inner.read(start, stop)
+
+
+def test_a_new_build_first_deletes_the_shards_an_earlier_build_left_under_its_names(tmp_path: Path) -> None:
+    """Shards of another dataset under the planned names (a killed build of other data) must
+    not pass for this build's when it is resumed after dying in turn."""
+    rng = np.random.default_rng(3)
+    old, new = ({"x": rng.random((3000, 8), dtype=np.float32)} for _ in range(2))
+    pipeline.write_shards(tmp_path / "whole", new, **OPTIONS)
+    out = tmp_path / "out"
+    pipeline.write_shards(out, old, **OPTIONS)
+    for path in out.glob("index*"):
+        path.unlink()
+    with pytest.raises(RuntimeError, match="dies here"):
+        pipeline.build_shards(DiesAt(pipeline.ArraySource(new), 1000), out, **OPTIONS)
+    assert 0 < len(list(out.glob("*.tar"))) < len(list((tmp_path / "whole").glob("*.tar")))
+    pipeline.write_shards(out, new, resume=True, **OPTIONS)
+    assert files(out) == files(tmp_path / "whole")
