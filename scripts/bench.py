@@ -82,7 +82,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -592,8 +592,9 @@ def memmap_loader(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 
 def floor_loader(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    import pipeline.stream.loader  # noqa: F401  (what our loader's process imports)
     from torch.utils.data import DataLoader
+
+    import pipeline.stream.loader  # noqa: F401  (what our loader's process imports)
 
     workers = spec["workers"]
     return DataLoader(TinyBatches(), batch_size=None, num_workers=workers, persistent_workers=workers > 0,

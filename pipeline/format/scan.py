@@ -2,8 +2,8 @@
 
 A resumed build uses this on the shards a killed run left: instead of writing a shard again,
 it scans the file and keeps it when the result matches the plan. The entry is computed the way
-the writer computes it (sha256 of the whole file, the byte offset of every record, records and
-samples counted), so a kept shard's entry equals the one a fresh write would have produced.
+the writer computes it (sha256 of the whole file, the byte offset and checksum of every record,
+records and samples counted), so a kept shard's entry equals the one a fresh write would have produced.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from .errors import IndexFormatError, SampleError, ShardError
 from .index import FieldSpec, Schema, ShardInfo, merge_schema, merge_spec, spec_of
 from .packing import record_rows
 from .records import decode_fields, iter_records
+from .shard_table import record_crc32
 from .tar import END_OF_ARCHIVE, member_bytes
 
 
@@ -30,6 +31,7 @@ def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema]:
     """
     view = memoryview(data).cast("B")
     offsets: list[int] = []
+    crc32: list[int] = []
     samples = 0
     schema: Schema | None = None
     end = 0
@@ -46,12 +48,14 @@ def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema]:
         except (SampleError, IndexFormatError) as exc:
             raise ShardError(url, record.offset, str(exc)) from None
         offsets.append(record.offset)
+        crc32.append(record_crc32(record.members.values()))
         samples += rows
         end = record.offset + sum(member_bytes(len(member)) for member in record.members.values())
     if view[end:] != END_OF_ARCHIVE:
         raise ShardError(url, end, f"expected the {len(END_OF_ARCHIVE)} end-of-archive bytes after the last "
                          f"record and nothing else, found {len(view) - end} bytes")
-    return ShardInfo(url, samples, len(offsets), len(view), hashlib.sha256(view).hexdigest(), offsets), schema or {}
+    info = ShardInfo(url, samples, len(offsets), len(view), hashlib.sha256(view).hexdigest(), offsets, crc32)
+    return info, schema or {}
 
 
 def record_schema(fields: Mapping[str, Any], rows: int) -> Schema:

@@ -1,10 +1,11 @@
-"""The per-shard table and the record offsets of a shard set, in a binary file beside the index.
+"""The per-shard table and the per-record offsets and checksums of a shard set, in a binary
+file beside the index.
 
 Why binary: a billion samples in a million shards would make an ``index.json`` of gigabytes
 that takes minutes and tens of gigabytes of Python objects to parse. Here the numbers are
 fixed-width arrays that a reader maps (local) or fetches by range (remote) and touches only
 where it reads: opening costs the per-shard table (56 bytes a shard), and each worker reads
-just the offsets of the shards in its spans.
+just the offsets and checksums of the shards in its spans.
 
 Layout of ``index.bin`` (little-endian, every section 8-byte aligned)::
 
@@ -15,8 +16,12 @@ Layout of ``index.bin`` (little-endian, every section 8-byte aligned)::
     bytes    int64[shards]
     sha256   uint8[shards, 32]
     offsets  uint32 or uint64[records]   (shard after shard, in index order)
+    crc32    uint32[records]             (of each record's member data, in member order)
 
 Offsets are 4 bytes when every shard is under 4 GiB, which halves the file for large sets.
+The checksums let a reader catch a flipped bit in a record it reads, without reading the
+whole shard for its sha256: a corrupt record is an error (or a counted skip), never a wrong
+sample.
 """
 
 from __future__ import annotations
@@ -24,26 +29,32 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, overload
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, overload
 
 import numpy as np
 
-from .errors import IndexFormatError
+from .errors import IndexFormatError, ShardError
 from .shard_names import ShardNames
+
+if TYPE_CHECKING:
+    from .records import Record
 
 MAGIC = b"PIPESHRD"
 TABLE_VERSION = 1
 HEADER = struct.Struct("<8sIIQQ")
 HEADER_BYTES = 64
 PER_SHARD_BYTES = 3 * 8 + 32
-_WRITE_RECORDS = 1 << 22  # offsets written 4M at a time: bounded memory for any size
+_WRITE_RECORDS = 1 << 22  # record columns written 4M at a time: bounded memory for any size
+CRC_DTYPE = np.dtype("<u4")
 
 
 @dataclass
 class ShardInfo:
-    """One shard as the index describes it. ``offsets[i]`` is the byte where record ``i`` starts."""
+    """One shard as the index describes it. ``offsets[i]`` is the byte where record ``i``
+    starts, ``crc32[i]`` the checksum of its member data (see :func:`record_crc32`)."""
 
     url: str
     samples: int
@@ -51,17 +62,39 @@ class ShardInfo:
     bytes: int
     sha256: str
     offsets: Sequence[int] = field(default_factory=list)
+    crc32: Sequence[int] = field(default_factory=list)
 
 
-class OffsetStore(Protocol):
-    """Record offsets by global record number (records of all shards, in index order)."""
+def record_crc32(members: Iterable[bytes | memoryview]) -> int:
+    """The checksum of a record: crc32 of its members' data, one after the other."""
+    crc = 0
+    for data in members:
+        crc = zlib.crc32(data, crc)
+    return crc
+
+
+def check_record(record: Record, shard: ShardInfo, number: int, url: str) -> None:
+    """Refuse record ``number`` of a shard when its start or checksum differs from the index:
+    a shard changed or corrupted since it was indexed must not yield wrong samples."""
+    if record.offset != int(shard.offsets[number]):
+        raise ShardError(url, record.offset, f"record starts at byte {record.offset}, "
+                         f"the index says {int(shard.offsets[number])}")
+    crc = record_crc32(record.members.values())
+    if crc != int(shard.crc32[number]):
+        raise ShardError(url, record.offset, f"record {record.key!r} is corrupt: crc32 {crc:08x}, "
+                         f"the index says {int(shard.crc32[number]):08x}")
+
+
+class RecordColumn(Protocol):
+    """One number per record (an offset, a checksum), by global record number: the records of
+    all shards, in index order."""
 
     def read(self, start: int, stop: int) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
-class ArrayOffsets:
-    """Offsets held in an array: in memory, or a view of a mapped file."""
+class ArrayColumn:
+    """A record column held in an array."""
 
     array: np.ndarray
 
@@ -69,10 +102,10 @@ class ArrayOffsets:
         return self.array[start:stop]
 
 
-class RangeOffsets:
-    """Offsets read on demand, a block at a time, the last few blocks kept.
+class RangeColumn:
+    """A record column read on demand, a block at a time, the last few blocks kept.
 
-    A reader thus reads only the offsets of the shards it reads (a ranged request per block
+    A reader thus reads only the offsets and checksums of the shards it reads (a ranged request per block
     when remote, a ``pread`` when local), never the whole section of a billion-sample set.
     Local files are read rather than mapped: a mapping would put every page it touches, and
     the page cache's large folios around it, in the process's resident set."""
@@ -124,34 +157,36 @@ class RangeOffsets:
 
 
 @dataclass(frozen=True)
-class ConcatOffsets:
-    """The offsets of several tables, one after the other (a merged index)."""
+class ConcatColumn:
+    """A record column of several tables, one after the other (a merged index)."""
 
-    stores: tuple[OffsetStore, ...]
+    stores: tuple[RecordColumn, ...]
     ends: np.ndarray  # cumulative record counts, one per store
+    dtype: type | np.dtype
 
     def read(self, start: int, stop: int) -> np.ndarray:
         pieces = []
         begin = 0
         for store, end in zip(self.stores, self.ends.tolist()):
             if start < end and stop > begin:
-                pieces.append(np.asarray(store.read(max(start, begin) - begin, min(stop, end) - begin), np.uint64))
+                pieces.append(np.asarray(store.read(max(start, begin) - begin, min(stop, end) - begin), self.dtype))
             begin = end
-        return np.concatenate(pieces) if pieces else np.zeros(0, np.uint64)
+        return np.concatenate(pieces) if pieces else np.zeros(0, self.dtype)
 
 
 class ShardTable(Sequence[ShardInfo]):
     """Every shard of a set as columns: names, samples, records, bytes, sha256, and where its
-    record offsets live. Indexing yields a :class:`ShardInfo` built on demand."""
+    record offsets and checksums live. Indexing yields a :class:`ShardInfo` built on demand."""
 
     def __init__(self, names: ShardNames, samples: np.ndarray, records: np.ndarray, nbytes: np.ndarray,
-                 sha256: np.ndarray, offsets: OffsetStore) -> None:
+                 sha256: np.ndarray, offsets: RecordColumn, crc32: RecordColumn) -> None:
         self.names = names
         self.samples = np.asarray(samples, np.int64)
         self.records = np.asarray(records, np.int64)
         self.nbytes = np.asarray(nbytes, np.int64)
         self.sha256 = np.asarray(sha256, np.uint8).reshape(-1, 32)
         self.offsets = offsets
+        self.crc32 = crc32
         self.first_record = np.concatenate([[0], np.cumsum(self.records)]).astype(np.int64)
         if not len(names) == len(self.samples) == len(self.records) == len(self.nbytes) == len(self.sha256):
             raise IndexFormatError(f"shard table columns differ in length ({len(names)} names, "
@@ -161,35 +196,38 @@ class ShardTable(Sequence[ShardInfo]):
     def from_infos(cls, infos: Iterable[ShardInfo]) -> "ShardTable":
         infos = list(infos)
         for info in infos:
-            if len(info.offsets) != info.records:
-                raise IndexFormatError(f"shard {info.url}: {len(info.offsets)} offsets for {info.records} records")
-        offsets = np.fromiter((o for info in infos for o in info.offsets), np.uint64,
-                              sum(info.records for info in infos))
+            if not len(info.offsets) == len(info.crc32) == info.records:
+                raise IndexFormatError(f"shard {info.url}: {len(info.offsets)} offsets and {len(info.crc32)} "
+                                       f"checksums for {info.records} records")
+        total = sum(info.records for info in infos)
+        offsets = np.fromiter((o for info in infos for o in info.offsets), np.uint64, total)
+        crc32 = np.fromiter((c for info in infos for c in info.crc32), CRC_DTYPE, total)
         sha = np.frombuffer(b"".join(bytes.fromhex(info.sha256) for info in infos), np.uint8)
         return cls(ShardNames.of(info.url for info in infos), [i.samples for i in infos],
-                   [i.records for i in infos], [i.bytes for i in infos], sha, ArrayOffsets(offsets))
+                   [i.records for i in infos], [i.bytes for i in infos], sha, ArrayColumn(offsets), ArrayColumn(crc32))
 
     @classmethod
     def concat(cls, tables: Sequence["ShardTable"]) -> "ShardTable":
-        stores = tuple(t.offsets for t in tables)
-        ends = np.cumsum([int(t.first_record[-1]) for t in tables]).astype(np.int64)
+        ends = np.cumsum([t.total_records for t in tables]).astype(np.int64)
+
         def column(name: str) -> np.ndarray:
             return np.concatenate([getattr(t, name) for t in tables]) if tables else np.zeros(0, np.int64)
         sha = np.concatenate([t.sha256 for t in tables]) if tables else np.zeros((0, 32), np.uint8)
         return cls(ShardNames.concat(t.names for t in tables), column("samples"), column("records"),
-                   column("nbytes"), sha, ConcatOffsets(stores, ends))
+                   column("nbytes"), sha, ConcatColumn(tuple(t.offsets for t in tables), ends, np.uint64),
+                   ConcatColumn(tuple(t.crc32 for t in tables), ends, CRC_DTYPE))
 
     def renamed(self, change: Callable[[str], str]) -> "ShardTable":
         """The same shards under names changed by ``change`` (applied to their folder part)."""
         return ShardTable(self.names.renamed(change), self.samples, self.records, self.nbytes,
-                          self.sha256, self.offsets)
+                          self.sha256, self.offsets, self.crc32)
 
     def take(self, positions: Sequence[int]) -> "ShardTable":
-        """A table of the chosen shards (their offsets read into memory)."""
+        """A table of the chosen shards (their record columns read into memory)."""
         return ShardTable.from_infos(self[i] for i in positions)
 
-    def offsets_of(self, i: int) -> np.ndarray:
-        return self.offsets.read(int(self.first_record[i]), int(self.first_record[i + 1]))
+    def _records_of(self, column: RecordColumn, i: int) -> np.ndarray:
+        return column.read(int(self.first_record[i]), int(self.first_record[i + 1]))
 
     @property
     def total_records(self) -> int:
@@ -212,7 +250,8 @@ class ShardTable(Sequence[ShardInfo]):
         if not 0 <= i < len(self):
             raise IndexError(f"shard {i} of {len(self)}")
         return ShardInfo(self.names[i], int(self.samples[i]), int(self.records[i]), int(self.nbytes[i]),
-                         self.sha256[i].tobytes().hex(), self.offsets_of(i))
+                         self.sha256[i].tobytes().hex(), self._records_of(self.offsets, i),
+                         self._records_of(self.crc32, i))
 
     def __iter__(self) -> Iterator[ShardInfo]:
         return (self[i] for i in range(len(self)))
@@ -228,21 +267,22 @@ def write_table(out: BinaryIO, table: ShardTable) -> tuple[int, str]:
     sha = hashlib.sha256()
     size = 0
 
-    def put(data: bytes | memoryview) -> None:
+    def put(data: np.ndarray, dtype: np.dtype | str) -> None:
         nonlocal size
-        out.write(data)
-        sha.update(data)
-        size += len(data)
+        raw = memoryview(np.ascontiguousarray(data, dtype)).cast("B")
+        out.write(raw)
+        sha.update(raw)
+        size += len(raw)
 
     width = offset_width(table)
-    put(HEADER.pack(MAGIC, TABLE_VERSION, width, len(table), table.total_records).ljust(HEADER_BYTES, b"\0"))
+    header = HEADER.pack(MAGIC, TABLE_VERSION, width, len(table), table.total_records).ljust(HEADER_BYTES, b"\0")
+    put(np.frombuffer(header, np.uint8), np.uint8)
     for column in (table.samples, table.records, table.nbytes):
-        put(memoryview(np.ascontiguousarray(column, "<i8")).cast("B"))
-    put(memoryview(np.ascontiguousarray(table.sha256)).cast("B"))
-    dtype = np.dtype("<u4" if width == 4 else "<u8")
-    for start in range(0, table.total_records, _WRITE_RECORDS):
-        block = table.offsets.read(start, min(start + _WRITE_RECORDS, table.total_records))
-        put(memoryview(np.ascontiguousarray(block, dtype)).cast("B"))
+        put(column, "<i8")
+    put(table.sha256, np.uint8)
+    for records, dtype in ((table.offsets, "<u4" if width == 4 else "<u8"), (table.crc32, CRC_DTYPE)):
+        for start in range(0, table.total_records, _WRITE_RECORDS):
+            put(records.read(start, min(start + _WRITE_RECORDS, table.total_records)), dtype)
     return size, sha.hexdigest()
 
 
@@ -259,8 +299,12 @@ class TableLayout:
         return HEADER_BYTES + self.shards * PER_SHARD_BYTES
 
     @property
-    def size(self) -> int:
+    def crc32_start(self) -> int:
         return self.offsets_start + self.records * self.width
+
+    @property
+    def size(self) -> int:
+        return self.crc32_start + self.records * CRC_DTYPE.itemsize
 
     @property
     def dtype(self) -> np.dtype:
@@ -283,12 +327,12 @@ class TableLayout:
         return layout
 
 
-def _columns(table: bytes, layout: TableLayout, where: str,
-             names: ShardNames, offsets: OffsetStore) -> ShardTable:
+def _columns(table: bytes, layout: TableLayout, where: str, names: ShardNames,
+             offsets: RecordColumn, crc32: RecordColumn) -> ShardTable:
     n = layout.shards
     ints = np.frombuffer(table, "<i8", 3 * n, HEADER_BYTES).reshape(3, n)
     sha = np.frombuffer(table, np.uint8, 32 * n, HEADER_BYTES + 24 * n)
-    result = ShardTable(names, ints[0], ints[1], ints[2], sha, offsets)
+    result = ShardTable(names, ints[0], ints[1], ints[2], sha, offsets, crc32)
     if result.total_records != layout.records:
         raise IndexFormatError(f"{where}: per-shard records add up to {result.total_records}, "
                                f"the header says {layout.records}")
@@ -300,13 +344,16 @@ def _columns(table: bytes, layout: TableLayout, where: str,
 def read_table(read_range: Callable[[int, int], bytes], size: int, where: str, names: ShardNames,
                block_bytes: int = 1 << 16) -> ShardTable:
     """A table read by ranges (``pread`` locally, ranged requests remotely): the per-shard part
-    now, offsets a block of ``block_bytes`` at a time when asked."""
+    now, record offsets and checksums a block of ``block_bytes`` at a time when asked."""
     layout = TableLayout.parse(read_range(0, HEADER_BYTES) if size >= HEADER_BYTES else b"",
                                where, len(names), size)
+    n = layout.records
     if layout.size - layout.offsets_start <= block_bytes:  # small: all of it in one read
         head = read_range(0, layout.size)
-        offsets: OffsetStore = ArrayOffsets(np.frombuffer(head, layout.dtype, layout.records, layout.offsets_start))
+        offsets: RecordColumn = ArrayColumn(np.frombuffer(head, layout.dtype, n, layout.offsets_start))
+        crc32: RecordColumn = ArrayColumn(np.frombuffer(head, CRC_DTYPE, n, layout.crc32_start))
     else:
         head = read_range(0, layout.offsets_start)
-        offsets = RangeOffsets(read_range, layout.offsets_start, layout.dtype, layout.records, block_bytes)
-    return _columns(head, layout, where, names, offsets)
+        offsets = RangeColumn(read_range, layout.offsets_start, layout.dtype, n, block_bytes)
+        crc32 = RangeColumn(read_range, layout.crc32_start, CRC_DTYPE, n, block_bytes)
+    return _columns(head, layout, where, names, offsets, crc32)

@@ -16,6 +16,7 @@ from ..format.errors import SampleError, ShardError
 from ..format.index import Schema, ShardInfo
 from ..format.packing import record_rows
 from ..format.records import decode_fields, iter_records
+from ..format.shard_table import check_record
 from ..storage.opener import open_stream, read_range
 
 Columns = dict[str, Any]
@@ -125,6 +126,7 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     singles: dict[str, list] = {}
     n_records = 0
     for record in iter_records(data, url, start, whole=False):  # members are views of data: no copies
+        check_record(record, shard, first + n_records, url)
         columns, rows = _record_columns(decode_fields(record, url, schema), url, record.offset, wanted)
         expected = min(pack, shard.samples - (first + n_records) * pack)
         if rows != expected:

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import pickle
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from pipeline import IndexFormatError
 from pipeline.format.index import merge_indexes
 from pipeline.format.records import iter_records
 from pipeline.format.shard_names import ShardNames
-from pipeline.format.shard_table import RangeOffsets, ShardInfo, ShardTable, read_table, write_table
+from pipeline.format.shard_table import RangeColumn, ShardInfo, ShardTable, read_table, write_table
 
 
 @pytest.fixture
@@ -45,14 +46,17 @@ def test_index_is_small_json_plus_a_table_with_every_record_offset(index_file: P
     assert [s.samples for s in index.shards] == [30, 30, 30, 10]
     for info in index.shards:
         with open(index_file.parent / info.url, "rb") as shard:
-            assert list(info.offsets) == [r.offset for r in iter_records(shard, info.url)]
+            records = list(iter_records(shard, info.url))
+        assert list(info.offsets) == [r.offset for r in records]
+        assert list(info.crc32) == [zlib.crc32(r.members["msgpack"]) for r in records]
         assert info.sha256 == hashlib.sha256((index_file.parent / info.url).read_bytes()).hexdigest()
 
 
 def table_of(shards: int, records: int, shard_bytes: int) -> ShardTable:
     rng = np.random.default_rng(0)
     infos = [ShardInfo(f"s-{i:03d}.tar", records * 2, records, shard_bytes, rng.bytes(32).hex(),
-                       sorted(rng.integers(0, shard_bytes, records).tolist())) for i in range(shards)]
+                       sorted(rng.integers(0, shard_bytes, records).tolist()),
+                       rng.integers(0, 1 << 32, records).tolist()) for i in range(shards)]
     return ShardTable.from_infos(infos)
 
 
@@ -62,11 +66,11 @@ def test_table_round_trips_with_4_or_8_byte_offsets(shard_bytes: int, width: int
     out = io.BytesIO()
     size, sha = write_table(out, table)
     data = out.getvalue()
-    assert size == len(data) == 64 + 5 * 56 + 5 * 7 * width and sha == hashlib.sha256(data).hexdigest()
+    assert size == len(data) == 64 + 5 * 56 + 5 * 7 * (width + 4) and sha == hashlib.sha256(data).hexdigest()
     for block_bytes in (8, 1 << 16):
         reread = read_table(lambda a, b: data[a:b], len(data), "t", table.names, block_bytes)
-        assert [vars(s) | {"offsets": list(s.offsets)} for s in reread] == \
-               [vars(s) | {"offsets": list(s.offsets)} for s in table]
+        assert [vars(s) | {"offsets": list(s.offsets), "crc32": list(s.crc32)} for s in reread] == \
+               [vars(s) | {"offsets": list(s.offsets), "crc32": list(s.crc32)} for s in table]
 
 
 def test_offsets_are_read_by_block_and_only_where_asked() -> None:
@@ -76,7 +80,7 @@ def test_offsets_are_read_by_block_and_only_where_asked() -> None:
     def read(start: int, stop: int) -> bytes:
         requests.append((start, stop))
         return values.tobytes()[start - 8:stop - 8]
-    offsets = RangeOffsets(read, 8, np.dtype("<u4"), len(values), block_bytes=64)  # 16 offsets a block
+    offsets = RangeColumn(read, 8, np.dtype("<u4"), len(values), block_bytes=64)  # 16 offsets a block
     assert offsets.read(10, 50).tolist() == values[10:50].tolist()
     assert requests == [(8, 72), (72, 136), (136, 200), (200, 264)]
     assert offsets.read(990, 1000).tolist() == values[990:].tolist()

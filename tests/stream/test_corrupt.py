@@ -125,24 +125,48 @@ def rewrite(shard: Path, record: int, old: bytes, new: bytes) -> int:
     return offset
 
 
-@pytest.mark.parametrize("old, new, reason", [
-    (b"\xa1x", b"\xa1z", r"fields differ from the index's schema \(missing \['x'\], extra \['z'\]\)"),
-    (b"<f4", b"<i4", r"field 'x' is int32\[3\], the index's schema says float32\[3\]"),
+@pytest.mark.parametrize("old, new", [
+    (b"\xa1x", b"\xa1z"),  # a field renamed
+    (b"<f4", b"<i4"),  # the same bytes as another dtype
+    (struct.pack("<f", 8.0), struct.pack("<f", 9.0)),  # a value changed
 ])
-def test_a_record_that_disagrees_with_the_index_is_an_error_or_skipped(shards: Path, old: bytes, new: bytes,
-                                                                        reason: str) -> None:
+def test_a_record_changed_since_it_was_indexed_is_an_error_or_skipped(shards: Path, old: bytes, new: bytes) -> None:
     offset = rewrite(shards / DAMAGED, 2, old, new)
-    with pytest.raises(ShardError, match=rf"{DAMAGED} at byte {offset}: record '\d+': {reason}"):
+    with pytest.raises(ShardError, match=rf"{DAMAGED} at byte {offset}: record '\d+' is corrupt: crc32 [0-9a-f]{{8}}, "
+                                         r"the index says [0-9a-f]{8}"):
         read_all(shards)
     ids, stats = read_all(shards, on_error="skip")
     assert len(ids) == 12 and 8 not in ids and stats["replaced_samples"] >= 1
 
 
+@settings(FUZZ, max_examples=40)
+@given(st.data())
+def test_a_bit_flipped_anywhere_is_an_error_or_a_counted_skip_never_a_wrong_sample(larger: Path, data) -> None:
+    shard = larger / DAMAGED
+    whole = shard.read_bytes()
+    at = data.draw(st.integers(0, len(whole) - 2 * BLOCK - 1), "byte")
+    flipped = bytearray(whole)
+    flipped[at] ^= 1 << data.draw(st.integers(0, 7), "bit")
+    try:
+        shard.write_bytes(bytes(flipped))
+        try:
+            ids, _ = read_all(larger)  # read_all fails the test on a wrong sample
+            failed = False
+        except ShardError as exc:
+            assert DAMAGED in str(exc) and "at byte" in str(exc)
+            failed = True
+        if not failed:  # a flip the format does not care about: tar padding, an unused header byte
+            assert ids == list(range(60))
+        ids, stats = read_all(larger, on_error="skip")
+        assert len(ids) == 60 and (stats["skipped_pieces"] > 0) == failed
+    finally:
+        shard.write_bytes(whole)
+
+
 def test_an_array_of_the_right_bytes_in_the_wrong_shape_is_an_error(tmp_path: Path) -> None:
     folder = build(tmp_path / "shaped", [3], shape=(2, 3))
     offset = rewrite(folder / "part-000000.tar", 1, struct.pack("<2Q", 2, 3), struct.pack("<2Q", 3, 2))
-    with pytest.raises(ShardError, match=rf"at byte {offset}: .*field 'x' is float32\[3, 2\], the index's "
-                                         r"schema says float32\[2, 3\]"):
+    with pytest.raises(ShardError, match=rf"at byte {offset}: record '\d+' is corrupt: crc32"):
         read_all(folder)
 
 
