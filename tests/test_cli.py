@@ -48,7 +48,7 @@ def test_verify_passes_then_names_shard_record_and_reason_of_corruption(built: P
     shard.write_bytes(bytes(data))
     result = run_cli("verify", str(built), "--quiet")
     assert result.returncode == 1
-    assert re.search(rf"shard-000001\.tar record 2 \(byte {record_at}\): record '\d+' is corrupt: crc32", result.stdout)
+    assert re.search(rf"shard-000001\.tar record 2 \(byte {record_at}\): record '\d+' is corrupt: checksum", result.stdout)
     data[record_at + 512] = 0xC1  # the msgpack map header of record 2: undecodable
     shard.write_bytes(bytes(data))
     result = run_cli("verify", str(built), "--quiet")

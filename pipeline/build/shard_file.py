@@ -17,13 +17,12 @@ import hashlib
 import os
 import queue
 import threading
-import zlib
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from ..format.shard_table import ShardInfo, record_crc32
+from ..format.shard_table import ShardInfo, record_checksum
 from ..format.tar import BLOCK, END_OF_ARCHIVE, member_header, padding
 
 Buffer = bytes | memoryview
@@ -110,14 +109,14 @@ class ShardFile:
         self.position = 0
         self.samples = 0
         self.offsets: list[int] = []
-        self.crc32: list[int] = []  # of each record's payload: readers check it (see shard_table)
+        self.checksum: list[int] = []  # of each record's payload: readers check it (see shard_table)
 
     def add_record(self, key: str, parts: Sequence[Buffer], rows: int) -> None:
         """Append the record ``<key>.msgpack`` whose payload is the concatenation of ``parts``
         and which holds ``rows`` samples. The parts must not change until the shard is done."""
         size = sum(len(part) for part in parts)
         self.offsets.append(self.position)
-        self.crc32.append(record_crc32(parts))
+        self.checksum.append(record_checksum(parts))
         self.samples += rows
         self._append(member_header(f"{key}.msgpack", size))
         for part in parts:
@@ -136,7 +135,7 @@ class ShardFile:
         if count:
             payload = int(bytes(records[0, 124:136]).strip(b"\0 "), 8)  # the records differ only in data
             flat = memoryview(records).cast("B")
-            self.crc32.extend(zlib.crc32(flat[at:at + payload]) for at in range(BLOCK, count * size, size))
+            self.checksum.extend(record_checksum((flat[at:at + payload],)) for at in range(BLOCK, count * size, size))
         self.samples += count * rows_per_record
         self._append(memoryview(records).cast("B"))
         if self._pending_bytes >= _FLUSH_BYTES:
@@ -163,7 +162,7 @@ class ShardFile:
         self._fd = None
         os.replace(self.tmp_path, self.path)
         return ShardInfo(self.url, self.samples, len(self.offsets), self.position,
-                         self._writer.sha.hexdigest(), self.offsets, self.crc32)
+                         self._writer.sha.hexdigest(), self.offsets, self.checksum)
 
     def abort(self) -> None:
         """Drop the partial shard: nothing is left under the final or temporary name."""

@@ -16,7 +16,7 @@ from .errors import IndexFormatError, SampleError, ShardError
 from .index import FieldSpec, Schema, ShardInfo, merge_schema, merge_spec, spec_of
 from .packing import record_rows
 from .records import decode_fields, iter_records
-from .shard_table import record_crc32
+from .shard_table import record_checksum
 from .tar import END_OF_ARCHIVE, member_bytes
 
 
@@ -31,7 +31,7 @@ def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema]:
     """
     view = memoryview(data).cast("B")
     offsets: list[int] = []
-    crc32: list[int] = []
+    checksum: list[int] = []
     samples = 0
     schema: Schema | None = None
     end = 0
@@ -48,13 +48,13 @@ def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema]:
         except (SampleError, IndexFormatError) as exc:
             raise ShardError(url, record.offset, str(exc)) from None
         offsets.append(record.offset)
-        crc32.append(record_crc32(record.members.values()))
+        checksum.append(record_checksum(record.members.values()))
         samples += rows
         end = record.offset + sum(member_bytes(len(member)) for member in record.members.values())
     if view[end:] != END_OF_ARCHIVE:
         raise ShardError(url, end, f"expected the {len(END_OF_ARCHIVE)} end-of-archive bytes after the last "
                          f"record and nothing else, found {len(view) - end} bytes")
-    info = ShardInfo(url, samples, len(offsets), len(view), hashlib.sha256(view).hexdigest(), offsets, crc32)
+    info = ShardInfo(url, samples, len(offsets), len(view), hashlib.sha256(view).hexdigest(), offsets, checksum)
     return info, schema or {}
 
 

@@ -95,6 +95,7 @@ class ShardDataset(IterableDataset):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int = 64 << 30,
         verify: bool = False,
+        check_records: bool = True,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -121,6 +122,7 @@ class ShardDataset(IterableDataset):
         self.shuffle_buffer = shuffle_buffer or self._default_buffer()
         self.chunks_per_buffer = max(chunks_per_buffer, 1)
         self.on_error = on_error
+        self.check_records = check_records  # each record read against its checksum in the index
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify)
         # per worker: pieces skipped, samples replaced, retries (shared with the workers)
         self._stats = torch.zeros((_STAT_SLOTS, 3), dtype=torch.int64).share_memory_()
@@ -243,7 +245,8 @@ class ShardDataset(IterableDataset):
         assert isinstance(self.shards, IndexedShards)
         try:
             return read_rows(self.shards.url(shard), self.shards.shards[shard], self.shards.index.pack,
-                             start, stop, self._wanted(), self._range_reader, self.shards.index.fields or None)
+                             start, stop, self._wanted(), self._range_reader, self.shards.index.fields or None,
+                             self.check_records)
         except (ShardError, SourceError) as exc:
             if self.on_error == "raise":
                 raise

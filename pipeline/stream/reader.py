@@ -115,7 +115,7 @@ def _read_range(url: str, start: int, stop: int, shard: ShardInfo) -> bytes:
 
 def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
               wanted: set[str] | None = None, reader: RangeReader = _read_range,
-              schema: Schema | None = None) -> Columns:
+              schema: Schema | None = None, check_records: bool = True) -> Columns:
     """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read (through
     ``reader``: a cache, for instance); every record must match the index's ``schema``."""
     first, last = row_start // pack, -(-row_stop // pack)
@@ -126,7 +126,7 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     singles: dict[str, list] = {}
     n_records = 0
     for record in iter_records(data, url, start, whole=False):  # members are views of data: no copies
-        check_record(record, shard, first + n_records, url)
+        check_record(record, shard, first + n_records, url, check_records)
         columns, rows = _record_columns(decode_fields(record, url, schema), url, record.offset, wanted)
         expected = min(pack, shard.samples - (first + n_records) * pack)
         if rows != expected:

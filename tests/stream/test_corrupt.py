@@ -132,11 +132,17 @@ def rewrite(shard: Path, record: int, old: bytes, new: bytes) -> int:
 ])
 def test_a_record_changed_since_it_was_indexed_is_an_error_or_skipped(shards: Path, old: bytes, new: bytes) -> None:
     offset = rewrite(shards / DAMAGED, 2, old, new)
-    with pytest.raises(ShardError, match=rf"{DAMAGED} at byte {offset}: record '\d+' is corrupt: crc32 [0-9a-f]{{8}}, "
+    with pytest.raises(ShardError, match=rf"{DAMAGED} at byte {offset}: record '\d+' is corrupt: checksum [0-9a-f]{{8}}, "
                                          r"the index says [0-9a-f]{8}"):
         read_all(shards)
     ids, stats = read_all(shards, on_error="skip")
     assert len(ids) == 12 and 8 not in ids and stats["replaced_samples"] >= 1
+
+
+def test_check_records_false_trusts_the_shards(shards: Path) -> None:
+    rewrite(shards / DAMAGED, 2, struct.pack("<f", 8.0) * 3, struct.pack("<f", 9.0) * 3)
+    dataset = ShardDataset(shards, batch_size=12, shuffle=False, check_records=False)
+    assert next(iter(dataset))["x"][8].tolist() == [9.0] * 3  # delivered as changed, unchecked
 
 
 @settings(FUZZ, max_examples=40)
@@ -166,7 +172,7 @@ def test_a_bit_flipped_anywhere_is_an_error_or_a_counted_skip_never_a_wrong_samp
 def test_an_array_of_the_right_bytes_in_the_wrong_shape_is_an_error(tmp_path: Path) -> None:
     folder = build(tmp_path / "shaped", [3], shape=(2, 3))
     offset = rewrite(folder / "part-000000.tar", 1, struct.pack("<2Q", 2, 3), struct.pack("<2Q", 3, 2))
-    with pytest.raises(ShardError, match=rf"at byte {offset}: record '\d+' is corrupt: crc32"):
+    with pytest.raises(ShardError, match=rf"at byte {offset}: record '\d+' is corrupt: checksum"):
         read_all(folder)
 
 
