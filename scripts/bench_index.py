@@ -12,7 +12,8 @@ For each size a fresh process (this script with ``--child``) measures:
   on top of the process after ``import torch, pipeline``.
 - ``first window``: what DataLoader worker 0 of 8 on that rank then does before its first
   read: the epoch's chunk order, its plan, and the offsets of every chunk of its first
-  shuffle window. Time, RSS added, and the offsets of how many shards (and bytes) it touched.
+  shuffle window. Time, RSS added, and the record offsets and checksums of how many shards
+  (and bytes) it touched.
 
 Baseline in the same run: the index format this replaces, one JSON with every record offset
 inline, parsed with ``json.loads`` at 10^6 samples (larger sizes would not fit in memory).
@@ -43,6 +44,13 @@ RECORD_BYTES = 4096
 WORLD, WORKERS = 64, 8
 
 
+class SyntheticChecksums:
+    """Record checksums made up from record numbers (the table is written, never checked)."""
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return (np.arange(start, stop, dtype=np.uint64) * 2654435761) & 0xFFFFFFFF
+
+
 class FixedRecordOffsets:
     """Offsets of fixed-size records, computed block by block (nothing of size N in memory)."""
 
@@ -70,7 +78,8 @@ def write_synthetic_index(folder: Path, samples: int) -> float:
     first = np.concatenate([[0], np.cumsum(counts)])
     sha = np.random.default_rng(0).integers(0, 256, (shards, 32), dtype=np.uint8)
     names = ShardNames([NameRun("train-", 0, 7, ".tar", shards)])
-    table = ShardTable(names, counts, counts, counts * RECORD_BYTES + 1024, sha, FixedRecordOffsets(first))
+    table = ShardTable(names, counts, counts, counts * RECORD_BYTES + 1024, sha, FixedRecordOffsets(first),
+                       SyntheticChecksums())
     fields = {"x": FieldSpec("float32", (1000,)), "y": FieldSpec("int64", ())}
     folder.mkdir(parents=True, exist_ok=True)
     save_index(Destination(folder), DatasetIndex(fields, table, pack=1))
@@ -111,9 +120,9 @@ def child(args: argparse.Namespace) -> dict:
     first = plan.segments[0].span_start
     touched: dict[int, int] = {}
     for shard, row_start, row_stop in locate(order, dataset.chunks, first, first + dataset.shuffle_buffer):
-        offsets = dataset.shards.shards[shard].offsets  # what read_rows looks up
-        touched[shard] = offsets.nbytes
-        int(offsets[row_start]), int(offsets[row_stop - 1])
+        info = dataset.shards.shards[shard]  # what read_rows looks up
+        touched[shard] = info.offsets.nbytes + info.checksum.nbytes
+        int(info.offsets[row_start]), int(info.checksum[row_stop - 1])
     touched_bytes = sum(touched.values())
     return {"open_s": open_s, "open_rss_mb": open_rss, "shards": len(dataset.shards.shards),
             "chunks": len(dataset.chunks), "window_s": time.perf_counter() - started,

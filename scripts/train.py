@@ -33,7 +33,8 @@ from pipeline.stream.loader import is_worker_failure
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=Path("shards"), help="folder with train/ and validation/ shard sets")
+    parser.add_argument("--data", default="shards",
+                        help="folder or URL (s3://..., https://...) holding the train/ and validation/ shard sets")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.05)
@@ -62,9 +63,14 @@ def setup_distributed(device: torch.device) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def count_classes(data: Path, batch_size: int) -> int:
+def split(data: str, name: str) -> str:
+    """The shard set ``name`` under ``data``, a folder or a URL."""
+    return f"{data.rstrip('/')}/{name}"
+
+
+def count_classes(data: str, batch_size: int) -> int:
     """Largest label in the validation set + 1 (one pass over a small split)."""
-    dataset = ShardDataset(data / "validation", batch_size=4096, shuffle=False, fields=["y"],
+    dataset = ShardDataset(split(data, "validation"), batch_size=4096, shuffle=False, fields=["y"],
                            remainder="keep", rank=0, world_size=1)
     return int(max(int(batch["y"].max()) for batch in dataset)) + 1
 
@@ -107,16 +113,16 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device)
     torch.manual_seed(args.seed)
 
-    features = load_index(args.data / "train").fields["x"].shape[0]
+    features = load_index(split(args.data, "train")).fields["x"].shape[0]
     classes = args.classes or count_classes(args.data, args.batch_size)
     module = nn.Linear(features, classes).to(device)
     model = nn.parallel.DistributedDataParallel(module) if world > 1 else module
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
-    train_loader = make_loader(args.data / "train", num_workers=args.workers, batch_size=args.batch_size,
+    train_loader = make_loader(split(args.data, "train"), num_workers=args.workers, batch_size=args.batch_size,
                                seed=args.seed, fields=["x", "y"])
-    val_loader = make_loader(args.data / "validation", num_workers=args.workers, batch_size=4096,
+    val_loader = make_loader(split(args.data, "validation"), num_workers=args.workers, batch_size=4096,
                              shuffle=False, remainder="keep", fields=["x", "y"])
     if args.resume:
         state = torch.load(args.checkpoint, map_location=device, weights_only=True)
