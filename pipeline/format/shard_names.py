@@ -11,10 +11,11 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence, overload
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar, overload
 
 from .errors import IndexFormatError
 
+T = TypeVar("T")
 _NUMBERED = re.compile(r"^(.*?)(\d+)([^\d]*)$")
 _RANGE = re.compile(r"^(.*)\{(\d+)\.\.(\d+)\}(.*)$")
 
@@ -77,7 +78,32 @@ class NameRun:
         return NameRun(prefix, self.start, self.width, self.suffix, self.count)
 
 
-class ShardNames(Sequence[str]):
+class LazySequence(Sequence[T]):
+    """A sequence whose items are made on demand by :meth:`item` (a valid, non-negative index)."""
+
+    def item(self, i: int) -> T:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        if isinstance(i, slice):
+            return [self.item(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"shard {i} of {len(self)}")
+        return self.item(i)
+
+    def __iter__(self) -> Iterator[T]:
+        return (self.item(i) for i in range(len(self)))
+
+
+class ShardNames(LazySequence[str]):
     """A sequence of shard names stored as runs."""
 
     def __init__(self, runs: Iterable[NameRun]) -> None:
@@ -123,18 +149,6 @@ class ShardNames(Sequence[str]):
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"shard {i} of {len(self)}")
+    def item(self, i: int) -> str:
         run = bisect.bisect_right(self._ends, i)
         return self.runs[run].name(i - (self._ends[run] - self.runs[run].count))

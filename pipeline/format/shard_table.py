@@ -31,13 +31,13 @@ import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence, overload
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 import xxhash
 
 from .errors import IndexFormatError, ShardError
-from .shard_names import ShardNames
+from .shard_names import LazySequence, ShardNames
 
 if TYPE_CHECKING:
     from .records import Record
@@ -181,7 +181,7 @@ class ConcatColumn:
         return np.concatenate(pieces) if pieces else np.zeros(0, self.dtype)
 
 
-class ShardTable(Sequence[ShardInfo]):
+class ShardTable(LazySequence[ShardInfo]):
     """Every shard of a set as columns: names, samples, records, bytes, sha256, and where its
     record offsets and checksums live. Indexing yields a :class:`ShardInfo` built on demand."""
 
@@ -243,25 +243,10 @@ class ShardTable(Sequence[ShardInfo]):
     def __len__(self) -> int:
         return len(self.samples)
 
-    @overload
-    def __getitem__(self, i: int) -> ShardInfo: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[ShardInfo]: ...
-
-    def __getitem__(self, i: int | slice) -> ShardInfo | list[ShardInfo]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"shard {i} of {len(self)}")
+    def item(self, i: int) -> ShardInfo:
         return ShardInfo(self.names[i], int(self.samples[i]), int(self.records[i]), int(self.nbytes[i]),
                          self.sha256[i].tobytes().hex(), self._records_of(self.offsets, i),
                          self._records_of(self.checksum, i))
-
-    def __iter__(self) -> Iterator[ShardInfo]:
-        return (self[i] for i in range(len(self)))
 
 
 def offset_width(table: ShardTable) -> int:

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import pipeline
@@ -27,15 +26,6 @@ def cluster():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                                   dashboard_address=None) as local:
         yield local
-
-
-@pytest.fixture
-def npy_inputs(tmp_path: Path) -> dict[str, str]:
-    rng = np.random.default_rng(5)
-    paths = {"x": str(tmp_path / "x.npy"), "y": str(tmp_path / "y.npy")}
-    np.save(paths["x"], rng.random((5000, 16), dtype=np.float32))
-    np.save(paths["y"], rng.integers(0, 10, 5000))
-    return paths
 
 
 def files(folder: Path) -> dict[str, bytes]:

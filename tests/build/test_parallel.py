@@ -14,16 +14,6 @@ from pipeline import IndexFormatError, Part
 
 from ..helpers import index_content
 
-
-@pytest.fixture
-def npy_inputs(tmp_path: Path) -> dict[str, Path]:
-    rng = np.random.default_rng(3)
-    paths = {"x": tmp_path / "x.npy", "y": tmp_path / "y.npy"}
-    np.save(paths["x"], rng.random((5000, 16), dtype=np.float32))
-    np.save(paths["y"], rng.integers(0, 10, 5000))
-    return paths
-
-
 OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
 
 

@@ -32,15 +32,6 @@ def inodes(folder: Path) -> dict[str, int]:
     return {p.name: p.stat().st_ino for p in folder.glob("*.tar")}
 
 
-@pytest.fixture
-def npy_inputs(tmp_path: Path) -> dict[str, str]:
-    rng = np.random.default_rng(7)
-    paths = {"x": str(tmp_path / "x.npy"), "y": str(tmp_path / "y.npy")}
-    np.save(paths["x"], rng.random((5000, 16), dtype=np.float32))
-    np.save(paths["y"], rng.integers(0, 10, 5000))
-    return paths
-
-
 def build_command(out: Path, inputs: dict[str, str], *extra: str) -> list[str]:
     """A build of many small shards by three worker processes, a few seconds long."""
     return [sys.executable, "-m", "pipeline", "build", "arrays", str(out),
