@@ -18,7 +18,8 @@ def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], pre
                  keys: Sequence[str] | None = None, **options: Any) -> DatasetIndex:
     """Write equally long arrays (one per field: ndarrays, memmaps, torch tensors or ``.npy``
     paths) as shards. ``options`` are those of :func:`build_shards` (``shard_bytes``,
-    ``shard_samples``, ``pack``, ``workers``, ``part``, ``overwrite``, ``quiet``)."""
+    ``shard_samples``, ``pack``, ``workers``, ``part``, ``overwrite``, ``resume``, ``engine``,
+    ``scheduler``, ``executor``, ``quiet``)."""
     return build_shards(ArraySource(arrays, None if keys is None else list(keys)), out_dir, prefix, **options)
 
 
