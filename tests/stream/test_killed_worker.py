@@ -31,6 +31,12 @@ def new_loader(shards: Path) -> ShardLoader:
     return make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300, batches_per_message=1)
 
 
+def started_since(before: set[int]) -> list[int]:
+    """Children of this process started since ``before`` was taken: the loader's workers, not
+    the servers other tests started."""
+    return [pid for pid in child_pids(os.getpid()) if pid not in before]
+
+
 def ids(batches) -> list[list[int]]:
     return [batch["i"].tolist() for batch in batches]
 
@@ -53,12 +59,13 @@ def kill_one_worker_while_waiting(workers: list[int]) -> None:
 
 def test_a_killed_worker_is_a_clear_error_and_the_saved_state_resumes_exactly(shards: Path) -> None:
     reference = ids(new_loader(shards))
+    before = set(child_pids(os.getpid()))
     loader = new_loader(shards)
     iterator = iter(loader)
     head = ids(next(iterator) for _ in range(20))
     checkpoint = loader.state_dict()
     head += ids(next(iterator) for _ in range(5))  # delivered after the checkpoint: trained on, then lost
-    workers = child_pids(os.getpid())
+    workers = started_since(before)
     assert len(workers) == 2
     kill_one_worker_while_waiting(workers)
     started = time.monotonic()
@@ -69,7 +76,7 @@ def test_a_killed_worker_is_a_clear_error_and_the_saved_state_resumes_exactly(sh
         for batch in iterator:
             head.append(batch["i"].tolist())
     assert time.monotonic() - started < 5
-    assert child_pids(os.getpid()) == []  # the other worker is stopped too
+    assert started_since(before) == []  # the other worker is stopped too
     assert head == reference[:len(head)]
     after_error = loader.state_dict()
 
@@ -84,6 +91,7 @@ def test_a_killed_worker_is_a_clear_error_and_the_saved_state_resumes_exactly(sh
 
 def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_step(shards: Path) -> None:
     reference = ids(new_loader(shards))
+    before = set(child_pids(os.getpid()))
     loader = new_loader(shards)
     delivered = []
     started = None
@@ -92,7 +100,7 @@ def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_st
             delivered.append(batch["i"].tolist())
             if len(delivered) == 10:
                 started = time.monotonic()
-                os.kill(child_pids(os.getpid())[0], signal.SIGKILL)
+                os.kill(started_since(before)[0], signal.SIGKILL)
             time.sleep(0.01)  # a training step: where the error often surfaces
     assert started is not None and time.monotonic() - started < 5, error.value
     done = sum(batches for _, batches, _ in loader.state_dict()["legs"])
