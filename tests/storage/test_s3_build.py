@@ -73,3 +73,13 @@ def test_an_upload_that_keeps_failing_leaves_no_index(built_bucket: str, arrays,
 
     assert not s3_storage.exists("s3://built/failing/index.json", RetryPolicy())
     assert s3_storage.exists("s3://built/failing/t-000000.tar", RetryPolicy())  # what came before is there
+
+
+def test_a_dask_build_to_s3_uploads_the_bytes_of_a_local_build(built_bucket: str, arrays, tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    options = dict(pack=8, shard_bytes=64 << 10, quiet=True)
+    local = pipeline.write_shards(tmp_path / "local", arrays, prefix="t", **options)
+    remote = pipeline.write_shards("s3://built/dask", arrays, prefix="t", engine="dask", workers=2, **options)
+    assert index_content(remote) == index_content(local) and len(local.shards) > 5
+    for name in [shard.url for shard in local.shards] + ["index.json", "index.bin"]:
+        assert read_bytes(f"s3://built/dask/{name}") == (tmp_path / "local" / name).read_bytes()
