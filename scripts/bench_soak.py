@@ -180,7 +180,8 @@ def thread_count(pid: int) -> int:
 
 class TreeSampler(threading.Thread):
     """Every second: summed RSS, open descriptors and threads of the loader's process tree,
-    and nginx's RSS and descriptors (a server-side leak of connections would show there)."""
+    the main process's RSS apart (growth there or in the workers has different causes), and
+    nginx's RSS and descriptors (a server-side leak of connections would show there)."""
 
     def __init__(self, root: int, nginx: int) -> None:
         super().__init__(daemon=True)
@@ -195,7 +196,8 @@ class TreeSampler(threading.Thread):
             self.samples.append({
                 "t": time.time(), "rss_mb": round(sum(rss_bytes(p) for p in pids) / MB, 2),
                 "fds": sum(fd_count(p) for p in pids), "threads": sum(thread_count(p) for p in pids),
-                "processes": len(pids), "nginx_rss_mb": round(rss_bytes(self.nginx) / MB, 2),
+                "processes": len(pids), "main_rss_mb": round(rss_bytes(self.root) / MB, 2),
+                "nginx_rss_mb": round(rss_bytes(self.nginx) / MB, 2),
                 "nginx_fds": fd_count(self.nginx)})
             self._stop_event.wait(SAMPLE_INTERVAL_S)
 
@@ -299,7 +301,7 @@ def summarise(args: argparse.Namespace, run: dict[str, Any], proxy: FaultProxy, 
         "proxy": dict(proxy.counts),
         "failure": run["failure"],
         "trends": {key: trend(samples, key, warmup_end, steady_end)
-                   for key in ("rss_mb", "fds", "threads", "processes", "nginx_rss_mb", "nginx_fds")},
+                   for key in ("rss_mb", "main_rss_mb", "fds", "threads", "processes", "nginx_rss_mb", "nginx_fds")},
     }
 
 
@@ -323,7 +325,7 @@ def report(args: argparse.Namespace, summary: dict[str, Any], epochs: list[dict[
         ["loader retries (`loader.stats()`)", f"{summary['retries']:,}"],
         ["failure", summary["failure"] or "none"],
     ]))
-    names = {"rss_mb": "loader tree RSS (MB)", "fds": "loader tree open fds", "threads": "loader tree threads",
+    names = {"rss_mb": "loader tree RSS (MB)", "main_rss_mb": "of which the main process", "fds": "loader tree open fds", "threads": "loader tree threads",
              "processes": "loader tree processes", "nginx_rss_mb": "nginx RSS (MB)", "nginx_fds": "nginx open fds"}
     print(f"\n### Resources (from the end of a warm-up of {summary['warmup_minutes']:.1f} minutes to the end "
           "of the last epoch; peak over the whole run)\n")
