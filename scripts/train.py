@@ -64,8 +64,9 @@ def setup_distributed(device: torch.device) -> tuple[int, int]:
 
 
 def split(data: str, name: str) -> str:
-    """The shard set ``name`` under ``data``, a folder or a URL."""
-    return f"{data.rstrip('/')}/{name}"
+    """The shard set ``name`` under ``data``, a folder or a URL (ending in ``/``: a folder, not
+    a shard)."""
+    return f"{data.rstrip('/')}/{name}/"
 
 
 def count_classes(data: str, batch_size: int) -> int:

@@ -117,7 +117,8 @@ def test_keys_with_backslashes_dots_control_characters_or_too_long_are_refused(t
     assert not list(tmp_path.rglob("*.tar"))
 
 
-@pytest.mark.parametrize("prefix", ["../escaped", "/tmp/absolute", "sub/x", "a\\b", "", ".hidden", "p" * 201, "nl\n"])
+@pytest.mark.parametrize("prefix", ["../escaped", "/tmp/absolute", "sub/x", "a\\b", "", ".hidden", "p" * 201, "nl\n",
+                                    "x{1}"])
 def test_shard_prefixes_that_are_not_plain_names_are_refused(tmp_path: Path, prefix: str) -> None:
     out = tmp_path / "out"
     pipeline.write_shards(out, {"x": np.arange(4)}, quiet=True)

@@ -17,7 +17,7 @@ class OutputExistsError(FileExistsError):
     """The output already holds an index and ``overwrite`` was not given."""
 
 
-_BAD_PREFIX = re.compile(r"[/\\\x00-\x1f\x7f]")
+_BAD_PREFIX = re.compile(r"[/\\{}\x00-\x1f\x7f]")  # braces: the index writes names as brace ranges
 
 
 def check_prefix(prefix: str) -> str:
@@ -25,7 +25,7 @@ def check_prefix(prefix: str) -> str:
     outside the output folder (``../x``, ``/tmp/x``) or be hidden among temporary files."""
     if not prefix or prefix.startswith(".") or _BAD_PREFIX.search(prefix) or len(prefix.encode()) > 200:
         raise ValueError(f"shard name prefix {prefix!r} is not a plain file name: it must be 1 to 200 bytes "
-                         f"without '/', '\\' or control characters, and not start with '.'")
+                         f"without '/', '\\', braces or control characters, and not start with '.'")
     return prefix
 
 

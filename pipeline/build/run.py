@@ -17,7 +17,16 @@ from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from ..format.index import INDEX_NAME, DatasetIndex, PartInfo, Schema, ShardInfo, merge_schema, part_index_name
+from ..format.index import (
+    INDEX_NAME,
+    DatasetIndex,
+    PartInfo,
+    Schema,
+    ShardInfo,
+    merge_schema,
+    part_index_name,
+    part_shard_range,
+)
 from ..storage.destination import Destination, destination
 from ..storage.opener import scheme
 from .engines import check_engine, open_workers
@@ -58,7 +67,7 @@ class Part:
 
     def shard_range(self, total: int) -> range:
         """The contiguous block of the ``total`` planned shards that this part writes."""
-        return range(total * self.index // self.count, total * (self.index + 1) // self.count)
+        return part_shard_range(total, self.index, self.count)
 
 
 @dataclass(frozen=True)

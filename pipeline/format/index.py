@@ -97,6 +97,12 @@ def merge_schema(old: Schema | None, new: Schema, where: str) -> Schema:
     return {name: merge_spec(name, old[name], new[name], where) for name in old}
 
 
+def part_shard_range(total: int, index: int, count: int) -> range:
+    """The contiguous block of a build's ``total`` planned shards that part ``index`` of
+    ``count`` writes."""
+    return range(total * index // count, total * (index + 1) // count)
+
+
 @dataclass
 class PartInfo:
     """Which part of a distributed build a partial index covers."""
@@ -214,9 +220,13 @@ def _parse_json(data: bytes | str, where: str) -> dict[str, Any]:
 
 
 def index_shard_names(data: bytes | str, where: str) -> ShardNames:
-    """The shard names an index lists, without opening its table."""
+    """The shard names an index lists, without opening its table (also of a version 1 index,
+    which listed its shards inline, so that a rebuild can delete the shards it replaces)."""
     try:
-        return _names(_parse_json(data, where), where)
+        parsed = _parse_json(data, where)
+        if parsed.get("version") == 1:
+            return ShardNames.of(str(shard["url"]) for shard in parsed["shards"])
+        return _names(parsed, where)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise IndexFormatError(f"{where}: malformed index: {exc}") from None
 
@@ -291,15 +301,21 @@ def merge_indexes(parts: Iterable[DatasetIndex]) -> DatasetIndex:
     if found != list(range(count)) or any(p.part.count != count for p in parts):  # type: ignore[union-attr]
         missing = sorted(set(range(count)) - set(found))
         raise IndexFormatError(f"partial indexes do not cover all {count} parts (missing parts {missing}, found {found})")
-    pack = parts[0].pack
+    pack, total = parts[0].pack, parts[0].part.total_shards  # type: ignore[union-attr]
     schema: Schema | None = None
     for p in parts:
+        info = p.part
+        assert info is not None
+        if info.total_shards != total:
+            raise IndexFormatError(f"part {info.index} belongs to a build of {info.total_shards} shards, part 0 "
+                                   f"to one of {total}: parts of different builds")
+        expected = len(part_shard_range(total, info.index, count))
+        if len(p.shards) != expected:
+            raise IndexFormatError(f"part {info.index} holds {len(p.shards)} shards, its share of the build "
+                                   f"is {expected}")
         if p.pack != pack:
-            raise IndexFormatError(f"part {p.part.index} was built with pack={p.pack}, part 0 with pack={pack}")  # type: ignore[union-attr]
+            raise IndexFormatError(f"part {info.index} was built with pack={p.pack}, part 0 with pack={pack}")
         if len(p.shards):
-            schema = merge_schema(schema, p.fields, f"part {p.part.index}")  # type: ignore[union-attr]
+            schema = merge_schema(schema, p.fields, f"part {info.index}")
     shards = ShardTable.concat([p.shards for p in parts])
-    total = parts[0].part.total_shards  # type: ignore[union-attr]
-    if len(shards) != total:
-        raise IndexFormatError(f"parts hold {len(shards)} shards, the build planned {total}")
     return DatasetIndex(schema or {}, shards, pack)

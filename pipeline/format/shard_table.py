@@ -261,7 +261,7 @@ def write_table(out: BinaryIO, table: ShardTable) -> tuple[int, str]:
 
     def put(data: np.ndarray, dtype: np.dtype | str) -> None:
         nonlocal size
-        raw = memoryview(np.ascontiguousarray(data, dtype)).cast("B")
+        raw = memoryview(np.ascontiguousarray(data, dtype).reshape(-1).view(np.uint8))
         out.write(raw)
         sha.update(raw)
         size += len(raw)

@@ -84,7 +84,9 @@ class Destination:
 
     def list(self, prefix: str) -> list[str]:
         """Names in the destination that start with ``prefix``."""
-        return sorted(p.name for p in self.folder.glob(f"{prefix}*"))
+        if not self.folder.is_dir():
+            return []
+        return sorted(name for name in os.listdir(self.folder) if name.startswith(prefix))
 
     def close(self) -> None:
         """Release what the destination holds (the staging folder of a remote one)."""
@@ -97,12 +99,23 @@ class S3Destination(Destination):
         self.prefix = url.rstrip("/")
         s3.split_url(self.prefix + "/")  # validates the bucket part
         self.policy = policy or RetryPolicy.from_env()
-        self.staging = Path(tempfile.mkdtemp(prefix="pipeline-staging-", dir=os.environ.get("PIPELINE_STAGING_DIR")))
+        self._staging: Path | None = None
+
+    @property
+    def staging(self) -> Path:  # type: ignore[override]
+        """The local folder shards are written to before upload: made on first use (a merge or
+        a read needs none), and again on a machine where it does not exist (a cluster worker)."""
+        if self._staging is None:
+            self._staging = Path(tempfile.mkdtemp(prefix="pipeline-staging-",
+                                                  dir=os.environ.get("PIPELINE_STAGING_DIR")))
+        self._staging.mkdir(parents=True, exist_ok=True)
+        return self._staging
 
     def __str__(self) -> str:
         return self.prefix
 
     def prepare(self) -> None:
+        """Make the staging folder now, so that a build's tasks are given its path."""
         self.staging.mkdir(parents=True, exist_ok=True)
 
     def url(self, name: str) -> str:
@@ -137,7 +150,8 @@ class S3Destination(Destination):
         return s3.list_names(self.prefix + "/", prefix, self.policy)
 
     def close(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
 
     def __getstate__(self) -> dict:
         return self.__dict__  # picklable: workers upload their own shards

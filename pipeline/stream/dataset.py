@@ -181,7 +181,9 @@ class ShardDataset(IterableDataset):
         return int(self._epoch.item())
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration plays (also seen by persistent workers)."""
+        """Select the epoch the next iteration plays, from its start (also seen by persistent
+        workers)."""
+        self._resume = None
         self._epoch.fill_(int(epoch))
 
     def resume(self, epoch: int, legs: list[tuple[int, int, int]]) -> None:
@@ -190,17 +192,20 @@ class ShardDataset(IterableDataset):
         if legs and not self.exact:
             raise ValueError("resuming in the middle of an epoch needs an index; shards without one "
                              "resume at the next epoch boundary")
-        self._resume = (epoch, [(int(k), int(n), int(m)) for k, n, m in legs])
         self.set_epoch(epoch)
+        self._resume = (epoch, [(int(k), int(n), int(m)) for k, n, m in legs])
 
     def _legs(self, epoch: int) -> list[tuple[int, int, int]]:
         return self._resume[1] if self._resume and self._resume[0] == epoch else []
 
-    def batches_per_rank(self, num_workers: int | None = None, epoch: int | None = None) -> int:
-        """Batches this rank yields in an epoch with ``num_workers`` workers (0 counts as 1)."""
+    def batches_per_rank(self, num_workers: int | None = None, epoch: int | None = None,
+                         legs: list[tuple[int, int, int]] | None = None) -> int:
+        """Batches this rank yields in an epoch with ``num_workers`` workers (0 counts as 1),
+        after the batches ``legs`` delivered (by default: those of a resume of this epoch)."""
         workers = max(self.num_workers if num_workers is None else num_workers, 1)
         epoch = self.epoch if epoch is None else epoch
-        plans = epoch_plans(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))
+        plans = epoch_plans(self.samples, self.plan_config, self.rank, workers,
+                            self._legs(epoch) if legs is None else legs)
         return sum(plan.batches(self.batch_size, self.drop_last) for plan in plans)
 
     def __len__(self) -> int:

@@ -62,6 +62,7 @@ class ShardLoader(DataLoader):
         self._epoch = dataset.epoch
         self._batches = 0
         self._legs: list[tuple[int, int, int]] = []
+        self._workers_resumed = False  # whether persistent workers hold a resumed plan
 
     @property
     def epoch(self) -> int:
@@ -72,7 +73,7 @@ class ShardLoader(DataLoader):
         self._epoch, self._batches, self._legs = int(epoch), 0, []
 
     def __len__(self) -> int:
-        return self.dataset.batches_per_rank(max(self.num_workers, 1), self._epoch)  # type: ignore[attr-defined]
+        return self.dataset.batches_per_rank(max(self.num_workers, 1), self._epoch, self._legs)  # type: ignore[attr-defined]
 
     def _leg(self, batches: int) -> tuple[int, int, int]:
         return max(self.num_workers, 1), batches, self.dataset.batches_per_message  # type: ignore[attr-defined]
@@ -83,10 +84,12 @@ class ShardLoader(DataLoader):
             self._legs.append(self._leg(self._batches))
             self._batches = 0
         dataset.resume(self._epoch, self._legs) if self._legs else dataset.set_epoch(self._epoch)
-        if self._iterator is not None and (
-                self._legs or not all(w.is_alive() for w in getattr(self._iterator, "_workers", ()))):
-            # persistent workers copied the dataset before this resume, or one of them died
+        if self._iterator is not None and (self._legs or self._workers_resumed or not all(
+                w.is_alive() for w in getattr(self._iterator, "_workers", ()))):
+            # persistent workers hold a copy of the dataset taken before this resume (or during
+            # an earlier one, which would replay it), or one of them died
             self._stop_workers(self._iterator)
+        self._workers_resumed = bool(self._legs)
         iterator = super().__iter__()
         try:
             for message in iterator:

@@ -79,16 +79,19 @@ def _from_index(location: str) -> IndexedShards:
     if not is_remote(location):
         path = Path(location)
         index = load_local_index(path)
-        base = str(path.parent if path.name.endswith(".json") else path)
-    else:
-        url = location if location.endswith(".json") else join(location, INDEX_NAME)
-        base = parent(url)
+        return IndexedShards(index, str(path.parent if path.name.endswith(".json") else path))
+    url = location if location.endswith(".json") else join(location, INDEX_NAME)
+    return _from_remote_index(url, read_bytes(url))
 
-        def open_table(table: TableFile, names: ShardNames) -> ShardTable:
-            table_url = join(base, table.name)
-            return read_table(UrlRange(table_url), table.bytes, redact(table_url), names, REMOTE_BLOCK_BYTES)
-        index = parse_index(read_bytes(url), redact(url), open_table)
-    return IndexedShards(index, base)
+
+def _from_remote_index(url: str, data: bytes) -> IndexedShards:
+    """The index whose JSON, read from ``url``, is ``data``; its shard table is read by range."""
+    base = parent(url)
+
+    def open_table(table: TableFile, names: ShardNames) -> ShardTable:
+        table_url = join(base, table.name)
+        return read_table(UrlRange(table_url), table.bytes, redact(table_url), names, REMOTE_BLOCK_BYTES)
+    return IndexedShards(parse_index(data, redact(url), open_table), base)
 
 
 def load_index(location: str | os.PathLike[str]) -> DatasetIndex:
@@ -107,10 +110,12 @@ def _index_beside(urls: list[str]) -> IndexedShards | None:
     folder = folders.pop()
     if not is_remote(folder):
         return _from_index(folder) if (Path(folder) / INDEX_NAME).is_file() else None
+    url = join(folder, INDEX_NAME)
     try:
-        return _from_index(join(folder, INDEX_NAME))
+        data = read_bytes(url)
     except SourceError:
-        return None
+        return None  # no index there: foreign shards (a broken index, below, is an error)
+    return _from_remote_index(url, data)
 
 
 def _is_index_location(text: str) -> bool:

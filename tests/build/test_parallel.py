@@ -56,6 +56,14 @@ def test_merging_with_a_part_missing_is_an_error(tmp_path: Path, npy_inputs) -> 
     assert not (tmp_path / "p" / "index.json").exists()
 
 
+def test_parts_of_different_builds_are_not_merged(tmp_path: Path, npy_inputs) -> None:
+    for i in (0, 1):
+        pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(i, 3), **OPTIONS)
+    pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(2, 3), **dict(OPTIONS, shard_bytes=20 << 10))
+    with pytest.raises(IndexFormatError, match=r"part 2 belongs to a build of \d+ shards, part 0 to one of \d+"):
+        pipeline.merge_index_files([tmp_path / "p"])
+
+
 def test_cli_part_builds_and_merge_index(tmp_path: Path, npy_inputs) -> None:
     for i in range(2):
         subprocess.run([sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "out"),

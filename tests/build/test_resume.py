@@ -176,18 +176,21 @@ class DiesAt(Source):
         return self.inner.read(start, stop)
 
 
-def test_a_new_build_first_deletes_the_shards_an_earlier_build_left_under_its_names(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefix", ["shard", "a[1]*"])  # the second is a glob pattern as text
+def test_a_new_build_first_deletes_the_shards_an_earlier_build_left_under_its_names(tmp_path: Path,
+                                                                                    prefix: str) -> None:
     """Shards of another dataset under the planned names (a killed build of other data) must
     not pass for this build's when it is resumed after dying in turn."""
     rng = np.random.default_rng(3)
     old, new = ({"x": rng.random((3000, 8), dtype=np.float32)} for _ in range(2))
-    pipeline.write_shards(tmp_path / "whole", new, **OPTIONS)
+    options = dict(OPTIONS, prefix=prefix)
+    pipeline.write_shards(tmp_path / "whole", new, **options)
     out = tmp_path / "out"
-    pipeline.write_shards(out, old, **OPTIONS)
+    pipeline.write_shards(out, old, **options)
     for path in out.glob("index*"):
         path.unlink()
     with pytest.raises(RuntimeError, match="dies here"):
-        pipeline.build_shards(DiesAt(pipeline.ArraySource(new), 1000), out, **OPTIONS)
+        pipeline.build_shards(DiesAt(pipeline.ArraySource(new), 1000), out, **options)
     assert 0 < len(list(out.glob("*.tar"))) < len(list((tmp_path / "whole").glob("*.tar")))
-    pipeline.write_shards(out, new, resume=True, **OPTIONS)
+    pipeline.write_shards(out, new, resume=True, **options)
     assert files(out) == files(tmp_path / "whole")

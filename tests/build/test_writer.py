@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -141,6 +142,16 @@ def test_an_existing_index_is_refused_unless_overwrite_and_stale_shards_go(tmp_p
     pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
     assert sorted(p.name for p in tmp_path.glob("*.tar")) == [f"shard-{i:06d}.tar" for i in range(3)]
     assert read_back(tmp_path)[1]["v"] == list(range(30))
+
+
+def test_overwriting_a_version_1_index_deletes_the_shards_it_named(tmp_path: Path) -> None:
+    old = [{"url": f"old-{i:06d}.tar", "samples": 1, "records": 1, "bytes": 1, "sha256": "", "offsets": [0]}
+           for i in range(3)]
+    (tmp_path / "index.json").write_text(json.dumps({"format": "pipeline-shards", "version": 1, "shards": old}))
+    for shard in old:
+        (tmp_path / shard["url"]).write_bytes(b"old")
+    pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
+    assert sorted(p.name for p in tmp_path.glob("*.tar")) == [f"shard-{i:06d}.tar" for i in range(3)]
 
 
 class FailingDisk:

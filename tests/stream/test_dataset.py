@@ -97,6 +97,19 @@ def test_resume_with_other_worker_count_delivers_the_rest_of_the_epoch_once(shar
     assert sorted(np.concatenate(head + tail).tolist()) == list(range(total))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_after_a_resumed_epoch_set_epoch_replays_the_whole_epoch(shards: Path, workers: int) -> None:
+    total = pipeline.load_index(shards).samples
+    _, state = run_until(shards, workers, 5, epochs=1)
+    loader = make_loader(shards, num_workers=workers, batch_size=48, seed=9, shuffle_buffer=400)
+    loader.load_state_dict(state)
+    rest = [batch["i"].numpy().copy() for batch in loader]
+    loader.set_epoch(0)
+    full = len(loader)
+    again = np.concatenate([batch["i"].numpy() for batch in loader])
+    assert len(rest) == full - 5 and sorted(again.tolist()) == list(range(total))
+
+
 def test_resume_refuses_a_changed_plan_mid_epoch(shards: Path) -> None:
     _, state = run_until(shards, 0, 5)
     loader = make_loader(shards, num_workers=0, batch_size=32, seed=9)
