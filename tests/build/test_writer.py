@@ -191,3 +191,12 @@ def test_a_write_error_mid_shard_leaves_no_index_and_no_partial_shard(tmp_path: 
         with ShardWriter(tmp_path / "w", shard_bytes=1 << 20) as writer:
             writer.write_columns(data)
     assert not (tmp_path / "w" / "index.json").exists() and not list((tmp_path / "w").glob(".*tmp*"))
+
+
+def test_an_empty_input_gives_an_empty_shard_set_that_reads_and_verifies(tmp_path: Path) -> None:
+    pipeline.write_shards(tmp_path / "a", {"x": np.zeros((0, 3), np.float32)}, quiet=True)
+    ShardWriter(tmp_path / "b").close()
+    for folder in (tmp_path / "a", tmp_path / "b"):
+        index = pipeline.load_index(folder)
+        assert (len(index.shards), index.samples) == (0, 0) and pipeline.verify(folder) == []
+    assert list(pipeline.ShardDataset(tmp_path / "a", batch_size=4)) == []
