@@ -5,8 +5,8 @@ never names a shard that is incomplete. The JSON stays small whatever the size o
 the format version, the field schema (name, dtype, per-sample shape), the pack size, the
 totals, the shard names (as brace ranges, see :mod:`.shard_names`), and the name, size and
 sha256 of the binary *shard table* beside it (:mod:`.shard_table`), which holds per shard its
-samples, records, bytes and sha256, and the byte offset of every record, so that a reader can
-start at any record with a seek or a ranged request.
+samples, records, bytes and sha256, and the byte offset and checksum of every record, so that
+a reader can start at any record with a seek or a ranged request, and check what it reads.
 
 A *partial* index (``index.part-00001-of-00004.json``) is what one part of a distributed
 build writes; ``merge_indexes`` joins the parts into the final index.
