@@ -222,7 +222,8 @@ def build_shards(
         if resume:
             planned = [(name, bounds[n + 1] - bounds[n]) for name, n in zip(names, numbers)]
             done = finished_index(target, index_name, planned, pack)
-            if done is not None:
+            if done is not None:  # a run killed after its index still leaves temporary files
+                remove_temporary_files(target, names, index_name)
                 _say(quiet, f"{target.url(index_name)} is already complete ({len(planned)} shards); nothing to resume")
                 return done
         old_shards = prepare_output(target, overwrite, index_name)

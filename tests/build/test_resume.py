@@ -129,6 +129,17 @@ def test_resume_of_a_finished_build_does_nothing_and_says_so(tmp_path: Path, npy
     assert refused.returncode == 1 and "already exists" in refused.stderr
 
 
+def test_resume_of_a_finished_build_removes_what_killed_runs_left(tmp_path: Path, npy_inputs) -> None:
+    """A run killed after writing its index (before its clean-up) leaves the temporary files of
+    shards an earlier killed run was writing: resuming the finished build removes them."""
+    pipeline.write_shards(tmp_path / "whole", npy_inputs, **OPTIONS)
+    out = tmp_path / "out"
+    pipeline.write_shards(out, npy_inputs, **OPTIONS)
+    (out / ".shard-000001.tar.tmp-4242").write_bytes(b"half a shard")
+    pipeline.write_shards(out, npy_inputs, resume=True, **OPTIONS)
+    assert files(out) == files(tmp_path / "whole")
+
+
 def test_resume_refuses_the_index_of_another_build(tmp_path: Path, npy_inputs) -> None:
     pipeline.write_shards(tmp_path, npy_inputs, **OPTIONS)
     with pytest.raises(pipeline.OutputExistsError, match="other shards than this one plans"):
