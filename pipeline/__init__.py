@@ -20,20 +20,21 @@ from .build.sources.folder import FolderSource
 from .build.sources.joblib_batches import JoblibBatchSource
 from .build.sources.sample_files import SampleFileSource, partition_sources
 from .build.writer import ShardWriter
+from .check.describe import describe, iter_samples
+from .check.verify import verify
 from .format.codec import decode_record, encode_sample
 from .format.errors import FormatError, IndexFormatError, SampleError, ShardError
 from .format.index import DatasetIndex, FieldSpec, ShardInfo
 from .format.packing import sample_keys, unpack_rows
 from .format.records import decode_fields, iter_records
-from .format.summary import describe, iter_samples
-from .format.verify import Problem, verify
+from .format.verify import Problem
 from .storage.errors import SourceError
-from .stream.shards import load_index
+from .storage.indexes import load_index
 
 __version__ = "0.1.0"
 
 _STREAMING = {"ShardDataset": "dataset", "DevicePrefetcher": "loader", "ShardLoader": "loader",
-              "make_loader": "loader"}
+              "make_loader": "loader", "WorkerError": "workers"}
 
 
 def __getattr__(name: str):
@@ -49,7 +50,7 @@ __all__ = [
     "ArraySource", "DatasetIndex", "DevicePrefetcher", "ShardDataset", "ShardLoader", "SourceError",
     "make_loader", "FieldSpec", "FolderSource", "FormatError", "IndexFormatError",
     "JoblibBatchSource", "OutputExistsError", "Part", "Problem", "SampleError", "SampleFileSource",
-    "ShardError", "ShardInfo", "ShardWriter", "build_folder", "build_joblib", "build_npz",
+    "ShardError", "ShardInfo", "ShardWriter", "WorkerError", "build_folder", "build_joblib", "build_npz",
     "build_sample_files", "build_shards", "decode_fields", "decode_record", "describe",
     "encode_sample", "iter_records", "iter_samples", "load_index", "merge_index_files", "open_npy",
     "open_npz", "partition_sources", "sample_keys", "unpack_rows", "verify", "write_shards",

@@ -1,4 +1,4 @@
-"""``python -m pipeline``: build, merge-index, inspect, verify."""
+"""Build shards from existing data, join the indexes of a build in parts, inspect and verify shard sets."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from .build.engines import ENGINES
 from .build.merge import merge_index_files
 from .build.output import OutputExistsError
 from .build.run import Part
-from .build.source import DEFAULT_SHARD_BYTES
+from .build.source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES
+from .check.describe import describe
+from .check.verify import verify
 from .format.errors import FormatError
-from .format.summary import describe
-from .format.verify import verify
+from .storage import redact
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
@@ -29,14 +30,71 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def _build_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prefix", help="shard name prefix: <prefix>-000000.tar")
-    parser.add_argument("--shard-bytes", type=parse_size, default=DEFAULT_SHARD_BYTES,
-                        help="largest shard size (default 256MiB)")
-    parser.add_argument("--shard-samples", type=int, help="most samples per shard")
-    parser.add_argument("--pack", type=int, default=1, help="samples per record (use 64-1024 for small samples)")
-    parser.add_argument("--workers", type=int, default=1, help="processes writing shards in parallel")
-    parser.add_argument("--part", type=Part.parse, help="build only part I of N (I/N); join with merge-index")
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _shard_bytes(text: str) -> int:
+    value = parse_size(text)
+    if value < MIN_SHARD_BYTES:
+        raise argparse.ArgumentTypeError(f"{text!r} is smaller than a shard can be ({MIN_SHARD_BYTES} bytes)")
+    return value
+
+
+def _part(text: str) -> Part:
+    try:
+        return Part.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _pack(text: str) -> int | str:
+    return "auto" if text == "auto" else _positive(text)
+
+
+def _validation(text: str) -> float | int:
+    """``0.1`` (a fraction) or ``5000`` (samples)."""
+    try:
+        return int(text) if text.isdigit() else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a fraction or a number of samples: {text!r}") from None
+
+
+def _pair(form: str) -> Callable[[str], tuple[str, str]]:
+    """A parser of ``NAME=VALUE`` arguments whose errors show ``form`` (e.g. ``NAME=PATH``)."""
+    def parse(text: str) -> tuple[str, str]:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value:
+            raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}")
+        return name, value
+    return parse
+
+
+def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None:
+    parser.add_argument("--shard-bytes", type=_shard_bytes, default=DEFAULT_SHARD_BYTES, metavar="SIZE",
+                        help="largest shard size, e.g. 256MiB, 1GB (default 256MiB)")
+    parser.add_argument("--shard-samples", type=_positive, metavar="N", help="most samples per shard")
+    parser.add_argument("--pack", type=_pack, default="auto", metavar="K",
+                        help="samples per record; 'auto' (default) fills records of about 64 KiB with "
+                             "fixed-shape samples, one sample per record when larger")
+    parser.add_argument("--dtype", type=_pair("FIELD=DTYPE"), action="append", default=[], metavar="FIELD=DTYPE",
+                        help="store FIELD as DTYPE, e.g. x=float32 to halve float64 data (repeatable)")
+    if splits:
+        parser.add_argument("--prefix", help="shard name prefix: <prefix>-000000.tar (default: shard)")
+        parser.add_argument("--validation", type=_validation, metavar="FRACTION|N",
+                            help="hold out this share (0.1) or number (5000) of samples: writes OUT/train "
+                                 "and OUT/validation")
+        parser.add_argument("--seed", type=int, default=0, help="seed of the --validation split (default 0)")
+    parser.add_argument("--workers", type=_positive, default=1, metavar="N",
+                        help="processes writing shards in parallel (default 1)")
+    parser.add_argument("--part", type=_part, metavar="I/N",
+                        help="build only part I of N (parts count from 0); join them with merge-index")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing index and its shards")
     parser.add_argument("--resume", action="store_true",
                         help="complete a killed build: keep the shards it finished, write the rest")
@@ -45,52 +103,53 @@ def _build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="with --engine dask: the cluster's scheduler (default: start one of --workers "
                              "processes here)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    parser.add_argument("--quiet", action="store_true", help="no progress or summary")
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"shard_bytes": args.shard_bytes, "shard_samples": args.shard_samples, "pack": args.pack,
-            "workers": args.workers, "part": args.part, "overwrite": args.overwrite, "resume": args.resume,
-            "engine": args.engine, "scheduler": args.scheduler, "quiet": args.quiet}
-
-
-def _named_path(text: str) -> tuple[str, str]:
-    name, sep, path = text.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {text!r}")
-    return name, path
+    options = {"shard_bytes": args.shard_bytes, "shard_samples": args.shard_samples, "pack": args.pack,
+               "dtypes": dict(args.dtype), "workers": args.workers, "part": args.part,
+               "overwrite": args.overwrite, "resume": args.resume, "engine": args.engine,
+               "scheduler": args.scheduler, "quiet": args.quiet}
+    if "validation" in args:
+        options.update(prefix=args.prefix or "shard", validation=args.validation, seed=args.seed)
+        if args.validation is not None and args.prefix:
+            raise SystemExit("error: with --validation, shards are named after each split (train-000000.tar); "
+                             "--prefix does not apply")
+    return options
 
 
 def _cmd_arrays(args: argparse.Namespace) -> None:
     if bool(args.array) == bool(args.npz):
         raise SystemExit("error: give either --array NAME=PATH (repeatable) or --npz PATH")
-    prefix = args.prefix or "shard"
     if args.npz:
-        build_npz(args.npz, args.out, prefix, **_options(args))
+        build_npz(args.npz, args.out, **_options(args))
     else:
-        write_shards(args.out, dict(args.array), prefix, **_options(args))
+        write_shards(args.out, dict(args.array), **_options(args))
 
 
 def _cmd_joblib(args: argparse.Namespace) -> None:
     fields = tuple(args.fields.split(","))
-    if len(fields) != 2:
+    if len(fields) != 2 or not all(fields):
         raise SystemExit("error: --fields takes two names, e.g. x,y")
-    build_joblib(args.folder, args.out, args.prefix or "shard", fields, **_options(args))  # type: ignore[arg-type]
+    build_joblib(args.folder, args.out, fields=fields, batch_size=args.batch_size,  # type: ignore[arg-type]
+                 **_options(args))
 
 
 def _cmd_files(args: argparse.Namespace) -> None:
-    if args.prefix:
-        raise SystemExit("error: 'build files' names shards after each split; --prefix does not apply")
     build_sample_files(args.root, args.labels, args.partition, args.out, **_options(args))
 
 
 def _cmd_folder(args: argparse.Namespace) -> None:
-    build_folder(args.folder, args.out, args.prefix or "shard", args.recursive, **_options(args))
+    build_folder(args.folder, args.out, recursive=args.recursive, **_options(args))
 
 
 def _cmd_merge(args: argparse.Namespace) -> None:
     index, path = merge_index_files(args.parts, args.output, args.overwrite)
     print(f"merged {len(index.shards)} shards, {index.samples} samples -> {path}")
+
+
+_INDEX_HELP = "index.json, its folder, or a URL (https://..., s3://bucket/prefix)"
 
 
 def _cmd_inspect(args: argparse.Namespace) -> None:
@@ -106,55 +165,89 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"error: {problem}")
     if not problems:
-        print(f"verified {args.index}: every shard matches its index")
+        print(f"verified {redact(args.index)}: every shard matches its index")
     return 1 if problems else 0
 
 
-def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+def _command(commands: Any, name: str, help: str, epilog: str) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` ends with examples."""
+    return commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                               epilog="examples:\n" + epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
 
-    build = commands.add_parser("build", help="write shards and an index from existing data")
-    layouts = build.add_subparsers(dest="layout", required=True)
-    arrays = layouts.add_parser("arrays", help="from .npy files (one per field) or an .npz")
-    arrays.add_argument("out", help="output folder")
-    arrays.add_argument("--array", type=_named_path, action="append", default=[], metavar="NAME=PATH",
+
+def _add_build_commands(commands: Any) -> None:
+    build = commands.add_parser("build", help="write shards and an index from data in an existing layout",
+                                description="Write shards and an index from data in an existing layout; "
+                                            "'pipeline build LAYOUT --help' for each.")
+    layouts = build.add_subparsers(dest="layout", required=True, metavar="LAYOUT", help="the layout of the data")
+    arrays = _command(layouts, "arrays", "from .npy files (one per field) or an .npz",
+                      "  pipeline build arrays shards --array x=features.npy --array y=labels.npy --validation 0.1\n"
+                      "  pipeline build arrays shards --npz data.npz --dtype x=float32 --workers 4")
+    arrays.add_argument("out", help="output folder or s3://bucket/prefix")
+    arrays.add_argument("--array", type=_pair("NAME=PATH"), action="append", default=[], metavar="NAME=PATH",
                         help="a field and its .npy file (repeat for each field)")
     arrays.add_argument("--npz", help="an .npz file: every array in it is a field")
     arrays.set_defaults(run=_cmd_arrays)
-    joblib = layouts.add_parser("joblib", help="from x_<B>.job / y_<B>.job batch files (trusted input only)")
-    joblib.add_argument("folder")
-    joblib.add_argument("out")
+    joblib = _command(layouts, "joblib", "from x_<B>.job / y_<B>.job batch files (trusted input only: pickles)",
+                      "  pipeline build joblib out/ shards --validation 0.1          # writes shards/train, "
+                      "shards/validation\n"
+                      "  pipeline build joblib out/ shards --batch-size 36 --dtype x=float32")
+    joblib.add_argument("folder", help="folder holding the x_<B>.job and y_<B>.job files")
+    joblib.add_argument("out", help="output folder or s3://bucket/prefix")
     joblib.add_argument("--fields", default="x,y", help="names of the two fields (default x,y)")
+    joblib.add_argument("--batch-size", type=_positive, metavar="B",
+                        help="convert only x_B.job / y_B.job (a folder with files of several batch sizes holds "
+                             "several copies of the data)")
     joblib.set_defaults(run=_cmd_joblib)
-    files = layouts.add_parser("files", help="from <root>/<ID>.pt|.npy with labels and partition JSON")
-    files.add_argument("root")
-    files.add_argument("out", help="output folder; one subfolder per split")
-    files.add_argument("--labels", required=True, help='JSON file {"ID": label}')
-    files.add_argument("--partition", required=True, help='JSON file {"train": [IDs], "validation": [IDs]}')
+    files = _command(layouts, "files", "from one <root>/<ID>.pt or .npy file per sample, with labels and a partition",
+                     "  pipeline build files data/ shards --labels labels.json --partition partition.json\n"
+                     "  # writes shards/<split>/ for each split of the partition, e.g. shards/train, "
+                     "shards/validation")
+    files.add_argument("root", help="folder holding <ID>.pt (torch.save'd tensors) or <ID>.npy files")
+    files.add_argument("out", help="output folder (one subfolder per split) or s3://bucket/prefix")
+    files.add_argument("--labels", required=True, metavar="JSON", help='JSON file {"ID": label}')
+    files.add_argument("--partition", required=True, metavar="JSON",
+                       help='JSON file {"train": [IDs], "validation": [IDs]} (any split names)')
     files.set_defaults(run=_cmd_files)
-    folder = layouts.add_parser("folder", help="from files grouped by stem (0001.jpg + 0001.json)")
-    folder.add_argument("folder")
-    folder.add_argument("out")
-    folder.add_argument("--recursive", action="store_true", help="include subfolders")
+    folder = _command(layouts, "folder", "from files grouped by stem (0001.jpg + 0001.json -> one sample)",
+                      "  pipeline build folder images/ shards --validation 0.05\n"
+                      "  pipeline build folder images/ shards --recursive --shard-bytes 1GiB")
+    folder.add_argument("folder", help="folder of files named <key>.<field>")
+    folder.add_argument("out", help="output folder or s3://bucket/prefix")
+    folder.add_argument("--recursive", action="store_true", help="include subfolders (their path joins the key)")
     folder.set_defaults(run=_cmd_folder)
-    for sub in (arrays, joblib, files, folder):
+    for sub in (arrays, joblib, folder):
         _build_options(sub)
+    _build_options(files, splits=False)
 
-    merge = commands.add_parser("merge-index", help="join the partial indexes of a --part build")
-    merge.add_argument("parts", nargs="+", help="partial index files, or folders holding them")
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pipeline", description=__doc__,
+                                     epilog="'pipeline COMMAND --help' shows a command's options and examples; "
+                                            "'python -m pipeline' works as well.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do")
+    _add_build_commands(commands)
+
+    merge = _command(commands, "merge-index", "join the partial indexes of a build made in parts (--part I/N)",
+                     "  pipeline merge-index /shared/out                       # index.part-*.json -> index.json\n"
+                     "  pipeline merge-index m0/ m1/ --output all/index.json   # parts built in several folders")
+    merge.add_argument("parts", nargs="+", help="partial index files, or folders (or s3:// prefixes) holding them")
     merge.add_argument("--output", help="index to write (default: index.json beside the first part)")
-    merge.add_argument("--overwrite", action="store_true")
+    merge.add_argument("--overwrite", action="store_true", help="replace an index already at --output")
     merge.set_defaults(run=_cmd_merge)
 
-    inspect = commands.add_parser("inspect", help="schema, counts, sizes and a few samples")
-    inspect.add_argument("index", help="index.json or its folder")
-    inspect.add_argument("--samples", type=int, default=3)
+    inspect = _command(commands, "inspect", "show a shard set's schema, counts, sizes and first samples",
+                       "  pipeline inspect shards/train\n"
+                       "  pipeline inspect s3://my-bucket/shards/train --samples 0")
+    inspect.add_argument("index", help=_INDEX_HELP)
+    inspect.add_argument("--samples", type=int, default=3, metavar="N", help="decoded samples to show (default 3)")
     inspect.set_defaults(run=_cmd_inspect)
 
-    check = commands.add_parser("verify", help="check every shard against the index")
-    check.add_argument("index", help="index.json or its folder")
-    check.add_argument("--quiet", action="store_true")
+    check = _command(commands, "verify", "check every shard against the index (size, sha256, records, checksums)",
+                     "  pipeline verify shards/train          # exit 1 and one line per broken shard\n"
+                     "  pipeline verify https://data.example.org/shards/train/index.json --quiet")
+    check.add_argument("index", help=_INDEX_HELP)
+    check.add_argument("--quiet", action="store_true", help="print only problems and the result, not each shard")
     check.set_defaults(run=_cmd_verify)
     return parser
 

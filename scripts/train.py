@@ -1,11 +1,14 @@
-"""Train the example model on shards: a linear classifier over the features.
+"""Train the example model on shards: one linear layer from the features to the outputs.
 
-This is the classic "streaming from disk" recipe, corrected: the model is one linear layer
-from the features to ``classes`` outputs, trained with ``CrossEntropyLoss`` on integer labels.
-Each epoch trains on ``DATA/train`` and evaluates on ``DATA/validation``, printing loss,
-validation accuracy, samples/s and the input-bound fraction (the share of time the loop
-waited for data). CUDA is used when present (pinned memory, copies on a side stream), DDP
-when started by ``torchrun`` (gloo on CPU, NCCL on GPUs).
+This is the classic "streaming from disk" recipe, corrected. It trains on what users have:
+the features ``x`` (any numeric dtype and shape) are flattened and cast to float32; labels
+``y`` that are integers (or floats holding whole numbers, as the joblib batch recipe stores
+them) are classes (``CrossEntropyLoss``, validation accuracy), other real-valued labels a
+regression (``MSELoss``, validation RMSE); it says which it chose. Each epoch trains on
+``DATA/train`` and evaluates on ``DATA/validation`` (``--train-split``, ``--validation-split``
+for other names), printing loss, the validation metric, samples/s and the input-bound
+fraction (the share of time the loop waited for data). CUDA is used when present (pinned
+memory, copies on a side stream), DDP when started by ``torchrun`` (gloo on CPU, NCCL on GPUs).
 
     python scripts/train.py --data shards --epochs 3
     torchrun --nproc-per-node 2 scripts/train.py --data shards
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -27,14 +31,17 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from pipeline import DevicePrefetcher, ShardDataset, load_index, make_loader
-from pipeline.stream.loader import is_worker_failure
+from pipeline import DevicePrefetcher, FormatError, SourceError, WorkerError, make_loader
+from train_task import Task, UnusableData, choose_task, split_location  # scripts/train_task.py, beside this file
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="shards",
-                        help="folder or URL (s3://..., https://...) holding the train/ and validation/ shard sets")
+                        help="folder or URL (s3://..., https://...) holding one shard set per split")
+    parser.add_argument("--train-split", default="train", help="the split to train on (default: train)")
+    parser.add_argument("--validation-split", default="validation",
+                        help="the split to evaluate on (default: validation)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.05)
@@ -63,30 +70,17 @@ def setup_distributed(device: torch.device) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def split(data: str, name: str) -> str:
-    """The shard set ``name`` under ``data``, a folder or a URL (ending in ``/``: a folder, not
-    a shard)."""
-    return f"{data.rstrip('/')}/{name}/"
-
-
-def count_classes(data: str, batch_size: int) -> int:
-    """Largest label in the validation set + 1 (one pass over a small split)."""
-    dataset = ShardDataset(split(data, "validation"), batch_size=4096, shuffle=False, fields=["y"],
-                           remainder="keep", rank=0, world_size=1)
-    return int(max(int(batch["y"].max()) for batch in dataset)) + 1
-
-
-def evaluate(model: nn.Module, loader, device: torch.device) -> tuple[int, int]:
-    """Correct predictions and samples seen on this rank."""
+def evaluate(model: nn.Module, loader, task: Task, device: torch.device) -> tuple[float, int]:
+    """The sum of the validation metric's terms (correct predictions, or squared errors) and
+    the samples seen on this rank."""
     model.eval()
-    correct = seen = 0
+    total, seen = 0.0, 0
     with torch.no_grad():
         for batch in DevicePrefetcher(loader, device):
-            prediction = model(batch["x"]).argmax(dim=1)
-            correct += int((prediction == batch["y"]).sum())
-            seen += len(batch["y"])
+            total += task.score(model(task.inputs(batch)), task.targets(batch))
+            seen += len(batch["x"])
     model.train()
-    return correct, seen
+    return total, seen
 
 
 def all_sum(values: list[float], device: torch.device) -> list[float]:
@@ -114,16 +108,18 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device)
     torch.manual_seed(args.seed)
 
-    features = load_index(split(args.data, "train")).fields["x"].shape[0]
-    classes = args.classes or count_classes(args.data, args.batch_size)
-    module = nn.Linear(features, classes).to(device)
+    train_data = split_location(args.data, args.train_split, "--train-split")
+    val_data = split_location(args.data, args.validation_split, "--validation-split")
+    task = choose_task(train_data, val_data, args.classes)
+    if rank == 0:
+        print(f"task: {task.description}", file=sys.stderr)
+    module = nn.Linear(task.features, task.outputs).to(device)
     model = nn.parallel.DistributedDataParallel(module) if world > 1 else module
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
 
-    train_loader = make_loader(split(args.data, "train"), num_workers=args.workers, batch_size=args.batch_size,
+    train_loader = make_loader(train_data, num_workers=args.workers, batch_size=args.batch_size,
                                seed=args.seed, fields=["x", "y"])
-    val_loader = make_loader(split(args.data, "validation"), num_workers=args.workers, batch_size=4096,
+    val_loader = make_loader(val_data, num_workers=args.workers, batch_size=4096,
                              shuffle=False, remainder="keep", fields=["x", "y"])
     if args.resume:
         state = torch.load(args.checkpoint, map_location=device, weights_only=True)
@@ -140,15 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         prefetcher = DevicePrefetcher(train_loader, device)
         started = time.perf_counter()
         loss_sum = samples = 0.0
-        bar = tqdm(total=len(train_loader), desc=f"epoch {epoch}", unit=" batches",
-                   disable=args.quiet or rank != 0, file=sys.stderr)
+        bar = tqdm(total=len(train_loader), desc=f"epoch {epoch}", unit=" batches", file=sys.stderr,
+                   disable=args.quiet or rank != 0 or not sys.stderr.isatty())
         for batch in prefetcher:
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(batch["x"]), batch["y"])
+            loss = task.loss(model(task.inputs(batch)), task.targets(batch))
             loss.backward()
             optimizer.step()
-            loss_sum += float(loss.detach()) * len(batch["y"])
-            samples += len(batch["y"])
+            loss_sum += float(loss.detach()) * len(batch["x"])
+            samples += len(batch["x"])
             batches_run += 1
             bar.update(1)
             stop = args.stop_after and batches_run >= args.stop_after
@@ -165,19 +161,24 @@ def main(argv: list[str] | None = None) -> int:
         bar.close()
         elapsed = time.perf_counter() - started
         loss_sum, samples = all_sum([loss_sum, samples], device)
-        correct, seen = all_sum(list(evaluate(model, val_loader, device)), device)
+        score, seen = all_sum(list(evaluate(model, val_loader, task, device)), device)
         stats = prefetcher.stats()
-        metrics = {"epoch": epoch, "train_loss": loss_sum / max(samples, 1), "val_accuracy": correct / max(seen, 1),
-                   "val_samples": seen, "train_samples": samples,
-                   "samples_per_s": samples / elapsed, "input_bound": stats["input_bound"]}
+        metrics = {"epoch": epoch, "train_loss": loss_sum / max(samples, 1), "val_samples": seen,
+                   "train_samples": samples, "samples_per_s": samples / elapsed, "input_bound": stats["input_bound"]}
+        if task.classes:
+            metrics["val_accuracy"] = score / max(seen, 1)
+            shown = f"validation accuracy {metrics['val_accuracy']:.2%}"
+        else:
+            metrics["val_rmse"] = math.sqrt(score / max(seen * task.outputs, 1))
+            shown = f"validation RMSE {metrics['val_rmse']:.4f}"
         if rank == 0:
-            print(f"epoch {epoch}: train loss {metrics['train_loss']:.4f}, validation accuracy "
-                  f"{metrics['val_accuracy']:.2%} ({int(seen)} samples), {metrics['samples_per_s']:,.0f} samples/s, "
-                  f"input-bound {metrics['input_bound']:.0%}")
+            print(f"epoch {epoch}: train loss {metrics['train_loss']:.4f}, {shown} ({int(seen)} samples), "
+                  f"{metrics['samples_per_s']:,.0f} samples/s, input-bound {metrics['input_bound']:.0%}")
         if args.checkpoint and rank == 0:
             save_checkpoint(args.checkpoint, module, optimizer, train_loader.state_dict())
     if rank == 0 and args.result:
-        args.result.write_text(json.dumps({**metrics, "weights_sum": float(sum(p.double().sum() for p in module.parameters()))}))
+        args.result.write_text(json.dumps({**metrics, "task": "classification" if task.classes else "regression",
+                                           "weights_sum": float(sum(p.double().sum() for p in module.parameters()))}))
     if world > 1:
         dist.destroy_process_group()
     return 0
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except RuntimeError as exc:  # a dead DataLoader worker: a message, not a traceback from wherever it surfaced
-        if not is_worker_failure(exc):
-            raise
+    except WorkerError as exc:  # a dead DataLoader worker: a message, not a traceback from wherever it surfaced
         sys.exit(f"train.py: {exc}\nWith --checkpoint, --resume continues from the last checkpoint exactly.")
+    except (UnusableData, FormatError, SourceError) as exc:  # data it cannot train on, a split not there
+        sys.exit(f"train.py: {exc}")

@@ -1,38 +1,61 @@
-"""One call per input layout: what the ``build`` CLI commands run, for use from Python."""
+"""One call per input layout: what the ``build`` CLI commands run, for use from Python.
+
+Every converter takes the options of :func:`~pipeline.build.run.build_shards` (``shard_bytes``,
+``shard_samples``, ``pack``, ``dtypes``, ``workers``, ``part``, ``overwrite``, ``resume``,
+``engine``, ``scheduler``, ``executor``, ``quiet``). Those of one dataset also take
+``validation`` (a fraction, or a number of samples) and ``seed``: then they write
+``out_dir/train`` and ``out_dir/validation`` and return both indexes by split name.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, Union
 
 from ..format.index import DatasetIndex
 from ..storage import join
 from .run import build_shards
+from .source import Source
 from .sources.arrays import ArraySource, open_npz
 from .sources.folder import FolderSource
 from .sources.joblib_batches import JoblibBatchSource
 from .sources.sample_files import partition_sources
+from .splits import build_splits
+
+#: One index, or one per split (``{"train": ..., "validation": ...}``) when a split was asked for.
+BuildResult = Union[DatasetIndex, dict[str, DatasetIndex]]
+
+
+def build_dataset(source: Source, out_dir: str | os.PathLike[str], prefix: str = "shard",
+                  validation: float | int | None = None, seed: int = 0, **options: Any) -> BuildResult:
+    """``source`` as one shard set in ``out_dir``, or split into ``out_dir/train`` and
+    ``out_dir/validation`` when ``validation`` is given (rows chosen at random by ``seed``)."""
+    if validation is None:
+        return build_shards(source, out_dir, prefix, **options)
+    if prefix != "shard":
+        raise ValueError("a split build names shards after each split (train-000000.tar); a prefix does not apply")
+    return build_splits(source, out_dir, validation, seed, **options)
 
 
 def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], prefix: str = "shard",
-                 keys: Sequence[str] | None = None, **options: Any) -> DatasetIndex:
+                 keys: Sequence[str] | None = None, **options: Any) -> BuildResult:
     """Write equally long arrays (one per field: ndarrays, memmaps, torch tensors or ``.npy``
-    paths) as shards. ``options`` are those of :func:`build_shards` (``shard_bytes``,
-    ``shard_samples``, ``pack``, ``workers``, ``part``, ``overwrite``, ``resume``, ``engine``,
-    ``scheduler``, ``executor``, ``quiet``)."""
-    return build_shards(ArraySource(arrays, None if keys is None else list(keys)), out_dir, prefix, **options)
+    paths) as shards."""
+    return build_dataset(ArraySource(arrays, None if keys is None else list(keys)), out_dir, prefix, **options)
 
 
 def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
-              **options: Any) -> DatasetIndex:
+              **options: Any) -> BuildResult:
     """Every array of an ``.npz`` becomes a field."""
-    return build_shards(ArraySource(open_npz(path), description=str(path)), out_dir, prefix, **options)
+    return build_dataset(ArraySource(open_npz(path), description=str(path)), out_dir, prefix, **options)
 
 
 def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
-                 fields: tuple[str, str] = ("x", "y"), **options: Any) -> DatasetIndex:
-    """Convert ``x_<B>.job``/``y_<B>.job`` batch files (trusted input only: they are pickles)."""
-    return build_shards(JoblibBatchSource(folder, fields), out_dir, prefix, **options)
+                 fields: tuple[str, str] = ("x", "y"), batch_size: int | None = None, **options: Any) -> BuildResult:
+    """Convert ``x_<B>.job``/``y_<B>.job`` files (trusted input only: they are pickles);
+    ``batch_size=B`` picks the pair of one run of the batch recipe (see
+    :class:`~pipeline.build.sources.joblib_batches.JoblibBatchSource`)."""
+    return build_dataset(JoblibBatchSource(folder, fields, batch_size), out_dir, prefix, **options)
 
 
 def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any,
@@ -48,6 +71,6 @@ def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any
 
 
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
-                 recursive: bool = False, **options: Any) -> DatasetIndex:
+                 recursive: bool = False, **options: Any) -> BuildResult:
     """Files grouped by stem (``0001.jpg`` + ``0001.json``), bytes kept as they are."""
-    return build_shards(FolderSource(folder, recursive), out_dir, prefix, **options)
+    return build_dataset(FolderSource(folder, recursive), out_dir, prefix, **options)

@@ -8,11 +8,10 @@ import re
 from typing import Sequence
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, TableFile, TableOpener, local_tables, merge_indexes, parse_index
-from ..format.shard_names import ShardNames
-from ..format.shard_table import ShardTable, read_table
+from ..format.index import INDEX_NAME, DatasetIndex, merge_indexes
 from ..storage import join, scheme
 from ..storage.destination import Destination, destination
+from ..storage.indexes import open_index
 from .output import OutputExistsError, save_index
 
 PART_NAME = re.compile(r"^index\.part-\d+-of-\d+\.json$")
@@ -48,17 +47,6 @@ def _relative(url: str, folder: str) -> str:
     return posixpath.relpath(path, base)
 
 
-def _table_opener(place: Destination) -> TableOpener:
-    """Open a part's shard table: read in place when local, downloaded whole from S3."""
-    if scheme(str(place)) == "file":
-        return local_tables(place.folder)
-
-    def open_table(table: TableFile, names: ShardNames) -> ShardTable:
-        data = place.read(table.name)
-        return read_table(lambda start, stop: data[start:stop], len(data), place.url(table.name), names)
-    return open_table
-
-
 def merge_index_files(paths: Sequence[str | os.PathLike[str]],
                       output: str | os.PathLike[str] | None = None,
                       overwrite: bool = False) -> tuple[DatasetIndex, str]:
@@ -78,7 +66,7 @@ def merge_index_files(paths: Sequence[str | os.PathLike[str]],
     out_folder = str(target).rstrip("/")
     parts = []
     for place, part_name in parts_found:
-        part = parse_index(place.read(part_name), place.url(part_name), _table_opener(place))
+        part = open_index(place.url(part_name)).index
         part.shards = part.shards.renamed(lambda folder, place=place: _relative(join(str(place), folder), out_folder))
         parts.append(part)
     index = merge_indexes(parts)

@@ -1,40 +1,80 @@
-"""Progress bar and final summary of a build (samples/s and MB/s), silent when ``quiet``."""
+"""Progress and the final summary of a build (samples/s and MB/s), silent when ``quiet``.
+
+On a terminal: a tqdm bar. Anywhere else (a log file, a cluster job's output): a plain line
+every ``LOG_EVERY_S`` seconds, since a bar redrawn with carriage returns makes a log
+unreadable. Either way the last line is a one-line summary.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 from tqdm import tqdm
 
+LOG_EVERY_S = 30.0
+
+
+def on_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
 
 class BuildProgress:
-    """A tqdm bar counting samples, with the bytes written as MB/s beside it."""
+    """Counts the samples and bytes of finished shards (and of shards a resumed build kept)."""
 
-    def __init__(self, total_samples: int | None, description: str, quiet: bool = False) -> None:
+    def __init__(self, total_samples: int | None, description: str, quiet: bool = False,
+                 stream: TextIO | None = None) -> None:
         self.quiet = quiet
-        self.started = time.perf_counter()
-        self.samples = 0
-        self.bytes = 0
-        self.shards = 0
+        self.stream = stream or sys.stderr
+        self.description = description
+        self.total = total_samples
+        self.started = self._logged = time.perf_counter()
+        self.samples = self.bytes = self.shards = 0
+        self.kept_samples = self.kept_shards = 0
         self._bar = tqdm(total=total_samples, desc=description, unit=" samples", unit_scale=True,
-                         disable=quiet, file=sys.stderr, dynamic_ncols=True)
+                         file=self.stream, dynamic_ncols=True) if not quiet and on_terminal(self.stream) else None
 
-    def update(self, samples: int, nbytes: int, shards: int = 1) -> None:
-        self.samples += samples
-        self.bytes += nbytes
-        self.shards += shards
-        elapsed = max(time.perf_counter() - self.started, 1e-9)
-        self._bar.set_postfix_str(f"{self.bytes / elapsed / 1e6:.1f} MB/s, {self.shards} shards", refresh=False)
-        self._bar.update(samples)
+    def update(self, samples: int, nbytes: int, shards: int = 1, kept: bool = False) -> None:
+        """Count a finished shard (``kept``: one a resumed build found complete)."""
+        if kept:
+            self.kept_samples += samples
+            self.kept_shards += shards
+        else:
+            self.samples += samples
+            self.bytes += nbytes
+            self.shards += shards
+        now = time.perf_counter()
+        rate = f"{self.bytes / max(now - self.started, 1e-9) / 1e6:.1f} MB/s"
+        if self._bar is not None:
+            self._bar.set_postfix_str(f"{rate}, {self.shards + self.kept_shards} shards", refresh=False)
+            self._bar.update(samples)
+        elif not self.quiet and now - self._logged >= LOG_EVERY_S:
+            self._logged = now
+            done = self.samples + self.kept_samples
+            share = f" ({done / self.total:.0%})" if self.total else ""
+            print(f"{self.description}: {done:,}{'/' + format(self.total, ',') if self.total else ''} samples"
+                  f"{share}, {self.shards + self.kept_shards} shards, {rate}", file=self.stream, flush=True)
 
     def close(self, destination: str) -> str:
-        """Close the bar; return (and unless quiet, print) a one-line summary."""
-        self._bar.close()
+        """End the bar (so that what is printed next starts a line of its own); return (and
+        unless quiet, print) a one-line summary."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        line = (f"wrote {self.samples} samples in {self.shards} shards, {self.bytes / 1e6:.1f} MB, "
+        kept = (f" and kept {self.kept_shards} shards ({self.kept_samples} samples) that an earlier run finished"
+                if self.kept_shards else "")
+        line = (f"wrote {self.samples} samples in {self.shards} shards{kept}, {self.bytes / 1e6:.1f} MB, "
                 f"in {elapsed:.2f} s ({self.samples / elapsed:,.0f} samples/s, "
                 f"{self.bytes / elapsed / 1e6:.1f} MB/s) -> {destination}")
         if not self.quiet:
-            print(line, file=sys.stderr)
+            print(line, file=self.stream)
         return line
+
+    def abandon(self) -> None:
+        """End the bar after a failure, so that the error is printed on a line of its own."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

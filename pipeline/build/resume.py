@@ -19,9 +19,10 @@ import os
 from pathlib import Path
 
 from ..format.errors import FormatError, ShardError
-from ..format.index import DatasetIndex, Schema, ShardInfo, load_index
+from ..format.index import DatasetIndex, Schema, ShardInfo
 from ..format.scan import scan_shard
 from ..storage.destination import Destination
+from ..storage.indexes import load_index
 from ..storage.opener import map_range
 from .output import OutputExistsError
 from .source import Source

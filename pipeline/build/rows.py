@@ -102,6 +102,12 @@ class RowBlock:
         keys = None if blocks[0].keys is None else [k for b in blocks for k in b.keys]  # type: ignore[union-attr]
         return RowBlock(columns, keys)
 
+    def data_bytes(self) -> int:
+        """Bytes of the values of the block's samples (array data, bytes and strings; 8 per
+        number), without what encoding adds: what a record of them mostly holds."""
+        return sum(column.nbytes if isinstance(column, np.ndarray) else sum(map(_value_bytes, column))
+                   for column in self.columns.values())
+
     def schema(self) -> Schema:
         """Field specs of the block: once per array column, per value for list columns."""
         schema: Schema = {}
@@ -116,6 +122,14 @@ class RowBlock:
                     spec = merge_spec(name, schema[name], spec, where)
                 schema[name] = spec
         return schema
+
+
+def _value_bytes(value: Any) -> int:
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.nbytes
+    if type(value).__module__ == "torch":
+        return value.numel() * value.element_size()
+    return len(value) if isinstance(value, (bytes, str)) else 8
 
 
 def encode_records(block: RowBlock, first_index: int, pack: int) -> Iterator[tuple[str, list, int]]:

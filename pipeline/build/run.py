@@ -15,7 +15,7 @@ import os
 import sys
 from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 from ..format.index import (
     INDEX_NAME,
@@ -29,6 +29,7 @@ from ..format.index import (
 )
 from ..storage.destination import Destination, destination
 from ..storage.opener import scheme
+from .casting import CastSource
 from .engines import check_engine, open_workers
 from .fixed_records import build_records, fixed_layout
 from .output import (
@@ -43,7 +44,7 @@ from .progress import BuildProgress
 from .resume import finished_index, kept_shard, reference_schema
 from .rows import encode_records
 from .shard_file import ShardFile
-from .source import DEFAULT_SHARD_BYTES, Source
+from .source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES, Source, resolve_pack
 
 _CHUNK_BYTES = 16 << 20
 
@@ -61,8 +62,9 @@ class Part:
             index, count = (int(v) for v in text.split("/"))
         except ValueError:
             raise ValueError(f"--part takes I/N (e.g. 0/4), got {text!r}") from None
-        if not 0 <= index < count:
-            raise ValueError(f"part {text!r}: need 0 <= I < N")
+        if count < 1 or not 0 <= index < count:
+            raise ValueError(f"part {text!r}: parts count from 0, so the parts of {max(count, 1)} are "
+                             f"0/{max(count, 1)} to {max(count, 1) - 1}/{max(count, 1)}")
         return cls(index, count)
 
     def shard_range(self, total: int) -> range:
@@ -120,13 +122,13 @@ def write_shard(run: ShardRun, i: int) -> ShardResult:
     return ShardResult(info, schema or {})
 
 
-def write_run(run: ShardRun, on_shard: Callable[[ShardInfo], None] | None = None) -> list[ShardResult]:
+def write_run(run: ShardRun, on_shard: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
     """Write every shard of a run; the function each worker executes."""
     results = []
     for i in range(len(run.bounds) - 1):
         results.append(write_shard(run, i))
         if on_shard is not None:
-            on_shard(results[-1].info)
+            on_shard(results[-1])
     return results
 
 
@@ -156,8 +158,8 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
     """Execute the runs (here when there is no executor) and return their results in shard
     order; the first failure cancels what has not started and propagates (no index is
     written then)."""
-    def report(info: ShardInfo) -> None:
-        progress.update(info.samples, info.bytes)
+    def report(result: ShardResult) -> None:
+        progress.update(result.info.samples, result.info.bytes, kept=result.kept)
 
     if executor is None:
         return [r for task in tasks for r in write_run(task, report)]
@@ -168,7 +170,7 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
         for future in as_completed(futures):
             done[futures[future]] = future.result()
             for result in done[futures[future]]:
-                report(result.info)
+                report(result)
         return [r for results in done for r in results]
     finally:
         for future in futures:
@@ -182,7 +184,8 @@ def build_shards(
     *,
     shard_samples: int | None = None,
     shard_bytes: int | None = DEFAULT_SHARD_BYTES,
-    pack: int = 1,
+    pack: int | str = "auto",
+    dtypes: Mapping[str, str] | None = None,
     workers: int = 1,
     part: Part | None = None,
     overwrite: bool = False,
@@ -195,24 +198,27 @@ def build_shards(
     """Write ``source`` as shards in ``out_dir`` (a folder or an ``s3://`` prefix) and return
     the index (also saved there).
 
-    With ``part``, only that part's shards are written and a partial index
+    ``pack="auto"`` stores samples of fixed shape in records of about 64 KiB (one sample per
+    record when a sample is larger, or when samples differ in shape); ``dtypes`` (``{"x":
+    "float32"}``) stores fields cast to other dtypes (see :mod:`.casting`). With ``part``, only that part's shards are written and a partial index
     (``index.part-I-of-N.json``) is saved; join the parts with ``merge_index_files``.
     ``resume=True`` completes a build that was killed, keeping the shards it finished (a local
     folder only); if its index is already there, nothing is done. The tasks run here, in
     ``workers`` processes, in ``executor``, or on Dask (``engine="dask"``: a cluster of
     ``workers`` local processes, or the one at ``scheduler``).
     """
-    if pack < 1:
-        raise ValueError(f"pack must be >= 1, got {pack}")
-    if shard_samples is not None and shard_samples < 1:
-        raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
+    check_limits(shard_samples, shard_bytes, workers)
     check_engine(engine, scheduler, executor)
     if resume and overwrite:
         raise ValueError("resume keeps what a killed build wrote, overwrite replaces it: give one of them")
     if resume and scheme(os.fspath(out_dir)) != "file":
         raise ValueError(f"{os.fspath(out_dir)}: resume works on local folders; build again without it "
                          f"to write every shard")
+    if dtypes:
+        source = CastSource(source, dtypes)
+    pack = resolve_pack(pack, source)
     target = destination(out_dir)
+    progress: BuildProgress | None = None
     try:
         bounds = source.shard_bounds(shard_samples, shard_bytes, pack)
         total = len(bounds) - 1
@@ -246,12 +252,22 @@ def build_shards(
         remove_stale_shards(target, old_shards, index)
         remove_temporary_files(target, names, index_name)
         progress.close(where)
-        if resume:
-            kept = sum(result.kept for result in results)
-            _say(quiet, f"resumed: kept {kept} of {len(results)} shards (finished by the killed run), wrote the rest")
         return index
     finally:
+        if progress is not None:
+            progress.abandon()
         target.close()
+
+
+def check_limits(shard_samples: int | None, shard_bytes: int | None, workers: int) -> None:
+    """Refuse limits that would make no shards or no workers (``None`` means no limit)."""
+    if shard_samples is not None and shard_samples < 1:
+        raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
+    if shard_bytes is not None and shard_bytes < MIN_SHARD_BYTES:
+        raise ValueError(f"shard_bytes must be at least {MIN_SHARD_BYTES} (a tar header and a record), got "
+                         f"{shard_bytes}; leave it out for no size limit")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1 (1 writes in this process), got {workers}")
 
 
 def _say(quiet: bool, line: str) -> None:

@@ -16,6 +16,11 @@ from .rows import RowBlock, encode_records
 #: Default shard size: large enough that per-shard costs (open, fsync, an HTTP request)
 #: vanish, small enough for many shards per consumer.
 DEFAULT_SHARD_BYTES = 256 << 20
+#: The smallest shard limit: a record's header and a block of data, and the end of the archive.
+MIN_SHARD_BYTES = 4096
+#: What ``pack="auto"`` aims at: records large enough that the tar header (512 bytes) and the
+#: per-record costs of reading vanish, small enough to shuffle records of many shards at once.
+AUTO_RECORD_BYTES = 64 << 10
 
 
 class Source(ABC):
@@ -27,6 +32,8 @@ class Source(ABC):
     """
 
     description: str = "source"
+    #: whether every row has the same fields of the same shapes (arrays), so that rows pack
+    fixed_shape: bool = False
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -49,6 +56,19 @@ class Source(ABC):
         """About how many bytes one row holds, to size the chunks a build reads at once.
         Sources that know better (arrays, files) override this guess."""
         return 64 << 10
+
+
+def resolve_pack(pack: int | str, source: Source) -> int:
+    """Samples per record: ``pack`` itself, or for ``"auto"`` as many fixed-shape samples as
+    fill about :data:`AUTO_RECORD_BYTES` (1 for larger samples, and for samples whose shapes
+    may differ, which cannot share a record)."""
+    if pack != "auto":
+        if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
+            raise ValueError(f"pack must be 'auto' or an integer >= 1, got {pack!r}")
+        return pack
+    if not source.fixed_shape or len(source) == 0:
+        return 1
+    return max(AUTO_RECORD_BYTES // max(source.read(0, 1).data_bytes(), 1), 1)
 
 
 def uniform_bounds(rows: int, samples_per_shard: int) -> list[int]:
@@ -105,6 +125,7 @@ class SourceWindow(Source):
     def __init__(self, source: Source, start: int, stop: int) -> None:
         self.source, self.start, self.stop = source, start, stop
         self.description = source.description
+        self.fixed_shape = source.fixed_shape
 
     def __len__(self) -> int:
         return self.stop - self.start

@@ -10,14 +10,16 @@ a reader can start at any record with a seek or a ranged request, and check what
 
 A *partial* index (``index.part-00001-of-00004.json``) is what one part of a distributed
 build writes; ``merge_indexes`` joins the parts into the final index.
+
+This module parses and writes indexes from and to bytes only: :func:`parse_index` is given the
+JSON and a :data:`TableOpener` that reads the table's byte ranges, so the same code serves a
+local file, a URL or a bucket (:mod:`pipeline.storage.indexes` opens an index by location).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -26,7 +28,7 @@ from .errors import IndexFormatError
 from .shard_names import ShardNames
 from .shard_table import ShardInfo, ShardTable, read_table
 
-__all__ = ["DatasetIndex", "FieldSpec", "PartInfo", "ShardInfo", "ShardTable", "TableFile"]
+__all__ = ["DatasetIndex", "FieldSpec", "PartInfo", "ShardInfo", "ShardTable", "TableFile", "TableReader"]
 
 FORMAT_NAME = "pipeline-shards"
 FORMAT_VERSION = 2
@@ -126,7 +128,23 @@ def table_name_for(index_name: str) -> str:
     return index_name.removesuffix(".json") + ".bin"
 
 
-TableOpener = Callable[[TableFile, ShardNames], ShardTable]
+#: ``read(start, stop)``: bytes ``[start, stop)`` of a file, wherever it lives.
+RangeReader = Callable[[int, int], bytes]
+
+
+@dataclass(frozen=True)
+class TableReader:
+    """How to read the shard table an index names: ``read`` its byte ranges, ``where`` names it
+    in errors, and ``block_bytes`` of record offsets and checksums are fetched a read (larger
+    for remote tables, where each read is a request)."""
+
+    read: RangeReader
+    where: str
+    block_bytes: int = 1 << 16
+
+
+#: Opens the shard table an index names (a file beside the index), for :func:`parse_index`.
+TableOpener = Callable[[TableFile], TableReader]
 
 
 @dataclass
@@ -191,7 +209,9 @@ class DatasetIndex:
             pack = int(data.get("pack", 1))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise IndexFormatError(f"{where}: malformed index: {exc}") from None
-        index = cls(fields, open_table(table, names), pack, part, table)
+        reader = open_table(table)
+        index = cls(fields, read_table(reader.read, table.bytes, reader.where, names, reader.block_bytes),
+                    pack, part, table)
         for key, value in (("samples", index.samples), ("records", index.records), ("bytes", index.bytes)):
             if data.get(key) != value:
                 raise IndexFormatError(f"{where}: says {data.get(key)} {key}, its shard table holds {value}")
@@ -229,59 +249,6 @@ def index_shard_names(data: bytes | str, where: str) -> ShardNames:
         return _names(parsed, where)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise IndexFormatError(f"{where}: malformed index: {exc}") from None
-
-
-class FileRange:
-    """``pread`` of a local file, opened on first use in each process (so that it pickles and
-    survives a fork: ``pread`` shares no file position)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-        self._pid = 0
-
-    def __call__(self, start: int, stop: int) -> bytes:
-        if self._fd is None or self._pid != os.getpid():
-            self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
-        data = os.pread(self._fd, stop - start, start)
-        if len(data) != stop - start:
-            raise IndexFormatError(f"{self.path}: ends at byte {start + len(data)}, expected {stop}")
-        return data
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "_fd": None, "_pid": 0}
-
-    def __del__(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
-            os.close(self._fd)
-
-
-def local_tables(folder: Path) -> TableOpener:
-    """Open the shard tables in ``folder``."""
-    def open_table(table: TableFile, names: ShardNames) -> ShardTable:
-        path = folder / table.name
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            raise IndexFormatError(f"{path}: no such shard table (it is written with the index)") from None
-        if size != table.bytes:
-            raise IndexFormatError(f"{path}: is {size} bytes, the index says {table.bytes}")
-        return read_table(FileRange(path), size, str(path), names)
-    return open_table
-
-
-def load_index(path: str | os.PathLike[str]) -> DatasetIndex:
-    """Read a local index file, or the ``index.json`` inside a folder."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / INDEX_NAME
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise IndexFormatError(f"{path}: no such index file") from None
-    except OSError as exc:
-        raise IndexFormatError(f"{path}: cannot read index: {exc}") from None
-    return parse_index(data, str(path), local_tables(path.parent))
 
 
 def part_index_name(part: int, count: int) -> str:

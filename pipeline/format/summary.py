@@ -1,15 +1,16 @@
-"""A human-readable summary of a shard set: schema, counts, sizes and a few decoded samples."""
+"""A human-readable summary of a shard set: schema, counts, sizes and a few decoded samples.
+
+Made from an index and samples already read (:mod:`pipeline.check.describe` reads them by path
+or URL), and the samples of one shard read from a stream.
+"""
 
 from __future__ import annotations
 
-import os
-from itertools import islice
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
 
-from .index import INDEX_NAME, DatasetIndex, load_index
+from .index import DatasetIndex
 from .packing import sample_keys, unpack_rows
 from .records import decode_fields, iter_records
 
@@ -38,24 +39,20 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def iter_samples(index_path: Path, index: DatasetIndex) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(key, sample)`` in index order, packed records unpacked (for inspection)."""
-    for info in index.shards:
-        with open(index_path.parent / info.url, "rb") as src:
-            for record in iter_records(src, info.url):
-                fields = decode_fields(record, info.url)
-                yield from zip(sample_keys(record.key, fields), unpack_rows(fields, record.key))
+def stream_samples(stream: BinaryIO, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(key, sample)`` of one shard read from ``stream``, packed records unpacked (for
+    inspection); ``where`` names the shard in errors."""
+    for record in iter_records(stream, where):
+        fields = decode_fields(record, where)
+        yield from zip(sample_keys(record.key, fields), unpack_rows(fields, record.key))
 
 
-def describe(index_path: str | os.PathLike[str], samples: int = 3) -> str:
-    """The text ``python -m pipeline inspect`` prints."""
-    index_path = Path(index_path)
-    if index_path.is_dir():
-        index_path = index_path / INDEX_NAME
-    index = load_index(index_path)
+def describe_index(index: DatasetIndex, where: str, samples: Sequence[tuple[str, dict[str, Any]]] = ()) -> str:
+    """The text ``python -m pipeline inspect`` prints for ``index``, read from ``where``, with
+    ``samples`` (its first few, as ``(key, sample)``)."""
     sizes = index.shards.nbytes if len(index.shards) else np.zeros(1, np.int64)
     lines = [
-        f"index    {index_path}",
+        f"index    {where}",
         f"samples  {index.samples:,} in {len(index.shards)} shards, {index.records:,} records (pack={index.pack})",
         f"bytes    {human_bytes(index.bytes)}; shard sizes min {human_bytes(int(sizes.min()))} / "
         f"mean {human_bytes(int(sizes.mean()))} / max {human_bytes(int(sizes.max()))}",
@@ -65,8 +62,8 @@ def describe(index_path: str | os.PathLike[str], samples: int = 3) -> str:
         shape = "" if spec.shape is None else " [" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
         lines.append(f"  {name:<16} {spec.dtype}{shape}")
     if samples:
-        lines.append(f"first {samples} samples")
-        for key, sample in islice(iter_samples(index_path, index), samples):
+        lines.append(f"first {len(samples)} samples")
+        for key, sample in samples:
             lines.append(f"  {key}")
             lines.extend(f"    {name:<14} {_show(value)}" for name, value in sample.items())
     return "\n".join(lines)

@@ -1,20 +1,21 @@
-"""Check a shard set against its index: sizes, sha256, record offsets and counts, decoding.
+"""Check one shard, read from a stream, against its index entry: size, sha256, record offsets,
+checksums and counts, decoding; and a shard table against its sha256.
 
 Every problem is reported with the shard, the record number and byte offset when known, and
-the reason; a shard's check stops at its first problem (what follows is not trustworthy).
+the reason; a shard's check stops at its first problem (what follows is not trustworthy). Where
+the bytes come from is the caller's business (:mod:`pipeline.check.verify` opens them by path
+or URL), so this module reads nothing but the streams it is given, each once, front to back.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from .codec import KEYS_FIELD, ROWS_FIELD
-from .errors import FormatError, SampleError, ShardError
-from .index import INDEX_NAME, DatasetIndex, ShardInfo, load_index
+from .errors import SampleError, ShardError
+from .index import DatasetIndex, ShardInfo, TableFile
 from .packing import record_rows
 from .records import decode_fields, iter_records
 from .shard_table import check_record
@@ -22,7 +23,8 @@ from .shard_table import check_record
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a shard."""
+    """One thing wrong with a shard (or with the shard table): ``shard`` names it, ``record``
+    and ``offset`` say where in it when known."""
 
     shard: str
     reason: str
@@ -39,16 +41,23 @@ class Problem:
 
 
 class _HashingReader:
-    """A read-only stream that hashes what passes through it."""
+    """A read-only stream that hashes and counts what passes through it."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
         self.sha = hashlib.sha256()
+        self.size = 0
 
     def read(self, size: int = -1) -> bytes:
         data = self.stream.read(size)
         self.sha.update(data)
+        self.size += len(data)
         return data
+
+    def drain(self) -> None:
+        """Read what is left, so that the hash and size cover the whole stream."""
+        while self.read(1 << 20):
+            pass
 
 
 def _check_packed_rows(fields: dict, url: str, number: int, offset: int) -> None:
@@ -66,74 +75,55 @@ def _check_packed_rows(fields: dict, url: str, number: int, offset: int) -> None
                                  f"{length} rows, the record says {rows}")
 
 
-def verify_shard(path: Path, info: ShardInfo, index: DatasetIndex) -> Problem | None:
-    """The first problem of one shard, or ``None`` if it matches its index entry."""
-    url = info.url
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return Problem(url, f"missing file {path}")
-    if size != info.bytes:
-        return Problem(url, f"size is {size} bytes, the index says {info.bytes}")
+def _record_problem(stream: _HashingReader, info: ShardInfo, index: DatasetIndex, shard: str) -> Problem | None:
+    """The first problem of the records of a shard (offsets, checksums, keys, decoding, counts)."""
     samples = 0
     number = 0  # the record being read
     keys: dict[str, int] = {}  # where each record key was first seen
-    with open(path, "rb") as raw:
-        stream = _HashingReader(raw)
-        try:
-            for record in iter_records(stream, url):  # type: ignore[arg-type]
-                if number >= info.records:
-                    return Problem(url, f"more records than the {info.records} the index says",
-                                   number, record.offset)
-                if keys.setdefault(record.key, record.offset) != record.offset:
-                    return Problem(url, f"record key {record.key!r} appears twice (first at byte "
-                                   f"{keys[record.key]})", number, record.offset)
-                fields = decode_fields(record, url, index.fields or None)  # the loader's schema check
-                _check_packed_rows(fields, url, number, record.offset)
-                check_record(record, info, number, url)  # after decoding: its reasons say more
-                samples += record_rows(fields)
-                number += 1
-        except (ShardError, SampleError) as exc:
-            reason = exc.reason if isinstance(exc, ShardError) else str(exc)
-            offset = exc.offset if isinstance(exc, ShardError) else None
-            return Problem(url, reason, number, offset)
-        while stream.read(1 << 20):
-            pass
+    try:
+        for record in iter_records(stream, shard):  # type: ignore[arg-type]
+            if number >= info.records:
+                return Problem(shard, f"more records than the {info.records} the index says", number, record.offset)
+            if keys.setdefault(record.key, record.offset) != record.offset:
+                return Problem(shard, f"record key {record.key!r} appears twice (first at byte "
+                               f"{keys[record.key]})", number, record.offset)
+            fields = decode_fields(record, shard, index.fields or None)  # the loader's schema check
+            _check_packed_rows(fields, shard, number, record.offset)
+            check_record(record, info, number, shard)  # after decoding: its reasons say more
+            samples += record_rows(fields)
+            number += 1
+    except (ShardError, SampleError) as exc:
+        reason = exc.reason if isinstance(exc, ShardError) else str(exc)
+        offset = exc.offset if isinstance(exc, ShardError) else None
+        return Problem(shard, reason, number, offset)
     if number != info.records:
-        return Problem(url, f"{number} records, the index says {info.records}")
+        return Problem(shard, f"{number} records, the index says {info.records}")
     if samples != info.samples:
-        return Problem(url, f"{samples} samples, the index says {info.samples}")
-    if stream.sha.hexdigest() != info.sha256:
-        return Problem(url, f"sha256 {stream.sha.hexdigest()} differs from the index's {info.sha256}")
+        return Problem(shard, f"{samples} samples, the index says {info.samples}")
     return None
 
 
-def _check_table(path: Path, sha256: str) -> list[Problem]:
-    """The shard table's own checksum (its size and counts were checked when it was opened)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as table:
-        while block := table.read(1 << 22):
-            digest.update(block)
-    if digest.hexdigest() != sha256:
-        return [Problem(path.name, f"sha256 {digest.hexdigest()} differs from the index's {sha256}")]
-    return []
+def verify_stream(stream: BinaryIO, shard: str, info: ShardInfo, index: DatasetIndex) -> Problem | None:
+    """The first problem of one shard, read whole from ``stream``, or ``None`` if it matches its
+    index entry; ``shard`` names it in the problem. A size that differs from the index's is
+    reported before what it breaks (a cut shard's last record is cut too)."""
+    reader = _HashingReader(stream)
+    problem = _record_problem(reader, info, index, shard)
+    reader.drain()
+    if reader.size != info.bytes:
+        return Problem(shard, f"size is {reader.size} bytes, the index says {info.bytes}")
+    if problem is not None:
+        return problem
+    if reader.sha.hexdigest() != info.sha256:
+        return Problem(shard, f"sha256 {reader.sha.hexdigest()} differs from the index's {info.sha256}")
+    return None
 
 
-def verify(index_path: str | os.PathLike[str],
-           on_shard: Callable[[ShardInfo, Problem | None], None] | None = None) -> list[Problem]:
-    """Check every shard named by an index (a file, or a folder holding ``index.json``)."""
-    index_path = Path(index_path)
-    if index_path.is_dir():
-        index_path = index_path / INDEX_NAME
-    try:
-        index = load_index(index_path)
-    except FormatError as exc:
-        return [Problem(str(index_path), str(exc))]
-    problems = [] if index.table is None else _check_table(index_path.parent / index.table.name, index.table.sha256)
-    for info in index.shards:
-        problem = verify_shard(index_path.parent / info.url, info, index)
-        if problem is not None:
-            problems.append(problem)
-        if on_shard is not None:
-            on_shard(info, problem)
-    return problems
+def verify_table_stream(stream: BinaryIO, shown: str, table: TableFile) -> Problem | None:
+    """The shard table's own checksum, read from ``stream`` (its size and counts were checked
+    when the index was opened); ``shown`` names it in the problem."""
+    reader = _HashingReader(stream)
+    reader.drain()
+    if reader.sha.hexdigest() != table.sha256:
+        return Problem(shown, f"sha256 {reader.sha.hexdigest()} differs from the index's {table.sha256}")
+    return None

@@ -23,7 +23,7 @@ from typing import Iterator
 
 from .errors import SourceError, redact
 from .opener import open_stream
-from .retry import RetryPolicy
+from .retry import RetryPolicy, RetrySink
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -39,15 +39,18 @@ def _locked(path: Path, mode: int) -> Iterator[None]:
 
 
 class ShardCache:
-    """Cached copies of remote shards in ``folder``, at most ``max_bytes`` of them at rest."""
+    """Cached copies of remote shards in ``folder``, at most ``max_bytes`` of them at rest.
+    Downloads retry under ``policy`` and report their retries to ``stats`` (a dataset's, which
+    counts the retries of every read made for it, downloads included)."""
 
     def __init__(self, folder: str | os.PathLike[str], max_bytes: int, verify: bool = False,
-                 policy: RetryPolicy | None = None) -> None:
+                 policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.verify = verify
         self.policy = policy
+        self.stats = stats
 
     def path_for(self, url: str) -> Path:
         """Where ``url`` is cached: a hash of the URL (no name from the data can leave the
@@ -62,7 +65,7 @@ class ShardCache:
         digest = hashlib.sha256()
         written = 0
         try:
-            with open_stream(url, self.policy) as source, open(partial, "wb") as out:
+            with open_stream(url, self.policy, stats=self.stats) as source, open(partial, "wb") as out:
                 while chunk := source.read(8 << 20):
                     out.write(chunk)
                     digest.update(chunk)

@@ -1,5 +1,14 @@
 """``http://`` and ``https://`` through urllib3: ranged GETs, status codes sorted into
-permanent and transient failures."""
+permanent and transient failures.
+
+A pooled connection must never go back to its pool with part of a response unread: urllib3
+(2.x) hands it to the next request as it is, ``release_conn()`` whatever is left, and that
+request then fails (http.client's ``ResponseNotReady``, or the old body read as a status line),
+costing a retry that nothing was wrong with. So a response we do not use is read to its end
+when short, else closed (:func:`_discard`); a body read to its end goes back to the pool by
+itself; a body given up early (closed by the stream) or broken (urllib3 closes it when a read
+fails) takes its connection down with it.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +24,7 @@ from .streams import Response
 
 _PERMANENT = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 410: "gone",
               416: "range not satisfiable (the object is shorter than expected)"}
+_DRAIN_BYTES = 64 << 10  # an unused body up to this size is read off, so its connection serves again
 _pools: dict[int, urllib3.PoolManager] = {}
 for _name in ("urllib3.connectionpool", "urllib3.poolmanager"):  # they log request lines and redirects
     logging.getLogger(_name).addFilter(RedactingFilter())
@@ -34,7 +44,22 @@ def map_error(url: str, offset: int, exc: BaseException) -> SourceError:
     return TransientError(url, offset, f"{type(exc).__name__}: {exc}")
 
 
+def _discard(response: Any) -> None:
+    """Let go of a response we will not read (an error status, a 200 where a 206 was wanted)
+    without leaving its body on a pooled connection: a short one is read off, keeping the
+    connection alive (a 503 storm should not cost a new connection per retry); a long or
+    unknown one closes the connection (reading a whole object to throw it away costs more)."""
+    remaining = response.length_remaining
+    if remaining is not None and remaining <= _DRAIN_BYTES:
+        response.drain_conn()  # a clean end hands the connection back to the pool; a failure closes it
+    else:
+        response.close()
+    response.release_conn()
+
+
 def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> Response:
+    """A GET of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end), whose body the
+    caller reads; a status that does not deliver them raises (see :data:`_PERMANENT`)."""
     headers = {}
     if start or stop is not None:
         headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
@@ -49,7 +74,7 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
     status = response.status
     if status == 206 or (status == 200 and start == 0):  # the stream stops at ``stop`` itself
         return response
-    response.release_conn()
+    _discard(response)
     if status == 200:  # the server ignored Range: reading from 0 again would duplicate bytes
         raise SourceError(url, start, "the server does not honour Range requests")
     if status in _PERMANENT:

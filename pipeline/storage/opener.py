@@ -23,7 +23,7 @@ from urllib.parse import urljoin, urlparse
 
 from . import http, s3
 from .errors import SourceError, redact
-from .retry import RetryPolicy
+from .retry import RetryBudget, RetryPolicy, RetrySink
 from .streams import ResumingStream
 
 
@@ -45,13 +45,16 @@ def local_path(url: str) -> str:
     return urlparse(url).path if url.startswith("file://") else url
 
 
-def _remote_stream(url: str, start: int, stop: int | None, policy: RetryPolicy) -> ResumingStream:
-    kind = scheme(url)
-    if kind in ("http", "https"):
-        return ResumingStream(url, start, stop, lambda u, a, b: http.open_range(u, a, b, policy), http.map_error, policy)
-    if kind == "s3":
-        return ResumingStream(url, start, stop, lambda u, a, b: s3.open_range(u, a, b, policy), s3.map_error, policy)
-    raise SourceError(url, start, f"scheme {kind!r} has no ranged reader")
+def _remote_stream(url: str, start: int, stop: int | None, policy: RetryPolicy | None,
+                   stats: RetrySink | None) -> ResumingStream:
+    """One read of ``url``: one retry budget, from ``policy`` (the environment's when None),
+    its retries reported to ``stats``."""
+    backend = {"http": http, "https": http, "s3": s3}.get(scheme(url))
+    if backend is None:
+        raise SourceError(url, start, f"scheme {scheme(url)!r} has no ranged reader")
+    budget = RetryBudget(policy or RetryPolicy.from_env(), url, stats)
+    return ResumingStream(url, start, stop, lambda u, a, b: backend.open_range(u, a, b, budget.policy),
+                          backend.map_error, budget)
 
 
 def _open_local(url: str, start: int) -> int:
@@ -95,13 +98,15 @@ def map_range(url: str, start: int, stop: int) -> memoryview:
         os.close(fd)
 
 
-def read_range(url: str, start: int, stop: int, policy: RetryPolicy | None = None) -> bytes:
-    """Bytes ``[start, stop)`` of ``url``; fewer bytes than asked for is an error."""
+def read_range(url: str, start: int, stop: int, policy: RetryPolicy | None = None, *,
+               stats: RetrySink | None = None) -> bytes:
+    """Bytes ``[start, stop)`` of ``url``; fewer bytes than asked for is an error. Remote reads
+    retry within one budget of ``policy`` and report each retry to ``stats``."""
     kind = scheme(url)
     if kind == "file":
         return _local_range(url, start, stop)
     if kind in ("http", "https", "s3"):
-        with _remote_stream(url, start, stop, policy or RetryPolicy.from_env()) as stream:
+        with _remote_stream(url, start, stop, policy, stats) as stream:
             data = stream.read()
     else:
         with open_stream(url, policy) as stream:
@@ -173,8 +178,9 @@ def _fsspec_open(url: str) -> Any:
         raise SourceError(url, None, "not found") from None
 
 
-def open_stream(url: str, policy: RetryPolicy | None = None) -> BinaryIO:
-    """A binary stream of a whole object (read sequentially)."""
+def open_stream(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink | None = None) -> BinaryIO:
+    """A binary stream of a whole object (read sequentially); a remote one retries within one
+    budget of ``policy`` and reports each retry to ``stats``."""
     kind = scheme(url)
     if kind == "file":
         try:
@@ -182,15 +188,15 @@ def open_stream(url: str, policy: RetryPolicy | None = None) -> BinaryIO:
         except OSError as exc:
             raise SourceError(url, 0, f"cannot open: {exc.strerror}") from None
     if kind in ("http", "https", "s3"):
-        return _remote_stream(url, 0, None, policy or RetryPolicy.from_env())  # type: ignore[return-value]
+        return _remote_stream(url, 0, None, policy, stats)  # type: ignore[return-value]
     if kind == "pipe":
         return _PipeStream(url)  # type: ignore[return-value]
     return _fsspec_open(url)
 
 
-def read_bytes(url: str, policy: RetryPolicy | None = None) -> bytes:
+def read_bytes(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink | None = None) -> bytes:
     """A whole object (an index): small enough to hold in memory."""
-    with open_stream(url, policy) as stream:
+    with open_stream(url, policy, stats=stats) as stream:
         return stream.read()
 
 

@@ -1,4 +1,10 @@
-"""Retries with exponential back-off and jitter, and the timeouts every remote read obeys."""
+"""Retries with exponential back-off and jitter, the budget one read may spend on them, and the
+timeouts every remote read obeys.
+
+Retries are counted where they happen and reported to whoever asked for the read (a
+:class:`RetrySink`: a dataset's stats, say), never into a count of the whole process, which
+every dataset of the process and every reader thread would share.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +12,28 @@ import logging
 import os
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable, Protocol, TypeVar
 
 from .errors import SourceError, TransientError, redact
 
 log = logging.getLogger("pipeline.storage")
 T = TypeVar("T")
-#: Retries and resumed reads in this process, for the loader's stats.
-COUNTERS: Counter[str] = Counter()
+
+
+class RetrySink(Protocol):
+    """What a read reports its retries to; called from reader threads, so it must be thread-safe."""
+
+    def retried(self) -> None: ...
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """How hard to try. ``read_timeout``: seconds a read may go without receiving
     ``stall_bytes`` bytes before the connection counts as stalled (a silent server and one
-    that trickles a byte at a time are both caught)."""
+    that trickles a byte at a time are both caught). ``attempts`` and ``deadline``: see
+    :class:`RetryBudget`. Frozen and picklable: a dataset reads it from the environment once
+    and hands it to its workers."""
 
     attempts: int = 8
     base_delay: float = 0.25
@@ -30,34 +41,77 @@ class RetryPolicy:
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
     stall_bytes: int = 64 << 10
+    deadline: float = 120.0
 
     @classmethod
     def from_env(cls) -> "RetryPolicy":
         """Defaults, overridden by ``PIPELINE_RETRY_ATTEMPTS``, ``PIPELINE_RETRY_DELAY`` (the first
-        back-off, seconds), ``PIPELINE_CONNECT_TIMEOUT`` and ``PIPELINE_READ_TIMEOUT``."""
+        back-off, seconds), ``PIPELINE_RETRY_DEADLINE``, ``PIPELINE_CONNECT_TIMEOUT`` and
+        ``PIPELINE_READ_TIMEOUT``."""
         env = os.environ
-        return cls(attempts=int(env.get("PIPELINE_RETRY_ATTEMPTS", cls.attempts)),
+        return cls(attempts=max(int(env.get("PIPELINE_RETRY_ATTEMPTS", cls.attempts)), 1),
                    base_delay=float(env.get("PIPELINE_RETRY_DELAY", cls.base_delay)),
                    connect_timeout=float(env.get("PIPELINE_CONNECT_TIMEOUT", cls.connect_timeout)),
-                   read_timeout=float(env.get("PIPELINE_READ_TIMEOUT", cls.read_timeout)))
+                   read_timeout=float(env.get("PIPELINE_READ_TIMEOUT", cls.read_timeout)),
+                   deadline=float(env.get("PIPELINE_RETRY_DEADLINE", cls.deadline)))
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based): exponential, jittered."""
         return min(self.max_delay, self.base_delay * 2**attempt) * random.uniform(0.5, 1.0)
 
 
-def with_retries(action: Callable[[], T], url: str, offset: int, policy: RetryPolicy, what: str) -> T:
-    """Run ``action``; on a TransientError wait and try again, up to ``policy.attempts`` times.
-    Every retry is logged once, with the URL (redacted) and the byte offset."""
-    for attempt in range(policy.attempts):
+class RetryBudget:
+    """What one read (or upload) may spend on failures, shared by everything it does: its first
+    request, the reconnects after a refused request, the resumes after a cut. One budget, so
+    that retries never nest (a retried request inside a resumed read would multiply the
+    attempts).
+
+    A run of failures with no byte arriving in between gets ``policy.attempts`` attempts in all,
+    and no retry starts more than ``policy.deadline`` seconds after the run's first failure.
+    Bytes arriving end the run: a long stream through a link that cuts now and then gets
+    through as long as each attempt gets further, and a reader that paused between two reads
+    (a training step) loses nothing for it."""
+
+    def __init__(self, policy: RetryPolicy, url: str, stats: RetrySink | None = None) -> None:
+        self.policy = policy
+        self.url = url
+        self.stats = stats
+        self.failures = 0
+        self._first_failure = 0.0
+
+    def progressed(self) -> None:
+        """Bytes arrived: the next failure starts a new run."""
+        self.failures = 0
+
+    def failed(self, exc: TransientError, what: str, resuming: bool = False) -> None:
+        """Count the failed attempt ``exc``; then wait out the back-off before the next attempt
+        (reported to ``stats`` and logged, once), or raise a SourceError, naming the URL, the
+        byte offset and the last cause, when the budget is spent."""
+        now = time.monotonic()
+        if self.failures == 0:
+            self._first_failure = now
+        self.failures += 1
+        if self.failures >= self.policy.attempts:
+            raise SourceError(self.url, exc.offset,
+                              f"{what} failed {self.failures} times, last: {exc.reason}") from None
+        pause = self.policy.delay(self.failures - 1)
+        spent = now - self._first_failure
+        if spent + pause > self.policy.deadline:
+            raise SourceError(self.url, exc.offset, f"{what} failed {self.failures} times in {spent:.1f}s "
+                              f"(retry deadline {self.policy.deadline:g}s), last: {exc.reason}") from None
+        if self.stats is not None:
+            self.stats.retried()
+        log.warning("%s %s of %s at byte %s in %.2fs (attempt %d/%d): %s", "resuming" if resuming else "retrying",
+                    what, redact(self.url), exc.offset, pause, self.failures + 1, self.policy.attempts, exc.reason)
+        time.sleep(pause)
+
+
+def with_retries(action: Callable[[], T], url: str, policy: RetryPolicy, what: str) -> T:
+    """Run ``action`` (an upload, a listing: a call that is all or nothing, unlike a read that
+    resumes); on a TransientError wait and try again, within one :class:`RetryBudget`."""
+    budget = RetryBudget(policy, url)
+    while True:
         try:
             return action()
         except TransientError as exc:
-            if attempt + 1 == policy.attempts:
-                raise SourceError(url, offset, f"{what} failed {policy.attempts} times, last: {exc.reason}") from None
-            pause = policy.delay(attempt)
-            COUNTERS["retries"] += 1
-            log.warning("retrying %s of %s at byte %d in %.2fs (attempt %d/%d): %s", what, redact(url),
-                        offset, pause, attempt + 2, policy.attempts, exc.reason)
-            time.sleep(pause)
-    raise AssertionError("unreachable")
+            budget.failed(exc, what)

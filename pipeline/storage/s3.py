@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from .errors import SourceError, TransientError
-from .retry import RetryPolicy
+from .retry import RetryPolicy, with_retries
 from .streams import Response
+
+T = TypeVar("T")
 
 _TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "RequestTimeTooSkewed",
                     "Throttling", "ThrottlingException", "500", "502", "503", "504"}
@@ -47,8 +49,16 @@ def client(policy: RetryPolicy) -> Any:
                 from botocore.config import Config
             except ImportError:
                 raise SourceError("s3://", None, "s3:// URLs need boto3: pip install 'pipeline[s3]'") from None
+            # Every retry is ours (one budget per read, counted once), so botocore makes one attempt
+            # per call. Its ``max_attempts`` counts retries *after* the first attempt (botocore's
+            # args.py turns it into total_max_attempts = max_attempts + 1), so max_attempts=1 would
+            # still retry each failed call once, unseen and uncounted; ``total_max_attempts`` counts
+            # the first attempt too. Set here, it and the mode override AWS_MAX_ATTEMPTS,
+            # AWS_RETRY_MODE and config files; in "standard" mode every retry condition is gated by
+            # that count, and no retry quota or client-side rate limiting ("adaptive") comes in. What
+            # botocore still re-sends by itself is no retry: a request redirected to another region.
             config = Config(connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout,
-                            retries={"max_attempts": 1, "mode": "standard"}, s3={"addressing_style": "path"})
+                            retries={"total_max_attempts": 1, "mode": "standard"}, s3={"addressing_style": "path"})
             _clients[key] = boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
         return _clients[key]
 
@@ -98,65 +108,77 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
         raise map_error(url, start, exc) from None
 
 
+def _retried(url: str, policy: RetryPolicy, call: Callable[[], T], what: str = "request") -> T:
+    """``call()`` with botocore's errors sorted by :func:`map_error` and the transient ones
+    retried under one budget (botocore itself makes one attempt: see :func:`client`)."""
+
+    def attempt() -> T:
+        try:
+            return call()
+        except SourceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - sorted by map_error
+            raise map_error(url, 0, _underlying(exc)) from None
+
+    return with_retries(attempt, url, policy, what)
+
+
+def _underlying(exc: BaseException) -> BaseException:
+    """The client's error behind boto3's S3UploadFailedError, which the transfer manager raises
+    while handling it: that one says what happened (and whether it is worth a retry)."""
+    from boto3.exceptions import S3UploadFailedError
+
+    return exc.__context__ if isinstance(exc, S3UploadFailedError) and exc.__context__ is not None else exc
+
+
 def upload_file(path: str, url: str, policy: RetryPolicy) -> None:
     """Upload a local file (multipart when large), retried on transient failures."""
     from boto3.s3.transfer import TransferConfig
 
-    from .retry import with_retries
-
     bucket, key = split_url(url)
-
-    def attempt() -> None:
-        try:
-            client(policy).upload_file(path, bucket, key, Config=TransferConfig(multipart_threshold=64 << 20,
-                                                                                multipart_chunksize=64 << 20))
-        except Exception as exc:  # noqa: BLE001 - sorted by map_error
-            # boto3's transfer manager wraps the client's error; the wrapped one says what happened
-            raise map_error(url, 0, exc.__cause__ or exc.__context__ or exc) from None
-
-    with_retries(attempt, url, 0, policy, "upload")
+    config = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20)
+    _retried(url, policy, lambda: client(policy).upload_file(path, bucket, key, Config=config), "upload")
 
 
 def put_bytes(url: str, data: bytes, policy: RetryPolicy) -> None:
     """Write a small object (an index) in one PUT, retried on transient failures."""
-    from .retry import with_retries
-
     bucket, key = split_url(url)
+    _retried(url, policy, lambda: client(policy).put_object(Bucket=bucket, Key=key, Body=data), "upload")
 
-    def attempt() -> None:
-        try:
-            client(policy).put_object(Bucket=bucket, Key=key, Body=data)
-        except Exception as exc:  # noqa: BLE001 - sorted by map_error
-            raise map_error(url, 0, exc) from None
 
-    with_retries(attempt, url, 0, policy, "upload")
+def _error_code(exc: BaseException) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
 
 def exists(url: str, policy: RetryPolicy) -> bool:
+    """Whether the object is there, retried on transient failures."""
     bucket, key = split_url(url)
-    try:
-        client(policy).head_object(Bucket=bucket, Key=key)
-        return True
-    except Exception as exc:  # noqa: BLE001 - sorted by map_error
-        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
-        if code in ("404", "NoSuchKey", "NotFound"):
-            return False
-        raise map_error(url, 0, exc) from None
+
+    def head() -> bool:
+        try:
+            client(policy).head_object(Bucket=bucket, Key=key)
+            return True
+        except Exception as exc:  # noqa: BLE001 - a missing object is an answer; the rest, map_error's
+            if _error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+
+    return _retried(url, policy, head)
 
 
 def delete(url: str, policy: RetryPolicy) -> None:
+    """Delete the object, retried on transient failures."""
     bucket, key = split_url(url)
-    client(policy).delete_object(Bucket=bucket, Key=key)
+    _retried(url, policy, lambda: client(policy).delete_object(Bucket=bucket, Key=key))
 
 
 def list_names(folder_url: str, prefix: str, policy: RetryPolicy) -> list[str]:
     """Names of the objects directly under ``folder_url`` (``s3://bucket/dir/``) starting with
     ``prefix``."""
     bucket, key = split_url(folder_url)
-    names = []
-    try:
-        for page in client(policy).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + prefix):
-            names.extend(item["Key"][len(key):] for item in page.get("Contents", []))
-    except Exception as exc:  # noqa: BLE001 - sorted by map_error
-        raise map_error(folder_url, 0, exc) from None
-    return sorted(n for n in names if "/" not in n)
+
+    def listing() -> list[str]:
+        pages = client(policy).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + prefix)
+        return [item["Key"][len(key):] for page in pages for item in page.get("Contents", [])]
+
+    return sorted(n for n in _retried(folder_url, policy, listing) if "/" not in n)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Protocol
 
-from .errors import SourceError, TransientError, redact
-from .retry import COUNTERS, RetryPolicy, log, with_retries
+from .errors import SourceError, TransientError
+from .retry import RetryBudget
 
 
 class Response(Protocol):
@@ -28,30 +28,29 @@ _READ_SIZE = 1 << 20
 
 
 class ResumingStream:
-    """A file-like reader of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end)."""
+    """A file-like reader of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end).
+    Its first request, the retries of a refused request and the resumes after a cut all spend
+    one ``budget``, so that a read never makes more attempts than the budget allows (it would,
+    were each resume given retries of its own)."""
 
     def __init__(self, url: str, start: int, stop: int | None, open_range: Opener,
-                 map_error: ErrorMapper, policy: RetryPolicy) -> None:
+                 map_error: ErrorMapper, budget: RetryBudget) -> None:
         self.url = url
+        self.start = start
         self.position = start
         self.stop = stop
         self._open_range = open_range
         self._map_error = map_error
-        self.policy = policy
+        self.budget = budget
+        self.policy = budget.policy
         self._response: Response | None = None
-        self._failures = 0
         self._window_start = 0.0
         self._window_bytes = 0
 
-    def _connect(self) -> None:
-        self._response = with_retries(lambda: self._open_range(self.url, self.position, self.stop),
-                                      self.url, self.position, self.policy, "request")
-        self._window_start, self._window_bytes = time.monotonic(), 0
-
     def _read_some(self, size: int) -> bytes:
         if self._response is None:
-            self._connect()
-        assert self._response is not None
+            self._response = self._open_range(self.url, self.position, self.stop)
+            self._window_start, self._window_bytes = time.monotonic(), 0
         try:
             data = self._response.read1(size)
         except SourceError:
@@ -79,26 +78,16 @@ class ResumingStream:
             try:
                 data = self._read_some(min(want, _READ_SIZE))
             except TransientError as exc:
-                self._recover(exc)
+                self.close()  # the next attempt reopens the stream at ``position``
+                self.budget.failed(exc, "request", resuming=self.position > self.start)
                 continue
             if not data:
                 break
-            self._failures = 0
+            self.budget.progressed()
             chunks.append(data)
             self.position += len(data)
             want -= len(data)
         return b"".join(chunks)
-
-    def _recover(self, exc: TransientError) -> None:
-        """Drop the connection and wait before the next read reopens it at ``position``."""
-        self._failures += 1
-        self.close()
-        if self._failures >= self.policy.attempts:
-            raise SourceError(self.url, self.position, f"gave up after {self._failures} failed reads: {exc.reason}")
-        pause = self.policy.delay(self._failures - 1)
-        COUNTERS["retries"] += 1
-        log.warning("resuming %s at byte %d in %.2fs: %s", redact(self.url), self.position, pause, exc.reason)
-        time.sleep(pause)
 
     def close(self) -> None:
         if self._response is not None:

@@ -111,6 +111,17 @@ def messages_from_windows(windows: Iterator[tuple[Columns, np.ndarray]], message
         yield _join(carry)
 
 
+def drop_short_tail(messages: Iterator[Columns], batch_size: int) -> Iterator[Columns]:
+    """Without an index the stream's length is unknown: cut a last partial batch when it shows."""
+    for message in messages:
+        rows = len(next(iter(message.values())))
+        keep = rows - rows % batch_size
+        if keep == rows:
+            yield message
+        elif keep:
+            yield {name: value[:keep] for name, value in message.items()}
+
+
 def split_message(message: Any, batch_size: int) -> Iterator[Any]:
     """The batches of a message (views, no copy): a dict or tuple of tensors and lists."""
     if isinstance(message, dict):

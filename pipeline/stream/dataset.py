@@ -38,8 +38,8 @@ from ..format.index import ShardInfo
 from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.cache import ShardCache
 from ..storage.opener import map_range
-from ..storage.retry import COUNTERS
-from .batching import messages_from_windows, to_torch
+from ..storage.retry import RetryPolicy
+from .batching import drop_short_tail, messages_from_windows, to_torch
 from .plan import (
     PlanConfig,
     Remainder,
@@ -52,11 +52,12 @@ from .plan import (
     window_permutation,
 )
 from .reader import Columns, assemble_columns, concat_columns, iter_foreign_rows, read_rows, stack_values
+from .stats import ReadStats
 from .shards import ForeignShards, IndexedShards, resolve_shards
+from .workers import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20
 REQUESTS_IN_FLIGHT = 8  # ranged requests a worker keeps open at once for remote shards
-_STAT_SLOTS = 64  # rows of the shared stats: one per worker id (modulo)
 log = logging.getLogger("pipeline.stream")
 
 
@@ -104,7 +105,9 @@ class ShardDataset(IterableDataset):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if remainder not in ("drop", "pad", "keep"):
             raise ValueError(f"remainder must be 'drop', 'pad' or 'keep', got {remainder!r}")
-        self.shards = resolve_shards(source)
+        self.read_stats = ReadStats()  # skips and retries, counted in every worker
+        self.policy = RetryPolicy.from_env()  # read once: the workers get it with the dataset
+        self.shards = resolve_shards(source, self.policy, self.read_stats)
         default_rank, default_world = distributed_rank_and_world()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size
@@ -123,11 +126,11 @@ class ShardDataset(IterableDataset):
         self.chunks_per_buffer = max(chunks_per_buffer, 1)
         self.on_error = on_error
         self.check_records = check_records  # each record read against its checksum in the index
-        self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify)
-        # per worker: pieces skipped, samples replaced, retries (shared with the workers)
-        self._stats = torch.zeros((_STAT_SLOTS, 3), dtype=torch.int64).share_memory_()
+        self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify, self.policy,
+                                                               self.read_stats)
         self.num_workers = 1  # how many DataLoader workers will read: set by ShardLoader
         self.batches_per_message = 1  # batches a worker sends at once: set by ShardLoader
+        self.relay_errors = False  # workers send their errors as a WorkerFailure: set by ShardLoader
         # a shared tensor, so that persistent DataLoader workers see set_epoch()
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume: tuple[int, list[tuple[int, int, int]]] | None = None
@@ -215,14 +218,24 @@ class ShardDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         """Batches of this rank and worker; ``batches_per_message`` at a time when a ShardLoader
-        asked for messages (it splits them again)."""
+        asked for messages (it splits them again). In a worker of a ShardLoader, an error ends
+        the stream with a :class:`~pipeline.stream.workers.WorkerFailure` that the loader raises."""
         info = get_worker_info()
+        if info is None or not self.relay_errors:
+            yield from self._batches(info)
+            return
+        try:
+            yield from self._batches(info)
+        except Exception as exc:  # noqa: BLE001 - every error goes to the loader, with its type
+            yield WorkerFailure.capture(exc, info.id)
+
+    def _batches(self, info: Any) -> Iterator[Any]:
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         epoch = self.epoch
         per_message = self.batches_per_message
         if isinstance(self.shards, IndexedShards):
             plan = epoch_plans(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))[worker]
-            windows = self._indexed_windows(epoch, plan, worker % _STAT_SLOTS)
+            windows = self._indexed_windows(epoch, plan)
             sizes: Any = [n * self.batch_size
                           for n in plan.message_sizes(self.batch_size, self.drop_last, per_message)]
             limit = plan.batches(self.batch_size, True) * self.batch_size if self.drop_last else None
@@ -231,7 +244,7 @@ class ShardDataset(IterableDataset):
             sizes, limit = itertools.repeat(per_message * self.batch_size), None
         messages = messages_from_windows(windows, sizes, limit, shared=info is not None)
         if self.drop_last and limit is None:
-            messages = _drop_short_tail(messages, self.batch_size)
+            messages = drop_short_tail(messages, self.batch_size)
         for message in messages:
             yield self._finish(message)
 
@@ -241,10 +254,9 @@ class ShardDataset(IterableDataset):
     def stats(self) -> dict[str, int]:
         """Counts over all workers so far: shard pieces skipped under ``on_error="skip"``, the
         samples that stood in for them, and remote reads retried."""
-        totals = self._stats.sum(dim=0).tolist()
-        return {"skipped_pieces": totals[0], "replaced_samples": totals[1], "retries": totals[2]}
+        return self.read_stats.totals()
 
-    def _read_piece(self, shard: int, start: int, stop: int, slot: int) -> Columns | None:
+    def _read_piece(self, shard: int, start: int, stop: int) -> Columns | None:
         """Rows of one piece; under the skip policy a piece that cannot be read is logged,
         counted and returned as ``None``."""
         assert isinstance(self.shards, IndexedShards)
@@ -256,8 +268,7 @@ class ShardDataset(IterableDataset):
             if self.on_error == "raise":
                 raise
             log.warning("skipping samples %d-%d of %s: %s", start, stop, redact(self.shards.url(shard)), exc)
-            self._stats[slot, 0] += 1
-            self._stats[slot, 1] += stop - start
+            self.read_stats.skipped(stop - start)
             return None
 
     def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
@@ -266,12 +277,12 @@ class ShardDataset(IterableDataset):
         if self.cache is not None:
             with self.cache.reading(url, shard.bytes, shard.sha256) as path:
                 return map_range(str(path), start, stop)  # the mapping outlives an eviction
-        return read_range(url, start, stop)
+        return read_range(url, start, stop, self.policy, stats=self.read_stats)
 
-    def _read_positions(self, order: Any, start: int, stop: int, slot: int) -> Columns:
+    def _read_positions(self, order: Any, start: int, stop: int) -> Columns:
         pieces = locate(order, self.chunks, start, stop)
         if self._remote and len(pieces) > 1:  # requests wait on the network: keep several in flight
-            futures = [_request_pool().submit(self._read_piece, *piece, slot) for piece in pieces]
+            futures = [_request_pool().submit(self._read_piece, *piece) for piece in pieces]
             try:
                 results = [future.result() for future in futures]
             finally:  # on an error, let no request run on behind the caller's back
@@ -279,7 +290,7 @@ class ShardDataset(IterableDataset):
                     future.cancel()
                 wait(futures)
         else:
-            results = [self._read_piece(*piece, slot) for piece in pieces]
+            results = [self._read_piece(*piece) for piece in pieces]
         read = list(zip(pieces, results))
         good = [columns for _, columns in read if columns is not None]
         if len(good) < len(read):  # skip policy: good rows stand in for the lost ones, so that
@@ -290,18 +301,14 @@ class ShardDataset(IterableDataset):
             read = [(p, c if c is not None else _repeat(spare, p[2] - p[1])) for p, c in read]
         return assemble_columns((columns for _, columns in read), stop - start)
 
-    def _count_retries(self, slot: int) -> None:
-        self._stats[slot, 2] = COUNTERS["retries"]
-
-    def _indexed_windows(self, epoch: int, plan: WorkerPlan, slot: int) -> Iterator[tuple[Columns, np.ndarray]]:
+    def _indexed_windows(self, epoch: int, plan: WorkerPlan) -> Iterator[tuple[Columns, np.ndarray]]:
         order = epoch_order(self.chunks, self.seed, epoch, self.shuffle)
         size = self.shuffle_buffer
         for seg in plan.segments:
             span_length = seg.span_stop - seg.span_start
             for window in range(seg.begin // size, -(-seg.end // size)):
                 lo, hi = window * size, min((window + 1) * size, span_length)
-                columns = self._read_positions(order, seg.span_start + lo, seg.span_start + hi, slot)
-                self._count_retries(slot)
+                columns = self._read_positions(order, seg.span_start + lo, seg.span_start + hi)
                 emit = window_permutation(self.seed, epoch, seg.span_start, window, hi - lo, self.shuffle)
                 yield columns, emit[max(seg.begin, lo) - lo:min(seg.end, hi) - lo]
 
@@ -321,7 +328,7 @@ class ShardDataset(IterableDataset):
         rows = window = 0
         fields = None  # those of the first record: every shard's records must have them too
         for url in mine:
-            for columns in self._foreign_rows(url, fields, worker % _STAT_SLOTS):
+            for columns in self._foreign_rows(url, fields):
                 fields = set(columns) if fields is None else fields
                 pending.append(columns)
                 rows += len(next(iter(columns.values())))
@@ -331,16 +338,16 @@ class ShardDataset(IterableDataset):
         if rows:
             yield self._foreign_window(pending, rows, epoch, consumer, window)
 
-    def _foreign_rows(self, url: str, fields: set[str] | None, slot: int) -> Iterator[Columns]:
+    def _foreign_rows(self, url: str, fields: set[str] | None) -> Iterator[Columns]:
         """The rows of a shard without an index; under the skip policy, a shard that turns out
         broken ends there (without an index, nothing after the break can be found): logged, counted."""
         try:
-            yield from iter_foreign_rows(url, self._wanted(), fields)
+            yield from iter_foreign_rows(url, self._wanted(), fields, policy=self.policy, stats=self.read_stats)
         except (ShardError, SourceError) as exc:
             if self.on_error == "raise":
                 raise
             log.warning("skipping the rest of %s: %s", redact(url), exc)
-            self._stats[slot, 0] += 1
+            self.read_stats.skipped(0)  # without an index, what is lost is not known
 
     def _foreign_window(self, parts: list[Columns], rows: int, epoch: int, consumer: int,
                         window: int) -> tuple[Columns, np.ndarray]:
@@ -381,17 +388,6 @@ def _repeat(columns: Columns, rows: int) -> Columns:
     index = np.arange(rows) % _rows(columns)
     return {name: col[index] if isinstance(col, np.ndarray) else [col[i] for i in index]
             for name, col in columns.items()}
-
-
-def _drop_short_tail(messages: Iterator[Columns], batch_size: int) -> Iterator[Columns]:
-    """Without an index the stream's length is unknown: cut a last partial batch when it shows."""
-    for message in messages:
-        rows = len(next(iter(message.values())))
-        keep = rows - rows % batch_size
-        if keep == rows:
-            yield message
-        elif keep:
-            yield {name: value[:keep] for name, value in message.items()}
 
 
 def _stack(values: list[Any]) -> Any:

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from .batching import split_message
 from .dataset import ShardDataset
+from .workers import WorkerError, WorkerFailure, exited_workers, is_worker_death, stop_workers, translate_worker_deaths
 
 STATE_VERSION = 1
 _PLAN_KEYS = ("seed", "world_size", "batch_size", "drop_last", "remainder", "shuffle", "samples")
@@ -22,24 +23,6 @@ def _seed_numpy_in_worker(worker_id: int) -> None:
     """Give each worker's global NumPy RNG its own seed (for user transforms); the dataset's
     own shuffling never uses global RNGs."""
     np.random.seed(torch.initial_seed() % 2**32)
-
-
-class WorkerError(RuntimeError):
-    """A DataLoader worker process died: killed by a signal (the out-of-memory killer, often)
-    or crashed. The loader stops its other workers; its ``state_dict()`` still counts only the
-    batches delivered, so the last checkpoint, or a state taken now, resumes the epoch exactly,
-    and iterating the loader again continues it with new workers."""
-
-    advice = ("state_dict() (now, or from the last checkpoint) resumes the epoch exactly. A worker killed by "
-              "the system has often run out of memory: fewer workers, a smaller prefetch_factor or "
-              "shuffle_buffer use less.")
-
-
-def is_worker_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` reports a dead DataLoader worker: a :class:`WorkerError`, or PyTorch's own
-    RuntimeError, which its SIGCHLD handler raises in whatever the main thread was running (a
-    training step as often as the loader), where the loader cannot see it."""
-    return isinstance(exc, WorkerError) or (type(exc) is RuntimeError and str(exc).startswith("DataLoader worker (pid"))
 
 
 class ShardLoader(DataLoader):
@@ -59,6 +42,7 @@ class ShardLoader(DataLoader):
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         dataset.num_workers = max(num_workers, 1)
         dataset.batches_per_message = batches_per_message or _auto_batches_per_message(dataset, num_workers)
+        dataset.relay_errors = True  # this loader raises what a worker sends as a WorkerFailure
         self._epoch = dataset.epoch
         self._batches = 0
         self._legs: list[tuple[int, int, int]] = []
@@ -91,28 +75,61 @@ class ShardLoader(DataLoader):
             self._stop_workers(self._iterator)
         self._workers_resumed = bool(self._legs)
         iterator = super().__iter__()
+        if self.num_workers:
+            translate_worker_deaths()
+        failure = None
         try:
             for message in iterator:
+                if isinstance(message, WorkerFailure):
+                    failure = message
+                    break
                 for batch in split_message(message, dataset.batch_size) if dataset.batches_per_message > 1 else [message]:
                     self._batches += 1
                     yield batch
-        except Exception as exc:
-            self._stop_workers(iterator)
-            if is_worker_failure(exc):
-                delivered = self._batches + sum(batches for _, batches, _ in self._legs)
-                raise WorkerError(f"{str(exc).strip()} Epoch {self._epoch} stopped after batch {delivered}; "
-                                  f"{WorkerError.advice}") from exc
+        except GeneratorExit:  # the loop stopped early: a break, or an error in its body (a worker's
+            self._stop_workers(iterator)  # death in a training step among them); the next one restarts
             raise
+        except Exception as exc:
+            death = self._death_after(iterator, exc)
+            if death is None:
+                raise
+            raise WorkerError(death) from exc
+        if failure is not None:
+            self._stop_workers(iterator)
+            failure.raise_error()
         self.set_epoch(self._epoch + 1)
 
+    def _death_after(self, iterator: Any, exc: Exception) -> str | None:
+        """Stop the workers after ``exc`` came out of the DataLoader; if a worker died, the
+        message of the :class:`WorkerError` to raise. A worker that dies while it sends a batch
+        can break the connection (``ConnectionResetError``) a moment before PyTorch sees it
+        gone, so an unexplained error waits a little for a worker to exit. (No exception is
+        kept in a local here: with its traceback, that would be a reference cycle keeping the
+        DataLoader alive until a garbage collection, maybe in a forked worker.)"""
+        death = _death_text(exc)
+        dead: list[int] = []
+        for _ in range(3):  # a death signal may still interrupt this, until the workers are unwatched
+            try:
+                if death is None and self.num_workers:
+                    dead = exited_workers(iterator, grace=2.0)
+                self._stop_workers(iterator)
+                break
+            except RuntimeError as late:
+                death = _death_text(late)
+                if death is None:
+                    raise
+        if death is None and dead:
+            death = (f"DataLoader worker (pid(s) {', '.join(map(str, dead))}) exited unexpectedly "
+                     f"({type(exc).__name__}: {exc}).")
+        if death is None:
+            return None
+        delivered = self._batches + sum(batches for _, batches, _ in self._legs)
+        return f"{death} Epoch {self._epoch} stopped after batch {delivered}; {WorkerError.advice}"
+
     def _stop_workers(self, iterator: Any) -> None:
-        """Stop the worker processes of ``iterator`` now, and forget them, so that the next
-        iteration starts new ones. Left to garbage collection after a worker error, the
-        DataLoader waits seconds per worker for them to notice; reused, persistent workers with
-        one of them dead would fail again."""
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        """Stop the worker processes of ``iterator`` and forget them, so that the next iteration
+        starts new ones (persistent workers with one of them dead would fail again)."""
+        stop_workers(iterator)
         if self._iterator is iterator:
             self._iterator = None
 
@@ -145,6 +162,14 @@ class ShardLoader(DataLoader):
         if legs:
             dataset.resume(int(state["epoch"]), legs)
         self._epoch, self._batches, self._legs = int(state["epoch"]), 0, legs
+
+
+def _death_text(exc: BaseException) -> str | None:
+    """PyTorch's words for a worker's death, when ``exc`` reports one (also when it reached
+    us translated into a WorkerError), else ``None``."""
+    if not is_worker_death(exc):
+        return None
+    return str(exc.__cause__ if isinstance(exc, WorkerError) and exc.__cause__ else exc).strip()
 
 
 def _auto_batches_per_message(dataset: ShardDataset, num_workers: int) -> int:

@@ -18,6 +18,7 @@ from ..format.packing import record_rows
 from ..format.records import decode_fields, iter_records
 from ..format.shard_table import check_record
 from ..storage.opener import open_stream, read_range
+from ..storage.retry import RetryPolicy, RetrySink
 
 Columns = dict[str, Any]
 _RESERVED = (ROWS_FIELD, KEYS_FIELD)
@@ -149,10 +150,12 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     return {name: col[skip:skip + n] for name, col in columns.items()}
 
 
-def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str] | None = None) -> Iterator[Columns]:
+def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str] | None = None, *,
+                      policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> Iterator[Columns]:
     """Every record of a shard without an index, as columns (one row, or a packed record's rows);
-    all with the same ``fields`` (by default those of the first record) so that they collate."""
-    with open_stream(url) as stream:
+    all with the same ``fields`` (by default those of the first record) so that they collate.
+    The shard is streamed under ``policy``, its retries reported to ``stats``."""
+    with open_stream(url, policy, stats=stats) as stream:
         for record in iter_records(stream, url):
             columns = _record_columns(decode_fields(record, url), url, record.offset, wanted)[0]
             fields = set(columns) if fields is None else fields

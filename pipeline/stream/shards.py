@@ -17,43 +17,10 @@ from typing import Sequence
 from braceexpand import braceexpand
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, TableFile, parse_index
-from ..format.index import load_index as load_local_index
-from ..format.shard_names import ShardNames
-from ..format.shard_table import ShardTable, read_table
-from ..storage import SourceError, is_remote, join, parent, read_bytes, read_range, redact, scheme
-
-#: Offsets are fetched remotely 256 KiB (64k records) a request.
-REMOTE_BLOCK_BYTES = 1 << 18
-
-
-@dataclass(frozen=True)
-class UrlRange:
-    """Ranged reads of one URL (picklable, for DataLoader workers started with spawn)."""
-
-    url: str
-
-    def __call__(self, start: int, stop: int) -> bytes:
-        return bytes(read_range(self.url, start, stop))
-
-
-@dataclass(frozen=True)
-class IndexedShards:
-    """Shards with an index; their URLs resolve against the index's folder ``base``."""
-
-    index: DatasetIndex
-    base: str
-
-    @property
-    def shards(self) -> ShardTable:
-        return self.index.shards
-
-    def url(self, i: int) -> str:
-        return join(self.base, self.index.shards.names[i])
-
-    @property
-    def remote(self) -> bool:
-        return is_remote(self.base)
+from ..format.index import DatasetIndex
+from ..storage import is_remote, parent, scheme
+from ..storage.indexes import IndexedShards, NoIndexError, open_index
+from ..storage.retry import RetryPolicy, RetrySink
 
 
 @dataclass(frozen=True)
@@ -73,49 +40,17 @@ class ForeignShards:
 ShardSource = IndexedShards | ForeignShards
 
 
-def _from_index(location: str) -> IndexedShards:
-    """The index at a local path or folder, or at a URL (an ``index.json``, or a folder or bucket
-    prefix holding one); shard URLs resolve against the index's folder."""
-    if not is_remote(location):
-        path = Path(location)
-        index = load_local_index(path)
-        return IndexedShards(index, str(path.parent if path.name.endswith(".json") else path))
-    url = location if location.endswith(".json") else join(location, INDEX_NAME)
-    return _from_remote_index(url, read_bytes(url))
-
-
-def _from_remote_index(url: str, data: bytes) -> IndexedShards:
-    """The index whose JSON, read from ``url``, is ``data``; its shard table is read by range."""
-    base = parent(url)
-
-    def open_table(table: TableFile, names: ShardNames) -> ShardTable:
-        table_url = join(base, table.name)
-        return read_table(UrlRange(table_url), table.bytes, redact(table_url), names, REMOTE_BLOCK_BYTES)
-    return IndexedShards(parse_index(data, redact(url), open_table), base)
-
-
-def load_index(location: str | os.PathLike[str]) -> DatasetIndex:
-    """An index from a local file or folder, or from a URL (``http(s)://``, ``s3://``...) of an
-    ``index.json`` or of a folder or bucket prefix holding one."""
-    return _from_index(os.fspath(location)).index
-
-
-def _index_beside(urls: list[str]) -> IndexedShards | None:
+def _index_beside(urls: list[str], policy: RetryPolicy | None, stats: RetrySink | None) -> IndexedShards | None:
     """The index in the one folder that holds all of ``urls``, if there is one."""
     if any(scheme(u) == "pipe" for u in urls):
         return None  # a command's output has no folder to hold an index
     folders = {parent(u) for u in urls}
     if len(folders) != 1:
         return None
-    folder = folders.pop()
-    if not is_remote(folder):
-        return _from_index(folder) if (Path(folder) / INDEX_NAME).is_file() else None
-    url = join(folder, INDEX_NAME)
     try:
-        data = read_bytes(url)
-    except SourceError:
-        return None  # no index there: foreign shards (a broken index, below, is an error)
-    return _from_remote_index(url, data)
+        return open_index(folders.pop(), policy, stats)
+    except NoIndexError:
+        return None  # no index there: foreign shards (a broken index is an error)
 
 
 def _is_index_location(text: str) -> bool:
@@ -126,18 +61,20 @@ def _is_index_location(text: str) -> bool:
     return Path(text).is_dir()
 
 
-def resolve_shards(source: str | os.PathLike[str] | Sequence[str]) -> ShardSource:
-    """Interpret what the user passed to the dataset (see the module docstring)."""
+def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: RetryPolicy | None = None,
+                   stats: RetrySink | None = None) -> ShardSource:
+    """Interpret what the user passed to the dataset (see the module docstring); remote reads
+    of an index follow ``policy`` and report their retries to ``stats``."""
     if isinstance(source, (str, os.PathLike)):
         text = os.fspath(source)
         if _is_index_location(text):
-            return _from_index(text)
+            return open_index(text, policy, stats)
         urls = list(braceexpand(text))
     else:
         urls = [os.fspath(u) for u in source]
     if not urls:
         raise ValueError("no shards given")
-    indexed = _index_beside(urls)
+    indexed = _index_beside(urls, policy, stats)
     if indexed is not None:
         position = {os.path.normpath(indexed.url(i)): i for i in range(len(indexed.shards))}
         wanted = [position.get(os.path.normpath(u)) for u in urls]

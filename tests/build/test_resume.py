@@ -90,7 +90,8 @@ def test_builds_killed_at_random_moments_resume_to_the_uninterrupted_result(tmp_
     assert any(0 < shards < total and not indexed for shards, indexed in found)  # some killed mid-build
 
 
-def test_resume_rewrites_damaged_and_missing_shards_and_keeps_the_others(tmp_path: Path, npy_inputs) -> None:
+def test_resume_rewrites_damaged_and_missing_shards_and_keeps_the_others(tmp_path: Path, npy_inputs,
+                                                                         capsys) -> None:
     pipeline.write_shards(tmp_path / "whole", npy_inputs, **OPTIONS)
     out = tmp_path / "out"
     pipeline.write_shards(out, npy_inputs, **OPTIONS)
@@ -108,12 +109,16 @@ def test_resume_rewrites_damaged_and_missing_shards_and_keeps_the_others(tmp_pat
     (out / ".index.json.tmp-12345").write_bytes(b"{")
     before = inodes(out)
 
-    pipeline.write_shards(out, npy_inputs, resume=True, **OPTIONS)
+    capsys.readouterr()
+    index = pipeline.write_shards(out, npy_inputs, resume=True, **{**OPTIONS, "quiet": False})
 
     assert files(out) == files(tmp_path / "whole")
     after = inodes(out)
     rewritten = {name for name in after if before.get(name) != after[name]}
     assert rewritten == {p.name for p in shards[1:5]}
+    written = sum(s.samples for s in index.shards if s.url in rewritten)
+    assert (f"wrote {written} samples in 4 shards and kept {len(shards) - 4} shards "
+            f"({index.samples - written} samples) that an earlier run finished") in capsys.readouterr().err
 
 
 def test_resume_of_a_finished_build_does_nothing_and_says_so(tmp_path: Path, npy_inputs) -> None:

@@ -19,7 +19,7 @@ from pipeline.format.records import decode_fields, iter_records
 def our_shards(tmp_path: Path) -> Path:
     rng = np.random.default_rng(0)
     pipeline.write_shards(tmp_path / "s", {"x": rng.random((50, 4), dtype=np.float32), "y": np.arange(50)},
-                          prefix="train", shard_samples=20, quiet=True)
+                          prefix="train", shard_samples=20, pack=1, quiet=True)
     return tmp_path / "s"
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import make_loader
-from pipeline.stream.loader import ShardLoader, WorkerError
+from pipeline import WorkerError, make_loader
+from pipeline.stream.loader import ShardLoader
 from tests.helpers import child_pids
 from tests.stream.shardsets import random_sizes, uneven_shards
 
@@ -95,7 +95,7 @@ def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_st
     loader = new_loader(shards)
     delivered = []
     started = None
-    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid(\(s\))? \d+\)") as error:
+    with pytest.raises(WorkerError, match=r"DataLoader worker \(pid(\(s\))? \d+\)") as error:
         for batch in loader:
             delivered.append(batch["i"].tolist())
             if len(delivered) == 10:
@@ -103,6 +103,7 @@ def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_st
                 os.kill(started_since(before)[0], signal.SIGKILL)
             time.sleep(0.01)  # a training step: where the error often surfaces
     assert started is not None and time.monotonic() - started < 5, error.value
+    assert started_since(before) == []  # the other worker is stopped too
     done = sum(batches for _, batches, _ in loader.state_dict()["legs"])
     assert done - len(delivered) in (0, 1)  # the error may come between a batch and its step
     assert delivered == reference[:len(delivered)]

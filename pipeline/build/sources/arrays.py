@@ -132,6 +132,8 @@ def as_column(value: Any, name: str) -> Column:
 class ArraySource(Source):
     """Rows of several equally long arrays, one per field."""
 
+    fixed_shape = True
+
     def __init__(self, columns: Mapping[str, Any], keys: list[str] | None = None,
                  description: str = "arrays") -> None:
         self.columns: dict[str, Column] = {name: as_column(v, name) for name, v in columns.items()}

@@ -1,7 +1,7 @@
-"""The "batches saved with joblib" layout: ``x_<B>.job`` and ``y_<B>.job`` per batch ``B``.
+"""The "batches saved with joblib" layout: ``x_<B>.job`` and ``y_<B>.job`` files.
 
-Each file holds one batch: an array, or a list of per-batch arrays (concatenated), or a list
-of per-sample arrays (stacked). joblib files are pickles: loading one can run arbitrary code,
+Each file holds an array, a list of per-batch arrays (concatenated), or a list of per-sample
+arrays (stacked); what ``B`` means is told apart by :class:`JoblibBatchSource`. joblib files are pickles: loading one can run arbitrary code,
 so convert only files you trust, and each file is loaded whole into RAM (its size is the
 memory a build needs per worker). The point of converting is that the shards never need
 either again.
@@ -43,6 +43,13 @@ def _label_rows(obj: Any, path: Path) -> np.ndarray:
     raise SampleError(f"{path}: expected an array or a list of arrays, got {type(obj).__name__}")
 
 
+def _batched_by(obj: Any, size: int) -> bool:
+    """Whether ``obj`` is what the recipe saves for batch size ``size``: a list of batches of
+    ``size`` rows each."""
+    return isinstance(obj, (list, tuple)) and bool(obj) and all(
+        isinstance(v, np.ndarray) and v.ndim >= 1 and len(v) == size for v in obj)
+
+
 def _feature_rows(obj: Any, rows: int, path: Path) -> np.ndarray:
     """Features of one file, matched to its ``rows`` labels."""
     if isinstance(obj, np.ndarray):
@@ -63,13 +70,24 @@ def _feature_rows(obj: Any, rows: int, path: Path) -> np.ndarray:
 
 
 class JoblibBatchSource(Source):
-    """All ``x_<B>.job``/``y_<B>.job`` pairs of a folder, in numeric order of ``B``.
+    """The ``x_<B>.job``/``y_<B>.job`` pairs of a folder.
+
+    Two layouts share these names. The recipe this project replaces saves a whole dataset as
+    *one* pair whose ``B`` is the batch size, each file a list of batches of ``B`` rows (a run
+    with another batch size adds another pair, with the same samples). Other code saves one
+    pair per batch, ``B`` numbering them. So: a single pair, or ``batch_size=B``, converts that
+    pair; several pairs whose every batch holds ``B`` rows are runs of the recipe, refused
+    (converting them all would give every sample twice) with a message naming them; other
+    pairs are batches, converted in numeric order of ``B``.
 
     Opening the source loads every ``y`` file once to count rows (labels are small); a build
     then loads each ``x`` file in the task that needs it, keeping the last pair loaded.
     """
 
-    def __init__(self, folder: str | os.PathLike[str], fields: tuple[str, str] = ("x", "y")) -> None:
+    fixed_shape = True
+
+    def __init__(self, folder: str | os.PathLike[str], fields: tuple[str, str] = ("x", "y"),
+                 batch_size: int | None = None) -> None:
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise FileNotFoundError(f"{self.folder}: no such folder")
@@ -84,12 +102,26 @@ class JoblibBatchSource(Source):
             lonely = sorted(set(found[have]) - set(found[other]))
             if lonely:
                 raise FileNotFoundError(f"{found[have][lonely[0]]} has no matching {other}_{lonely[0]}.job")
-        self.batches = sorted(found["x"])
-        self.x_paths = [found["x"][b] for b in self.batches]
-        self.y_paths = [found["y"][b] for b in self.batches]
+        numbers = sorted(found["x"])
+        if batch_size is not None:
+            if batch_size not in found["x"]:
+                raise FileNotFoundError(f"{self.folder}: no x_{batch_size}.job / y_{batch_size}.job (there are "
+                                        f"{', '.join(f'x_{b}.job' for b in numbers)})")
+            numbers = [batch_size]
+        labels = {b: _load(found["y"][b]) for b in numbers}
+        if len(numbers) > 1 and all(_batched_by(labels[b], b) for b in numbers):
+            runs = ", ".join(f"x_{b}.job/y_{b}.job ({sum(map(len, labels[b])):,} samples in batches of {b})"
+                             for b in numbers)
+            raise SampleError(f"{self.folder} holds several runs of the joblib batch recipe, one per batch size: "
+                              f"{runs}. Each pair holds the whole dataset, so converting them all would give "
+                              f"every sample more than once: choose one with --batch-size {numbers[0]} "
+                              f"(batch_size={numbers[0]} in Python)")
+        self.batches = numbers
+        self.x_paths = [found["x"][b] for b in numbers]
+        self.y_paths = [found["y"][b] for b in numbers]
         self.fields = fields
-        counts = [len(_label_rows(_load(p), p)) for p in self.y_paths]
-        self.starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        counts = [len(_label_rows(labels[b], found["y"][b])) for b in numbers]
+        self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
         self.description = f"joblib batches {self.folder}"
         self._cache: tuple[int, np.ndarray, np.ndarray] | None = None
         x_bytes = sum(p.stat().st_size for p in self.x_paths)

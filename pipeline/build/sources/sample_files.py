@@ -92,6 +92,7 @@ class SampleFileSource(FileRowsSource):
         self.labels = [labels[i] for i in ids]
         self.fields = fields
         self.sizes = [p.stat().st_size for p in self.paths]
+        self.fixed_shape = len(set(self.sizes)) == 1  # files of one size: arrays of one shape, packable
         self.description = f"{split} ({self.root})"
 
     def __len__(self) -> int:
@@ -103,17 +104,44 @@ class SampleFileSource(FileRowsSource):
                          y_name: self.labels[start:stop]}, self.ids[start:stop])
 
 
+def _examples(ids: Sequence[str], detail: Mapping[str, str], limit: int = 5) -> str:
+    shown = ", ".join(f"{i!r} ({detail[i]})" for i in ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def check_partition(splits: Mapping[str, Sequence[Any]], labels: Mapping[str, Any],
+                    partition_name: str, labels_name: str) -> None:
+    """Every ID in one split only, and with a label: else an error listing the IDs (the first
+    few) and the files they came from, before anything is built."""
+    where: dict[str, list[str]] = {}
+    for split, ids in splits.items():
+        if not isinstance(ids, (list, tuple)):
+            raise SampleError(f"{partition_name}: split {split!r} must be a list of IDs")
+        check_key(split)
+        for sample_id in ids:
+            where.setdefault(str(sample_id), []).append(split)
+    shared = [i for i, found in where.items() if len(set(found)) > 1]
+    if shared:
+        raise SampleError(f"{partition_name}: {len(shared)} IDs are in more than one split: "
+                          f"{_examples(shared, {i: ', '.join(dict.fromkeys(where[i])) for i in shared})}; "
+                          f"an ID may belong to one split only")
+    unlabelled = [i for i in where if i not in labels]
+    if unlabelled:
+        raise SampleError(f"{labels_name} has no label for {len(unlabelled)} IDs of {partition_name}: "
+                          f"{_examples(unlabelled, {i: f'split {where[i][0]!r}' for i in unlabelled})}")
+
+
 def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[str] | Mapping[str, Any],
                       partition: str | os.PathLike[str] | Mapping[str, Sequence[str]]) -> dict[str, SampleFileSource]:
     """One source per split of the partition, all checked before any is built."""
-    label_map = load_mapping(labels, "labels")
+    label_map = {str(k): v for k, v in load_mapping(labels, "labels").items()}
     splits = load_mapping(partition, "partition")
     if not splits:
-        raise SampleError("the partition has no splits")
-    sources = {}
-    for split, ids in splits.items():
-        if not isinstance(ids, (list, tuple)):
-            raise SampleError(f"partition split {split!r} must be a list of IDs")
-        check_key(split)
-        sources[split] = SampleFileSource(root, ids, label_map, split)
-    return sources
+        raise SampleError(f"{_name(partition, 'the partition')} has no splits")
+    check_partition(splits, label_map, _name(partition, "the partition"), _name(labels, "the labels mapping"))
+    return {split: SampleFileSource(root, ids, label_map, split) for split, ids in splits.items()}
+
+
+def _name(value: Any, default: str) -> str:
+    """How errors name a mapping: its file, or ``default`` when it was given as a dict."""
+    return default if isinstance(value, Mapping) else str(value)

@@ -1,0 +1,112 @@
+"""A train/validation split made at build time (``--validation 0.1``).
+
+Layouts such as NumPy arrays or the joblib batch files hold one dataset, while training wants
+``OUT/train`` and ``OUT/validation``. The split is a pure function of the number of rows, the
+size asked for and a seed: the same command always puts the same rows in the same split. Rows
+keep their source order within a split, so that reads stay sequential.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..format.index import DatasetIndex
+from ..storage import join
+from .rows import RowBlock
+from .run import build_shards
+from .source import Source, greedy_bounds
+
+TRAIN, VALIDATION = "train", "validation"
+
+
+def validation_rows(rows: int, validation: float | int, seed: int) -> np.ndarray:
+    """The sorted row numbers of the validation split: ``validation`` is a fraction in (0, 1)
+    (a float) or a number of rows (an int), chosen at random by ``seed``."""
+    if isinstance(validation, float):
+        if not 0 < validation < 1:
+            raise ValueError(f"validation must be a fraction in (0, 1) or a number of rows, got {validation}")
+        count = int(round(rows * validation))
+    else:
+        count = int(validation)
+    if not 0 < count < rows:
+        raise ValueError(f"a validation split of {validation} puts {count} of {rows} rows in validation; "
+                         f"both splits need at least one row")
+    return np.sort(np.random.default_rng(seed).choice(rows, size=count, replace=False))
+
+
+class RowSubset(Source):
+    """Some rows of another source (sorted row numbers), renumbered from 0.
+
+    A read fetches each run of consecutive wanted rows with one read of the source, and reads
+    over a short gap (up to 64 KiB of unwanted rows) rather than making another call, but never
+    over a gap of per-file rows (each would be a file opened for nothing), nor more than about
+    32 MB at once: memory stays bounded however sparse the subset is."""
+
+    def __init__(self, source: Source, rows: np.ndarray, name: str) -> None:
+        self.source = source
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.description = f"{source.description} [{name}]"
+        self.fixed_shape = source.fixed_shape
+        sizes = getattr(source, "sizes", None)
+        self.sizes = None if sizes is None else [sizes[i] for i in self.rows.tolist()]
+        self.fields = getattr(source, "fields", ())
+        row_bytes = max(source.approx_row_bytes(), 1)
+        self._gap = 0 if sizes is not None else (64 << 10) // row_bytes
+        self._span = max((32 << 20) // row_bytes, 1)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        wanted = self.rows[start:stop]
+        if not len(wanted):
+            return _take(self.source.read(0, 1), [])
+        blocks = []
+        for piece in _pieces(wanted, self._gap, self._span):
+            first = int(piece[0])
+            blocks.append(_take(self.source.read(first, int(piece[-1]) + 1), (piece - first).tolist()))
+        return RowBlock.concat(blocks)
+
+    def shard_bounds(self, shard_samples: int | None, shard_bytes: int | None, pack: int) -> list[int]:
+        if self.sizes is None:
+            return super().shard_bounds(shard_samples, shard_bytes, pack)
+        return greedy_bounds(self.sizes, len(self.fields), shard_samples, shard_bytes, pack)
+
+    def approx_row_bytes(self) -> int:
+        return self.source.approx_row_bytes()
+
+
+def _pieces(rows: np.ndarray, gap: int, span: int) -> list[np.ndarray]:
+    """``rows`` (sorted) cut where two neighbours are more than ``gap`` rows apart or a piece
+    would cover more than ``span`` rows."""
+    pieces = []
+    cuts = (np.flatnonzero(np.diff(rows) > gap + 1) + 1).tolist()
+    for run in np.split(rows, cuts):
+        while len(run):
+            end = int(np.searchsorted(run, run[0] + span))
+            pieces.append(run[:end])
+            run = run[end:]
+    return pieces
+
+
+def _take(block: RowBlock, positions: list[int]) -> RowBlock:
+    columns: dict[str, Any] = {}
+    for name, column in block.columns.items():
+        columns[name] = column[positions] if isinstance(column, np.ndarray) else [column[p] for p in positions]
+    keys = None if block.keys is None else [block.keys[p] for p in positions]
+    return RowBlock(columns, keys)
+
+
+def build_splits(source: Source, out_dir: str | os.PathLike[str], validation: float, seed: int = 0,
+                 **options: Any) -> dict[str, DatasetIndex]:
+    """``source`` split into ``out_dir/train`` and ``out_dir/validation`` (shards
+    ``train-000000.tar``...), ``validation`` a fraction or a number of rows chosen by ``seed``.
+    ``options`` are those of :func:`~pipeline.build.run.build_shards`."""
+    held_out = validation_rows(len(source), validation, seed)
+    kept = np.setdiff1d(np.arange(len(source)), held_out, assume_unique=True)
+    splits = {TRAIN: RowSubset(source, kept, TRAIN), VALIDATION: RowSubset(source, held_out, VALIDATION)}
+    return {name: build_shards(subset, join(os.fspath(out_dir), name), name, **options)
+            for name, subset in splits.items()}

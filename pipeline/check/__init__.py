@@ -1,0 +1,1 @@
+"""Checking and summarising a shard set wherever it lives: the format's checks, fed by storage."""

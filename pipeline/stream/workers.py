@@ -1,0 +1,141 @@
+"""DataLoader workers that fail: errors relayed with their type and fields, deaths told apart.
+
+Two things go wrong in a worker, and PyTorch reports both badly:
+
+- **An exception in the worker.** PyTorch rebuilds it in the main process from its formatted
+  traceback (``Caught SourceError in DataLoader worker process 0. Original Traceback...``), so
+  our errors lose their fields (``url``, ``offset``) and the line that matters comes last.
+  Instead, the worker sends a :class:`WorkerFailure` (the pickled exception, which keeps its
+  type and fields, and the worker's traceback as text) as its last message, and the loader
+  raises the exception itself, the worker's traceback attached as a note.
+- **A worker that dies** (SIGKILL from the out-of-memory killer, a crash). PyTorch's SIGCHLD
+  handler raises a bare ``RuntimeError`` in whatever the main thread runs, and the main process
+  may first see the death as a broken pipe (``ConnectionResetError`` while receiving a tensor
+  from the dying worker). :func:`translate_worker_deaths` makes the handler's error a
+  :class:`WorkerError`; :func:`exited_workers` tells whether an unexplained error from the
+  loader's queue is a death; :func:`stop_workers` takes the workers' pids out of the handler's
+  watch before shutting them down, so that a second death signal cannot interrupt the shutdown.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from torch.utils.data._utils import signal_handling
+
+_TORCH_DEATH = "DataLoader worker (pid"
+
+
+class WorkerError(RuntimeError):
+    """A DataLoader worker process died: killed by a signal (the out-of-memory killer, often)
+    or crashed. The loader stops its other workers; its ``state_dict()`` still counts only the
+    batches delivered, so the last checkpoint, or a state taken now, resumes the epoch exactly,
+    and iterating the loader again continues it with new workers."""
+
+    advice = ("state_dict() (now, or from the last checkpoint) resumes the epoch exactly. A worker killed by "
+              "the system has often run out of memory: fewer workers, a smaller prefetch_factor or "
+              "shuffle_buffer use less.")
+
+
+def is_worker_death(exc: BaseException) -> bool:
+    """Whether ``exc`` reports a dead DataLoader worker: ours, or PyTorch's own RuntimeError."""
+    return isinstance(exc, WorkerError) or (type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH))
+
+
+@dataclass
+class WorkerFailure:
+    """What a worker sends instead of a batch when its iteration raised: the exception (its
+    own type and fields, or a RuntimeError telling it when it does not survive pickling), and
+    where and how it was raised."""
+
+    error: BaseException
+    worker: int
+    pid: int
+    traceback: str
+
+    @classmethod
+    def capture(cls, exc: BaseException, worker: int) -> "WorkerFailure":
+        """The failure of worker ``worker`` raising ``exc`` (call inside the ``except``)."""
+        text = "".join(traceback.format_exception(exc))
+        try:
+            error = pickle.loads(pickle.dumps(exc))
+        except Exception:  # noqa: BLE001 - an exception class that does not pickle back
+            error = RuntimeError(f"{type(exc).__qualname__}: {exc}")
+        return cls(error, worker, os.getpid(), text)
+
+    def raise_error(self) -> NoReturn:
+        """Raise the exception, with a note saying which worker raised it and how. (Neither
+        this object nor this frame keeps it: with its traceback, that would be a reference
+        cycle holding the loader until a garbage collection, maybe in a forked worker.)"""
+        error, self.error = self.error, None  # type: ignore[assignment]
+        if hasattr(error, "add_note"):  # Python 3.11+
+            error.add_note(f"Raised in DataLoader worker {self.worker} (pid {self.pid}):\n{self.traceback.rstrip()}")
+        try:
+            raise error
+        finally:
+            del error
+
+
+def translate_worker_deaths() -> None:
+    """Make the RuntimeError that PyTorch's SIGCHLD handler raises for a dead worker a
+    :class:`WorkerError`, wherever it surfaces (in a training step as often as in the loader).
+    Call after a multi-worker iterator started (PyTorch installs its handler then); the
+    handler installed before keeps running first."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers belong to the main thread
+    previous = signal.getsignal(signal.SIGCHLD)
+    if getattr(previous, "translates_worker_deaths", False) or not callable(previous):
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            previous(signum, frame)
+        except RuntimeError as exc:
+            if type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH):
+                raise WorkerError(f"{str(exc).strip()} {WorkerError.advice}") from exc
+            raise
+
+    handler.translates_worker_deaths = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGCHLD, handler)
+
+
+def _workers(iterator: Any) -> list[Any]:
+    return list(getattr(iterator, "_workers", ()))
+
+
+def exited_workers(iterator: Any, grace: float) -> list[int]:
+    """Pids of the workers of ``iterator`` that have exited, waiting up to ``grace`` seconds
+    for one to: a worker killed while sending a batch breaks the connection a moment before it
+    is gone."""
+    sentinels = {}
+    for worker in _workers(iterator):
+        try:
+            sentinels[worker.sentinel] = worker.pid
+        except ValueError:  # a closed process object
+            continue
+    ready = multiprocessing.connection.wait(list(sentinels), timeout=grace) if sentinels else []
+    return sorted(sentinels[s] for s in ready)  # type: ignore[index]
+
+
+def _unwatch(iterator: Any) -> None:
+    """Take the workers of ``iterator`` out of PyTorch's SIGCHLD watch (which raises on every
+    signal, from any child, for as long as a dead worker stays unreaped)."""
+    if getattr(iterator, "_worker_pids_set", False):
+        signal_handling._remove_worker_pids(id(iterator))
+        iterator._worker_pids_set = False
+
+
+def stop_workers(iterator: Any) -> None:
+    """Stop the worker processes of ``iterator`` now (left to garbage collection after an
+    error, the DataLoader waits seconds per worker for them to notice)."""
+    _unwatch(iterator)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()

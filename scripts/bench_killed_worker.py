@@ -1,0 +1,133 @@
+"""Kill a DataLoader worker with SIGKILL, many times over: is it a WorkerError every time?
+
+Each run streams a small shard set with 2 workers, kills one of them (alternately while the
+main thread waits for data and while it runs a "training step") and checks that:
+
+- the error is a :class:`pipeline.WorkerError` (never a ``ConnectionResetError`` or a bare
+  ``RuntimeError``) and arrives within 5 seconds of the kill;
+- the other worker is stopped too;
+- the batches before the error are those of an uninterrupted run, and the loader's state
+  resumes the rest of the epoch exactly.
+
+    python scripts/bench_killed_worker.py --runs 100     # prints "100/100 runs ..." or the failures
+    python scripts/bench_killed_worker.py --quick        # 4 runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+import pipeline
+from pipeline.stream.loader import ShardLoader
+
+warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+
+
+def build(folder: Path) -> Path:
+    numbers = np.arange(4000)
+    pipeline.write_shards(folder, {"i": numbers, "x": np.zeros((4000, 16), np.float32)}, prefix="k", pack=8,
+                          shard_samples=700, quiet=True)
+    return folder
+
+
+def children() -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        try:
+            found.update(int(c) for c in (task / "children").read_text().split())
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def new_loader(shards: Path) -> ShardLoader:
+    return pipeline.make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300,
+                                batches_per_message=1)
+
+
+def ids(batches) -> list[list[int]]:
+    return [batch["i"].tolist() for batch in batches]
+
+
+def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
+    """One kill; returns ``"ok"`` or what went wrong."""
+    before = children()
+    loader = new_loader(shards)
+    delivered: list[list[int]] = []
+    killed_at = None
+    try:
+        for batch in loader:
+            delivered.append(batch["i"].tolist())
+            if len(delivered) == 20:
+                workers = sorted(children() - before)
+                if during_step:
+                    os.kill(workers[0], signal.SIGKILL)
+                else:  # pause the others so that the main thread drains their batches and waits
+                    for pid in workers:
+                        os.kill(pid, signal.SIGSTOP)
+                    threading.Timer(0.3, lambda w=workers: [os.kill(w[0], signal.SIGKILL)] +
+                                    [os.kill(p, signal.SIGCONT) for p in w[1:]]).start()
+                killed_at = time.monotonic()
+            if during_step:
+                time.sleep(0.005)
+    except pipeline.WorkerError:
+        pass
+    except BaseException as exc:  # noqa: BLE001 - what we count
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    else:
+        return "no error"
+    if killed_at is None or time.monotonic() - killed_at > 5:
+        return "slow (> 5 s)"
+    time.sleep(0.2)
+    if children() - before:
+        return "workers left running"
+    if delivered != reference[:len(delivered)]:
+        return "wrong batches before the error"
+    state = loader.state_dict()
+    resumed = new_loader(shards)
+    resumed.load_state_dict(state)
+    done = sum(batches for _, batches, _ in state["legs"])
+    if ids(resumed) != reference[done:]:
+        return "resume not exact"
+    return "ok"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="4 runs")
+    parser.add_argument("--out", type=Path, help="write the outcome counts here as JSON")
+    args = parser.parse_args(argv)
+    runs = 4 if args.quick else args.runs
+    outcomes: Counter[str] = Counter()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pipeline-kill-") as tmp:
+        shards = build(Path(tmp) / "shards")
+        reference = ids(new_loader(shards))
+        for run in range(runs):
+            outcome = one_run(shards, reference, during_step=run % 2 == 1)
+            outcomes[outcome] += 1
+            if outcome != "ok":
+                print(f"run {run}: {outcome}", file=sys.stderr)
+    ok = outcomes["ok"]
+    print(f"{ok}/{runs} runs: a WorkerError within 5 s, the other worker stopped, an exact resume "
+          f"({time.perf_counter() - started:.0f} s)")
+    if args.out:
+        args.out.write_text(json.dumps(dict(outcomes)))
+    return 0 if ok == runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

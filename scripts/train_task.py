@@ -1,0 +1,137 @@
+"""What the example model trains, chosen from the data: its inputs, outputs, loss and metric.
+
+``choose_task`` reads the schema of the training split and one pass over the labels of the
+validation split (a small split; ``--classes`` skips the pass): integer labels, or float labels
+that all hold whole numbers (as the joblib batch recipe stores class numbers), make a
+classification into ``largest label + 1`` classes; other real-valued labels a regression on as
+many outputs as a label has values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from pipeline import ShardDataset, load_index
+from pipeline.storage import is_remote
+
+
+class UnusableData(Exception):
+    """The shards are not something this example can train on (a missing split, no ``x``...)."""
+
+
+def split_location(data: str, split: str, option: str) -> str:
+    """The shard set of ``split`` under ``data`` (a folder or a URL); for a local folder, a
+    missing split is an error naming the splits that are there."""
+    location = f"{data.rstrip('/')}/{split}/"
+    if is_remote(data):
+        return location
+    root = Path(data)
+    if (root / split / "index.json").is_file():
+        return location
+    if (root / "index.json").is_file():
+        raise UnusableData(f"{data} is one shard set, not a folder of splits: build it with --validation 0.1 to "
+                           f"write {data}/train and {data}/validation, or point --data at the folder holding the splits")
+    found = sorted(p.parent.name for p in root.glob("*/index.json")) if root.is_dir() else []
+    if not found:
+        raise UnusableData(f"{data}: no shard sets (no {data}/<split>/index.json); build some first")
+    raise UnusableData(f"{data} has no split {split!r}; it has {', '.join(map(repr, found))}: choose one with {option}")
+
+
+@dataclass(frozen=True)
+class Task:
+    """A linear model's job: ``features`` inputs, ``outputs`` outputs, ``classes`` > 0 for a
+    classification (then ``outputs == classes``), 0 for a regression."""
+
+    features: int
+    outputs: int
+    classes: int
+    description: str
+
+    def inputs(self, batch: dict) -> torch.Tensor:
+        x = batch["x"]
+        return x.reshape(len(x), -1).float()
+
+    def targets(self, batch: dict) -> torch.Tensor:
+        y = batch["y"]
+        if not self.classes:
+            return y.reshape(len(y), -1).float()
+        target = y.reshape(-1).long()
+        if target.device.type == "cpu" and len(target) and int(target.max()) >= self.classes:
+            raise UnusableData(f"label {int(target.max())} in the training data is not one of the {self.classes} "
+                               f"classes found in the validation split; pass --classes")
+        return target
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.classes:
+            return nn.functional.cross_entropy(output, target)
+        return nn.functional.mse_loss(output, target)
+
+    def score(self, output: torch.Tensor, target: torch.Tensor) -> float:
+        """Correct predictions (classification) or the sum of squared errors (regression)."""
+        if self.classes:
+            return float((output.argmax(dim=1) == target).sum())
+        return float(((output - target) ** 2).sum())
+
+
+def _kind(dtype: str) -> str:
+    """``"i"`` for integers (and booleans), ``"f"`` for reals, ``""`` for what is not a number."""
+    if dtype in ("int", "bool"):
+        return "i"
+    if dtype in ("float", "bfloat16"):
+        return "f"
+    try:
+        kind = np.dtype(dtype).kind
+    except TypeError:
+        return ""
+    return "i" if kind in "biu" else "f" if kind == "f" else ""
+
+
+def _size(shape: tuple | None, field: str, where: str) -> int:
+    if shape is None:
+        return 1
+    if any(d is None for d in shape):
+        raise UnusableData(f"{where}: field {field!r} has samples of different shapes; this example needs "
+                           f"one shape for every sample")
+    return int(math.prod(shape))
+
+
+def choose_task(train: str, validation: str, classes: int | None = None) -> Task:
+    """The task for the shards at ``train`` and ``validation`` (see the module docstring)."""
+    fields = load_index(train).fields
+    for name in ("x", "y"):
+        if name not in fields:
+            raise UnusableData(f"{train}: no field {name!r} (it has {sorted(fields)}); this example trains "
+                               f"on features x and labels y")
+    x, y = fields["x"], fields["y"]
+    if not _kind(x.dtype) or not _kind(y.dtype):
+        field = "x" if not _kind(x.dtype) else "y"
+        raise UnusableData(f"{train}: field {field!r} holds {fields[field].dtype}, not numbers")
+    features = _size(x.shape, "x", train)
+    if classes:
+        return Task(features, classes, classes, f"classification into {classes} classes (--classes), "
+                                                f"labels y: {y.dtype}")
+    labels = _labels(validation)
+    if labels.shape[1] == 1 and len(labels) and (_kind(y.dtype) == "i" or (
+            np.all(labels == np.round(labels)) and labels.min() >= 0)):
+        count = int(labels.max()) + 1
+        holding = "" if _kind(y.dtype) == "i" else ", floats holding whole numbers"
+        return Task(features, count, count, f"classification into {count} classes (labels y: {y.dtype}"
+                                            f"{holding}; CrossEntropyLoss, validation accuracy)")
+    outputs = _size(y.shape, "y", train)
+    return Task(features, outputs, 0, f"regression on {outputs} output{'s' if outputs > 1 else ''} "
+                                      f"(labels y: {y.dtype}, real values; MSELoss, validation RMSE)")
+
+
+def _labels(location: str) -> np.ndarray:
+    """Every label of a split, one pass: an array of one row per sample."""
+    dataset = ShardDataset(location, batch_size=65536, shuffle=False, fields=["y"], remainder="keep",
+                           rank=0, world_size=1)
+    parts = [batch["y"].numpy() for batch in dataset]
+    labels = np.concatenate(parts) if parts else np.zeros(0)
+    return labels.reshape(len(labels), -1)

@@ -1,0 +1,182 @@
+"""The data of the two classic recipes, as they write it, converts exactly; and the build options
+a new user reaches for first (a validation split, a cast, the default record size) do what they
+say, with errors that name what is wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pytest
+import torch
+
+import pipeline
+from pipeline import SampleError
+from tests.helpers import read_back
+
+
+def split_iter(array: np.ndarray, n: int):
+    """The recipe's batching: consecutive batches of ``n``, the last partial one dropped."""
+    for i in range(len(array) // n):
+        yield array[i * n:(i + 1) * n]
+
+
+def write_recipe(folder: Path, x: np.ndarray, y: np.ndarray, batch_size: int) -> None:
+    """``x_<B>.job`` / ``y_<B>.job`` exactly as the joblib batch recipe saves them."""
+    folder.mkdir(exist_ok=True)
+    joblib.numpy_pickle.dump(list(split_iter(x, batch_size)), folder / f"x_{batch_size}.job")
+    joblib.numpy_pickle.dump(list(split_iter(y, batch_size)), folder / f"y_{batch_size}.job")
+
+
+@pytest.fixture
+def recipe_data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(1003, 6)), rng.integers(0, 4, 1003)
+
+
+@pytest.mark.parametrize("labels", ["int64", "float64"])
+def test_the_joblib_recipes_files_convert_byte_exact_without_its_dropped_tail(
+        tmp_path: Path, recipe_data, labels: str) -> None:
+    x, y = recipe_data
+    write_recipe(tmp_path / "out", x, y.astype(labels), batch_size=4)
+    index = pipeline.build_joblib(tmp_path / "out", tmp_path / "shards", quiet=True)
+    assert index.samples == 1000  # 250 batches of 4: the recipe dropped the last 3 samples
+    assert index.fields["x"] == pipeline.FieldSpec("float64", (6,)) and index.fields["y"].dtype == labels
+    _, fields = read_back(tmp_path / "shards")
+    assert np.stack(fields["x"]).tobytes() == x[:1000].tobytes()
+    assert np.array(fields["y"]).tobytes() == y[:1000].astype(labels).tobytes()
+
+
+def test_two_runs_of_the_recipe_in_one_folder_are_refused_then_one_is_chosen(tmp_path: Path, recipe_data) -> None:
+    x, y = recipe_data
+    write_recipe(tmp_path / "out", x, y, batch_size=4)
+    write_recipe(tmp_path / "out", x, y, batch_size=36)
+    with pytest.raises(SampleError, match=r"several runs of the joblib batch recipe.*x_4\.job/y_4\.job \(1,000 samples "
+                                          r"in batches of 4\), x_36\.job/y_36\.job \(972 samples in batches of 36\)"
+                                          r".*every sample more than once: choose one with --batch-size 4"):
+        pipeline.build_joblib(tmp_path / "out", tmp_path / "shards", quiet=True)
+    assert not (tmp_path / "shards").exists()
+    index = pipeline.build_joblib(tmp_path / "out", tmp_path / "shards", batch_size=36, quiet=True)
+    assert index.samples == 972
+    with pytest.raises(FileNotFoundError, match=r"no x_8\.job / y_8\.job \(there are x_4\.job, x_36\.job\)"):
+        pipeline.build_joblib(tmp_path / "out", tmp_path / "other", batch_size=8, quiet=True)
+
+
+def test_a_validation_split_is_disjoint_complete_in_order_and_reproducible(tmp_path: Path, recipe_data) -> None:
+    x, y = recipe_data
+    write_recipe(tmp_path / "out", x, y, batch_size=4)
+
+    def split(folder: str, seed: int, validation=0.1) -> dict[str, list[float]]:
+        pipeline.build_joblib(tmp_path / "out", tmp_path / folder, validation=validation, seed=seed, quiet=True)
+        return {name: [float(v[0]) for v in read_back(tmp_path / folder / name)[1]["x"]]
+                for name in ("train", "validation")}
+
+    first, again, other = split("a", seed=0), split("b", seed=0), split("c", seed=1)
+    assert first == again and first != other
+    assert len(first["validation"]) == 100 and len(first["train"]) == 900
+    rows = {float(v): i for i, v in enumerate(x[:1000, 0])}
+    for name in ("train", "validation"):
+        order = [rows[v] for v in first[name]]
+        assert order == sorted(order)  # source order within a split
+    assert sorted(rows[v] for v in first["train"] + first["validation"]) == list(range(1000))
+    assert len(split("d", seed=0, validation=250)["validation"]) == 250
+    for bad in (0.0, 1.0, 1000, 1.5):
+        with pytest.raises(ValueError, match="validation"):
+            pipeline.build_joblib(tmp_path / "out", tmp_path / "e", validation=bad, quiet=True)
+
+
+def test_a_split_of_per_file_samples_reads_each_file_once(tmp_path: Path) -> None:
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for n in range(40):
+        (folder / f"{n:03d}.bin").write_bytes(bytes([n]) * (n + 1))
+    indexes = pipeline.build_folder(folder, tmp_path / "shards", validation=7, seed=3, quiet=True)
+    assert {name: index.samples for name, index in indexes.items()} == {"train": 33, "validation": 7}
+    keys = [k for name in ("train", "validation") for k in read_back(tmp_path / "shards" / name)[0]]
+    assert sorted(keys) == [f"{n:03d}" for n in range(40)]
+    for name in ("train", "validation"):
+        found, fields = read_back(tmp_path / "shards" / name)
+        assert fields["bin"] == [bytes([int(k)]) * (int(k) + 1) for k in found]
+
+
+def test_dtype_stores_a_cast_copy_and_refuses_casts_that_change_values(tmp_path: Path, recipe_data) -> None:
+    x, y = recipe_data
+    full = pipeline.write_shards(tmp_path / "f64", {"x": x, "y": y}, quiet=True)
+    half = pipeline.write_shards(tmp_path / "f32", {"x": x, "y": y.astype(np.float64)},
+                                 dtypes={"x": "float32", "y": "int16"}, quiet=True)
+    assert half.fields["x"].dtype == "float32" and half.fields["y"].dtype == "int16"
+    assert half.bytes < 0.6 * full.bytes
+    _, fields = read_back(tmp_path / "f32")
+    assert np.stack(fields["x"]).tobytes() == x.astype(np.float32).tobytes()
+    assert np.array(fields["y"]).tolist() == y.tolist()
+    with pytest.raises(SampleError, match=r"arrays, field 'x': value -?\d\.\d+ is not a whole number; it cannot "
+                                          r"be stored as int64"):
+        pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y}, dtypes={"x": "int64"}, quiet=True)
+    with pytest.raises(SampleError, match=r"field 'y': value 300 does not fit in int8 \(-128 to 127\)"):
+        pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y + 300}, dtypes={"y": "int8"}, quiet=True)
+    with pytest.raises(ValueError, match=r"--dtype names fields \['z'\] that arrays does not have"):
+        pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y}, dtypes={"z": "float32"}, quiet=True)
+    with pytest.raises(ValueError, match=r"--dtype x=complex64: unsupported array dtype"):
+        pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y}, dtypes={"x": "complex64"}, quiet=True)
+
+
+def test_the_default_pack_keeps_small_samples_close_to_their_size_and_large_ones_whole(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    small = {"x": rng.random((20_000, 16), dtype=np.float32), "y": rng.integers(0, 9, 20_000)}
+    index = pipeline.write_shards(tmp_path / "small", small, quiet=True)
+    data = small["x"].nbytes + small["y"].nbytes
+    assert index.pack == (64 << 10) // (16 * 4 + 8)
+    assert index.bytes < 1.05 * data  # one record per sample would be 1024 bytes a sample: 14x the data
+    unpacked = pipeline.write_shards(tmp_path / "one", small, pack=1, quiet=True)
+    assert unpacked.bytes > 13 * data
+    large = pipeline.write_shards(tmp_path / "large", {"x": rng.random((20, 40_000), dtype=np.float32)}, quiet=True)
+    assert large.pack == 1
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for n in range(5):
+        (folder / f"{n}.txt").write_bytes(b"x" * (n + 1))
+    assert pipeline.build_folder(folder, tmp_path / "folder", quiet=True).pack == 1  # sizes differ
+    for bad in (0, "big", True):
+        with pytest.raises(ValueError, match="pack must be 'auto' or an integer >= 1"):
+            pipeline.write_shards(tmp_path / "bad", small, pack=bad, quiet=True)
+
+
+def test_limits_that_make_no_sense_are_refused(tmp_path: Path, recipe_data) -> None:
+    x, y = recipe_data
+    for options, message in (({"shard_bytes": 0}, "shard_bytes must be at least 4096"),
+                             ({"workers": 0}, r"workers must be >= 1"),
+                             ({"shard_samples": 0}, r"shard_samples must be >= 1")):
+        with pytest.raises(ValueError, match=message):
+            pipeline.write_shards(tmp_path / "out", {"x": x}, quiet=True, **options)
+    with pytest.raises(ValueError, match=r"part '4/4': parts count from 0, so the parts of 4 are 0/4 to 3/4"):
+        pipeline.Part.parse("4/4")
+
+
+def make_pt_files(root: Path, ids: list[str]) -> None:
+    root.mkdir(exist_ok=True)
+    for n, sample_id in enumerate(ids):
+        torch.save(torch.full((3, 2, 2), float(n)), root / f"{sample_id}.pt")
+
+
+def test_an_id_in_two_splits_or_without_a_label_is_listed_with_its_file(tmp_path: Path) -> None:
+    ids = [f"id{n}" for n in range(10)]
+    make_pt_files(tmp_path / "donnees", ids)
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({i: n % 3 for n, i in enumerate(ids)}))
+    partition = tmp_path / "partition.json"
+    partition.write_text(json.dumps({"entrainement": ids[:8], "validation": ids[5:]}))
+    with pytest.raises(SampleError, match=rf"{partition}: 3 IDs are in more than one split: 'id5' \(entrainement, "
+                                          rf"validation\), 'id6' .*'id7' .*; an ID may belong to one split only"):
+        pipeline.build_sample_files(tmp_path / "donnees", labels, partition, tmp_path / "out", quiet=True)
+    labels.write_text(json.dumps({i: 0 for i in ids[:2]}))
+    partition.write_text(json.dumps({"entrainement": ids[:8], "validation": ids[8:]}))
+    with pytest.raises(SampleError, match=rf"{labels} has no label for 8 IDs of {partition}: 'id2' \(split "
+                                          rf"'entrainement'\), .*'id6' \(split 'entrainement'\) and 3 more"):
+        pipeline.build_sample_files(tmp_path / "donnees", labels, partition, tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+    labels.write_text(json.dumps({i: n % 3 for n, i in enumerate(ids)}))
+    indexes = pipeline.build_sample_files(tmp_path / "donnees", labels, partition, tmp_path / "out", quiet=True)
+    assert sorted(indexes) == ["entrainement", "validation"]  # each split under its own name
+    assert (tmp_path / "out" / "entrainement" / "entrainement-000000.tar").is_file()

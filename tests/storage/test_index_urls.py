@@ -1,0 +1,195 @@
+"""``inspect``, ``verify``, ``describe`` and ``load_index`` by URL: nginx (HTTP) and SeaweedFS (S3).
+
+Every remote answer is compared with the same call on the local folder the servers serve. The
+damaged copies (a flipped byte, a deleted shard) live in their own folders and bucket prefixes,
+so the shared shard set stays intact for the other tests.
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from pipeline.cli import main
+from tests.storage.conftest import make_bucket, upload_folder
+
+from ..helpers import index_content
+
+BUCKET = "index-urls"
+FLIPPED_SHARD = "part-000003.tar"
+FLIPPED_RECORD = 2
+MISSING_SHARD = "part-000002.tar"
+#: the shard sets each server holds: the intact one, one with a byte flipped, one with a shard gone
+SETS = ("intact", "flipped", "holes")
+
+
+def _copy(web_root: Path, name: str) -> Path:
+    """A copy of the shared set under ``web_root``, which nginx serves as ``/name``."""
+    return Path(shutil.copytree(web_root / "data", web_root / name))
+
+
+@pytest.fixture(scope="module")
+def flipped(web_root: Path) -> tuple[Path, int]:
+    """A copy with one byte flipped in the array data of one record: it decodes, but its checksum
+    differs. Returns the folder and the byte where that record starts."""
+    folder = _copy(web_root, "index-urls-flipped")
+    shard = folder / FLIPPED_SHARD
+    data = bytearray(shard.read_bytes())
+    record = list(pipeline.iter_records(bytes(data), FLIPPED_SHARD))[FLIPPED_RECORD]
+    payload = bytes(record.members["msgpack"])
+    x = pipeline.decode_fields(record, FLIPPED_SHARD)["x"]
+    at = record.offset + 512 + payload.index(x.tobytes()) + 1  # a byte of one of its floats
+    data[at] ^= 0x01
+    shard.write_bytes(bytes(data))
+    return folder, record.offset
+
+
+@pytest.fixture(scope="module")
+def holes(web_root: Path) -> Path:
+    """A copy without one of its shards."""
+    folder = _copy(web_root, "index-urls-holes")
+    (folder / MISSING_SHARD).unlink()
+    return folder
+
+
+@pytest.fixture
+def bucket(s3_env: str, web_root: Path, flipped: tuple[Path, int]) -> str:
+    """The three sets as prefixes of one bucket; the holes are made by deleting a key."""
+    import boto3
+
+    make_bucket(BUCKET)
+    upload_folder(web_root / "data", BUCKET, "intact")
+    upload_folder(flipped[0], BUCKET, "flipped")
+    upload_folder(web_root / "data", BUCKET, "holes")
+    boto3.client("s3").delete_object(Bucket=BUCKET, Key=f"holes/{MISSING_SHARD}")
+    return BUCKET
+
+
+@dataclass(frozen=True)
+class Served:
+    """The shard sets on one server: ``url(name)`` is the folder URL of one of :data:`SETS`."""
+
+    folders: dict[str, str]
+    missing_cause: str  # what the server answers for a missing object
+
+    def url(self, name: str) -> str:
+        return self.folders[name]
+
+    def spellings(self, name: str) -> list[str]:
+        """Every way to name a set's index: the folder, with a slash, the index file."""
+        folder = self.url(name)
+        return [folder, folder + "/", folder + "/index.json"]
+
+
+@pytest.fixture(params=["http", "s3"])
+def served(request, flipped: tuple[Path, int], holes: Path) -> Served:
+    if request.param == "http":
+        nginx = request.getfixturevalue("nginx")
+        names = {"intact": "data", "flipped": "index-urls-flipped", "holes": "index-urls-holes"}
+        return Served({name: f"{nginx}/{folder}" for name, folder in names.items()}, "HTTP 404 not found")
+    bucket = request.getfixturevalue("bucket")  # the credentials are in the environment, for subprocesses too
+    return Served({name: f"s3://{bucket}/{name}" for name in SETS}, "S3 NoSuchKey: no such key")
+
+
+def _summary(text: str) -> list[str]:
+    """A summary without its first line (which names where the index was read)."""
+    return text.splitlines()[1:]
+
+
+@pytest.fixture(scope="module")
+def local_summary(web_root: Path) -> list[str]:
+    return _summary(pipeline.describe(web_root / "data"))
+
+
+def _cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True)
+
+
+def test_inspect_by_url_prints_the_local_summary(served: Served, local_summary: list[str], capsys) -> None:
+    assert "first 3 samples" in local_summary and "fields" in local_summary
+    for url in served.spellings("intact"):
+        code, out, err = _cli(capsys, "inspect", url)
+        assert (code, err) == (0, "")
+        assert out.splitlines()[0] == f"index    {served.url('intact')}/index.json"
+        assert _summary(out) == local_summary, url
+
+
+def test_inspect_and_verify_by_url_as_commands(served: Served, local_summary: list[str]) -> None:
+    url = served.url("intact") + "/"
+    inspect = _command("inspect", url)
+    assert inspect.returncode == 0, inspect.stderr
+    assert _summary(inspect.stdout) == local_summary
+    verify = _command("verify", url)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert f"verified {url}: every shard matches its index" in verify.stdout
+    assert verify.stderr.count("ok   part-") == 9
+
+
+def test_verify_by_url_passes_then_names_the_flipped_record(served: Served, flipped: tuple[Path, int],
+                                                           capsys) -> None:
+    for url in served.spellings("intact"):
+        code, out, _ = _cli(capsys, "verify", url, "--quiet")
+        assert code == 0 and out.startswith(f"verified {url}"), out
+    code, out, _ = _cli(capsys, "verify", served.url("flipped"), "--quiet")
+    assert code == 1 and len(out.splitlines()) == 1, out
+    assert out.startswith(f"error: {served.url('flipped')}/{FLIPPED_SHARD} record {FLIPPED_RECORD} "
+                          f"(byte {flipped[1]}): record ") and "is corrupt: checksum" in out
+
+
+def test_a_shard_missing_on_the_server_is_a_problem_naming_its_url(served: Served) -> None:
+    url = served.url("holes")
+    assert [str(p) for p in pipeline.verify(url)] == [
+        f"{url}/{MISSING_SHARD}: missing file or unreadable: {served.missing_cause}"]
+
+
+def test_a_wrong_url_is_one_error_line_naming_it(served: Served, capsys) -> None:
+    nowhere = served.url("intact") + "-nowhere"
+    for url, named in ((nowhere, f"{nowhere}/index.json"), (f"{nowhere}/", f"{nowhere}/index.json"),
+                       (f"{served.url('intact')}/other.json", f"{served.url('intact')}/other.json")):
+        for command in ("inspect", "verify"):
+            code, out, err = _cli(capsys, command, url)
+            assert (code, out) == (1, "")
+            assert err == f"error: {named}: cannot read index file ({served.missing_cause}); pass an index.json, " \
+                          f"its folder, or a URL of either (https://..., s3://bucket/prefix)\n"
+    result = _command("verify", nowhere)
+    assert result.returncode == 1 and result.stderr.startswith(f"error: {nowhere}/index.json: cannot read index")
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_verify_describe_and_iter_samples_from_python(served: Served, web_root: Path) -> None:
+    local = pipeline.describe(web_root / "data", samples=5)
+    url = served.url("intact")
+    assert pipeline.verify(url) == []
+    assert _summary(pipeline.describe(url, samples=5)) == _summary(local)
+    remote_keys = [key for key, _ in pipeline.iter_samples(url)]
+    assert remote_keys == [key for key, _ in pipeline.iter_samples(web_root / "data")]
+
+
+def test_load_index_by_folder_url_index_url_and_prefix(served: Served, web_root: Path) -> None:
+    local = index_content(pipeline.load_index(web_root / "data"))
+    for url in served.spellings("intact"):
+        index = pipeline.load_index(url)
+        assert index_content(index) == local, url
+        assert index_content(pickle.loads(pickle.dumps(index))) == local  # for workers started with spawn
+
+
+def test_a_missing_shard_table_is_an_index_error_naming_its_url(nginx: str, web_root: Path) -> None:
+    folder = _copy(web_root, "index-urls-no-table")
+    (folder / "index.bin").unlink()
+    with pytest.raises(pipeline.IndexFormatError,
+                       match=rf"{nginx}/index-urls-no-table/index\.bin at byte 0: cannot read shard table: "
+                             r"HTTP 404 not found"):
+        pipeline.load_index(f"{nginx}/index-urls-no-table")

@@ -1,0 +1,95 @@
+"""An error raised inside a DataLoader worker reaches the training loop as itself: its own type,
+its fields (``url``, ``offset``), a first line naming the shard, the byte and the cause, and the
+worker's traceback after it, exactly as without workers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline import ShardError, SourceError
+from tests.helpers import child_pids
+
+warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("errors") / "set"
+    pipeline.write_shards(folder, {"i": np.arange(600), "x": np.zeros((600, 4), np.float32)}, prefix="part",
+                          shard_samples=200, pack=10, quiet=True)
+    return folder
+
+
+@pytest.fixture
+def damaged(pristine: Path, tmp_path: Path) -> tuple[Path, int]:
+    """A copy whose shard 1 has one flipped byte in the payload of its third record."""
+    folder = Path(shutil.copytree(pristine, tmp_path / "set"))
+    offset = int(pipeline.load_index(folder).shards[1].offsets[2])
+    shard = folder / "part-000001.tar"
+    data = bytearray(shard.read_bytes())
+    data[offset + 512 + 40] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    return folder, offset
+
+
+def first_error(source: Path, workers: int, **options) -> BaseException:
+    loader = pipeline.make_loader(source, num_workers=workers, batch_size=50, shuffle=False, **options)
+    with pytest.raises(Exception) as caught:
+        for _ in loader:
+            pass
+    return caught.value
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_corrupt_record_read_in_a_worker_is_the_shard_error_itself(damaged: tuple[Path, int], workers: int) -> None:
+    folder, offset = damaged
+    direct = first_error(folder, 0)
+    relayed = first_error(folder, workers)
+    assert type(relayed) is type(direct) is ShardError
+    assert relayed.url == direct.url == str(folder / "part-000001.tar")
+    assert relayed.offset == direct.offset == offset
+    assert str(relayed) == str(direct)
+    assert str(relayed).splitlines()[0].startswith(f"{folder / 'part-000001.tar'} at byte {offset}: ")
+    assert "checksum" in str(relayed)
+    notes = "\n".join(getattr(relayed, "__notes__", []))
+    assert "Raised in DataLoader worker" in notes and "Traceback" in notes
+
+
+def test_a_shard_gone_after_indexing_is_a_source_error_naming_it(pristine: Path, tmp_path: Path) -> None:
+    folder = Path(shutil.copytree(pristine, tmp_path / "set"))
+    (folder / "part-000002.tar").unlink()
+    error = first_error(folder, 2)
+    assert isinstance(error, SourceError)
+    assert error.url == str(folder / "part-000002.tar") and isinstance(error.offset, int)
+    assert "cannot open" in str(error)
+
+
+def test_a_users_transform_error_keeps_its_type_and_the_workers_stop(pristine: Path) -> None:
+    def transform(batch):
+        raise KeyError("no such column: 'label'")
+
+    before = set(child_pids(os.getpid()))
+    error = first_error(pristine, 2, batch_transform=transform)
+    assert type(error) is KeyError and "no such column" in str(error)
+    assert "Raised in DataLoader worker" in "\n".join(error.__notes__)
+    assert [pid for pid in child_pids(os.getpid()) if pid not in before] == []
+
+
+class Unpicklable(Exception):
+    def __init__(self, a: int, b: int) -> None:  # rebuilt from its args, it fails
+        super().__init__(f"{a} and {b}")
+
+
+def test_an_error_that_cannot_cross_processes_arrives_as_a_runtime_error_naming_it(pristine: Path) -> None:
+    def transform(batch):
+        raise Unpicklable(1, 2)
+
+    error = first_error(pristine, 2, batch_transform=transform)
+    assert type(error) is RuntimeError and str(error) == "Unpicklable: 1 and 2"

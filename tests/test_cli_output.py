@@ -1,0 +1,102 @@
+"""What the command line shows a person: help on every argument and an example for every
+command, a progress bar on a terminal only, plain lines in a log, errors on a line of their own."""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import io
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import joblib
+import numpy as np
+
+from pipeline.build import progress
+from pipeline.build.progress import BuildProgress
+from pipeline.cli import make_parser
+
+
+def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every command's parser, with its path (``("build", "joblib")``), leaves first."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from commands(sub, path + (name,))
+    yield path, parser
+
+
+def test_every_argument_has_help_and_every_command_an_example() -> None:
+    parser = make_parser()
+    assert parser.format_usage().startswith("usage: pipeline ")
+    leaves = 0
+    for path, sub in commands(parser):
+        for action in sub._actions:
+            assert action.help and action.help != argparse.SUPPRESS, (path, action.dest)
+        if not any(isinstance(a, argparse._SubParsersAction) for a in sub._actions):
+            leaves += 1
+            assert sub.epilog and sub.epilog.startswith("examples:\n  pipeline " + " ".join(path)), path
+            assert sub.prog == "pipeline " + " ".join(path)
+    assert leaves == 7  # build arrays/joblib/files/folder, merge-index, inspect, verify
+
+
+def test_in_a_log_progress_is_plain_periodic_lines(monkeypatch) -> None:
+    monkeypatch.setattr(progress, "LOG_EVERY_S", 0.0)
+    log = io.StringIO()
+    bar = BuildProgress(3000, "arrays -> out", stream=log)
+    for _ in range(3):
+        bar.update(1000, 2_000_000)
+    bar.close("out/index.json")
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue()
+    assert lines[0].startswith("arrays -> out: 1,000/3,000 samples (33%), 1 shards, ")
+    assert lines[2].startswith("arrays -> out: 3,000/3,000 samples (100%), 3 shards, ")
+    assert lines[3].startswith("wrote 3000 samples in 3 shards, 6.0 MB, in ")
+
+
+def test_a_build_into_a_log_writes_no_carriage_returns(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((5000, 4), np.float32))
+    result = subprocess.run([sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "out"),
+                             "--array", f"x={tmp_path / 'x.npy'}", "--shard-samples", "500"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "\r" not in result.stderr and result.stderr.startswith("wrote 5000 samples in 10 shards")
+
+
+def run_on_a_terminal(command: list[str]) -> tuple[int, str]:
+    """``command`` with a terminal as its standard streams; its exit status and what it printed."""
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # 40 rows, 160 columns
+    process = subprocess.Popen(command, stdin=child, stdout=child, stderr=child, close_fds=True)
+    os.close(child)
+    output = b""
+    while True:
+        try:
+            data = os.read(main, 1 << 16)
+        except OSError:  # the terminal closes when the process ends
+            break
+        if not data:
+            break
+        output += data
+    os.close(main)
+    return process.wait(), output.decode("utf-8", "replace")
+
+
+def test_on_a_terminal_a_bar_shows_and_an_error_starts_a_line_of_its_own(tmp_path: Path) -> None:
+    batches = tmp_path / "batches"
+    batches.mkdir()
+    for b in range(3):  # one file per batch; the last one's x has a row too few
+        joblib.dump(np.zeros((100 - (b == 2), 4)), batches / f"x_{b}.job")
+        joblib.dump(np.zeros(100), batches / f"y_{b}.job")
+    status, output = run_on_a_terminal([sys.executable, "-m", "pipeline", "build", "joblib", str(batches),
+                                        str(tmp_path / "out"), "--shard-samples", "50", "--pack", "10"])
+    assert status == 1
+    error = output.index("error: ")
+    assert f"joblib batches {batches} -> " in output[:error]  # the bar
+    assert output[error - 1] == "\n", output
+    assert "x_2.job: 99 feature rows but 100 labels in its y file" in output[error:]

@@ -1,0 +1,133 @@
+"""Every ``python`` and ``bash`` block of README.md runs as written, in README order, in one
+folder that holds small inputs under the names the blocks use (so that a block may use what an
+earlier one built). A block that needs what a test cannot start here (a cluster, a GPU, the
+set-up command itself) is marked in README.md, on the line before it, with
+``<!-- readme-test: skip: <reason> -->``.
+
+``pip install`` lines are checked, not run (the test environment has every extra already): the
+extras they name must exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIP = re.compile(r"<!-- readme-test: skip: (?P<reason>.+?) -->")
+
+
+@dataclass(frozen=True)
+class Block:
+    language: str
+    code: str
+    line: int  # where the block starts in README.md
+    skip: str | None  # the reason, for a block marked to be skipped
+
+
+def readme_blocks() -> list[Block]:
+    blocks: list[Block] = []
+    lines = (ROOT / "README.md").read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        fence = re.fullmatch(r"```(\w+)", lines[i])
+        if fence is None:
+            i += 1
+            continue
+        start = i
+        end = lines.index("```", start + 1)
+        marker = SKIP.fullmatch(lines[start - 1]) if start else None
+        if fence.group(1) in ("python", "bash"):
+            blocks.append(Block(fence.group(1), "\n".join(lines[start + 1:end]) + "\n", start + 1,
+                                marker["reason"] if marker else None))
+        i = end + 1
+    return blocks
+
+
+def make_inputs(folder: Path) -> None:
+    """The files the README's blocks start from, small."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 1, (10, 16))
+    y = rng.integers(0, 10, 3000)
+    x = (centres[y] + rng.normal(0, 1, (3000, 16))).astype(np.float32)
+    np.save(folder / "features.npy", x)
+    np.save(folder / "labels.npy", y)
+    np.savez(folder / "data.npz", x=x[:500], y=y[:500])
+    (folder / "out").mkdir()  # the joblib batch recipe's files: lists of batches of 4, float64
+    joblib.numpy_pickle.dump([x[i:i + 4].astype(np.float64) for i in range(0, 2000, 4)], folder / "out" / "x_4.job")
+    joblib.numpy_pickle.dump([y[i:i + 4].astype(np.float64) for i in range(0, 2000, 4)], folder / "out" / "y_4.job")
+    (folder / "data").mkdir()  # one torch.save'd tensor per sample, for the IDs the README's dicts name
+    for n in range(600):
+        torch.save(torch.from_numpy(np.tile(x[n], (3, 1))), folder / "data" / f"id-{n}.pt")
+    (folder / "images").mkdir()
+    for n in range(20):
+        (folder / "images" / f"{n:04d}.jpg").write_bytes(rng.bytes(100 + n))
+        (folder / "images" / f"{n:04d}.json").write_text(json.dumps({"n": n}))
+    (folder / "scripts").symlink_to(ROOT / "scripts")
+
+
+def check_pip_installs(code: str) -> str:
+    """The block without its ``pip install`` lines, once the extras they name are known."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    kept = []
+    for line in code.splitlines():
+        if line.startswith("pip install"):
+            for extra in re.findall(r"\.\[([\w,]+)\]", line):
+                for name in extra.split(","):
+                    assert name in extras, f"README installs extra {name!r}, which pyproject.toml lacks"
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+def run_block(block: Block, folder: Path, number: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONWARNINGS": "ignore"}
+    if block.language == "python":
+        script = folder / f"readme_block_{number}.py"
+        script.write_text(block.code)
+        command = [sys.executable, str(script)]
+    else:
+        command = ["bash", "-euo", "pipefail", "-c", check_pip_installs(block.code)]
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_every_python_and_bash_block_of_the_readme_runs(tmp_path: Path) -> None:
+    blocks = readme_blocks()
+    make_inputs(tmp_path)
+    ran = 0
+    for number, block in enumerate(blocks):
+        if block.skip is not None:
+            continue
+        result = run_block(block, tmp_path, number)
+        assert result.returncode == 0, (f"README.md line {block.line} ({block.language}) failed:\n{block.code}\n"
+                                        f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}")
+        ran += 1
+    skipped = [b for b in blocks if b.skip is not None]
+    print(f"README blocks: {ran} run, {len(skipped)} skipped: " + "; ".join(f"line {b.line}: {b.skip}" for b in skipped))
+    assert ran >= 12 and len(skipped) <= 6  # the README is mostly runnable, and this test ran it
+
+
+def test_skip_markers_sit_on_a_block_and_say_why() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "readme-test" in line:
+            assert SKIP.fullmatch(line), f"README.md line {i + 1}: a marker reads <!-- readme-test: skip: reason -->"
+            assert re.fullmatch(r"```(python|bash)", lines[i + 1]), f"README.md line {i + 1}: no block follows"
+
+
+@pytest.mark.parametrize("block", [b for b in readme_blocks() if b.language == "python"],
+                         ids=lambda b: f"line{b.line}")
+def test_python_blocks_compile(block: Block) -> None:
+    compile(block.code, f"README.md:{block.line}", "exec")
