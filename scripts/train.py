@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Iterable
 
 import torch
 import torch.distributed as dist
@@ -48,6 +49,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers per rank")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--classes", type=int, help="number of classes (default: largest label + 1)")
+    parser.add_argument("--task", choices=("auto", "classification", "regression"), default="auto",
+                        help="what to train; auto (default) chooses from the labels (see above)")
     parser.add_argument("--checkpoint", type=Path, help="save model, optimizer and loader state here")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="also save every N batches")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
@@ -70,7 +73,7 @@ def setup_distributed(device: torch.device) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def evaluate(model: nn.Module, loader, task: Task, device: torch.device) -> tuple[float, int]:
+def evaluate(model: nn.Module, loader: Iterable[dict], task: Task, device: torch.device) -> tuple[float, int]:
     """The sum of the validation metric's terms (correct predictions, or squared errors) and
     the samples seen on this rank."""
     model.eval()
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     train_data = split_location(args.data, args.train_split, "--train-split")
     val_data = split_location(args.data, args.validation_split, "--validation-split")
-    task = choose_task(train_data, val_data, args.classes)
+    task = choose_task(train_data, val_data, args.classes, args.task)
     if rank == 0:
         print(f"task: {task.description}", file=sys.stderr)
     module = nn.Linear(task.features, task.outputs).to(device)

@@ -1,10 +1,11 @@
 """What the example model trains, chosen from the data: its inputs, outputs, loss and metric.
 
-``choose_task`` reads the schema of the training split and one pass over the labels of the
-validation split (a small split; ``--classes`` skips the pass): integer labels, or float labels
-that all hold whole numbers (as the joblib batch recipe stores class numbers), make a
-classification into ``largest label + 1`` classes; other real-valued labels a regression on as
-many outputs as a label has values.
+``choose_task`` reads the schema of the training split and one pass over the labels of both
+splits (``--classes`` or ``--task regression`` skip it): integer labels (from 0), or float
+labels that all hold whole numbers from 0 to :data:`MAX_GUESSED_CLASSES` (as the joblib batch
+recipe stores class numbers), make a classification into ``largest label + 1`` classes; other
+real-valued labels a regression on as many outputs as a label has values. ``--task`` decides
+instead of the guess.
 """
 
 from __future__ import annotations
@@ -101,8 +102,14 @@ def _size(shape: tuple | None, field: str, where: str) -> int:
     return int(math.prod(shape))
 
 
-def choose_task(train: str, validation: str, classes: int | None = None) -> Task:
-    """The task for the shards at ``train`` and ``validation`` (see the module docstring)."""
+#: Whole-number float labels up to this many classes are taken for class numbers; beyond, for
+#: quantities (prices, counts) to regress on.
+MAX_GUESSED_CLASSES = 1000
+
+
+def choose_task(train: str, validation: str, classes: int | None = None, task: str = "auto") -> Task:
+    """The task for the shards at ``train`` and ``validation`` (see the module docstring):
+    ``task`` is ``"auto"``, ``"classification"`` or ``"regression"``."""
     fields = load_index(train).fields
     for name in ("x", "y"):
         if name not in fields:
@@ -113,25 +120,46 @@ def choose_task(train: str, validation: str, classes: int | None = None) -> Task
         field = "x" if not _kind(x.dtype) else "y"
         raise UnusableData(f"{train}: field {field!r} holds {fields[field].dtype}, not numbers")
     features = _size(x.shape, "x", train)
+    outputs = _size(y.shape, "y", train)
+    if task == "regression":
+        return _regression(features, outputs, f"labels y: {y.dtype}; --task regression")
     if classes:
-        return Task(features, classes, classes, f"classification into {classes} classes (--classes), "
-                                                f"labels y: {y.dtype}")
-    labels = _labels(validation)
-    if labels.shape[1] == 1 and len(labels) and (_kind(y.dtype) == "i" or (
-            np.all(labels == np.round(labels)) and labels.min() >= 0)):
+        return Task(features, classes, classes, f"classification into {classes} classes (--classes; labels y: "
+                                                f"{y.dtype}; CrossEntropyLoss, validation accuracy)")
+    labels = np.concatenate([_labels(train), _labels(validation)])
+    whole = bool(np.all(labels == np.round(labels)))
+    if outputs == 1 and whole and (_kind(y.dtype) == "i" or task == "classification" or
+                                   (labels.min() >= 0 and labels.max() < MAX_GUESSED_CLASSES)):
+        if labels.min() < 0:
+            raise UnusableData(f"{train}: labels y hold {labels.min():g}: class numbers run from 0 to C-1; remap "
+                               f"them (e.g. -1/1 to 0/1), or train a regression with --task regression")
         count = int(labels.max()) + 1
         holding = "" if _kind(y.dtype) == "i" else ", floats holding whole numbers"
         return Task(features, count, count, f"classification into {count} classes (labels y: {y.dtype}"
                                             f"{holding}; CrossEntropyLoss, validation accuracy)")
-    outputs = _size(y.shape, "y", train)
+    if task == "classification":
+        raise UnusableData(f"{train}: --task classification needs one whole number per label; labels y hold "
+                           f"{'arrays of ' + str(outputs) + ' values' if outputs > 1 else 'fractions'}")
+    if not whole:
+        why = "real values"
+    elif labels.min() < 0:
+        why = f"whole numbers from {labels.min():g}, not class numbers (from 0)"
+    else:
+        why = f"whole numbers up to {labels.max():g}, more than {MAX_GUESSED_CLASSES} classes"
+    return _regression(features, outputs, f"labels y: {y.dtype}, {why}")
+
+
+def _regression(features: int, outputs: int, why: str) -> Task:
     return Task(features, outputs, 0, f"regression on {outputs} output{'s' if outputs > 1 else ''} "
-                                      f"(labels y: {y.dtype}, real values; MSELoss, validation RMSE)")
+                                      f"({why}; MSELoss, validation RMSE)")
 
 
 def _labels(location: str) -> np.ndarray:
-    """Every label of a split, one pass: an array of one row per sample."""
+    """Every label of a split, one pass: an array of one row per sample; an empty split is an
+    error (the example trains on one split and evaluates on the other)."""
     dataset = ShardDataset(location, batch_size=65536, shuffle=False, fields=["y"], remainder="keep",
                            rank=0, world_size=1)
-    parts = [batch["y"].numpy() for batch in dataset]
-    labels = np.concatenate(parts) if parts else np.zeros(0)
-    return labels.reshape(len(labels), -1)
+    parts = [batch["y"].numpy().reshape(len(batch["y"]), -1) for batch in dataset]
+    if not parts:
+        raise UnusableData(f"{location}: no samples; the example needs samples in both splits")
+    return np.concatenate(parts)

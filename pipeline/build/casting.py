@@ -2,10 +2,10 @@
 
 Data saved by NumPy code is often float64 where float32 is what a model trains on: casting at
 build time halves the shards and the bytes every epoch reads. A cast never changes a value
-silently beyond what the user asked for: float to a narrower float rounds (that is the point),
-but float to integer needs whole numbers, and integer to a narrower integer needs values that
-fit; anything else is an error naming the field, the source and the first value that does not
-convert.
+beyond what the user asked for: float to a narrower float rounds (that is the point), but a
+finite value that would become infinite, a float that is not a whole number cast to an
+integer, an integer that does not fit, or a bool that is not 0 or 1 is an error naming the
+field, the source and the value.
 """
 
 from __future__ import annotations
@@ -31,34 +31,46 @@ def parse_dtypes(specs: Mapping[str, str]) -> dict[str, np.dtype]:
     return dtypes
 
 
-def cast_column(values: Any, dtype: np.dtype, where: str) -> np.ndarray:
-    """``values`` (an array, or a list of arrays or numbers) as an array of ``dtype``."""
-    array = values if isinstance(values, np.ndarray) else np.asarray(values)
-    if array.dtype == object:
-        raise SampleError(f"{where}: values of different shapes or types cannot be cast to {dtype}")
+def cast_column(values: Any, dtype: np.dtype, where: str) -> Any:
+    """``values`` as ``dtype``: an array column as one array, a list column (samples that may
+    differ in shape) value by value."""
+    if isinstance(values, np.ndarray):
+        return cast_array(values, dtype, where)
+    return [cast_array(np.asarray(value), dtype, where) for value in values]
+
+
+def cast_array(array: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
+    """``array`` as an array of ``dtype``, refusing a cast that would change a value (see the
+    module docstring)."""
     if array.dtype == dtype:
         return array
-    if dtype.kind in "iu":
-        _check_integers(array, dtype, where)
-    elif dtype.kind == "b" and array.dtype.kind != "b":
-        bad = ~np.isin(array, (0, 1))
-        if bad.any():
-            raise SampleError(f"{where}: value {array[bad].flat[0].item()!r} is not 0 or 1; it cannot be stored as bool")
-    return array.astype(dtype)
-
-
-def _check_integers(array: np.ndarray, dtype: np.dtype, where: str) -> None:
-    if array.dtype.kind == "f":
-        bad = ~np.isfinite(array) | (array != np.round(array))
-        if bad.any():
-            raise SampleError(f"{where}: value {array[bad].flat[0].item()!r} is not a whole number; it cannot be "
-                              f"stored as {dtype} (store it as a float)")
-    if array.size:
+    if array.dtype.kind not in "biuf":
+        raise SampleError(f"{where}: values of dtype {array.dtype} cannot be cast to {dtype}")
+    if dtype.kind in "iub" and array.dtype.kind == "f":
+        _refuse(array, ~np.isfinite(array) | (array != np.round(array)), where,
+                f"is not a whole number; it cannot be stored as {dtype} (store it as a float)")
+    if dtype.kind == "b":
+        _refuse(array, (array != 0) & (array != 1), where, "is not 0 or 1; it cannot be stored as bool")
+    with np.errstate(all="ignore"):
+        out = array.astype(dtype)
+    if dtype.kind == "f":
+        _refuse(array, np.isfinite(array) & ~np.isfinite(out), where,
+                f"does not fit in {dtype} (largest {np.finfo(dtype).max:g})")
+    elif dtype.kind in "iu":
         info = np.iinfo(dtype)
-        low, high = array.min(), array.max()
-        if low < info.min or high > info.max:
-            value = low if low < info.min else high
-            raise SampleError(f"{where}: value {value.item()!r} does not fit in {dtype} ({info.min} to {info.max})")
+        why = f"does not fit in {dtype} ({info.min} to {info.max})"
+        if array.dtype.kind == "f":  # whole numbers: exact unless out of range, which the way back shows
+            _refuse(array, out.astype(array.dtype) != array, where, why)
+        elif array.size:  # integers: the extremes compared as Python ints, exact at any size
+            low, high = int(array.min()), int(array.max())
+            if low < info.min or high > info.max:
+                raise SampleError(f"{where}: value {low if low < info.min else high} {why}")
+    return out
+
+
+def _refuse(array: np.ndarray, bad: np.ndarray, where: str, why: str) -> None:
+    if bad.any():
+        raise SampleError(f"{where}: value {array[bad].flat[0].item()!r} {why}")
 
 
 class CastSource(Source):

@@ -25,10 +25,12 @@ TRAIN, VALIDATION = "train", "validation"
 def validation_rows(rows: int, validation: float | int, seed: int) -> np.ndarray:
     """The sorted row numbers of the validation split: ``validation`` is a fraction in (0, 1)
     (a float) or a number of rows (an int), chosen at random by ``seed``."""
-    if isinstance(validation, float):
+    if isinstance(validation, (bool, np.bool_)) or not isinstance(validation, (int, float, np.integer, np.floating)):
+        raise ValueError(f"validation must be a fraction in (0, 1) or a number of rows, got {validation!r}")
+    if isinstance(validation, (float, np.floating)):
         if not 0 < validation < 1:
             raise ValueError(f"validation must be a fraction in (0, 1) or a number of rows, got {validation}")
-        count = int(round(rows * validation))
+        count = int(round(rows * float(validation)))
     else:
         count = int(validation)
     if not 0 < count < rows:
@@ -38,30 +40,42 @@ def validation_rows(rows: int, validation: float | int, seed: int) -> np.ndarray
 
 
 class RowSubset(Source):
-    """Some rows of another source (sorted row numbers), renumbered from 0.
+    """The rows of another source that ``rows`` names (sorted row numbers), or with
+    ``complement`` all the others, renumbered from 0. Both splits are made from the validation
+    split's rows alone, so a split of a source too large for RAM stores no list of its
+    training rows; a window sent to a worker carries only the rows it covers.
 
     A read fetches each run of consecutive wanted rows with one read of the source, and reads
     over a short gap (up to 64 KiB of unwanted rows) rather than making another call, but never
     over a gap of per-file rows (each would be a file opened for nothing), nor more than about
     32 MB at once: memory stays bounded however sparse the subset is."""
 
-    def __init__(self, source: Source, rows: np.ndarray, name: str) -> None:
+    def __init__(self, source: Source, rows: np.ndarray, name: str, complement: bool = False) -> None:
         self.source = source
         self.rows = np.asarray(rows, dtype=np.int64)
+        self.complement = complement
+        self.name = name
         self.description = f"{source.description} [{name}]"
         self.fixed_shape = source.fixed_shape
-        sizes = getattr(source, "sizes", None)
-        self.sizes = None if sizes is None else [sizes[i] for i in self.rows.tolist()]
         self.fields = getattr(source, "fields", ())
         row_bytes = max(source.approx_row_bytes(), 1)
-        self._gap = 0 if sizes is not None else (64 << 10) // row_bytes
+        self._gap = 0 if getattr(source, "sizes", None) is not None else (64 << 10) // row_bytes
         self._span = max((32 << 20) // row_bytes, 1)
+        # position p of the complement is source row p + (number of named rows r with r - i <= p)
+        self._shifted = self.rows - np.arange(len(self.rows)) if complement else None
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.source) - len(self.rows) if self.complement else len(self.rows)
+
+    def source_rows(self, start: int, stop: int) -> np.ndarray:
+        """The source's row numbers of this subset's rows ``[start, stop)``."""
+        if self._shifted is None:
+            return self.rows[start:stop]
+        positions = np.arange(start, stop, dtype=np.int64)
+        return positions + np.searchsorted(self._shifted, positions, side="right")
 
     def read(self, start: int, stop: int) -> RowBlock:
-        wanted = self.rows[start:stop]
+        wanted = self.source_rows(start, stop)
         if not len(wanted):
             return _take(self.source.read(0, 1), [])
         blocks = []
@@ -70,10 +84,21 @@ class RowSubset(Source):
             blocks.append(_take(self.source.read(first, int(piece[-1]) + 1), (piece - first).tolist()))
         return RowBlock.concat(blocks)
 
+    def window(self, start: int, stop: int) -> Source:
+        if stop <= start:
+            return RowSubset(self.source, self.rows[:0], self.name)
+        lo = int(self.source_rows(start, start + 1)[0])
+        hi = int(self.source_rows(stop - 1, stop)[0]) + 1
+        named = self.rows[np.searchsorted(self.rows, lo):np.searchsorted(self.rows, hi)] if self.complement \
+            else self.rows[start:stop]
+        return RowSubset(self.source.window(lo, hi), named - lo, self.name, self.complement)
+
     def shard_bounds(self, shard_samples: int | None, shard_bytes: int | None, pack: int) -> list[int]:
-        if self.sizes is None:
+        sizes = getattr(self.source, "sizes", None)
+        if sizes is None:
             return super().shard_bounds(shard_samples, shard_bytes, pack)
-        return greedy_bounds(self.sizes, len(self.fields), shard_samples, shard_bytes, pack)
+        mine = np.asarray(sizes, dtype=np.int64)[self.source_rows(0, len(self))].tolist()
+        return greedy_bounds(mine, len(self.fields), shard_samples, shard_bytes, pack)
 
     def approx_row_bytes(self) -> int:
         return self.source.approx_row_bytes()
@@ -100,13 +125,13 @@ def _take(block: RowBlock, positions: list[int]) -> RowBlock:
     return RowBlock(columns, keys)
 
 
-def build_splits(source: Source, out_dir: str | os.PathLike[str], validation: float, seed: int = 0,
+def build_splits(source: Source, out_dir: str | os.PathLike[str], validation: float | int, seed: int = 0,
                  **options: Any) -> dict[str, DatasetIndex]:
     """``source`` split into ``out_dir/train`` and ``out_dir/validation`` (shards
     ``train-000000.tar``...), ``validation`` a fraction or a number of rows chosen by ``seed``.
     ``options`` are those of :func:`~pipeline.build.run.build_shards`."""
     held_out = validation_rows(len(source), validation, seed)
-    kept = np.setdiff1d(np.arange(len(source)), held_out, assume_unique=True)
-    splits = {TRAIN: RowSubset(source, kept, TRAIN), VALIDATION: RowSubset(source, held_out, VALIDATION)}
+    splits = {TRAIN: RowSubset(source, held_out, TRAIN, complement=True),
+              VALIDATION: RowSubset(source, held_out, VALIDATION)}
     return {name: build_shards(subset, join(os.fspath(out_dir), name), name, **options)
             for name, subset in splits.items()}

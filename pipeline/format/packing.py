@@ -29,7 +29,7 @@ def stack_column(name: str, values: Sequence[Any], keys: Sequence[str]) -> Any:
             if arr.shape != shape:
                 raise SampleError(
                     f"record {key!r}, field {name!r}: shape {arr.shape} differs from {shape} "
-                    f"in the same packed record (packing needs equal shapes; use pack=1)"
+                    f"in the same packed record (packing needs equal shapes; use pack=1, --pack 1)"
                 )
         return np.stack(arrays)
     return list(values)

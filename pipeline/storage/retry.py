@@ -48,16 +48,28 @@ class RetryPolicy:
         """Defaults, overridden by ``PIPELINE_RETRY_ATTEMPTS``, ``PIPELINE_RETRY_DELAY`` (the first
         back-off, seconds), ``PIPELINE_RETRY_DEADLINE``, ``PIPELINE_CONNECT_TIMEOUT`` and
         ``PIPELINE_READ_TIMEOUT``."""
-        env = os.environ
-        return cls(attempts=max(int(env.get("PIPELINE_RETRY_ATTEMPTS", cls.attempts)), 1),
-                   base_delay=float(env.get("PIPELINE_RETRY_DELAY", cls.base_delay)),
-                   connect_timeout=float(env.get("PIPELINE_CONNECT_TIMEOUT", cls.connect_timeout)),
-                   read_timeout=float(env.get("PIPELINE_READ_TIMEOUT", cls.read_timeout)),
-                   deadline=float(env.get("PIPELINE_RETRY_DEADLINE", cls.deadline)))
+        return cls(attempts=max(int(_setting("PIPELINE_RETRY_ATTEMPTS", cls.attempts, int)), 1),
+                   base_delay=_setting("PIPELINE_RETRY_DELAY", cls.base_delay, float),
+                   connect_timeout=_setting("PIPELINE_CONNECT_TIMEOUT", cls.connect_timeout, float),
+                   read_timeout=_setting("PIPELINE_READ_TIMEOUT", cls.read_timeout, float),
+                   deadline=_setting("PIPELINE_RETRY_DEADLINE", cls.deadline, float))
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based): exponential, jittered."""
         return min(self.max_delay, self.base_delay * 2**attempt) * random.uniform(0.5, 1.0)
+
+
+def _setting(name: str, default: float, kind: Callable[[str], float]) -> float:
+    """The environment variable ``name`` as a number, else ``default``; one that is not a
+    number is an error naming it."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        unit = "a whole number" if kind is int else "a number of seconds"
+        raise ValueError(f"{name}={text!r} is not {unit} (unset it for the default, {default:g})") from None
 
 
 class RetryBudget:

@@ -130,7 +130,7 @@ class ShardDataset(IterableDataset):
                                                                self.read_stats)
         self.num_workers = 1  # how many DataLoader workers will read: set by ShardLoader
         self.batches_per_message = 1  # batches a worker sends at once: set by ShardLoader
-        self.relay_errors = False  # workers send their errors as a WorkerFailure: set by ShardLoader
+        self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
         # a shared tensor, so that persistent DataLoader workers see set_epoch()
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume: tuple[int, list[tuple[int, int, int]]] | None = None

@@ -13,7 +13,15 @@ from torch.utils.data import DataLoader
 
 from .batching import split_message
 from .dataset import ShardDataset
-from .workers import WorkerError, WorkerFailure, exited_workers, is_worker_death, stop_workers, translate_worker_deaths
+from .workers import (
+    RelayErrors,
+    WorkerError,
+    WorkerFailure,
+    exited_workers,
+    is_worker_death,
+    stop_workers,
+    translate_worker_deaths,
+)
 
 STATE_VERSION = 1
 _PLAN_KEYS = ("seed", "world_size", "batch_size", "drop_last", "remainder", "shuffle", "samples")
@@ -39,10 +47,11 @@ class ShardLoader(DataLoader):
 
     def __init__(self, dataset: ShardDataset, num_workers: int = 0,
                  batches_per_message: int | None = None, **kwargs: Any) -> None:
+        if num_workers:  # workers send errors as messages, which this loader raises
+            kwargs["worker_init_fn"] = RelayErrors(kwargs.get("worker_init_fn"))
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         dataset.num_workers = max(num_workers, 1)
         dataset.batches_per_message = batches_per_message or _auto_batches_per_message(dataset, num_workers)
-        dataset.relay_errors = True  # this loader raises what a worker sends as a WorkerFailure
         self._epoch = dataset.epoch
         self._batches = 0
         self._legs: list[tuple[int, int, int]] = []
@@ -111,7 +120,7 @@ class ShardLoader(DataLoader):
         for _ in range(3):  # a death signal may still interrupt this, until the workers are unwatched
             try:
                 if death is None and self.num_workers:
-                    dead = exited_workers(iterator, grace=2.0)
+                    dead = exited_workers(iterator, grace=1.0)
                 self._stop_workers(iterator)
                 break
             except RuntimeError as late:

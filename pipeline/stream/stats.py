@@ -16,7 +16,7 @@ import threading
 import torch
 from torch.utils.data import get_worker_info
 
-_ROWS = 64  # one per worker id (modulo)
+_ROWS = 64  # one per worker id (modulo 63), the last one the main process's
 _SKIPPED, _REPLACED, _RETRIES = range(3)
 # The reader threads of a process share its row: adding is a read and a write, so they take
 # turns. One lock per process (a fork copies a lock as it stands, perhaps held).
@@ -40,7 +40,7 @@ class ReadStats:
 
     def _add(self, column: int, count: int) -> None:
         info = get_worker_info()
-        row = (0 if info is None else info.id) % _ROWS
+        row = _ROWS - 1 if info is None else info.id % (_ROWS - 1)  # the main process has a row of its own
         with _lock:
             self.table[row, column] += count
 

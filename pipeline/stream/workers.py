@@ -26,8 +26,9 @@ import signal
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
+from torch.utils.data import get_worker_info
 from torch.utils.data._utils import signal_handling
 
 _TORCH_DEATH = "DataLoader worker (pid"
@@ -81,6 +82,24 @@ class WorkerFailure:
             raise error
         finally:
             del error
+
+
+class RelayErrors:
+    """A DataLoader ``worker_init_fn`` that makes the worker's copy of the dataset send its
+    errors as a :class:`WorkerFailure` (which only a ShardLoader raises: the user's own dataset
+    object, also usable in a plain DataLoader, is left as it is), then runs ``then``, the
+    ``worker_init_fn`` given to the loader. Picklable when ``then`` is, for workers started with
+    spawn."""
+
+    def __init__(self, then: Callable[[int], None] | None) -> None:
+        self.then = then
+
+    def __call__(self, worker_id: int) -> None:
+        info = get_worker_info()
+        if info is not None:
+            info.dataset.relay_errors = True  # type: ignore[union-attr]
+        if self.then is not None:
+            self.then(worker_id)
 
 
 def translate_worker_deaths() -> None:

@@ -23,11 +23,14 @@ def split_iter(array: np.ndarray, n: int):
         yield array[i * n:(i + 1) * n]
 
 
-def write_recipe(folder: Path, x: np.ndarray, y: np.ndarray, batch_size: int) -> None:
-    """``x_<B>.job`` / ``y_<B>.job`` exactly as the joblib batch recipe saves them."""
+def write_recipe(folder: Path, x: np.ndarray, y: np.ndarray, batch_size: int, keep_tail: bool = False) -> None:
+    """``x_<B>.job`` / ``y_<B>.job`` exactly as the joblib batch recipe saves them (or, with
+    ``keep_tail``, with the last short batch kept, as DataLoader-style batching does)."""
     folder.mkdir(exist_ok=True)
-    joblib.numpy_pickle.dump(list(split_iter(x, batch_size)), folder / f"x_{batch_size}.job")
-    joblib.numpy_pickle.dump(list(split_iter(y, batch_size)), folder / f"y_{batch_size}.job")
+    batches = (lambda a: [a[i:i + batch_size] for i in range(0, len(a), batch_size)]) if keep_tail \
+        else (lambda a: list(split_iter(a, batch_size)))
+    joblib.numpy_pickle.dump(batches(x), folder / f"x_{batch_size}.job")
+    joblib.numpy_pickle.dump(batches(y), folder / f"y_{batch_size}.job")
 
 
 @pytest.fixture
@@ -64,6 +67,16 @@ def test_two_runs_of_the_recipe_in_one_folder_are_refused_then_one_is_chosen(tmp
         pipeline.build_joblib(tmp_path / "out", tmp_path / "other", batch_size=8, quiet=True)
 
 
+def test_runs_that_kept_their_short_last_batch_are_recognised_too(tmp_path: Path, recipe_data) -> None:
+    x, y = recipe_data
+    write_recipe(tmp_path / "out", x, y, batch_size=4, keep_tail=True)
+    write_recipe(tmp_path / "out", x, y, batch_size=36, keep_tail=True)
+    with pytest.raises(SampleError, match=r"x_4\.job/y_4\.job \(1,003 samples in batches of 4\), x_36\.job/y_36\.job "
+                                          r"\(1,003 samples in batches of 36\)"):
+        pipeline.build_joblib(tmp_path / "out", tmp_path / "shards", quiet=True)
+    assert pipeline.build_joblib(tmp_path / "out", tmp_path / "shards", batch_size=4, quiet=True).samples == 1003
+
+
 def test_a_validation_split_is_disjoint_complete_in_order_and_reproducible(tmp_path: Path, recipe_data) -> None:
     x, y = recipe_data
     write_recipe(tmp_path / "out", x, y, batch_size=4)
@@ -85,6 +98,18 @@ def test_a_validation_split_is_disjoint_complete_in_order_and_reproducible(tmp_p
     for bad in (0.0, 1.0, 1000, 1.5):
         with pytest.raises(ValueError, match="validation"):
             pipeline.build_joblib(tmp_path / "out", tmp_path / "e", validation=bad, quiet=True)
+
+
+def test_a_split_built_by_workers_is_the_split_built_in_one_process(tmp_path: Path) -> None:
+    x = np.arange(30_000 * 4, dtype=np.float32).reshape(30_000, 4)
+    options = dict(validation=0.2, seed=5, shard_samples=1000, pack=50, quiet=True)
+    one = pipeline.write_shards(tmp_path / "one", {"x": x}, workers=1, **options)
+    two = pipeline.write_shards(tmp_path / "two", {"x": x}, workers=2, **options)
+    for name in ("train", "validation"):
+        assert [s.sha256 for s in one[name].shards] == [s.sha256 for s in two[name].shards]
+    rows = sorted(int(v[0]) // 4 for name in ("train", "validation")
+                  for v in read_back(tmp_path / "two" / name)[1]["x"])
+    assert rows == list(range(30_000))
 
 
 def test_a_split_of_per_file_samples_reads_each_file_once(tmp_path: Path) -> None:
@@ -120,6 +145,29 @@ def test_dtype_stores_a_cast_copy_and_refuses_casts_that_change_values(tmp_path:
         pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y}, dtypes={"z": "float32"}, quiet=True)
     with pytest.raises(ValueError, match=r"--dtype x=complex64: unsupported array dtype"):
         pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y}, dtypes={"x": "complex64"}, quiet=True)
+    refused = [({"x": np.array([1e39])}, "float32", r"value 1e\+39 does not fit in float32"),
+               ({"x": np.array([100_000])}, "float16", r"value 100000 does not fit in float16"),
+               ({"x": np.array([2.0 ** 63])}, "int64", r"value 9\.22\d*e\+18 does not fit in int64"),
+               ({"x": np.array([2 ** 63], np.uint64)}, "int64", r"value 9223372036854775808 does not fit in int64"),
+               ({"x": np.array([-1])}, "uint8", r"value -1 does not fit in uint8"),
+               ({"x": np.array([2])}, "bool", r"value 2 is not 0 or 1")]
+    for arrays, dtype, message in refused:
+        with pytest.raises(SampleError, match=message):
+            pipeline.write_shards(tmp_path / "bad", arrays, dtypes={"x": dtype}, quiet=True)
+
+
+def test_dtype_casts_samples_of_different_shapes_one_by_one(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    root.mkdir()
+    shapes = {"a": (3, 2), "b": (3, 3), "c": (2, 8), "d": (8, 2)}  # c and d: files of one size
+    for name, shape in shapes.items():
+        np.save(root / f"{name}.npy", np.full(shape, 0.5))
+    labels = {name: n for n, name in enumerate(shapes)}
+    indexes = pipeline.build_sample_files(root, labels, {"train": list(shapes)}, tmp_path / "out",
+                                          dtypes={"x": "float16"}, quiet=True)
+    assert indexes["train"].pack == 1 and indexes["train"].fields["x"].dtype == "float16"
+    _, fields = read_back(tmp_path / "out" / "train")
+    assert [x.shape for x in fields["x"]] == list(shapes.values()) and all(x.dtype == np.float16 for x in fields["x"])
 
 
 def test_the_default_pack_keeps_small_samples_close_to_their_size_and_large_ones_whole(tmp_path: Path) -> None:
@@ -137,7 +185,7 @@ def test_the_default_pack_keeps_small_samples_close_to_their_size_and_large_ones
     folder.mkdir()
     for n in range(5):
         (folder / f"{n}.txt").write_bytes(b"x" * (n + 1))
-    assert pipeline.build_folder(folder, tmp_path / "folder", quiet=True).pack == 1  # sizes differ
+    assert pipeline.build_folder(folder, tmp_path / "folder", quiet=True).pack == 1  # files: one per record
     for bad in (0, "big", True):
         with pytest.raises(ValueError, match="pack must be 'auto' or an integer >= 1"):
             pipeline.write_shards(tmp_path / "bad", small, pack=bad, quiet=True)

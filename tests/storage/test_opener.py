@@ -47,3 +47,16 @@ def test_urls_join_like_folders() -> None:
     assert join("http://h:1/d", "x.tar") == "http://h:1/d/x.tar"
     assert join("s3://b/a", "http://elsewhere/x.tar") == "http://elsewhere/x.tar"
     assert redact("https://user:pw@h/x.tar?X-Amz-Signature=abc") == "https://h/x.tar?<redacted>"
+
+
+def test_a_retry_setting_that_is_not_a_number_is_an_error_naming_it(monkeypatch) -> None:
+    from pipeline.storage.retry import RetryPolicy
+
+    monkeypatch.setenv("PIPELINE_RETRY_DEADLINE", "2m")
+    with pytest.raises(ValueError, match=r"PIPELINE_RETRY_DEADLINE='2m' is not a number of seconds \(unset it for "
+                                         r"the default, 120\)"):
+        RetryPolicy.from_env()
+    monkeypatch.setenv("PIPELINE_RETRY_DEADLINE", "30")
+    monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "3.5")
+    with pytest.raises(ValueError, match=r"PIPELINE_RETRY_ATTEMPTS='3.5' is not a whole number"):
+        RetryPolicy.from_env()

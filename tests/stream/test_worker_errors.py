@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import pipeline
 from pipeline import ShardError, SourceError
@@ -93,3 +94,16 @@ def test_an_error_that_cannot_cross_processes_arrives_as_a_runtime_error_naming_
 
     error = first_error(pristine, 2, batch_transform=transform)
     assert type(error) is RuntimeError and str(error) == "Unpicklable: 1 and 2"
+
+
+def test_the_dataset_of_a_loader_still_raises_as_usual_in_a_plain_dataloader(pristine: Path) -> None:
+    def transform(batch):
+        raise KeyError("no such column: 'label'")
+
+    dataset = pipeline.ShardDataset(pristine, batch_size=50, batch_transform=transform)
+    with pytest.raises(KeyError):
+        next(iter(pipeline.make_loader(dataset, num_workers=2)))
+    plain = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+    with pytest.raises(KeyError, match="Caught KeyError in DataLoader worker process"):
+        for _ in plain:  # PyTorch's own way: no batch, and no message of ours, stands in for the error
+            pass

@@ -45,9 +45,11 @@ def _label_rows(obj: Any, path: Path) -> np.ndarray:
 
 def _batched_by(obj: Any, size: int) -> bool:
     """Whether ``obj`` is what the recipe saves for batch size ``size``: a list of batches of
-    ``size`` rows each."""
-    return isinstance(obj, (list, tuple)) and bool(obj) and all(
-        isinstance(v, np.ndarray) and v.ndim >= 1 and len(v) == size for v in obj)
+    ``size`` rows each, the last one possibly shorter (when the tail was kept, not dropped)."""
+    if not isinstance(obj, (list, tuple)) or not obj or not all(isinstance(v, np.ndarray) and v.ndim >= 1
+                                                                for v in obj):
+        return False
+    return all(len(v) == size for v in obj[:-1]) and 0 < len(obj[-1]) <= size
 
 
 def _feature_rows(obj: Any, rows: int, path: Path) -> np.ndarray:
@@ -76,9 +78,9 @@ class JoblibBatchSource(Source):
     *one* pair whose ``B`` is the batch size, each file a list of batches of ``B`` rows (a run
     with another batch size adds another pair, with the same samples). Other code saves one
     pair per batch, ``B`` numbering them. So: a single pair, or ``batch_size=B``, converts that
-    pair; several pairs whose every batch holds ``B`` rows are runs of the recipe, refused
-    (converting them all would give every sample twice) with a message naming them; other
-    pairs are batches, converted in numeric order of ``B``.
+    pair; several pairs whose every batch holds ``B`` rows (the last one maybe fewer) are runs
+    of the recipe, refused (converting them all would give every sample twice) with a message
+    naming them; other pairs are batches, converted in numeric order of ``B``.
 
     Opening the source loads every ``y`` file once to count rows (labels are small); a build
     then loads each ``x`` file in the task that needs it, keeping the last pair loaded.

@@ -64,7 +64,9 @@ def _find_file(root: Path, sample_id: str) -> Path | None:
 
 
 class SampleFileSource(FileRowsSource):
-    """The samples of one split: field ``x`` from each ID's file, field ``y`` its label."""
+    """The samples of one split: field ``x`` from each ID's file, field ``y`` its label. Files
+    may hold arrays of different shapes, so ``pack="auto"`` stores one sample per record (a
+    ``pack`` given packs samples of one shape)."""
 
     def __init__(self, root: str | os.PathLike[str], ids: Sequence[str], labels: Mapping[str, Any],
                  split: str = "samples", fields: tuple[str, str] = ("x", "y")) -> None:
@@ -92,7 +94,6 @@ class SampleFileSource(FileRowsSource):
         self.labels = [labels[i] for i in ids]
         self.fields = fields
         self.sizes = [p.stat().st_size for p in self.paths]
-        self.fixed_shape = len(set(self.sizes)) == 1  # files of one size: arrays of one shape, packable
         self.description = f"{split} ({self.root})"
 
     def __len__(self) -> int:

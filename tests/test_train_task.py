@@ -1,0 +1,52 @@
+"""What the example trainer chooses to train, from the shards it is given: classes or a
+regression, how many classes, and clear errors for labels it cannot train on."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from train_task import UnusableData, choose_task  # noqa: E402
+
+
+def splits(folder: Path, train_y: np.ndarray, val_y: np.ndarray) -> tuple[str, str]:
+    for name, y in (("train", train_y), ("validation", val_y)):
+        x = np.zeros((len(y), 2, 3), np.float32)
+        pipeline.write_shards(folder / name, {"x": x, "y": y}, quiet=True)
+    return str(folder / "train"), str(folder / "validation")
+
+
+def test_integer_and_whole_float_labels_are_classes_counted_over_both_splits(tmp_path: Path) -> None:
+    task = choose_task(*splits(tmp_path / "a", np.array([0, 1, 7, 2]), np.array([1, 2])))
+    assert (task.features, task.outputs, task.classes) == (6, 8, 8)  # class 7 is in the training split only
+    task = choose_task(*splits(tmp_path / "b", np.array([0.0, 3.0]), np.array([1.0, 2.0])))
+    assert task.classes == 4 and "floats holding whole numbers" in task.description
+
+
+def test_real_values_and_large_whole_numbers_are_a_regression(tmp_path: Path) -> None:
+    task = choose_task(*splits(tmp_path / "a", np.array([0.5, 1.25]), np.array([2.0, 3.0])))
+    assert task.classes == 0 and task.outputs == 1 and "real values" in task.description
+    prices = np.array([100_000.0, 250_000.0])
+    task = choose_task(*splits(tmp_path / "b", prices, prices))
+    assert task.classes == 0 and "more than 1000 classes" in task.description
+    assert choose_task(*splits(tmp_path / "c", np.array([1, 2]), np.array([0, 1])), task="regression").classes == 0
+    task = choose_task(*splits(tmp_path / "d", np.zeros((4, 3)), np.zeros((2, 3))))
+    assert task.classes == 0 and task.outputs == 3
+
+
+def test_labels_it_cannot_train_on_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(UnusableData, match=r"labels y hold -1: class numbers run from 0 to C-1; remap them"):
+        choose_task(*splits(tmp_path / "a", np.array([-1, 1]), np.array([1, -1])))
+    with pytest.raises(UnusableData, match=r"--task classification needs one whole number per label"):
+        choose_task(*splits(tmp_path / "b", np.array([0.5, 1.5]), np.array([0.5])), task="classification")
+    train, validation = splits(tmp_path / "c", np.array([0, 1]), np.array([0]))
+    pipeline.write_shards(validation, {"x": np.zeros((0, 2, 3), np.float32), "y": np.zeros(0, np.int64)},
+                          overwrite=True, quiet=True)
+    with pytest.raises(UnusableData, match=rf"{validation}: no samples"):
+        choose_task(train, validation)
