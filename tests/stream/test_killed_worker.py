@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -119,3 +121,10 @@ def test_a_loop_that_breaks_and_iterates_again_continues_the_epoch(shards: Path)
         if len(head) == 10:
             break
     assert head + ids(loader) == reference
+
+
+def test_the_kill_benchmark_runs_and_finds_a_worker_error_every_time() -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_killed_worker.py"
+    result = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("4/4 runs: a WorkerError within 5 s, the other worker stopped, an exact resume")
