@@ -11,15 +11,15 @@ The public API, documented in README.md:
   :class:`DevicePrefetcher`
 """
 
-from .build.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
-from .build.merge import merge_index_files
-from .build.output import OutputExistsError
-from .build.run import Part, build_shards
-from .build.sources.arrays import ArraySource, open_npy, open_npz
-from .build.sources.folder import FolderSource
-from .build.sources.joblib_batches import JoblibBatchSource
-from .build.sources.sample_files import SampleFileSource, partition_sources
-from .build.writer import ShardWriter
+from .write.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
+from .write.merge import merge_index_files
+from .write.output import OutputExistsError
+from .write.run import Part, build_shards
+from .write.sources.arrays import ArraySource, open_npy, open_npz
+from .write.sources.folder import FolderSource
+from .write.sources.joblib_batches import JoblibBatchSource
+from .write.sources.sample_files import SampleFileSource, partition_sources
+from .write.writer import ShardWriter
 from .check.describe import describe, iter_samples
 from .check.verify import verify
 from .format.codec import decode_record, encode_sample

@@ -7,12 +7,12 @@ import re
 import sys
 from typing import Any, Callable, Sequence
 
-from .build.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
-from .build.engines import ENGINES
-from .build.merge import merge_index_files
-from .build.output import OutputExistsError
-from .build.run import Part
-from .build.source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES
+from .write.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
+from .write.engines import ENGINES
+from .write.merge import merge_index_files
+from .write.output import OutputExistsError
+from .write.run import Part
+from .write.source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES
 from .check.describe import describe
 from .check.verify import verify
 from .format.errors import FormatError

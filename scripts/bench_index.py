@@ -65,7 +65,7 @@ class FixedRecordOffsets:
 
 def write_synthetic_index(folder: Path, samples: int) -> float:
     """An index of ``samples`` samples (no shards); returns seconds taken."""
-    from pipeline.build.output import save_index
+    from pipeline.write.output import save_index
     from pipeline.format.index import DatasetIndex, FieldSpec
     from pipeline.format.shard_names import NameRun, ShardNames
     from pipeline.format.shard_table import ShardTable

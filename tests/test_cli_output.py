@@ -17,8 +17,8 @@ from pathlib import Path
 import joblib
 import numpy as np
 
-from pipeline.build import progress
-from pipeline.build.progress import BuildProgress
+from pipeline.write import progress
+from pipeline.write.progress import BuildProgress
 from pipeline.cli import make_parser
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.build.test_recipes import write_recipe
+from tests.write.test_recipes import write_recipe
 
 TRAIN = Path(__file__).resolve().parent.parent / "scripts" / "train.py"
 

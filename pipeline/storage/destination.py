@@ -1,7 +1,7 @@
 """Where a build puts its shards and index: a local folder, or an ``s3://bucket/prefix``.
 
 Shards are always written to a local *staging* folder first (atomically, see
-:class:`pipeline.build.shard_file.ShardFile`) and then *published*: for a local folder that is
+:class:`pipeline.write.shard_file.ShardFile`) and then *published*: for a local folder that is
 already done; for S3 the finished shard is uploaded (multipart when large, retried) and its
 local copy removed. The index is written last, so it never names a shard that is not there.
 """

@@ -4,7 +4,7 @@ When every field is an array column and keys are generated, all records of a blo
 shorter last one) have the same size and the same bytes except for their key and data: the
 tar header differs in the name and checksum, the msgpack payload only where the array bytes
 go. So a run of records is one 2-D byte array built with one vectorised copy per field,
-byte for byte what :func:`pipeline.build.rows.encode_records` would produce. This is what
+byte for byte what :func:`pipeline.write.rows.encode_records` would produce. This is what
 makes ``pack=1`` builds of large samples run at the speed of memory instead of at the speed
 of Python (tens of microseconds per record).
 """

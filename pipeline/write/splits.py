@@ -129,7 +129,7 @@ def build_splits(source: Source, out_dir: str | os.PathLike[str], validation: fl
                  **options: Any) -> dict[str, DatasetIndex]:
     """``source`` split into ``out_dir/train`` and ``out_dir/validation`` (shards
     ``train-000000.tar``...), ``validation`` a fraction or a number of rows chosen by ``seed``.
-    ``options`` are those of :func:`~pipeline.build.run.build_shards`."""
+    ``options`` are those of :func:`~pipeline.write.run.build_shards`."""
     held_out = validation_rows(len(source), validation, seed)
     splits = {TRAIN: RowSubset(source, held_out, TRAIN, complement=True),
               VALIDATION: RowSubset(source, held_out, VALIDATION)}

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import pipeline
-from pipeline.build.rows import RowBlock
-from pipeline.build.source import Source
+from pipeline.write.rows import RowBlock
+from pipeline.write.source import Source
 from pipeline.cli import main
 
 distributed = pytest.importorskip("distributed")

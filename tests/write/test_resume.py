@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import pipeline
-from pipeline.build.rows import RowBlock
-from pipeline.build.source import Source
+from pipeline.write.rows import RowBlock
+from pipeline.write.source import Source
 from pipeline.format.scan import scan_shard
 
 OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)

@@ -1,6 +1,6 @@
 """One call per input layout: what the ``build`` CLI commands run, for use from Python.
 
-Every converter takes the options of :func:`~pipeline.build.run.build_shards` (``shard_bytes``,
+Every converter takes the options of :func:`~pipeline.write.run.build_shards` (``shard_bytes``,
 ``shard_samples``, ``pack``, ``dtypes``, ``workers``, ``part``, ``overwrite``, ``resume``,
 ``engine``, ``scheduler``, ``executor``, ``quiet``). Those of one dataset also take
 ``validation`` (a fraction, or a number of samples) and ``seed``: then they write
@@ -54,7 +54,7 @@ def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                  fields: tuple[str, str] = ("x", "y"), batch_size: int | None = None, **options: Any) -> BuildResult:
     """Convert ``x_<B>.job``/``y_<B>.job`` files (trusted input only: they are pickles);
     ``batch_size=B`` picks the pair of one run of the batch recipe (see
-    :class:`~pipeline.build.sources.joblib_batches.JoblibBatchSource`)."""
+    :class:`~pipeline.write.sources.joblib_batches.JoblibBatchSource`)."""
     return build_dataset(JoblibBatchSource(folder, fields, batch_size), out_dir, prefix, **options)
 
 

@@ -129,7 +129,7 @@ class ShardFile:
 
     def add_fixed_records(self, records: np.ndarray, rows_per_record: int) -> None:
         """Append whole records already laid out as a (records, record_bytes) uint8 array
-        (see :mod:`pipeline.build.fixed_records`), each holding ``rows_per_record`` samples."""
+        (see :mod:`pipeline.write.fixed_records`), each holding ``rows_per_record`` samples."""
         count, size = records.shape
         self.offsets.extend(range(self.position, self.position + count * size, size))
         if count:
