@@ -4,22 +4,15 @@ The public API, documented in README.md:
 
 - encoding: :func:`encode_sample`, :func:`decode_record`
 - writing: :class:`ShardWriter`, :func:`write_shards`, :func:`build_shards` and the converters
-  :func:`build_npz`, :func:`build_joblib`, :func:`build_sample_files`, :func:`build_folder`
+  :func:`build_npz`, :func:`build_joblib`, :func:`build_sample_files`, :func:`build_folder`,
+  :func:`build_parquet`, :func:`build_arrow`
 - distributed builds: :class:`Part`, :func:`merge_index_files`
+- indexing shards written by other tools in place: :func:`index_shards`
 - reading and checking: :func:`load_index`, :func:`iter_records`, :func:`verify`, :func:`describe`
 - streaming into PyTorch: :class:`ShardDataset`, :func:`make_loader`, :class:`ShardLoader`,
   :class:`DevicePrefetcher`
 """
 
-from .write.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
-from .write.merge import merge_index_files
-from .write.output import OutputExistsError
-from .write.run import Part, build_shards
-from .write.sources.arrays import ArraySource, open_npy, open_npz
-from .write.sources.folder import FolderSource
-from .write.sources.joblib_batches import JoblibBatchSource
-from .write.sources.sample_files import SampleFileSource, partition_sources
-from .write.writer import ShardWriter
 from .check.describe import describe, iter_samples
 from .check.verify import verify
 from .format.codec import decode_record, encode_sample
@@ -30,6 +23,24 @@ from .format.records import decode_fields, iter_records
 from .format.verify import Problem
 from .storage.errors import SourceError
 from .storage.indexes import load_index
+from .write.api import (
+    build_arrow,
+    build_folder,
+    build_joblib,
+    build_npz,
+    build_parquet,
+    build_sample_files,
+    write_shards,
+)
+from .write.indexing import index_shards
+from .write.merge import merge_index_files
+from .write.output import OutputExistsError
+from .write.run import Part, build_shards
+from .write.sources.arrays import ArraySource, open_npy, open_npz
+from .write.sources.folder import FolderSource
+from .write.sources.joblib_batches import JoblibBatchSource
+from .write.sources.sample_files import SampleFileSource, partition_sources
+from .write.writer import ShardWriter
 
 __version__ = "0.1.0"
 
@@ -50,8 +61,9 @@ __all__ = [
     "ArraySource", "DatasetIndex", "DevicePrefetcher", "ShardDataset", "ShardLoader", "SourceError",
     "make_loader", "FieldSpec", "FolderSource", "FormatError", "IndexFormatError",
     "JoblibBatchSource", "OutputExistsError", "Part", "Problem", "SampleError", "SampleFileSource",
-    "ShardError", "ShardInfo", "ShardWriter", "WorkerError", "build_folder", "build_joblib", "build_npz",
+    "ShardError", "ShardInfo", "ShardWriter", "WorkerError", "build_arrow", "build_folder", "build_joblib",
+    "build_npz", "build_parquet",
     "build_sample_files", "build_shards", "decode_fields", "decode_record", "describe",
-    "encode_sample", "iter_records", "iter_samples", "load_index", "merge_index_files", "open_npy",
+    "encode_sample", "index_shards", "iter_records", "iter_samples", "load_index", "merge_index_files", "open_npy",
     "open_npz", "partition_sources", "sample_keys", "unpack_rows", "verify", "write_shards",
 ]

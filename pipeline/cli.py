@@ -7,16 +7,18 @@ import re
 import sys
 from typing import Any, Callable, Sequence
 
-from .write.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
-from .write.engines import ENGINES
-from .write.merge import merge_index_files
-from .write.output import OutputExistsError
-from .write.run import Part
-from .write.source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES
+from . import build_arrow, build_parquet
 from .check.describe import describe
 from .check.verify import verify
 from .format.errors import FormatError
 from .storage import redact
+from .write.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
+from .write.engines import ENGINES
+from .write.indexing import index_shards
+from .write.merge import merge_index_files
+from .write.output import OutputExistsError
+from .write.run import Part
+from .write.source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
@@ -144,6 +146,35 @@ def _cmd_folder(args: argparse.Namespace) -> None:
     build_folder(args.folder, args.out, recursive=args.recursive, **_options(args))
 
 
+def _fill(text: str) -> tuple[str, Any]:
+    """``COL=VALUE``, the value a number when it reads as one."""
+    name, value = _pair("COL=VALUE")(text)
+    for number in (int, float):
+        try:
+            return name, number(value)
+        except ValueError:
+            pass
+    return name, value
+
+
+def _table_options(args: argparse.Namespace) -> dict[str, Any]:
+    columns = args.columns.split(",") if args.columns else None
+    return {"columns": columns, "fill": dict(args.fill), **_options(args)}
+
+
+def _cmd_parquet(args: argparse.Namespace) -> None:
+    build_parquet(args.inputs, args.out, **_table_options(args))
+
+
+def _cmd_arrow(args: argparse.Namespace) -> None:
+    build_arrow(args.inputs, args.out, **_table_options(args))
+
+
+def _cmd_index(args: argparse.Namespace) -> None:
+    index_shards(args.shards, args.output, workers=args.workers, engine=args.engine, scheduler=args.scheduler,
+                 overwrite=args.overwrite, quiet=args.quiet)
+
+
 def _cmd_merge(args: argparse.Namespace) -> None:
     index, path = merge_index_files(args.parts, args.output, args.overwrite)
     print(f"merged {len(index.shards)} shards, {index.samples} samples -> {path}")
@@ -173,6 +204,18 @@ def _command(commands: Any, name: str, help: str, epilog: str) -> argparse.Argum
     """A subcommand whose ``--help`` ends with examples."""
     return commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
                                epilog="examples:\n" + epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _table_command(sub: argparse.ArgumentParser, inputs: str, run: Callable[[argparse.Namespace], None]) -> None:
+    """The arguments of a build from tables (a row a sample, a column a field)."""
+    sub.add_argument("inputs", nargs="+", metavar="FILE_OR_FOLDER", help=inputs)
+    sub.add_argument("out", help="output folder or s3://bucket/prefix")
+    sub.add_argument("--columns", metavar="A,B", help="the columns to build, in this order (default: all of them)")
+    sub.add_argument("--fill", type=_fill, action="append", default=[], metavar="COL=VALUE",
+                     help="store VALUE where COL is null (a number when it reads as one; repeatable); a null "
+                          "without a fill is an error")
+    sub.set_defaults(run=run)
+    _build_options(sub)
 
 
 def _add_build_commands(commands: Any) -> None:
@@ -216,6 +259,16 @@ def _add_build_commands(commands: Any) -> None:
     folder.add_argument("out", help="output folder or s3://bucket/prefix")
     folder.add_argument("--recursive", action="store_true", help="include subfolders (their path joins the key)")
     folder.set_defaults(run=_cmd_folder)
+    parquet = _command(layouts, "parquet", "from Parquet files: a row is a sample, a column a field (needs pyarrow)",
+                       "  pipeline build parquet table.parquet shards --validation 0.1\n"
+                       "  pipeline build parquet parts/ shards --columns embedding,label --fill label=-1 --workers 4")
+    _table_command(parquet, "Parquet files, or folders of *.parquet files (read in name order)", _cmd_parquet)
+    arrow = _command(layouts, "arrow", "from Arrow IPC files or streams, or a datasets save_to_disk folder "
+                                       "(needs pyarrow)",
+                     "  pipeline build arrow table.arrow shards --validation 0.1\n"
+                     "  pipeline build arrow saved/ shards --columns embedding,label   # Dataset.save_to_disk('saved')")
+    _table_command(arrow, "Arrow IPC files (.arrow, .feather) or streams, or folders of them (a save_to_disk "
+                          "folder is read in the order of its state.json)", _cmd_arrow)
     for sub in (arrays, joblib, folder):
         _build_options(sub)
     _build_options(files, splits=False)
@@ -227,6 +280,22 @@ def make_parser() -> argparse.ArgumentParser:
                                             "'python -m pipeline' works as well.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="what to do")
     _add_build_commands(commands)
+
+    index = _command(commands, "index", "index shards written by other tools in place (webdataset, tar): exact "
+                                        "epochs, ranged reads and checksums without rewriting a byte",
+                     "  pipeline index 'shards/train-{000000..000099}.tar'        # writes shards/index.json\n"
+                     "  pipeline index https://data.example.org/shards/train-{000000..000099}.tar --output train/\n"
+                     "  pipeline index s3://bucket/shards/ --workers 8             # every .tar under the prefix")
+    index.add_argument("shards", nargs="+", help="shard files, brace patterns, folders of .tar files, or URLs")
+    index.add_argument("--output", metavar="PATH", help="the index to write: a folder or DIR/index.json (default: "
+                                                       "index.json in the shards' folder)")
+    index.add_argument("--workers", type=_positive, default=1, metavar="N", help="shards scanned at once, in processes")
+    index.add_argument("--engine", choices=ENGINES, default="local",
+                       help="what scans the shards: local processes (default) or a Dask cluster")
+    index.add_argument("--scheduler", metavar="ADDRESS", help="with --engine dask: the cluster's scheduler")
+    index.add_argument("--overwrite", action="store_true", help="replace an index already there")
+    index.add_argument("--quiet", action="store_true", help="no progress or summary")
+    index.set_defaults(run=_cmd_index)
 
     merge = _command(commands, "merge-index", "join the partial indexes of a build made in parts (--part I/N)",
                      "  pipeline merge-index /shared/out                       # index.part-*.json -> index.json\n"

@@ -65,11 +65,11 @@ class FixedRecordOffsets:
 
 def write_synthetic_index(folder: Path, samples: int) -> float:
     """An index of ``samples`` samples (no shards); returns seconds taken."""
-    from pipeline.write.output import save_index
     from pipeline.format.index import DatasetIndex, FieldSpec
     from pipeline.format.shard_names import NameRun, ShardNames
     from pipeline.format.shard_table import ShardTable
     from pipeline.storage.destination import Destination
+    from pipeline.write.output import save_index
 
     started = time.perf_counter()
     shards = -(-samples // SAMPLES_PER_SHARD)

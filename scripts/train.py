@@ -31,9 +31,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
+from train_task import Task, UnusableData, choose_task, split_location  # scripts/train_task.py, beside this file
 
 from pipeline import DevicePrefetcher, FormatError, SourceError, WorkerError, make_loader
-from train_task import Task, UnusableData, choose_task, split_location  # scripts/train_task.py, beside this file
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

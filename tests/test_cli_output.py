@@ -17,9 +17,9 @@ from pathlib import Path
 import joblib
 import numpy as np
 
+from pipeline.cli import make_parser
 from pipeline.write import progress
 from pipeline.write.progress import BuildProgress
-from pipeline.cli import make_parser
 
 
 def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -42,7 +42,7 @@ def test_every_argument_has_help_and_every_command_an_example() -> None:
             leaves += 1
             assert sub.epilog and sub.epilog.startswith("examples:\n  pipeline " + " ".join(path)), path
             assert sub.prog == "pipeline " + " ".join(path)
-    assert leaves == 7  # build arrays/joblib/files/folder, merge-index, inspect, verify
+    assert leaves == 10  # build arrays/joblib/files/folder/parquet/arrow, index, merge-index, inspect, verify
 
 
 def test_in_a_log_progress_is_plain_periodic_lines(monkeypatch) -> None:

@@ -15,14 +15,15 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import joblib
 import numpy as np
 import pytest
+import tomllib
 import torch
+import webdataset as wds
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = re.compile(r"<!-- readme-test: skip: (?P<reason>.+?) -->")
@@ -57,6 +58,9 @@ def readme_blocks() -> list[Block]:
 
 def make_inputs(folder: Path) -> None:
     """The files the README's blocks start from, small."""
+    import pyarrow as pa  # from the parquet extra
+    import pyarrow.parquet as pq
+
     rng = np.random.default_rng(0)
     centres = rng.normal(0, 1, (10, 16))
     y = rng.integers(0, 10, 3000)
@@ -74,6 +78,16 @@ def make_inputs(folder: Path) -> None:
     for n in range(20):
         (folder / "images" / f"{n:04d}.jpg").write_bytes(rng.bytes(100 + n))
         (folder / "images" / f"{n:04d}.json").write_text(json.dumps({"n": n}))
+    table = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1]), "y": y})
+    pq.write_table(table, folder / "table.parquet", row_group_size=1000)  # x: fixed_size_list<float32>[16]
+    with pa.ipc.new_file(folder / "table.arrow", table.schema) as writer:
+        writer.write_table(table, max_chunksize=1000)
+    (folder / "wds").mkdir()  # shards written by webdataset: .npy, .cls and (most samples) .txt members
+    for s, count in enumerate((300, 120, 260, 80)):
+        with wds.TarWriter(str(folder / "wds" / f"w-{s:06d}.tar")) as sink:
+            for n in range(count):
+                sample = {"__key__": f"{s}-{n:05d}", "npy": x[n], "cls": int(y[n])}
+                sink.write({**sample, "txt": f"caption {n}"} if n % 5 else sample)
     (folder / "scripts").symlink_to(ROOT / "scripts")
 
 

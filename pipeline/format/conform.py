@@ -46,13 +46,18 @@ def _matches(found: FieldSpec, spec: FieldSpec, packed: bool) -> bool:
 
 
 def check_conforms(fields: Mapping[str, Any], schema: Schema) -> None:
-    """Raise SampleError unless ``fields`` (a decoded record, packed or not) match ``schema``."""
+    """Raise SampleError unless ``fields`` (a decoded record, packed or not) match ``schema``
+    (which a record may lack only its optional fields of)."""
     names = fields.keys() - _RESERVED
     if names != schema.keys():
-        missing, extra = sorted(schema.keys() - names), sorted(names - schema.keys())
-        raise SampleError(f"fields differ from the index's schema (missing {missing}, extra {extra})")
+        missing = sorted(name for name in schema.keys() - names if not schema[name].optional)
+        extra = sorted(names - schema.keys())
+        if missing or extra:
+            raise SampleError(f"fields differ from the index's schema (missing {missing}, extra {extra})")
     packed = ROWS_FIELD in fields
     for name, spec in schema.items():
+        if name not in fields:
+            continue
         found = _found(fields[name], packed)
         if not _matches(found, spec, packed):
             shown = "not an array" if found.shape is None else f"{found.dtype}{list(found.shape)}"

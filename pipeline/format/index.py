@@ -19,7 +19,7 @@ local file, a URL or a bucket (:mod:`pipeline.storage.indexes` opens an index by
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -39,18 +39,23 @@ INDEX_NAME = "index.json"
 class FieldSpec:
     """Type of one field: ``dtype`` (a NumPy dtype name, ``bfloat16``, or a Python type name
     such as ``int``/``str``/``bytes``) and per-sample ``shape`` (``None`` entries vary,
-    ``None`` altogether for non-array fields)."""
+    ``None`` altogether for non-array fields). ``optional``: some samples lack the field (shards
+    written by other tools may); readers fill it in (see ``ShardDataset(fill=...)``)."""
 
     dtype: str
     shape: tuple[int | None, ...] | None
+    optional: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
+        data: dict[str, Any] = {"dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
+        if self.optional:
+            data["optional"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "FieldSpec":
         shape = data.get("shape")
-        return cls(str(data["dtype"]), None if shape is None else tuple(shape))
+        return cls(str(data["dtype"]), None if shape is None else tuple(shape), bool(data.get("optional", False)))
 
 
 Schema = dict[str, FieldSpec]
@@ -72,12 +77,14 @@ def spec_of(value: Any, packed: bool = False) -> FieldSpec:
 
 def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSpec:
     """Combine two specs of one field: dims that differ become ``None``; a dtype change of an
-    array field is an error (the reader could not collate it)."""
+    array field is an error (the reader could not collate it); optional if either is."""
+    if old.optional != new.optional:
+        old, new = replace(old, optional=True), replace(new, optional=True)
     if old == new:
         return old
     if old.shape is None or new.shape is None:
         if old.shape is None and new.shape is None:
-            return old if old.dtype == new.dtype else FieldSpec("any", None)
+            return old if old.dtype == new.dtype else FieldSpec("any", None, old.optional)
         raise IndexFormatError(f"{where}: field {name!r} is an array in some samples and not in others")
     if old.dtype != new.dtype:
         raise IndexFormatError(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}")
@@ -86,17 +93,22 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
             f"{where}: field {name!r} has shape {list(new.shape)}, earlier samples {list(old.shape)}"
         )
     shape = tuple(a if a == b else None for a, b in zip(old.shape, new.shape))
-    return FieldSpec(old.dtype, shape)
+    return FieldSpec(old.dtype, shape, old.optional)
 
 
-def merge_schema(old: Schema | None, new: Schema, where: str) -> Schema:
-    """Combine two schemas of the same shard set; fields must be the same."""
+def merge_schema(old: Schema | None, new: Schema, where: str, optional: bool = False) -> Schema:
+    """Combine two schemas of the same shard set; fields must be the same, unless ``optional``:
+    then a field that one of them lacks becomes optional."""
     if old is None:
         return dict(new)
-    if set(old) != set(new):
+    if set(old) != set(new) and not optional:
         missing, extra = sorted(set(old) - set(new)), sorted(set(new) - set(old))
         raise IndexFormatError(f"{where}: fields differ from earlier samples (missing {missing}, extra {extra})")
-    return {name: merge_spec(name, old[name], new[name], where) for name in old}
+    merged = {name: merge_spec(name, old[name], new[name], where) for name in old if name in new}
+    for name, spec in list(old.items()) + list(new.items()):
+        if name not in merged:
+            merged[name] = replace(spec, optional=True)
+    return merged
 
 
 def part_shard_range(total: int, index: int, count: int) -> range:

@@ -68,6 +68,28 @@ def record_rows(fields: Mapping[str, Any]) -> int:
     return rows
 
 
+def checked_rows(fields: Mapping[str, Any]) -> int:
+    """The samples a decoded record holds, once every column of a packed record is seen to hold
+    that many rows (an unpacked record holds one sample, whatever its values)."""
+    rows = record_rows(fields)
+    if ROWS_FIELD not in fields:
+        return rows
+    for name, column in fields.items():
+        if name in (ROWS_FIELD, KEYS_FIELD):
+            continue
+        try:
+            length = len(column)
+        except TypeError:  # a number, or a 0-d array
+            length = None
+        if length != rows:
+            raise SampleError(f"packed record: field {name!r} has {length} rows, the record says {rows}")
+    keys = fields.get(KEYS_FIELD)
+    if keys is not None and (not isinstance(keys, list) or len(keys) != rows):
+        raise SampleError(f"packed record: {KEYS_FIELD} holds {len(keys) if isinstance(keys, list) else keys!r} "
+                          f"keys for {rows} rows")
+    return rows
+
+
 def sample_keys(record_key: str, fields: Mapping[str, Any]) -> list[str]:
     """The keys of the samples in a record, derived as described in the module docstring."""
     rows = record_rows(fields)
@@ -86,14 +108,11 @@ def sample_keys(record_key: str, fields: Mapping[str, Any]) -> list[str]:
 
 def unpack_rows(fields: Mapping[str, Any], record_key: str = "?") -> list[dict[str, Any]]:
     """Split a decoded record into its samples (for inspection and tests, not the hot path)."""
-    rows = record_rows(fields)
+    try:
+        rows = checked_rows(fields)
+    except SampleError as exc:
+        raise SampleError(f"record {record_key!r}: {exc}") from None
     data = {k: v for k, v in fields.items() if k not in (ROWS_FIELD, KEYS_FIELD)}
     if ROWS_FIELD not in fields:
         return [data]
-    for name, column in data.items():
-        if len(column) != rows:
-            raise SampleError(
-                f"packed record {record_key!r}, field {name!r}: {len(column)} rows, "
-                f"expected {rows}"
-            )
     return [{name: column[i] for name, column in data.items()} for i in range(rows)]

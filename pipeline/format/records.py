@@ -15,6 +15,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
+from . import npy
 from .codec import array_view, decode_record
 from .conform import check_conforms
 from .errors import SampleError, ShardError
@@ -57,25 +58,12 @@ def iter_records(
         yield current
 
 
-_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-
-
-def _load_npy(data: bytes) -> np.ndarray:
+def _load_npy(data: bytes | memoryview) -> np.ndarray:
     """A ``.npy`` member as a read-only view of its bytes. ``np.load`` would first allocate
     what the header claims (a 100-byte member can claim 30 GB); here the shape must match the
     bytes that follow the header."""
-    stream = io.BytesIO(data)
-    try:
-        version = np.lib.format.read_magic(stream)
-        read_header = _NPY_HEADERS.get(version)
-        if read_header is None:
-            raise SampleError(f".npy format version {version} is not supported")
-        shape, fortran, dtype = read_header(stream)
-    except ValueError as exc:
-        raise SampleError(f"not a .npy array: {exc}") from None
-    if dtype.hasobject:
-        raise SampleError(".npy array of Python objects: loading it would need pickle")
-    return array_view(data, dtype, shape, stream.tell(), fortran)
+    dtype, shape, fortran, start = npy.read_header(io.BytesIO(data).read)
+    return array_view(data, dtype, shape, start, fortran)
 
 
 _DECODERS: dict[str, Callable[[bytes], Any]] = {

@@ -1,23 +1,87 @@
-"""Read a finished shard back into its index entry and schema, without an index to compare with.
+"""Read a shard into its index entry and schema, without an index to compare with.
 
-A resumed build uses this on the shards a killed run left: instead of writing a shard again,
-it scans the file and keeps it when the result matches the plan. The entry is computed the way
-the writer computes it (sha256 of the whole file, the byte offset and checksum of every record,
-records and samples counted), so a kept shard's entry equals the one a fresh write would have produced.
+Two users: a resumed build scans the shards a killed run left (:func:`scan_shard`: exactly what
+this library's writer produces), and ``pipeline index`` scans shards written by other tools
+(:func:`scan_stream`: any plain tar a reader can walk, streamed once). The entry is computed the
+way the writer computes it (sha256 of the whole file, the byte offset and checksum of every
+record, records and samples counted), so a shard scanned has the entry a fresh write would
+have produced, and every reader checks it the same way.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+from collections import Counter
+from dataclasses import replace
+from typing import Any, BinaryIO, Mapping
 
 from .codec import KEYS_FIELD, ROWS_FIELD
 from .errors import IndexFormatError, SampleError, ShardError
-from .index import FieldSpec, Schema, ShardInfo, merge_schema, merge_spec, spec_of
-from .packing import record_rows
-from .records import decode_fields, iter_records
+from .hashing import HashingReader
+from .index import FieldSpec, Schema, ShardInfo, merge_spec, spec_of
 from .shard_table import record_checksum
-from .tar import END_OF_ARCHIVE, member_bytes
+from .tar import BLOCK, END_OF_ARCHIVE
+from .walk import WalkedRecord, walk_shard
+
+_RESERVED = (ROWS_FIELD, KEYS_FIELD)
+
+
+class SchemaInference:
+    """The schema of records seen one after another: each field's spec merged over the records
+    that hold it. With ``optional``, a field some records lack is optional; without, every
+    record must hold the fields of the first."""
+
+    def __init__(self, optional: bool = False) -> None:
+        self.optional = optional
+        self.specs: dict[str, FieldSpec] = {}
+        self.present: Counter[str] = Counter()
+        self.records = 0
+        self._seen: set[tuple] = set()  # layouts already merged: most records repeat one
+
+    def add(self, walked: WalkedRecord) -> None:
+        names = [name for name in walked.fields if name not in _RESERVED]
+        if self.records and not self.optional and set(names) != set(self.specs):
+            missing, extra = sorted(set(self.specs) - set(names)), sorted(set(names) - set(self.specs))
+            raise IndexFormatError(f"record {walked.key!r}: fields differ from earlier samples "
+                                   f"(missing {missing}, extra {extra})")
+        layout = _layout(walked.fields, walked.rows)
+        if layout is None or layout not in self._seen:
+            for name, spec in record_schema(walked.fields, walked.rows).items():
+                old = self.specs.get(name)
+                self.specs[name] = spec if old is None else merge_spec(name, old, spec, f"record {walked.key!r}")
+            if layout is not None:
+                self._seen.add(layout)
+        self.present.update(names)
+        self.records += 1
+
+    def schema(self) -> Schema:
+        return {name: replace(spec, optional=True) if self.present[name] < self.records else spec
+                for name, spec in self.specs.items()}
+
+
+class _Scan:
+    """What a scan collects from the records walked: their offsets, checksums, rows, schema."""
+
+    def __init__(self, url: str, optional: bool) -> None:
+        self.url = url
+        self.offsets: list[int] = []
+        self.checksums: list[int] = []
+        self.rows: list[int] = []
+        self.inference = SchemaInference(optional)
+        self.end = 0
+
+    def add(self, walked: WalkedRecord) -> None:
+        try:
+            self.inference.add(walked)
+        except (SampleError, IndexFormatError) as exc:
+            raise ShardError(self.url, walked.offset, str(exc)) from None
+        self.offsets.append(walked.offset)
+        self.checksums.append(record_checksum(walked.record.members.values()))
+        self.rows.append(walked.rows)
+        self.end = walked.end
+
+    def entry(self, size: int, sha256: str) -> ShardInfo:
+        return ShardInfo(self.url, sum(self.rows), len(self.offsets), size, sha256, self.offsets, self.checksums)
 
 
 def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema]:
@@ -30,32 +94,31 @@ def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema]:
     raises :class:`ShardError` naming the byte offset.
     """
     view = memoryview(data).cast("B")
-    offsets: list[int] = []
-    checksum: list[int] = []
-    samples = 0
-    schema: Schema | None = None
-    end = 0
-    seen: set[tuple] = set()  # layouts of records already in the schema: most records repeat one
-    for record in iter_records(view, url):
-        fields = decode_fields(record, url)
-        try:
-            rows = record_rows(fields)
-            layout = _layout(fields, rows)
-            if layout is None or layout not in seen:
-                schema = merge_schema(schema, record_schema(fields, rows), f"record {record.key!r}")
-                if layout is not None:
-                    seen.add(layout)
-        except (SampleError, IndexFormatError) as exc:
-            raise ShardError(url, record.offset, str(exc)) from None
-        offsets.append(record.offset)
-        checksum.append(record_checksum(record.members.values()))
-        samples += rows
-        end = record.offset + sum(member_bytes(len(member)) for member in record.members.values())
-    if view[end:] != END_OF_ARCHIVE:
-        raise ShardError(url, end, f"expected the {len(END_OF_ARCHIVE)} end-of-archive bytes after the last "
-                         f"record and nothing else, found {len(view) - end} bytes")
-    info = ShardInfo(url, samples, len(offsets), len(view), hashlib.sha256(view).hexdigest(), offsets, checksum)
-    return info, schema or {}
+    scan = _Scan(url, optional=False)
+    for walked in walk_shard(view, url):
+        scan.add(walked)
+    if view[scan.end:] != END_OF_ARCHIVE:
+        raise ShardError(url, scan.end, f"expected the {len(END_OF_ARCHIVE)} end-of-archive bytes after the last "
+                         f"record and nothing else, found {len(view) - scan.end} bytes")
+    return scan.entry(len(view), hashlib.sha256(view).hexdigest()), scan.inference.schema()
+
+
+def scan_stream(stream: BinaryIO, url: str) -> tuple[ShardInfo, Schema, list[int]]:
+    """The index entry, the schema (fields that some records lack are optional) and the rows of
+    each record of a shard of any origin, read once from ``stream``: a plain tar whose members
+    group into records by key (``0001.jpg`` + ``0001.cls``, or our ``.msgpack``). The end of the
+    archive may be followed by zero padding (tar pads to its blocking factor), nothing else."""
+    reader = HashingReader(stream)
+    scan = _Scan(url, optional=True)
+    for walked in walk_shard(reader, url):  # type: ignore[arg-type]
+        scan.add(walked)
+    position = reader.size
+    while block := reader.read(1 << 20):
+        if block.count(0) != len(block):
+            where = position + next(i for i, byte in enumerate(block) if byte)
+            raise ShardError(url, where - where % BLOCK, "data after the end of the archive")
+        position += len(block)
+    return scan.entry(reader.size, reader.sha.hexdigest()), scan.inference.schema(), scan.rows
 
 
 def record_schema(fields: Mapping[str, Any], rows: int) -> Schema:
@@ -64,14 +127,12 @@ def record_schema(fields: Mapping[str, Any], rows: int) -> Schema:
     packed = ROWS_FIELD in fields
     schema: Schema = {}
     for name, value in fields.items():
-        if name in (ROWS_FIELD, KEYS_FIELD):
+        if name in _RESERVED:
             continue
         if not packed:
             schema[name] = spec_of(value)
-            continue
-        if _rows_of(value) != rows:
-            raise SampleError(f"packed column {name!r} does not hold the record's {rows} rows")
-        schema[name] = _list_spec(name, value) if isinstance(value, list) else spec_of(value, packed=True)
+        else:
+            schema[name] = _list_spec(name, value) if isinstance(value, list) else spec_of(value, packed=True)
     return schema
 
 
@@ -80,19 +141,12 @@ def _layout(fields: Mapping[str, Any], rows: int) -> tuple | None:
     type, dtype and shape; ``None`` when a list column makes every value count."""
     layout: list[Any] = [rows]
     for name, value in fields.items():
-        if name in (ROWS_FIELD, KEYS_FIELD):
+        if name in _RESERVED:
             continue
         if isinstance(value, list):
             return None
         layout.append((name, type(value), getattr(value, "dtype", None), getattr(value, "shape", None)))
     return tuple(layout)
-
-
-def _rows_of(column: Any) -> int | None:
-    try:
-        return len(column)
-    except TypeError:  # a scalar, or an array of no dimension
-        return None
 
 
 def _list_spec(name: str, values: list) -> FieldSpec:

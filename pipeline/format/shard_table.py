@@ -81,11 +81,20 @@ def check_record(record: Record, shard: ShardInfo, number: int, url: str, checks
     """Refuse record ``number`` of a shard when its start or (with ``checksum``) its checksum
     differs from the index: a shard changed or corrupted since it was indexed must not yield
     wrong samples."""
+    check_record_offset(record, shard, number, url)
+    if checksum:
+        check_record_checksum(record, shard, number, url)
+
+
+def check_record_offset(record: Record, shard: ShardInfo, number: int, url: str) -> None:
+    """Refuse record ``number`` when it does not start where the index says."""
     if record.offset != int(shard.offsets[number]):
         raise ShardError(url, record.offset, f"record starts at byte {record.offset}, "
                          f"the index says {int(shard.offsets[number])}")
-    if not checksum:
-        return
+
+
+def check_record_checksum(record: Record, shard: ShardInfo, number: int, url: str) -> None:
+    """Refuse record ``number`` when its member data is not what the index checksummed."""
     found = record_checksum(record.members.values())
     if found != int(shard.checksum[number]):
         raise ShardError(url, record.offset, f"record {record.key!r} is corrupt: checksum {found:08x}, "

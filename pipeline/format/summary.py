@@ -12,7 +12,7 @@ import numpy as np
 
 from .index import DatasetIndex
 from .packing import sample_keys, unpack_rows
-from .records import decode_fields, iter_records
+from .walk import walk_shard
 
 
 def _show(value: Any, width: int = 100) -> str:
@@ -42,9 +42,8 @@ def human_bytes(n: int) -> str:
 def stream_samples(stream: BinaryIO, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(key, sample)`` of one shard read from ``stream``, packed records unpacked (for
     inspection); ``where`` names the shard in errors."""
-    for record in iter_records(stream, where):
-        fields = decode_fields(record, where)
-        yield from zip(sample_keys(record.key, fields), unpack_rows(fields, record.key))
+    for walked in walk_shard(stream, where):
+        yield from zip(sample_keys(walked.key, walked.fields), unpack_rows(walked.fields, walked.key))
 
 
 def describe_index(index: DatasetIndex, where: str, samples: Sequence[tuple[str, dict[str, Any]]] = ()) -> str:
@@ -60,7 +59,7 @@ def describe_index(index: DatasetIndex, where: str, samples: Sequence[tuple[str,
     ]
     for name, spec in index.fields.items():
         shape = "" if spec.shape is None else " [" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
-        lines.append(f"  {name:<16} {spec.dtype}{shape}")
+        lines.append(f"  {name:<16} {spec.dtype}{shape}{'  (optional: some samples lack it)' if spec.optional else ''}")
     if samples:
         lines.append(f"first {len(samples)} samples")
         for key, sample in samples:

@@ -9,6 +9,7 @@ offset instead of hanging or guessing.
 
 from __future__ import annotations
 
+import gzip
 import re
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
@@ -223,6 +224,35 @@ class _Stream:
             size -= step
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _Peeked:
+    """A stream whose first bytes were read to look at them, read again from the start."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self.head, self.stream = head, stream
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.head:
+            return self.stream.read(size)
+        if size < 0:
+            data, self.head = self.head + self.stream.read(), b""
+            return data
+        data, self.head = self.head[:size], self.head[size:]
+        return data if len(data) == size else data + self.stream.read(size - len(data))
+
+
+def open_archive(stream: BinaryIO, url: str) -> BinaryIO:
+    """The tar stream in ``stream``: decompressed as it is read when it is gzip-compressed (a
+    ``.tar.gz``, as webdataset writes with ``ShardWriter("x-%06d.tar.gz")``), else as it is."""
+    head = stream.read(2)
+    peeked = _Peeked(head, stream)
+    if head != _GZIP_MAGIC:
+        return peeked  # type: ignore[return-value]
+    return gzip.GzipFile(fileobj=peeked, mode="rb")  # type: ignore[return-value]
+
+
 def iter_members(
     stream: BinaryIO | bytes | bytearray | memoryview,
     url: str,
@@ -260,7 +290,16 @@ def iter_members(
                 _check_end(reader, url, offset)
             return
         header = bytes(block)
-        _check_checksum(header, url, offset)
+        if offset == 0 and header[:2] == _GZIP_MAGIC:
+            raise ShardError(url, 0, "is gzip-compressed (a .tar.gz), not a plain tar: stream it without an "
+                             "index, or decompress it (gunzip) to index it or read it by ranges")
+        try:
+            _check_checksum(header, url, offset)
+        except ShardError as exc:
+            if offset:
+                raise
+            reason = (exc.reason or "").removesuffix(" (not a tar file, or corrupt)")
+            raise ShardError(url, 0, f"{reason}: not a tar file (or its first header is damaged)") from None
         kind = header[156:157]
         size = _parse_number(header[124:136], url, offset, "size")
         if kind in _EXTENDED:

@@ -50,9 +50,9 @@ def _gather_list(column: list, index: np.ndarray, shared: bool) -> Any:
     (one copy per sample), anything else stays a list."""
     values = [column[i] for i in index]
     first = values[0] if values else None
-    if not isinstance(first, np.ndarray) or first.dtype.kind not in "biuf" \
-            or any(v.shape != first.shape or v.dtype != first.dtype for v in values):
-        return values
+    if not isinstance(first, np.ndarray) or first.dtype.kind not in "biuf" or any(
+            not isinstance(v, np.ndarray) or v.shape != first.shape or v.dtype != first.dtype for v in values):
+        return values  # a sample that lacks the field (None), or values of several shapes
     shape = (len(values),) + first.shape
     if shared:
         out = shared_empty(shape, first.dtype)

@@ -14,9 +14,14 @@ count epochs for you):
   samples that mixes at least ``chunks_per_buffer`` pieces (chunks) of different shards.
 - The same seed and epoch give the same batches on any machine; a new epoch a new order.
 
-Shards without an index (written by webdataset or other tools) stream too, split whole across
-consumers: then counts per rank can differ, there is no ``len()``, and resuming mid-epoch is
-refused. With fewer such shards than consumers, some consumers get none (a warning says so).
+Shards written by other tools get all of this once indexed in place (``pipeline index``). Without
+an index they stream too, split whole across consumers (:mod:`pipeline.stream.foreign`): then
+counts per rank can differ (so under DDP only with ``allow_uneven=True``), there is no ``len()``,
+and resuming mid-epoch is refused.
+
+A sample that lacks a field some others have (an optional field of the index) gets ``fill``'s
+value for it, else ``None``. Under ``on_error="skip"`` a record that fails its checks costs that
+record only, counted in ``stats()``.
 """
 
 from __future__ import annotations
@@ -25,9 +30,8 @@ import functools
 import itertools
 import logging
 import os
-import warnings
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -40,6 +44,7 @@ from ..storage.cache import ShardCache
 from ..storage.opener import map_range
 from ..storage.retry import RetryPolicy
 from .batching import drop_short_tail, messages_from_windows, to_torch
+from .foreign import ForeignStream
 from .plan import (
     PlanConfig,
     Remainder,
@@ -48,12 +53,11 @@ from .plan import (
     epoch_order,
     epoch_plans,
     locate,
-    rng_for,
     window_permutation,
 )
-from .reader import Columns, assemble_columns, concat_columns, iter_foreign_rows, read_rows, stack_values
-from .stats import ReadStats
+from .reader import Columns, assemble_columns, read_rows
 from .shards import ForeignShards, IndexedShards, resolve_shards
+from .stats import ReadStats
 from .workers import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20
@@ -97,6 +101,8 @@ class ShardDataset(IterableDataset):
         cache_bytes: int = 64 << 30,
         verify: bool = False,
         check_records: bool = True,
+        fill: Mapping[str, Any] | None = None,
+        allow_uneven: bool = False,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -113,6 +119,12 @@ class ShardDataset(IterableDataset):
         self.world_size = default_world if world_size is None else world_size
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside world size {self.world_size}")
+        if isinstance(self.shards, ForeignShards) and self.world_size > 1 and not allow_uneven:
+            raise ValueError(
+                f"{len(self.shards.urls)} shards without an index, under DDP (world size {self.world_size}): ranks "
+                f"would get different numbers of samples, and DDP hangs when one runs out before the others. Index "
+                f"them in place first (pipeline index SHARDS...: exact epochs, equal batches on every rank), or pass "
+                f"allow_uneven=True if your loop copes with ranks that differ (DDP join(), say)")
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
@@ -126,6 +138,7 @@ class ShardDataset(IterableDataset):
         self.chunks_per_buffer = max(chunks_per_buffer, 1)
         self.on_error = on_error
         self.check_records = check_records  # each record read against its checksum in the index
+        self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify, self.policy,
                                                                self.read_stats)
         self.num_workers = 1  # how many DataLoader workers will read: set by ShardLoader
@@ -240,7 +253,7 @@ class ShardDataset(IterableDataset):
                           for n in plan.message_sizes(self.batch_size, self.drop_last, per_message)]
             limit = plan.batches(self.batch_size, True) * self.batch_size if self.drop_last else None
         else:
-            windows = self._foreign_windows(epoch, worker, workers)
+            windows = self._foreign_stream().windows(epoch, self.rank * workers + worker, self.world_size * workers)
             sizes, limit = itertools.repeat(per_message * self.batch_size), None
         messages = messages_from_windows(windows, sizes, limit, shared=info is not None)
         if self.drop_last and limit is None:
@@ -251,24 +264,35 @@ class ShardDataset(IterableDataset):
     def _wanted(self) -> set[str] | None:
         return None if self.fields is None else set(self.fields)
 
+    def _foreign_stream(self) -> ForeignStream:
+        assert isinstance(self.shards, ForeignShards)
+        return ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer, self._wanted(),
+                             self.fill, self.on_error == "skip", self.policy, self.read_stats)
+
     def stats(self) -> dict[str, int]:
         """Counts over all workers so far: shard pieces skipped under ``on_error="skip"``, the
         samples that stood in for them, and remote reads retried."""
         return self.read_stats.totals()
 
     def _read_piece(self, shard: int, start: int, stop: int) -> Columns | None:
-        """Rows of one piece; under the skip policy a piece that cannot be read is logged,
-        counted and returned as ``None``."""
+        """Rows of one piece. Under the skip policy a record that fails its checks costs that
+        record, and a piece whose bytes cannot be read costs the piece (``None``): logged,
+        counted; the window then lets other rows stand in for what is missing."""
         assert isinstance(self.shards, IndexedShards)
+        url = self.shards.url(shard)
+
+        def lost(exc: ShardError, samples: int) -> None:
+            log.warning("skipping %d samples of %s: %s", samples, redact(url), exc)
+            self.read_stats.skipped(samples)
+
         try:
-            return read_rows(self.shards.url(shard), self.shards.shards[shard], self.shards.index.pack,
-                             start, stop, self._wanted(), self._range_reader, self.shards.index.fields or None,
-                             self.check_records)
+            return read_rows(url, self.shards.shards[shard], self.shards.index.pack, start, stop, self._wanted(),
+                             self._range_reader, self.shards.index.fields or None, self.check_records, self.fill,
+                             lost if self.on_error == "skip" else None)
         except (ShardError, SourceError) as exc:
             if self.on_error == "raise":
                 raise
-            log.warning("skipping samples %d-%d of %s: %s", start, stop, redact(self.shards.url(shard)), exc)
-            self.read_stats.skipped(stop - start)
+            lost(exc, stop - start)
             return None
 
     def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
@@ -291,15 +315,14 @@ class ShardDataset(IterableDataset):
                 wait(futures)
         else:
             results = [self._read_piece(*piece) for piece in pieces]
-        read = list(zip(pieces, results))
-        good = [columns for _, columns in read if columns is not None]
-        if len(good) < len(read):  # skip policy: good rows stand in for the lost ones, so that
-            if not good:           # every rank still yields the same number of batches
+        good = [columns for columns in results if columns]
+        missing = (stop - start) - sum(_rows(columns) for columns in good)
+        if missing:  # skip policy: good rows stand in for the lost ones, so that every rank
+            if not good:  # still yields the same number of batches
                 raise ShardError(self.shards.url(pieces[0][0]), None,  # type: ignore[union-attr]
                                  "every piece of a shuffle window failed; nothing to stand in for them")
-            spare = assemble_columns(iter(good), sum(_rows(c) for c in good))
-            read = [(p, c if c is not None else _repeat(spare, p[2] - p[1])) for p, c in read]
-        return assemble_columns((columns for _, columns in read), stop - start)
+            good.append(_repeat(assemble_columns(iter(good), stop - start - missing), missing))
+        return assemble_columns(iter(good), stop - start)
 
     def _indexed_windows(self, epoch: int, plan: WorkerPlan) -> Iterator[tuple[Columns, np.ndarray]]:
         order = epoch_order(self.chunks, self.seed, epoch, self.shuffle)
@@ -311,49 +334,6 @@ class ShardDataset(IterableDataset):
                 columns = self._read_positions(order, seg.span_start + lo, seg.span_start + hi)
                 emit = window_permutation(self.seed, epoch, seg.span_start, window, hi - lo, self.shuffle)
                 yield columns, emit[max(seg.begin, lo) - lo:min(seg.end, hi) - lo]
-
-    def _foreign_windows(self, epoch: int, worker: int, workers: int) -> Iterator[tuple[Columns, np.ndarray]]:
-        assert isinstance(self.shards, ForeignShards)
-        urls = list(self.shards.urls)
-        if self.shuffle:
-            urls = [urls[i] for i in rng_for(self.seed, epoch).permutation(len(urls))]
-        consumers = self.world_size * workers
-        consumer = self.rank * workers + worker
-        if len(urls) < consumers and consumer == 0:
-            warnings.warn(f"{len(urls)} shards without an index for {consumers} consumers "
-                          f"({self.world_size} ranks x {workers} workers): some read nothing, and ranks "
-                          f"may yield different numbers of batches", stacklevel=2)
-        mine = urls[consumer::consumers]
-        pending: list[Columns] = []
-        rows = window = 0
-        fields = None  # those of the first record: every shard's records must have them too
-        for url in mine:
-            for columns in self._foreign_rows(url, fields):
-                fields = set(columns) if fields is None else fields
-                pending.append(columns)
-                rows += len(next(iter(columns.values())))
-                if rows >= self.shuffle_buffer:
-                    yield self._foreign_window(pending, rows, epoch, consumer, window)
-                    pending, rows, window = [], 0, window + 1
-        if rows:
-            yield self._foreign_window(pending, rows, epoch, consumer, window)
-
-    def _foreign_rows(self, url: str, fields: set[str] | None) -> Iterator[Columns]:
-        """The rows of a shard without an index; under the skip policy, a shard that turns out
-        broken ends there (without an index, nothing after the break can be found): logged, counted."""
-        try:
-            yield from iter_foreign_rows(url, self._wanted(), fields, policy=self.policy, stats=self.read_stats)
-        except (ShardError, SourceError) as exc:
-            if self.on_error == "raise":
-                raise
-            log.warning("skipping the rest of %s: %s", redact(url), exc)
-            self.read_stats.skipped(0)  # without an index, what is lost is not known
-
-    def _foreign_window(self, parts: list[Columns], rows: int, epoch: int, consumer: int,
-                        window: int) -> tuple[Columns, np.ndarray]:
-        columns = {name: stack_values(col) if isinstance(col, list) else col
-                   for name, col in concat_columns(parts).items()}
-        return columns, window_permutation(self.seed, epoch, consumer, window, rows, self.shuffle)
 
     def _finish(self, batch: Columns) -> Any:
         if self.sample_transform is not None:

@@ -7,16 +7,15 @@ are columns; unpacked records are stacked once per read, never per batch.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..format.codec import KEYS_FIELD, ROWS_FIELD
-from ..format.errors import SampleError, ShardError
+from ..format.errors import ShardError
 from ..format.index import Schema, ShardInfo
-from ..format.packing import record_rows
-from ..format.records import decode_fields, iter_records
-from ..format.shard_table import check_record
+from ..format.tar import open_archive
+from ..format.walk import walk_shard
 from ..storage.opener import open_stream, read_range
 from ..storage.retry import RetryPolicy, RetrySink
 
@@ -81,85 +80,131 @@ def assemble_columns(pieces: Iterable[Columns], rows: int) -> Columns:
     return out
 
 
-def _record_columns(fields: dict[str, Any], url: str, offset: int, wanted: set[str] | None) -> tuple[Columns, int]:
-    try:
-        rows = record_rows(fields)
-    except SampleError as exc:
-        raise ShardError(url, offset, str(exc)) from None
+def _record_columns(fields: dict[str, Any], rows: int, wanted: set[str] | None, fill: Mapping[str, Any]) -> Columns:
+    """The columns of one checked record: ``wanted`` fields (all by default), a field the record
+    lacks filled with ``fill``'s value for it (else ``None``), one per row."""
     packed = ROWS_FIELD in fields
     columns = {}
     for name, value in fields.items():
         if name in _RESERVED or (wanted is not None and name not in wanted):
             continue
-        if packed:
-            try:
-                length = len(value)
-            except TypeError:
-                length = None
-            if length != rows:
-                raise ShardError(url, offset, f"packed record: field {name!r} has {length} rows, expected {rows}")
-            columns[name] = value
-        else:
-            columns[name] = [value]
-    if wanted is not None and len(columns) != len(wanted):
-        missing = sorted(wanted - set(columns))
-        raise ShardError(url, offset, f"record lacks field(s) {missing}")
-    return columns, rows
+        columns[name] = value if packed else [value]
+    for name in (wanted or ()):
+        if name not in columns:
+            columns[name] = [fill.get(name)] * rows
+    return columns
 
 
+#: Reads bytes ``[start, stop)`` of a shard (its URL and index entry given): a cache, say.
 RangeReader = Callable[[str, int, int, ShardInfo], bytes | memoryview]
+#: Told of a record left out (it failed its checks) and the samples lost with it, instead of raising.
+LostRecordHandler = Callable[[ShardError, int], None]
 
 
 def _read_range(url: str, start: int, stop: int, shard: ShardInfo) -> bytes:
     return read_range(url, start, stop)
 
 
+class _RowCollector:
+    """The rows ``[row_start, row_stop)`` of a run of records of ``pack`` rows, as columns."""
+
+    def __init__(self, shard: ShardInfo, pack: int, row_start: int, row_stop: int) -> None:
+        self.shard, self.pack, self.row_start, self.row_stop = shard, pack, row_start, row_stop
+        self.singles: dict[str, list] = {}
+        self.parts: list[Columns] = []
+
+    def wanted_rows(self, number: int) -> slice:
+        """Which rows of record ``number`` fall in the range."""
+        first = number * self.pack
+        rows = min(self.pack, self.shard.samples - first)
+        return slice(max(self.row_start - first, 0), min(self.row_stop - first, rows))
+
+    def add(self, columns: Columns, number: int) -> None:
+        if self.pack == 1:
+            for name, column in columns.items():
+                self.singles.setdefault(name, []).append(column[0])
+            return
+        rows = self.wanted_rows(number)
+        self.parts.append({name: column[rows] for name, column in columns.items()})
+
+    def columns(self) -> Columns:
+        if self.pack == 1:
+            return {name: stack_values(values) for name, values in self.singles.items()}
+        return concat_columns(self.parts) if self.parts else {}
+
+
 def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
               wanted: set[str] | None = None, reader: RangeReader = _read_range,
-              schema: Schema | None = None, check_records: bool = True) -> Columns:
+              schema: Schema | None = None, check_records: bool = True,
+              fill: Mapping[str, Any] | None = None, on_lost: LostRecordHandler | None = None) -> Columns:
     """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read (through
-    ``reader``: a cache, for instance); every record must match the index's ``schema``."""
+    ``reader``: a cache, for instance); every record is checked against the index (its start,
+    its checksum unless ``check_records`` is false, its rows, the ``schema``), and a field a
+    record lacks is filled in from ``fill`` (else ``None``). A record that fails raises, or with
+    ``on_lost`` is reported and left out, the others read on from where the index says they
+    start: damage costs the damaged record only."""
+    if wanted is None and schema:  # every field of the schema, filled in where a record lacks it
+        wanted = set(schema)
     first, last = row_start // pack, -(-row_stop // pack)
     start = int(shard.offsets[first])
     stop = int(shard.offsets[last]) if last < shard.records else shard.bytes
-    data = reader(url, start, stop, shard)
-    parts: list[Columns] = []
-    singles: dict[str, list] = {}
-    n_records = 0
-    for record in iter_records(data, url, start, whole=False):  # members are views of data: no copies
-        check_record(record, shard, first + n_records, url, check_records)
-        columns, rows = _record_columns(decode_fields(record, url, schema), url, record.offset, wanted)
-        expected = min(pack, shard.samples - (first + n_records) * pack)
-        if rows != expected:
-            raise ShardError(url, record.offset, f"record {record.key!r} holds {rows} rows, the index says {expected}")
-        n_records += 1
-        if pack == 1:
-            for name, col in columns.items():
-                singles.setdefault(name, []).append(col[0])
-        else:
-            parts.append(columns)
-        if n_records == last - first:
-            break  # the range ends here: do not look for a next header
-    if n_records != last - first:
-        raise ShardError(url, start, f"expected {last - first} records from here (as the index says), found {n_records}")
-    if pack == 1:
-        return {name: stack_values(values) for name, values in singles.items()}
-    columns = concat_columns(parts)
-    skip = row_start - first * pack
-    n = row_stop - row_start
-    return {name: col[skip:skip + n] for name, col in columns.items()}
+    view = memoryview(reader(url, start, stop, shard))  # members are views of it: no copies
+    collector = _RowCollector(shard, pack, row_start, row_stop)
+    done = first  # the records before this one are read, or reported lost
+
+    def lose(exc: ShardError, number: int) -> None:
+        nonlocal done
+        if on_lost is None:
+            raise exc
+        rows = collector.wanted_rows(number)
+        on_lost(exc, rows.stop - rows.start)
+        done = number + 1
+
+    one_by_one = False  # after the tar structure broke: each record walked in the bytes the index gives it
+    while done < last:
+        attempt, at = done, int(shard.offsets[done])
+        until = stop if not one_by_one else int(shard.offsets[done + 1]) if done + 1 < shard.records else shard.bytes
+        try:
+            for walked in walk_shard(view[at - start:until - start], url, start=at, first_record=done, whole=False,
+                                     schema=schema, entry=shard, checksums=check_records,
+                                     records=1 if one_by_one else last - done, on_bad_record=lose):
+                expected = min(pack, shard.samples - walked.number * pack)
+                if walked.rows != expected:
+                    lose(ShardError(url, walked.offset, f"record {walked.key!r} holds {walked.rows} rows, "
+                                                        f"the index says {expected}"), walked.number)
+                    continue
+                collector.add(_record_columns(walked.fields, walked.rows, wanted, fill or {}), walked.number)
+                done = walked.number + 1
+            missing = done == attempt if one_by_one else done < last  # the bytes ran out before the record
+            if missing:
+                raise ShardError(url, int(shard.offsets[done]), f"no record {done} where the index says it starts")
+        except ShardError as exc:
+            if on_lost is None:
+                raise
+            if not one_by_one:  # a record is yielded once the next one's header is read: the one
+                one_by_one = True  # before the break may be sound, so walk again from the first not done
+                continue
+            lose(exc, done)
+    return collector.columns()
 
 
 def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str] | None = None, *,
-                      policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> Iterator[Columns]:
-    """Every record of a shard without an index, as columns (one row, or a packed record's rows);
-    all with the same ``fields`` (by default those of the first record) so that they collate.
-    The shard is streamed under ``policy``, its retries reported to ``stats``."""
-    with open_stream(url, policy, stats=stats) as stream:
-        for record in iter_records(stream, url):
-            columns = _record_columns(decode_fields(record, url), url, record.offset, wanted)[0]
-            fields = set(columns) if fields is None else fields
-            if columns.keys() != fields:
-                raise ShardError(url, record.offset, f"record {record.key!r} has fields {sorted(columns)}, "
-                                 f"earlier records {sorted(fields)}")
-            yield columns
+                      policy: RetryPolicy | None = None, stats: RetrySink | None = None,
+                      fill: Mapping[str, Any] | None = None,
+                      on_lost: LostRecordHandler | None = None) -> Iterator[Columns]:
+    """Every record of a shard without an index (a plain tar, or one gzip-compressed), as
+    columns (one row, or a packed record's rows), with the ``fields`` given (by default those of
+    the first record; a record that lacks one has it filled from ``fill``, else ``None``). The
+    shard is streamed under ``policy``, its retries reported to ``stats``. A record that fails
+    its own checks raises, or with ``on_lost`` costs that record only; a broken tar structure
+    ends the shard (without an index, nothing after it can be found)."""
+    def lost(exc: ShardError, number: int) -> None:
+        if on_lost is None:
+            raise exc
+        on_lost(exc, 1)
+
+    with open_stream(url, policy, stats=stats) as raw:
+        for walked in walk_shard(open_archive(raw, url), url, on_bad_record=lost):
+            if fields is None:
+                fields = set(walked.fields) - set(_RESERVED) if wanted is None else set(wanted)
+            yield _record_columns(walked.fields, walked.rows, fields, fill or {})

@@ -20,6 +20,7 @@ from .sources.arrays import ArraySource, open_npz
 from .sources.folder import FolderSource
 from .sources.joblib_batches import JoblibBatchSource
 from .sources.sample_files import partition_sources
+from .sources.table_files import Inputs
 from .splits import build_splits
 
 #: One index, or one per split (``{"train": ..., "validation": ...}``) when a split was asked for.
@@ -74,3 +75,25 @@ def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                  recursive: bool = False, **options: Any) -> BuildResult:
     """Files grouped by stem (``0001.jpg`` + ``0001.json``), bytes kept as they are."""
     return build_dataset(FolderSource(folder, recursive), out_dir, prefix, **options)
+
+
+def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "shard",
+                  columns: Sequence[str] | None = None, fill: Mapping[str, Any] | None = None,
+                  **options: Any) -> BuildResult:
+    """Rows of Parquet files (or folders of ``*.parquet``), a column a field: ``columns`` picks
+    them (all by default), ``fill`` (``{"col": value}``) replaces nulls, which are otherwise an
+    error. Needs pyarrow (``pip install 'pipeline[parquet]'``), imported on the first call so
+    that the rest of the package works without it."""
+    from .sources.tables import ParquetSource
+
+    return build_dataset(ParquetSource(inputs, columns, fill), out_dir, prefix, **options)
+
+
+def build_arrow(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "shard",
+                columns: Sequence[str] | None = None, fill: Mapping[str, Any] | None = None,
+                **options: Any) -> BuildResult:
+    """Rows of Arrow IPC files or streams, or of a ``datasets`` ``save_to_disk`` folder; options
+    as :func:`build_parquet`."""
+    from .sources.tables import ArrowSource
+
+    return build_dataset(ArrowSource(inputs, columns, fill), out_dir, prefix, **options)

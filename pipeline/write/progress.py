@@ -25,8 +25,9 @@ class BuildProgress:
     """Counts the samples and bytes of finished shards (and of shards a resumed build kept)."""
 
     def __init__(self, total_samples: int | None, description: str, quiet: bool = False,
-                 stream: TextIO | None = None) -> None:
+                 stream: TextIO | None = None, verb: str = "wrote") -> None:
         self.quiet = quiet
+        self.verb = verb  # what the summary says was done to the samples
         self.stream = stream or sys.stderr
         self.description = description
         self.total = total_samples
@@ -66,7 +67,7 @@ class BuildProgress:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
         kept = (f" and kept {self.kept_shards} shards ({self.kept_samples} samples) that an earlier run finished"
                 if self.kept_shards else "")
-        line = (f"wrote {self.samples} samples in {self.shards} shards{kept}, {self.bytes / 1e6:.1f} MB, "
+        line = (f"{self.verb} {self.samples} samples in {self.shards} shards{kept}, {self.bytes / 1e6:.1f} MB, "
                 f"in {elapsed:.2f} s ({self.samples / elapsed:,.0f} samples/s, "
                 f"{self.bytes / elapsed / 1e6:.1f} MB/s) -> {destination}")
         if not self.quiet:

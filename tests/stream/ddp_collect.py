@@ -1,5 +1,5 @@
 """Run under torchrun by test_distributed.py: each rank streams one epoch and writes the sample
-numbers of each batch it received to OUT/rank-<r>.json."""
+numbers of each batch it received (field ``i``, or the one given) to OUT/rank-<r>.json."""
 
 import json
 import sys
@@ -12,10 +12,11 @@ from pipeline import make_loader
 
 def main() -> None:
     shards, out, workers = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    field = sys.argv[4] if len(sys.argv) > 4 else "i"
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     loader = make_loader(shards, num_workers=workers, batch_size=32, seed=5, shuffle_buffer=300)
-    batches = [batch["i"].tolist() for batch in loader]
+    batches = [batch[field].tolist() for batch in loader]
     dist.barrier()  # every rank must get here: no rank waits for batches that never come
     (out / f"rank-{rank}.json").write_text(json.dumps({"batches": batches, "len": len(loader)}))
     dist.destroy_process_group()

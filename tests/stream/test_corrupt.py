@@ -183,15 +183,17 @@ def test_an_index_whose_pack_disagrees_with_the_records_is_an_error(tmp_path: Pa
         read_rows(str(folder / "part-000000.tar"), index.shards[0], 2, 0, 4)
 
 
-def test_foreign_shards_whose_records_have_other_fields_are_an_error_or_skipped(tmp_path: Path) -> None:
+def test_foreign_samples_that_lack_a_field_are_yielded_with_the_fill(tmp_path: Path) -> None:
     first = build(tmp_path / "a", [5])
     with pipeline.ShardWriter(tmp_path / "b", "part", shard_samples=5) as writer:
         for i in range(5, 10):
             writer.write({"i": i, "y": np.full(3, i, np.float32)})
     urls = [shutil.copy(first / "part-000000.tar", tmp_path / "a.tar"),
             shutil.copy(tmp_path / "b" / "part-000000.tar", tmp_path / "b.tar")]
-    with pytest.raises(ShardError, match=r"b\.tar at byte 0: record '\d+' has fields \['i', 'y'\], earlier records "
-                                         r"\['i', 'x'\]"):
-        read_all(urls)
-    ids, stats = read_all(urls, on_error="skip")
-    assert ids == [0, 1, 2, 3, 4] and stats["skipped_pieces"] == 1
+    samples = {}
+    for fill in (None, {"x": "none"}):
+        for batch in ShardDataset(urls, batch_size=10, shuffle=False, fill=fill):
+            samples = dict(zip(batch["i"].tolist(), batch["x"]))
+        assert sorted(samples) == list(range(10))  # the fields of the first record: i, x
+        assert all((samples[i] == i).all() for i in range(5))
+        assert [samples[i] for i in range(5, 10)] == [None if fill is None else "none"] * 5

@@ -211,9 +211,12 @@ def test_foreign_webdataset_shards_stream_without_an_index(tmp_path: Path) -> No
     assert sorted(int(c) for b in ShardDataset(pattern, batch_size=7) for c in b["cls"]) == list(range(200))
 
 
-def test_foreign_shards_fewer_than_consumers_warn(tmp_path: Path) -> None:
+def test_foreign_shards_under_ddp_are_refused_unless_uneven_ranks_are_allowed(tmp_path: Path) -> None:
     urls = webdataset_shards(tmp_path / "wds", count=1, per_shard=10)
-    dataset = ShardDataset(urls, batch_size=4, rank=0, world_size=2)
+    with pytest.raises(ValueError, match=r"1 shards without an index, under DDP \(world size 2\): ranks would get "
+                                         r"different numbers of samples.*pipeline index SHARDS.*allow_uneven=True"):
+        ShardDataset(urls, batch_size=4, rank=0, world_size=2)
+    dataset = ShardDataset(urls, batch_size=4, rank=0, world_size=2, allow_uneven=True)
     with pytest.warns(UserWarning, match="1 shards without an index for 2 consumers"):
         assert sum(len(b["cls"]) for b in dataset) == 10
 

@@ -13,18 +13,33 @@ import pytest
 
 import pipeline
 from tests.stream.shardsets import random_sizes, uneven_shards
+from tests.write.test_indexing import webdataset_shards
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
 
-def torchrun(nproc: int, *args: str, timeout: int = 180) -> subprocess.CompletedProcess:
+def torchrun(nproc: int, *args: str, timeout: int = 180, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                "--nproc-per-node", str(nproc), *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0 or not check, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def assert_exactly_once_with_equal_batches(shards: str, tmp_path: Path, ranks: int, total: int, field: str = "i") -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    torchrun(ranks, str(HERE / "ddp_collect.py"), shards, str(out), "2", field)
+    results = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(ranks)]
+    counts = {len(r["batches"]) for r in results}
+    assert len(counts) == 1 and counts == {results[0]["len"]}
+    seen = Counter(i for r in results for batch in r["batches"] for i in batch)
+    assert set(seen) == set(range(total))  # every sample delivered
+    padded = -(-total // ranks) * ranks
+    assert sum(seen.values()) == padded  # and only the padding to equal rank spans repeats
+    assert sum(n - 1 for n in seen.values()) == padded - total
 
 
 @pytest.mark.parametrize("ranks, sizes", [
@@ -34,18 +49,23 @@ def torchrun(nproc: int, *args: str, timeout: int = 180) -> subprocess.Completed
 ])
 def test_every_sample_once_and_equal_batch_counts_across_ranks(tmp_path: Path, ranks: int, sizes: list[int]) -> None:
     shards = uneven_shards(tmp_path / "shards", sizes, pack=4)
-    out = tmp_path / "out"
-    out.mkdir()
-    torchrun(ranks, str(HERE / "ddp_collect.py"), str(shards), str(out), "2")
-    results = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(ranks)]
-    counts = {len(r["batches"]) for r in results}
-    assert len(counts) == 1 and counts == {results[0]["len"]}
-    seen = Counter(i for r in results for batch in r["batches"] for i in batch)
-    total = sum(sizes)
-    assert set(seen) == set(range(total))  # every sample delivered
-    padded = -(-total // ranks) * ranks
-    assert sum(seen.values()) == padded  # and only the padding to equal rank spans repeats
-    assert sum(n - 1 for n in seen.values()) == padded - total
+    assert_exactly_once_with_equal_batches(str(shards), tmp_path, ranks, sum(sizes))
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_webdataset_shards_indexed_in_place_are_exact_across_ranks(tmp_path: Path, ranks: int) -> None:
+    urls = webdataset_shards(tmp_path / "wds", random_sizes(5, 40, 400, seed=ranks))
+    total = pipeline.index_shards(urls, quiet=True).samples
+    assert_exactly_once_with_equal_batches(str(tmp_path / "wds"), tmp_path, ranks, total, field="cls")
+
+
+def test_shards_without_an_index_under_torchrun_are_an_error_not_a_hang(tmp_path: Path) -> None:
+    urls = webdataset_shards(tmp_path / "wds", [300, 20, 150])
+    (tmp_path / "out").mkdir()
+    result = torchrun(2, str(HERE / "ddp_collect.py"), "{" + ",".join(urls) + "}", str(tmp_path / "out"), "2", "cls",
+                      check=False, timeout=120)
+    assert result.returncode != 0
+    assert "shards without an index, under DDP (world size 2)" in result.stderr and "pipeline index" in result.stderr
 
 
 def test_training_example_under_torchrun_on_uneven_data(tmp_path: Path) -> None:

@@ -84,8 +84,12 @@ def test_a_users_transform_error_keeps_its_type_and_the_workers_stop(pristine: P
 
 
 class Unpicklable(Exception):
-    def __init__(self, a: int, b: int) -> None:  # rebuilt from its args, it fails
+    """An error holding what no pickler can copy (a generator), whatever pickling support for
+    exceptions the process installed (Dask installs tblib's, for one)."""
+
+    def __init__(self, a: int, b: int) -> None:
         super().__init__(f"{a} and {b}")
+        self.source = (n for n in range(a, b))
 
 
 def test_an_error_that_cannot_cross_processes_arrives_as_a_runtime_error_naming_it(pristine: Path) -> None:

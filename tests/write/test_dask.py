@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import pipeline
+from pipeline.cli import main
 from pipeline.write.rows import RowBlock
 from pipeline.write.source import Source
-from pipeline.cli import main
 
 distributed = pytest.importorskip("distributed")
 
@@ -114,3 +114,13 @@ def test_a_scheduler_needs_the_dask_engine(tmp_path: Path, npy_inputs, capsys) -
     assert code == 1
     assert "needs engine='dask' (--engine dask)" in capsys.readouterr().err
     assert not (tmp_path / "out" / "index.json").exists()
+
+
+def test_indexing_on_dask_gives_the_index_of_one_process(tmp_path: Path) -> None:
+    from tests.helpers import index_content
+    from tests.write.test_indexing import webdataset_shards
+
+    urls = webdataset_shards(tmp_path / "wds", [40, 7, 90, 33])
+    local = pipeline.index_shards(urls, tmp_path / "one", quiet=True)
+    on_dask = pipeline.index_shards(urls, tmp_path / "dask", engine="dask", workers=2, quiet=True)
+    assert index_content(on_dask) == index_content(local)

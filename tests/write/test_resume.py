@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import pipeline
+from pipeline.format.scan import scan_shard
 from pipeline.write.rows import RowBlock
 from pipeline.write.source import Source
-from pipeline.format.scan import scan_shard
 
 OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
 

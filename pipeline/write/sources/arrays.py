@@ -16,6 +16,7 @@ from typing import Any, Mapping, Union
 
 import numpy as np
 
+from ...format import npy
 from ...format.codec import check_dtype
 from ...format.errors import SampleError
 from ..rows import RowBlock, check_key
@@ -63,19 +64,17 @@ Column = Union[np.ndarray, FileColumn]
 
 def _npy_column(path: Path, src: Any, base: int) -> FileColumn:
     """Parse a ``.npy`` header from ``src`` (positioned at its start, ``base`` in the file)."""
+    origin = src.tell()
     try:
-        version = np.lib.format.read_magic(src)
-        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                       else np.lib.format.read_array_header_2_0)
-        shape, fortran, dtype = read_header(src)
-    except ValueError as exc:
-        raise SampleError(f"{path}: not a valid .npy array: {exc}") from None
+        dtype, shape, fortran, start = npy.read_header(src.read)
+    except SampleError as exc:
+        raise SampleError(f"{path}: {exc}") from None
     if fortran and len(shape) > 1:
         raise SampleError(f"{path}: Fortran-ordered arrays cannot be streamed; save it with "
                           f"np.save(path, np.ascontiguousarray(a))")
     if not shape:
         raise SampleError(f"{path}: a 0-d array has no rows")
-    return FileColumn(str(path), base + src.tell(), np.dtype(dtype), tuple(shape))
+    return FileColumn(str(path), base + origin + start, np.dtype(dtype), shape)
 
 
 def open_npy(path: str | os.PathLike[str]) -> FileColumn:

@@ -1,0 +1,87 @@
+"""Shards without an index, streamed: whole shards dealt to the (rank, worker) consumers.
+
+Without an index there are no sample counts, so the epoch cannot be cut into equal spans:
+each consumer streams every ``consumers``-th shard of the epoch's shard order, start to end,
+and shuffles what it reads a window at a time. Consumers may so get different numbers of
+samples, which is why a dataset refuses this under DDP unless told it may (``allow_uneven``).
+A record that fails its own checks costs that record (under ``on_error="skip"``); a broken tar
+structure costs the rest of its shard, since nothing after it can be found.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from ..format.errors import ShardError
+from ..storage import SourceError, redact
+from ..storage.retry import RetryPolicy
+from .plan import rng_for, window_permutation
+from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
+from .stats import ReadStats
+
+log = logging.getLogger("pipeline.stream")
+
+
+@dataclass
+class ForeignStream:
+    """How one dataset streams its shards without an index (picklable, for workers)."""
+
+    urls: tuple[str, ...]
+    seed: int
+    shuffle: bool
+    window: int  # samples shuffled at once
+    wanted: set[str] | None
+    fill: Mapping[str, Any]
+    skip: bool  # on_error="skip"
+    policy: RetryPolicy
+    stats: ReadStats
+
+    def windows(self, epoch: int, consumer: int, consumers: int) -> Iterator[tuple[Columns, np.ndarray]]:
+        """The windows of consumer ``consumer`` of ``consumers`` in ``epoch``: columns, and the
+        order to emit their rows in."""
+        urls = list(self.urls)
+        if self.shuffle:
+            urls = [urls[i] for i in rng_for(self.seed, epoch).permutation(len(urls))]
+        if len(urls) < consumers and consumer == 0:
+            warnings.warn(f"{len(urls)} shards without an index for {consumers} consumers (ranks x workers): some "
+                          f"read nothing; index them with `pipeline index` for exact epochs", stacklevel=3)
+        pending: list[Columns] = []
+        rows = window = 0
+        fields = None  # those of the first record: the others are read with the same fields
+        for url in urls[consumer::consumers]:
+            for columns in self._rows(url, fields):
+                fields = set(columns) if fields is None else fields
+                pending.append(columns)
+                rows += len(next(iter(columns.values())))
+                if rows >= self.window:
+                    yield self._window(pending, rows, epoch, consumer, window)
+                    pending, rows, window = [], 0, window + 1
+        if rows:
+            yield self._window(pending, rows, epoch, consumer, window)
+
+    def _rows(self, url: str, fields: set[str] | None) -> Iterator[Columns]:
+        """The rows of one shard; under the skip policy, a bad record is left out and a broken
+        shard ends there: logged, counted."""
+        def lost(exc: ShardError, samples: int) -> None:
+            log.warning("skipping a record of %s: %s", redact(url), exc)
+            self.stats.skipped(0)  # without an index, what it held is not known
+
+        try:
+            yield from iter_foreign_rows(url, self.wanted, fields, policy=self.policy, stats=self.stats,
+                                         fill=self.fill, on_lost=lost if self.skip else None)
+        except (ShardError, SourceError) as exc:
+            if not self.skip:
+                raise
+            log.warning("skipping the rest of %s: %s", redact(url), exc)
+            self.stats.skipped(0)
+
+    def _window(self, parts: list[Columns], rows: int, epoch: int, consumer: int,
+                window: int) -> tuple[Columns, np.ndarray]:
+        columns = {name: stack_values(col) if isinstance(col, list) else col
+                   for name, col in concat_columns(parts).items()}
+        return columns, window_permutation(self.seed, epoch, consumer, window, rows, self.shuffle)

@@ -1,0 +1,151 @@
+"""Index shards written by other tools in place: ``pipeline index SHARDS...``.
+
+A shard written by ``webdataset.ShardWriter``, ``tar`` or any other tool is a plain tar whose
+members group into records by key. Scanning it once (:func:`~pipeline.format.scan.scan_stream`)
+gives everything an index holds: its size and sha256, the byte offset and checksum of every
+record, its samples, and the fields with their types (``.npy`` dtype and shape, ``.cls`` ints,
+``.json``, ``.txt``, other extensions as bytes; a field that some samples lack is optional).
+With that index beside them, the shards have every promise of the shards this library writes
+(exact epochs, equal batches on every rank, ranged reads, resume, record checksums), and not a
+byte of them changes: webdataset still reads them as before.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from concurrent.futures import Executor
+from typing import Sequence
+
+from braceexpand import braceexpand
+
+from ..format.errors import IndexFormatError
+from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
+from ..format.scan import scan_stream
+from ..storage import is_remote, join, open_stream, parent, redact, scheme
+from ..storage.destination import destination
+from .engines import open_workers
+from .output import OutputExistsError, save_index
+from .progress import BuildProgress
+
+
+def _is_folder(url: str) -> bool:
+    if not is_remote(url):
+        return os.path.isdir(url)
+    return url.endswith("/") or (scheme(url) == "s3" and not posixpath.splitext(url)[1])
+
+
+def shard_urls(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The shards named: paths or URLs, brace patterns expanded (``x-{000000..000009}.tar``), and
+    a folder (local, or an ``s3://`` prefix) standing for the ``.tar`` files directly in it."""
+    given = [shards] if isinstance(shards, (str, os.PathLike)) else list(shards)
+    urls: list[str] = []
+    for item in map(os.fspath, given):
+        for url in braceexpand(item):
+            if not _is_folder(url):
+                urls.append(url)
+                continue
+            if scheme(url) in ("http", "https"):
+                raise ValueError(f"{redact(url)}: an HTTP folder cannot be listed; name its shards (a brace "
+                                 f"pattern: .../train-{{000000..000099}}.tar)")
+            folder = destination(url)
+            urls.extend(join(url, name) for name in folder.list("") if name.endswith(".tar"))
+    if not urls:
+        raise ValueError(f"no shards in {given}")
+    for url in urls:
+        if scheme(url) == "pipe":
+            raise ValueError(f"{redact(url)}: a pipe: command cannot be indexed (an index names files to read by "
+                             f"byte ranges)")
+        if not is_remote(url) and not os.path.isfile(url):
+            raise FileNotFoundError(f"{url}: no such shard")
+    if len(set(urls)) != len(urls):
+        raise ValueError("a shard is named twice")
+    return urls
+
+
+def scan_url(url: str) -> tuple[ShardInfo, Schema, list[int]]:
+    """Scan one shard, read once from its URL (the task each worker runs)."""
+    with open_stream(url) as stream:
+        return scan_stream(stream, redact(url))
+
+
+def relative_name(url: str, folder: str) -> str:
+    """How an index in ``folder`` names the shard at ``url``: relative when both are on the same
+    disk, host or bucket, else the whole URL."""
+    if is_remote(url) != is_remote(folder):
+        return url if is_remote(url) else os.path.abspath(url)
+    if not is_remote(url):
+        return os.path.relpath(os.path.abspath(url), os.path.abspath(folder))
+    head, _, path = url.partition("://")
+    base_head, _, base = folder.rstrip("/").partition("://")
+    if head != base_head or path.split("/", 1)[0] != base.split("/", 1)[0]:
+        return url
+    return posixpath.relpath(path, base)
+
+
+def _pack(rows: list[list[int]], urls: list[str]) -> int:
+    """The samples per record of the set: 1 (one sample a record, as other tools write), or the
+    ``K`` of packed records (each shard's last record may hold fewer)."""
+    pack = max((r[0] for r in rows if r), default=1)
+    for url, shard in zip(urls, rows):
+        if any(n != pack for n in shard[:-1]) or (shard and shard[-1] > pack):
+            raise IndexFormatError(f"{redact(url)}: records hold {sorted(set(shard))} samples, other shards "
+                                   f"{pack}: an index needs one record size (every record but a shard's last)")
+    return pack
+
+
+def index_shards(
+    shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str] | None = None,
+    *,
+    workers: int = 1,
+    engine: str = "local",
+    scheduler: str | None = None,
+    executor: Executor | None = None,
+    overwrite: bool = False,
+    quiet: bool = False,
+) -> DatasetIndex:
+    """Write ``index.json`` and ``index.bin`` for existing shards (see the module docstring):
+    beside them (they must then share a folder) or at ``output`` (a folder, or the path of the
+    index file: ``DIR/index.json``; local or ``s3://``). The shards are read once each, in
+    ``workers`` processes or on Dask, as a build runs (``engine``, ``scheduler``). Returns the
+    index."""
+    urls = shard_urls(shards)
+    if output is None:
+        folders = {parent(url) for url in urls}
+        if len(folders) > 1:
+            raise ValueError(f"the shards are in {len(folders)} folders ({', '.join(sorted(map(redact, folders))[:3])}"
+                             f"...): give the index a place with --output")
+        folder, name = folders.pop(), INDEX_NAME
+    else:
+        text = os.fspath(output)
+        folder, name = (text.rpartition("/")[0] or ".", text.rpartition("/")[2]) if text.endswith(".json") \
+            else (text, INDEX_NAME)
+    if scheme(folder) in ("http", "https"):
+        raise ValueError(f"{redact(folder)}: an index cannot be written over HTTP; write it locally or to s3:// "
+                         f"with --output (it may name shards by their URLs)")
+    target = destination(folder)
+    try:
+        target.prepare()
+        if target.exists(name) and not overwrite:
+            raise OutputExistsError(f"{target.url(name)} already exists; pass overwrite=True (--overwrite) to replace it")
+        progress = BuildProgress(None, f"indexing {len(urls)} shards", quiet, verb="indexed")
+        results = []
+        with open_workers(engine, workers, scheduler, executor) as pool:
+            scans = map(scan_url, urls) if pool.executor is None else pool.executor.map(scan_url, urls)
+            for info, schema, rows in scans:
+                progress.update(info.samples, info.bytes)
+                results.append((info, schema, rows))
+        schema_all: Schema | None = None
+        entries = []
+        for url, (info, schema, _) in zip(urls, results):
+            if info.samples:
+                schema_all = merge_schema(schema_all, schema, redact(url), optional=True)
+            info.url = relative_name(url, folder)
+            entries.append(info)
+        index = DatasetIndex(schema_all or {}, entries, _pack([rows for _, _, rows in results], urls))
+        where = save_index(target, index, name)
+        progress.close(where)
+        return index
+    finally:
+        target.close()

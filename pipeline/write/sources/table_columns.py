@@ -1,0 +1,200 @@
+"""Arrow columns as the columns of a :class:`~pipeline.write.rows.RowBlock`, without a Python loop
+per row where Arrow's layout allows it.
+
+- numbers and booleans -> a 1-D array (zero copy unless nulls are filled, or booleans, which
+  Arrow stores as bits); timestamps, dates, times and durations -> int64 counts of their unit
+  (``timestamp[ms]``: milliseconds since 1970-01-01 UTC; ``date32``: days);
+- ``fixed_size_list`` of numbers (embeddings), nested to any depth -> one array of shape
+  ``(rows, size, ...)``, a reshape of the flat values buffer;
+- ``list``/``large_list`` of those -> a list of arrays, one per row (views of one flat array);
+- strings -> ``str``, binaries -> ``bytes``.
+
+Every other type (structs, maps, dictionaries, decimals, unions...) is refused when the source
+is opened, naming the column and its type. A null anywhere in a column is an error unless a fill
+value is given: then a null value becomes the fill, a null fixed-size list that many copies of
+it, and a null variable-length list an empty one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...format.errors import SampleError
+
+NUMBER, FIXED, RAGGED, TEXT, BINARY = "number", "fixed", "ragged", "text", "binary"
+#: kinds whose rows all have the same shape, so that rows can share a packed record
+FIXED_KINDS = (NUMBER, FIXED)
+
+_TEMPORAL = (pa.types.is_timestamp, pa.types.is_date, pa.types.is_time, pa.types.is_duration)
+# (the view types came with pyarrow 16)
+_TEXT = tuple(getattr(pa.types, test) for test in ("is_string", "is_large_string", "is_string_view")
+              if hasattr(pa.types, test))
+_BINARY = tuple(getattr(pa.types, test) for test in ("is_binary", "is_large_binary", "is_fixed_size_binary",
+                                                     "is_binary_view") if hasattr(pa.types, test))
+
+
+def _is(type_: pa.DataType, tests: tuple) -> bool:
+    return any(test(type_) for test in tests)
+
+
+def _is_number(type_: pa.DataType) -> bool:
+    return (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_boolean(type_)
+            or _is(type_, _TEMPORAL))
+
+
+def _is_list(type_: pa.DataType) -> bool:
+    return pa.types.is_list(type_) or pa.types.is_large_list(type_)
+
+
+def _kind(type_: pa.DataType) -> str | None:
+    if _is_number(type_):
+        return NUMBER
+    if pa.types.is_fixed_size_list(type_):
+        return FIXED if _kind(type_.value_type) in FIXED_KINDS else None
+    if _is_list(type_):
+        return RAGGED if _kind(type_.value_type) in FIXED_KINDS else None
+    if _is(type_, _TEXT):
+        return TEXT
+    return BINARY if _is(type_, _BINARY) else None
+
+
+def column_kind(name: str, type_: pa.DataType, path: str) -> str:
+    """How column ``name`` of ``path`` becomes a field, or an error saying it cannot."""
+    kind = _kind(type_)
+    if kind is None:
+        raise SampleError(
+            f"{path}: column {name!r} has type {type_}, which shards cannot store (supported: numbers, "
+            f"booleans, timestamps and dates, strings, binaries, and fixed-size or variable-length lists of "
+            f"numbers); leave it out with --columns (columns=[...] in Python), or convert it first"
+        )
+    return kind
+
+
+def signature(type_: pa.DataType) -> Any:
+    """What makes two columns the same for a build: the nesting, list sizes and value type, not
+    what changes nothing in the shards (the names Arrow gives list items, ``item`` or ``element``
+    depending on the writer; 32- or 64-bit offsets of lists, strings and binaries)."""
+    if pa.types.is_fixed_size_list(type_):
+        return FIXED, type_.list_size, signature(type_.value_type)
+    if _is_list(type_):
+        return RAGGED, signature(type_.value_type)
+    kind = _kind(type_)
+    return kind if kind in (TEXT, BINARY) else type_
+
+
+def _leaf(type_: pa.DataType) -> pa.DataType:
+    while pa.types.is_fixed_size_list(type_) or _is_list(type_):
+        type_ = type_.value_type
+    return type_
+
+
+def fill_value(name: str, type_: pa.DataType, value: Any) -> Any:
+    """``value`` as a fill of column ``name``: checked against the column's values, so that a bad
+    fill is an error when the source opens. Text columns take numbers as their text."""
+    leaf = _leaf(type_)
+    given = value
+    problem = None
+    if _is(leaf, _TEXT):
+        value = value if isinstance(value, str) else str(value)
+    elif _is(leaf, _BINARY):
+        value = value if isinstance(value, bytes) else str(value).encode()
+    elif isinstance(value, (str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        problem = "is not a number"
+    elif pa.types.is_boolean(leaf):
+        problem = None if value in (0, 1) else "is not 0 or 1"
+        value = bool(value)
+    elif not pa.types.is_floating(leaf):
+        problem = None if float(value).is_integer() else "is not a whole number"
+        value = int(value) if problem is None else value
+    if problem is None:
+        try:
+            pa.scalar(value, type=leaf)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            problem = "does not fit"
+    if problem:
+        raise SampleError(f"the fill value {given!r} of column {name!r} {problem}; the column holds {type_}: give "
+                          f"a value of that type")
+    return value
+
+
+def null_rows(array: pa.Array) -> np.ndarray:
+    """Positions (sorted) of the rows of ``array`` with a null at any level of nesting; cheap when
+    there is none (Arrow keeps null counts)."""
+    rows = np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)) if array.null_count else \
+        np.zeros(0, np.int64)
+    type_ = array.type
+    if pa.types.is_fixed_size_list(type_) and type_.list_size:
+        inner = null_rows(_fixed_values(array)) // type_.list_size
+    elif _is_list(type_):
+        offsets = array.offsets.to_numpy()
+        inner = np.searchsorted(offsets - offsets[0], null_rows(_list_values(array, offsets)), "right") - 1
+    else:
+        return rows
+    return np.union1d(rows, inner)
+
+
+def _fixed_values(array: pa.FixedSizeListArray) -> pa.Array:
+    """The values of the rows of ``array`` (``.values`` ignores a slice's offset)."""
+    size = array.type.list_size
+    return array.values.slice(array.offset * size, len(array) * size)
+
+
+def _list_values(array: pa.Array, offsets: np.ndarray) -> pa.Array:
+    return array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def to_column(array: pa.Array, kind: str, fill: Any = None) -> Any:
+    """``array`` as a block column of ``kind`` (see :func:`column_kind`); nulls become ``fill``
+    (the caller has refused nulls when there is none)."""
+    if kind == NUMBER:
+        return _numbers(array, fill)
+    if kind == FIXED:
+        return _fixed(array, fill)
+    if kind == RAGGED:
+        return _ragged(array, fill)
+    if array.null_count:
+        array = pc.fill_null(array, pa.scalar(fill, type=array.type))
+    return array.to_pylist()
+
+
+def _numbers(array: pa.Array, fill: Any) -> np.ndarray:
+    if array.null_count:
+        array = pc.fill_null(array, pa.scalar(fill, type=array.type))
+    if _is(array.type, _TEMPORAL):
+        view = array.view(pa.int64() if array.type.bit_width == 64 else pa.int32())
+        return view.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return array.to_numpy(zero_copy_only=False)
+
+
+def _fixed(array: pa.Array, fill: Any) -> np.ndarray:
+    """Nested fixed-size lists as one array: the flat values reshaped, then null lists filled."""
+    shape: list[int] = []
+    null_lists = []
+    level = array
+    while pa.types.is_fixed_size_list(level.type):
+        if level.null_count:
+            null_lists.append((len(shape), level.is_null().to_numpy(zero_copy_only=False)))
+        shape.append(level.type.list_size)
+        level = _fixed_values(level)
+    out = _numbers(level, fill).reshape(len(array), *shape)
+    if null_lists:
+        out = out.copy()
+        for depth, mask in null_lists:
+            out.reshape(-1, *shape[depth:])[mask] = fill
+    return out
+
+
+def _ragged(array: pa.Array, fill: Any) -> list[np.ndarray]:
+    """Variable-length lists as one array per row, views of the flat values."""
+    offsets = array.offsets.to_numpy()
+    values = _list_values(array, offsets)
+    flat = _fixed(values, fill) if pa.types.is_fixed_size_list(values.type) else _numbers(values, fill)
+    rows = np.split(flat, (offsets[1:-1] - offsets[0]).astype(np.int64))
+    if array.null_count:
+        for i in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)).tolist():
+            rows[i] = flat[:0]
+    return rows

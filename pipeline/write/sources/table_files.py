@@ -1,0 +1,72 @@
+"""Which files a table build reads: files as given, folders expanded, in a stable order.
+
+A folder of Parquet files (as Spark, Dask or pandas write them) is read in name order; a folder
+written by ``datasets.Dataset.save_to_disk`` in the order its ``state.json`` lists its files,
+which is the order of the dataset's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Sequence, Union
+
+from ...format.errors import SampleError
+
+Inputs = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+
+_ARROW_SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
+
+
+def input_files(inputs: Inputs, folder_files: Callable[[Path], list[Path]], what: str) -> list[Path]:
+    """The files named by ``inputs`` (files, and folders expanded by ``folder_files``), in order;
+    a file named twice is refused (its rows would be built twice)."""
+    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = folder_files(path)
+            if not found:
+                raise FileNotFoundError(f"{path}: no {what} files in this folder")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"{path}: no such file or folder")
+    if not files:
+        raise FileNotFoundError(f"no {what} files given")
+    seen: set[Path] = set()
+    for path in files:
+        if path.resolve() in seen:
+            raise SampleError(f"{path} is given twice: its rows would be built twice")
+        seen.add(path.resolve())
+    return files
+
+
+def parquet_files(inputs: Inputs) -> list[Path]:
+    """Parquet files, folders holding ``*.parquet`` files."""
+    return input_files(inputs, lambda folder: sorted(folder.glob("*.parquet")), "Parquet (.parquet)")
+
+
+def arrow_files(inputs: Inputs) -> list[Path]:
+    """Arrow IPC files or streams, ``save_to_disk`` folders, folders of IPC files."""
+    return input_files(inputs, _arrow_folder, "Arrow IPC (.arrow, .feather)")
+
+
+def _arrow_folder(folder: Path) -> list[Path]:
+    if (folder / "dataset_dict.json").is_file():
+        splits = sorted(p.name for p in folder.iterdir() if (p / "state.json").is_file())
+        raise SampleError(f"{folder} holds a DatasetDict (splits {', '.join(splits)}): give one split's folder, "
+                          f"e.g. {folder / (splits[0] if splits else 'train')}")
+    state = folder / "state.json"
+    if not state.is_file():
+        return sorted(p for p in folder.iterdir() if p.suffix in _ARROW_SUFFIXES)
+    try:
+        listed = [entry["filename"] for entry in json.loads(state.read_text())["_data_files"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SampleError(f"{state}: not the state.json of a saved dataset ({exc!r})") from None
+    for name in listed:
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder / name}: listed in {state}, but not there")
+    return [folder / name for name in listed]

@@ -1,0 +1,379 @@
+"""Tables as sources: Parquet files, Arrow IPC files and streams, ``datasets.save_to_disk`` folders.
+
+A row is a sample and a column a field (see :mod:`.table_columns` for how each Arrow type is
+stored). The choices that matter:
+
+- **Bounded memory.** A Parquet row group or an Arrow record batch may hold gigabytes, so
+  neither is read whole. Parquet is decoded a batch of rows at a time (``iter_batches`` over one
+  row group, with read buffering and no pre-buffering of column chunks), and a read that starts
+  where the last one ended continues the same decoder. Parquet cannot seek inside a row group, so
+  a task that starts inside one decodes the rows before its start: files of many row groups
+  spread better over workers than files of a few huge ones. Arrow IPC files are memory-mapped afresh
+  for each read and only the rows read are touched; the mapping goes with the block that uses it,
+  so its pages do not stay in the process's memory.
+- **Small tasks.** A source pickles as its paths, its columns and a table of row groups (or
+  record batches) with their row counts; a window keeps only the entries it covers. Files are
+  reopened in the worker process.
+- **Errors before writing.** Opening checks that every file has the same columns of the same
+  types, that each column's type can be stored and its name is a valid field name, and looks for
+  nulls where it costs no data read (Parquet statistics, the null counts of Arrow batches).
+  Every read checks its rows for nulls as well; an error names the file, the column and the rows.
+
+Needs pyarrow (``pip install 'pipeline[parquet]'``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+from pathlib import Path
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+try:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+except ImportError:
+    raise ImportError("reading Parquet and Arrow files needs pyarrow: pip install 'pipeline[parquet]'") from None
+
+from ...format.codec import check_field_names
+from ...format.errors import SampleError
+from ..rows import RowBlock
+from ..source import Source
+from .table_columns import FIXED_KINDS, RAGGED, column_kind, fill_value, null_rows, signature, to_column
+from .table_files import Inputs, arrow_files, parquet_files
+
+#: Rows decoded at once from a Parquet row group: about this many bytes of them (a read of a build,
+#: about 16 MB, spans a few batches; larger batches only take more memory).
+BATCH_BYTES = 4 << 20
+#: How much of a Parquet column chunk is fetched at a time (rather than the whole chunk).
+READ_BUFFER = 1 << 20
+_SHOWN_ROWS = 5
+
+class Unit(NamedTuple):
+    """A row group (Parquet) or a record batch (Arrow) of one file."""
+
+    file: int  # position in the source's paths
+    locator: int  # row group number; record batch number (IPC file) or its message's byte offset (IPC stream)
+    first_row: int  # in its file
+    rows: int
+
+
+class Piece(NamedTuple):
+    """Rows read from one unit: where they come from (for errors) and the rows."""
+
+    path: str
+    first_row: int
+    batch: pa.RecordBatch
+
+
+class TableSource(Source):
+    """Rows of tables in one or more files with the same schema; see the module docstring.
+    Subclasses read the units of their format."""
+
+    kind = "table"
+
+    def __init__(self, inputs: Inputs, columns: Sequence[str] | None = None,
+                 fill: Mapping[str, Any] | None = None) -> None:
+        self.__dict__.update(self.open_state())
+        self.paths = [str(p) for p in self.files(inputs)]
+        first = self.schema(self.paths[0])
+        self.columns = self._select(first, columns)
+        self.kinds = {name: column_kind(name, first.field(name).type, self.paths[0]) for name in self.columns}
+        self.fill = {}
+        for name, value in (fill or {}).items():
+            if name not in self.kinds:
+                raise SampleError(f"a fill is given for column {name!r}, which is not among the columns read: "
+                                  f"{', '.join(self.columns)}")
+            self.fill[name] = fill_value(name, first.field(name).type, value)
+        for path in self.paths[1:]:
+            self._check_same_schema(first, self.schema(path), path, all_columns=columns is None)
+        self.units: list[Unit] = []
+        data_bytes = 0
+        for number, path in enumerate(self.paths):
+            for unit, unit_bytes in self.scan(number, path):
+                self.units.append(unit)
+                data_bytes += unit_bytes
+        self._starts = np.cumsum([0] + [unit.rows for unit in self.units]).tolist()
+        self._skip, self._rows = 0, self._starts[-1]
+        self._row_bytes = max(data_bytes // max(self._rows, 1), 1)
+        self.fixed_shape = all(kind in FIXED_KINDS for kind in self.kinds.values())
+        many = f" and {len(self.paths) - 1} more files" if len(self.paths) > 1 else ""
+        self.description = f"{self.kind} {self.paths[0]}{many}"
+
+    # -- what a format provides
+
+    def files(self, inputs: Inputs) -> list[Path]:
+        """The files of ``inputs``, folders expanded."""
+        raise NotImplementedError
+
+    def schema(self, path: str) -> pa.Schema:
+        """The file's schema, read from its metadata."""
+        raise NotImplementedError
+
+    def scan(self, number: int, path: str) -> Iterator[tuple[Unit, int]]:
+        """The file's units and their bytes (of the columns read), refusing nulls seen on the way."""
+        raise NotImplementedError
+
+    def read_unit(self, unit: Unit, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Rows ``[lo, hi)`` of ``unit`` as batches, each with the unit's row number of its first row."""
+        raise NotImplementedError
+
+    # -- the source
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def approx_row_bytes(self) -> int:
+        return self._row_bytes
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, **self.open_state()}  # open files stay in the process that opened them
+
+    def open_state(self) -> dict[str, Any]:
+        """The attributes that hold open files, as a fresh source has them."""
+        return {}
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        start, stop = start + self._skip, stop + self._skip
+        pieces = []
+        i = bisect.bisect_right(self._starts, start) - 1
+        while start < stop:
+            unit = self.units[i]
+            lo, hi = start - self._starts[i], min(stop, self._starts[i + 1]) - self._starts[i]
+            for offset, batch in self.read_unit(unit, lo, hi):
+                pieces.append(Piece(self.paths[unit.file], unit.first_row + offset, batch))
+            start = self._starts[i] + hi
+            i += 1
+        blocks = []
+        for piece in pieces:  # joined once converted: the files' types may differ in what changes nothing
+            self.check_nulls(piece.path, piece.first_row, piece.batch)
+            blocks.append(RowBlock({name: to_column(piece.batch.column(name), self.kinds[name], self.fill.get(name))
+                                    for name in self.columns}))
+        return RowBlock.concat(blocks)
+
+    def window(self, start: int, stop: int) -> Source:
+        """Rows ``[start, stop)``: the same files, only the units that hold those rows."""
+        first = bisect.bisect_right(self._starts, start + self._skip) - 1
+        last = bisect.bisect_left(self._starts, stop + self._skip)
+        window = copy.copy(self)
+        window.__dict__.update(self.open_state())
+        window.units = self.units[first:last]
+        window._starts = [s - self._starts[first] for s in self._starts[first:last + 1]]
+        window._skip, window._rows = start + self._skip - self._starts[first], stop - start
+        return window
+
+    # -- checks
+
+    def _select(self, schema: pa.Schema, columns: Sequence[str] | None) -> list[str]:
+        names = schema.names
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        chosen = list(names if columns is None else columns)
+        if repeated and set(repeated) & set(chosen):
+            raise SampleError(f"{self.paths[0]}: several columns are named {repeated[0]!r}; leave them out with "
+                              f"--columns (columns=[...] in Python)")
+        unknown = [name for name in chosen if name not in names]
+        if unknown:
+            raise SampleError(f"{self.paths[0]} has no column {unknown[0]!r}; its columns are: {', '.join(names)}")
+        if not chosen or len(set(chosen)) != len(chosen):
+            raise SampleError(f"columns {chosen}: choose at least one column, each once")
+        for name in chosen:
+            try:
+                check_field_names({name: None}, name)
+            except SampleError:
+                others = ",".join(n for n in chosen if n != name)
+                raise SampleError(
+                    f"{self.paths[0]}: column {name!r} cannot be a field name (names starting with '__' are "
+                    f"reserved, and a name cannot be empty): rename it, or leave it out with --columns {others} "
+                    f"(columns=[...] in Python)") from None
+        return chosen
+
+    def _check_same_schema(self, first: pa.Schema, schema: pa.Schema, path: str, all_columns: bool) -> None:
+        for name in self.columns:
+            if name not in schema.names:
+                raise SampleError(f"{path} has no column {name!r}, which {self.paths[0]} has; every file needs "
+                                  f"the same columns")
+            theirs, ours = schema.field(name).type, first.field(name).type
+            if signature(theirs) != signature(ours):
+                raise SampleError(f"column {name!r} is {theirs} in {path} but {ours} in {self.paths[0]}; every "
+                                  f"file needs the same column types")
+        extra = [name for name in schema.names if name not in self.columns]
+        if all_columns and extra:
+            raise SampleError(f"{path} has column {extra[0]!r}, which {self.paths[0]} has not; every file needs "
+                              f"the same columns (or choose some with --columns)")
+
+    def check_nulls(self, path: str, first_row: int, batch: pa.RecordBatch) -> None:
+        """Refuse a null in a column of ``batch`` that has no fill; rows count from 0 in ``path``."""
+        for name in batch.schema.names:
+            if name in self.fill:
+                continue
+            rows = null_rows(batch.column(name))
+            if len(rows):
+                shown = ", ".join(str(first_row + r) for r in rows[:_SHOWN_ROWS].tolist())
+                more = ", ..." if len(rows) > _SHOWN_ROWS else ""
+                at = "row" if len(rows) == 1 else "rows"
+                raise SampleError(f"{path}: column {name!r} has nulls, at {at} {shown}{more} (counting from 0 in the "
+                                  f"file); fill them with --fill {name}=VALUE (fill={{{name!r}: VALUE}} in Python), "
+                                  f"or leave the column out with --columns")
+
+
+class _Cursor:
+    """Where a Parquet decoder stands in a row group: its current batch and the row it starts at."""
+
+    def __init__(self, unit: Unit, batches: Iterator[pa.RecordBatch]) -> None:
+        self.unit, self.batches, self.start = unit, batches, 0
+        self.batch = next(batches)
+
+    def advance(self, path: str) -> None:
+        self.start += self.batch.num_rows
+        try:
+            self.batch = next(self.batches)
+        except StopIteration:
+            raise SampleError(f"{path}: row group {self.unit.locator} ends at row {self.unit.first_row + self.start}, "
+                              f"its metadata says {self.unit.rows} rows (did the file change?)") from None
+
+
+class ParquetSource(TableSource):
+    """Parquet files, or folders of ``*.parquet`` files (in name order)."""
+
+    kind = "parquet"
+
+    def files(self, inputs: Inputs) -> list[Path]:
+        return parquet_files(inputs)
+
+    def schema(self, path: str) -> pa.Schema:
+        return pq.ParquetFile(path).schema_arrow
+
+    def open_state(self) -> dict[str, Any]:
+        return {"_cursor": None, "_open": None}
+
+    def _file(self, number: int) -> pq.ParquetFile:
+        if self._open is None or self._open[0] != number:
+            self._open = (number, pq.ParquetFile(self.paths[number], pre_buffer=False, buffer_size=READ_BUFFER))
+        return self._open[1]
+
+    def _batches(self, number: int, row_group: int, columns: list[str], row_bytes: int) -> Iterator[pa.RecordBatch]:
+        return self._file(number).iter_batches(max(BATCH_BYTES // row_bytes, 1), row_groups=[row_group],
+                                               columns=columns)
+
+    def scan(self, number: int, path: str) -> Iterator[tuple[Unit, int]]:
+        # statistics count empty lists as nulls: trust them for columns without variable-length lists
+        watched = [name for name in self.columns if name not in self.fill and self.kinds[name] != RAGGED]
+        metadata = pq.ParquetFile(path).metadata
+        first_row = 0
+        for group in range(metadata.num_row_groups):
+            meta = metadata.row_group(group)
+            data_bytes, suspects = 0, set()
+            for leaf in map(meta.column, range(meta.num_columns)):
+                where = leaf.path_in_schema
+                name = next((n for n in self.columns if where == n or where.startswith(f"{n}.")), None)
+                if name is None:
+                    continue
+                data_bytes += leaf.total_uncompressed_size
+                stats = leaf.statistics
+                if name in watched and stats is not None and stats.has_null_count and stats.null_count:
+                    suspects.add(name)
+            if suspects:  # find the rows, reading only those columns of this row group
+                start = first_row
+                for batch in self._batches(number, group, sorted(suspects), data_bytes // max(meta.num_rows, 1) + 1):
+                    self.check_nulls(path, start, batch)
+                    start += batch.num_rows
+            if meta.num_rows:
+                yield Unit(number, group, first_row, meta.num_rows), data_bytes
+            first_row += meta.num_rows
+
+    def read_unit(self, unit: Unit, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        cursor = self._cursor
+        if cursor is None or cursor.unit != unit or cursor.start > lo:
+            cursor = self._cursor = _Cursor(unit, self._batches(unit.file, unit.locator, self.columns, self._row_bytes))
+        path = self.paths[unit.file]
+        while lo < hi:
+            while cursor.start + cursor.batch.num_rows <= lo:
+                cursor.advance(path)
+            take = min(hi, cursor.start + cursor.batch.num_rows) - lo
+            yield lo, cursor.batch.slice(lo - cursor.start, take)
+            lo += take
+
+
+def _open_ipc(path: str) -> tuple[Any, Any]:
+    """The reader of an IPC file or stream over a fresh memory map of it, and the map."""
+    source = pa.memory_map(path)
+    try:
+        return pa.ipc.open_file(source), source
+    except pa.ArrowInvalid:
+        source.seek(0)
+    try:
+        return pa.ipc.open_stream(source), source
+    except pa.ArrowInvalid as exc:
+        raise SampleError(f"{path}: not an Arrow IPC file or stream ({exc})") from None
+
+
+def _located_batches(reader: Any, source: Any) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Every record batch, with its locator (see :class:`Unit`)."""
+    if isinstance(reader, pa.ipc.RecordBatchFileReader):
+        for number in range(reader.num_record_batches):
+            yield number, reader.get_batch(number)
+        return
+    while True:
+        position = source.tell()
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        yield position, batch
+
+
+class ArrowSource(TableSource):
+    """Arrow IPC files (the random-access file format: ``.arrow``, ``.feather`` v2), IPC streams,
+    and folders of them, a ``datasets`` ``save_to_disk`` folder included."""
+
+    kind = "arrow"
+
+    def __init__(self, inputs: Inputs, columns: Sequence[str] | None = None,
+                 fill: Mapping[str, Any] | None = None) -> None:
+        self.streams: list[bool] = []  # per file: the stream format, whose batches are found by byte offset
+        super().__init__(inputs, columns, fill)
+
+    def files(self, inputs: Inputs) -> list[Path]:
+        return arrow_files(inputs)
+
+    def schema(self, path: str) -> pa.Schema:
+        return _open_ipc(path)[0].schema
+
+    def open_state(self) -> dict[str, Any]:
+        return {"_open": None}
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        try:
+            return super().read(start, stop)
+        finally:
+            self._open = None  # the map now lives only as long as the block that uses it
+
+    def scan(self, number: int, path: str) -> Iterator[tuple[Unit, int]]:
+        reader, source = _open_ipc(path)
+        stream = not isinstance(reader, pa.ipc.RecordBatchFileReader)
+        encoded = [field.name for field in reader.schema if pa.types.is_dictionary(field.type)]
+        if stream and encoded:
+            raise SampleError(f"{path}: an IPC stream with dictionary-encoded columns ({', '.join(encoded)}) cannot "
+                              f"be read a batch at a time; write it as an IPC file (pyarrow.ipc.new_file) or Parquet")
+        self.streams.append(stream)
+        watched = [name for name in self.columns if name not in self.fill]
+        first_row = 0
+        for locator, batch in _located_batches(reader, source):
+            if batch.num_rows:  # only metadata and null counts are read: the data stays on disk
+                self.check_nulls(path, first_row, batch.select(watched))
+                columns_bytes = sum(batch.column(name).get_total_buffer_size() for name in self.columns)
+                yield Unit(number, locator, first_row, batch.num_rows), columns_bytes
+            first_row += batch.num_rows
+
+    def read_unit(self, unit: Unit, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        if self._open is None or self._open[0] != unit.file:
+            self._open = (unit.file, *_open_ipc(self.paths[unit.file]))
+        _, reader, source = self._open
+        if self.streams[unit.file]:
+            source.seek(unit.locator)
+            batch = pa.ipc.read_record_batch(pa.ipc.read_message(source), reader.schema)
+        else:
+            batch = reader.get_batch(unit.locator)
+        yield lo, batch.slice(lo, hi - lo)

@@ -1,0 +1,40 @@
+"""Shards written by webdataset, indexed where they live: served by nginx over HTTP (the index
+written locally, naming them by URL) and in an S3 bucket (the index written beside them)."""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
+
+import pipeline
+from tests.storage.conftest import make_bucket, upload_folder
+from tests.write.test_indexing import SIZES, delivered_across_a_resume, every_sample, webdataset_shards
+
+warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+TOTAL = sum(SIZES)
+
+
+def test_shards_served_over_http_are_indexed_and_stream_exactly(nginx: str, web_root: Path, tmp_path: Path) -> None:
+    webdataset_shards(web_root / "wds-http")
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (web_root / "wds-http").iterdir()}
+    index = pipeline.index_shards(f"{nginx}/wds-http/w-{{000000..000004}}.tar", tmp_path / "local", workers=2,
+                                  quiet=True)
+    assert list(index.shards.names)[0] == f"{nginx}/wds-http/w-000000.tar"  # named by URL from a local index
+    assert index.samples == TOTAL and index.fields["txt"].optional
+    loader = pipeline.make_loader(tmp_path / "local", num_workers=2, batch_size=32, seed=4, shuffle_buffer=100)
+    assert sorted(every_sample(loader)) == list(range(TOTAL))
+    assert loader.stats()["retries"] == 0
+    assert pipeline.verify(tmp_path / "local") == []
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (web_root / "wds-http").iterdir()} == before
+
+
+def test_shards_in_a_bucket_are_indexed_beside_them_and_stream_exactly(s3_env: str, tmp_path: Path) -> None:
+    webdataset_shards(tmp_path / "wds")
+    make_bucket("foreign")
+    upload_folder(tmp_path / "wds", "foreign", "wds")
+    index = pipeline.index_shards("s3://foreign/wds/", quiet=True)  # every .tar under the prefix
+    assert list(index.shards.names) == [f"w-{s:06d}.tar" for s in range(len(SIZES))]
+    loader = pipeline.make_loader("s3://foreign/wds/", num_workers=2, batch_size=32, seed=4, shuffle_buffer=100)
+    assert sorted(every_sample(loader)) == list(range(TOTAL))
+    assert sorted(delivered_across_a_resume("s3://foreign/wds", stop_after=5)) == list(range(TOTAL))

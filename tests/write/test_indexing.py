@@ -1,0 +1,223 @@
+"""Shards written by other tools (webdataset, GNU tar), indexed in place by ``pipeline index``: not a
+byte of them changes, and they get every promise of the shards this library writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import webdataset as wds
+
+import pipeline
+from pipeline import ShardError
+from pipeline.format.tar import iter_members
+from tests.helpers import index_content
+
+SIZES = [130, 47, 260, 11, 95]
+
+
+def webdataset_shards(folder: Path, sizes: list[int] = SIZES, suffix: str = ".tar") -> list[str]:
+    """Shards of the given sizes written by webdataset: sample ``n`` has ``npy`` (4 float32 of n),
+    ``cls`` (n), ``json`` ({"n": n}), and ``txt`` except when n is a multiple of 7."""
+    folder.mkdir(parents=True, exist_ok=True)
+    urls, n = [], 0
+    for s, count in enumerate(sizes):
+        url = str(folder / f"w-{s:06d}{suffix}")
+        with wds.TarWriter(url, compress=suffix.endswith(".gz")) as sink:
+            for _ in range(count):
+                sample = {"__key__": f"s{n:06d}", "npy": np.full(4, n, np.float32), "cls": n, "json": {"n": n}}
+                if n % 7:
+                    sample["txt"] = f"sample {n}"
+                sink.write(sample)
+                n += 1
+        urls.append(url)
+    return urls
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.tar*"))}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture
+def indexed(tmp_path: Path) -> Path:
+    folder = tmp_path / "wds"
+    webdataset_shards(folder)
+    before = digests(folder)
+    result = cli("index", str(folder / "w-{000000..000004}.tar"), "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().endswith(f"-> {folder / 'index.json'}") and "indexed 543 samples in 5 shards" \
+        in result.stderr
+    assert digests(folder) == before  # not a byte of the shards changed
+    return folder
+
+
+def every_sample(loader) -> list[int]:
+    seen = []
+    for batch in loader:
+        cls = batch["cls"].tolist()
+        assert batch["npy"][:, 0].tolist() == [float(n) for n in cls]  # every field of the right sample
+        assert batch["txt"] == [None if n % 7 == 0 else f"sample {n}" for n in cls]
+        assert [j["n"] for j in batch["json"]] == cls
+        seen += cls
+    return seen
+
+
+def test_an_index_gives_webdataset_shards_exact_epochs_and_webdataset_still_reads_them(indexed: Path) -> None:
+    index = pipeline.load_index(indexed)
+    assert index.samples == sum(SIZES) and index.records == sum(SIZES) and index.pack == 1
+    assert index.fields == {"cls": pipeline.FieldSpec("int", None), "json": pipeline.FieldSpec("dict", None),
+                            "npy": pipeline.FieldSpec("float32", (4,)),
+                            "txt": pipeline.FieldSpec("str", None, optional=True)}
+    assert json.loads((indexed / "index.json").read_text())["fields"]["txt"]["optional"] is True
+    for workers in (0, 2):
+        loader = pipeline.make_loader(indexed, num_workers=workers, batch_size=32, seed=1, shuffle_buffer=100)
+        assert sorted(every_sample(loader)) == list(range(sum(SIZES)))
+    lengths = {len(pipeline.make_loader(indexed, num_workers=2, batch_size=32, rank=r, world_size=3)) for r in range(3)}
+    assert len(lengths) == 1  # equal batch counts on every rank
+    assert pipeline.verify(indexed) == []
+    samples = list(wds.WebDataset(sorted(map(str, indexed.glob("*.tar"))), shardshuffle=False).decode())
+    assert [s["cls"] for s in samples] == list(range(sum(SIZES)))
+
+
+def delivered_across_a_resume(source: str | Path, stop_after: int) -> list[int]:
+    """The samples of one epoch read by 2 workers for ``stop_after`` batches, then by a loader
+    of 1 worker resumed from the first one's state."""
+    options = dict(batch_size=16, seed=3, shuffle_buffer=80)
+    loader = pipeline.make_loader(source, num_workers=2, **options)
+    head = []
+    for n, batch in enumerate(loader, start=1):
+        head += batch["cls"].tolist()
+        if n == stop_after:
+            state = loader.state_dict()
+            break
+    resumed = pipeline.make_loader(source, num_workers=1, **options)
+    resumed.load_state_dict(state)
+    return head + every_sample(resumed)
+
+
+def test_a_resume_with_another_number_of_workers_delivers_the_rest_once(indexed: Path) -> None:
+    assert sorted(delivered_across_a_resume(indexed, stop_after=9)) == list(range(sum(SIZES)))
+
+
+def flip(shard: Path, at: int) -> None:
+    data = bytearray(shard.read_bytes())
+    data[at] ^= 0x10
+    shard.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["payload", "header"])
+def test_damage_costs_the_damaged_record_only(indexed: Path, where: str) -> None:
+    """A flipped byte in a .npy member's data (its checksum fails) or in its tar header (the tar
+    structure breaks there): an error naming shard and byte, or under the skip policy one sample
+    lost and counted, every other one delivered."""
+    shard = indexed / "w-000002.tar"
+    lost = 130 + 47 + 100  # the 101st sample of the third shard
+    data = shard.read_bytes()
+    member = next(m for m in iter_members(data, str(shard)) if m.name == f"s{lost:06d}.npy")
+    body = data.index(bytes(member.data), member.offset)  # after its headers (webdataset writes PAX ones)
+    flip(shard, body + 130 if where == "payload" else member.offset + 20)  # a float of x; the header's name
+    with pytest.raises(ShardError, match=r"w-000002\.tar at byte \d+: "):
+        for _ in pipeline.make_loader(indexed, num_workers=0, batch_size=32, shuffle=False):
+            pass
+    loader = pipeline.make_loader(indexed, num_workers=2, batch_size=32, shuffle_buffer=100, on_error="skip")
+    seen = every_sample(loader)
+    assert len(seen) == sum(SIZES)  # another sample stands in for the lost one
+    assert set(seen) == set(range(sum(SIZES))) - {lost}
+    assert loader.stats()["skipped_pieces"] == 1 and loader.stats()["replaced_samples"] == 1
+
+
+def test_gnu_tar_shards_with_their_padding_index_and_stream(tmp_path: Path) -> None:
+    files = tmp_path / "files"
+    files.mkdir()
+    for n in range(30):
+        (files / f"{n:04d}.txt").write_text(f"text {n}")
+        (files / f"{n:04d}.cls").write_text(str(n % 3))
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    names = sorted(p.name for p in files.iterdir())
+    subprocess.run(["tar", "-cf", str(shards / "a.tar"), *names[:30]], cwd=files, check=True)
+    subprocess.run(["tar", "-cf", str(shards / "b.tar"), *names[30:]], cwd=files, check=True)
+    assert (shards / "a.tar").stat().st_size % 10240 == 0  # GNU tar pads the archive to its blocking factor
+    index = pipeline.index_shards(shards, quiet=True)
+    assert index.samples == 30 and index.fields["txt"] == pipeline.FieldSpec("str", None)
+    texts = sorted(t for batch in pipeline.make_loader(shards, num_workers=0, batch_size=7) for t in batch["txt"])
+    assert texts == sorted(f"text {n}" for n in range(30))
+
+
+def test_our_own_shards_indexed_again_give_back_their_index(tmp_path: Path) -> None:
+    x = np.arange(5000 * 3, dtype=np.float32).reshape(5000, 3)
+    built = pipeline.write_shards(tmp_path / "set", {"x": x, "y": np.arange(5000)}, pack=64, shard_samples=1200,
+                                  quiet=True)
+    (tmp_path / "set" / "index.json").unlink()
+    (tmp_path / "set" / "index.bin").unlink()
+    again = pipeline.index_shards(tmp_path / "set", quiet=True)
+    assert index_content(again) == index_content(built)
+
+
+def test_gzipped_shards_stream_without_an_index_and_the_indexer_says_why_not(tmp_path: Path) -> None:
+    urls = webdataset_shards(tmp_path / "gz", [40, 25], suffix=".tar.gz")
+    fields = ["cls", "json", "npy", "txt"]  # without an index, the first sample's fields are all there is
+    seen = every_sample(pipeline.make_loader(urls, num_workers=2, batch_size=8, fields=fields))
+    assert sorted(seen) == list(range(65))
+    with pytest.raises(ShardError, match=r"w-000000\.tar\.gz at byte 0: is gzip-compressed \(a \.tar\.gz\), not a "
+                                         r"plain tar: .*decompress it \(gunzip\) to index it"):
+        pipeline.index_shards(urls, quiet=True)
+
+
+def test_an_index_elsewhere_names_the_shards_relative_to_it(tmp_path: Path) -> None:
+    urls = webdataset_shards(tmp_path / "data" / "a", [30]) + webdataset_shards(tmp_path / "data" / "b", [20])
+    with pytest.raises(ValueError, match=r"the shards are in 2 folders .*give the index a place with --output"):
+        pipeline.index_shards(urls, quiet=True)
+    result = cli("index", *urls, "--output", tmp_path / "indexes" / "both.json")
+    assert result.returncode == 0, result.stderr
+    names = list(pipeline.load_index(tmp_path / "indexes" / "both.json").shards.names)
+    assert names == ["../data/a/w-000000.tar", "../data/b/w-000000.tar"]
+    loader = pipeline.make_loader(tmp_path / "indexes" / "both.json", num_workers=0, batch_size=16)
+    assert sorted(every_sample(loader)) == sorted(list(range(30)) + list(range(20)))  # each set numbers from 0
+    again = cli("index", *urls, "--output", tmp_path / "indexes" / "both.json")
+    assert again.returncode == 1 and "already exists; pass overwrite=True (--overwrite)" in again.stderr
+
+
+def test_bad_input_to_the_indexer_is_one_clear_line(tmp_path: Path) -> None:
+    result = cli("index", tmp_path / "nope-{000000..000001}.tar")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{tmp_path / 'nope-000000.tar'}: no such shard" in result.stderr
+    (tmp_path / "junk.tar").write_bytes(b"not a tar" * 100)
+    result = cli("index", tmp_path / "junk.tar")
+    assert result.returncode == 1 and "junk.tar at byte 0: non-numeric checksum b'a tarnot' in tar header: not a " \
+        "tar file (or its first header is damaged)" in result.stderr
+
+
+def test_the_indexing_benchmark_runs(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_indexing.py"
+    result = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path / "r.json")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    faults = {row["damage"]: row for row in json.loads((tmp_path / "r.json").read_text())["faults"]}
+    assert faults["payload byte"]["lost_with_index"] == 1 and faults["payload byte"]["wrong_with_index"] == 0
+    assert faults["header byte"]["lost_with_index"] == 1
+    assert faults["payload byte"]["wrong_without"] == 1  # without an index, nothing checks the bytes
+
+
+def test_without_an_index_a_member_that_does_not_decode_costs_its_sample_only(tmp_path: Path) -> None:
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    with wds.TarWriter(str(folder / "a.tar")) as sink:
+        for n in range(40):
+            sink.write({"__key__": f"s{n:03d}", "cls": n, "json": b"{not json" if n == 17 else b'{"n": 1}'})
+    urls = [str(folder / "a.tar")]
+    with pytest.raises(ShardError, match=r"a\.tar at byte \d+: record 's017', member 'json': JSONDecodeError"):
+        list(pipeline.ShardDataset(urls, batch_size=8, shuffle=False))
+    dataset = pipeline.ShardDataset(urls, batch_size=8, shuffle=False, on_error="skip")
+    seen = [n for batch in dataset for n in batch["cls"].tolist()]
+    assert seen == [n for n in range(40) if n != 17] and dataset.stats()["skipped_pieces"] == 1

@@ -1,0 +1,329 @@
+"""Builds from tables (Parquet, Arrow IPC files and streams, ``datasets`` folders): every row
+arrives exactly, as the arrays, strings and bytes it held, or a clear error naming the file,
+the column and the row."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+import pipeline
+from pipeline import SampleError
+from pipeline.cli import main as cli_main
+from pipeline.write.run import chunk_rows_for
+from pipeline.write.sources.tables import ArrowSource, ParquetSource
+from tests.helpers import index_content, read_back
+
+ROOT = Path(__file__).resolve().parents[2]
+DIM = 768
+
+
+def embeddings(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((rows, DIM), dtype=np.float32), rng.integers(0, 10, rows)
+
+
+def fixed_list(x: np.ndarray) -> pa.FixedSizeListArray:
+    """Rows of ``x`` (2-D or more) as nested fixed-size lists."""
+    values: pa.Array = pa.array(x.ravel())
+    for size in reversed(x.shape[1:]):
+        values = pa.FixedSizeListArray.from_arrays(values, size)
+    return values
+
+
+def mixed_table(rows: int) -> pa.Table:
+    """A column of every supported kind."""
+    rng = np.random.default_rng(1)
+    return pa.table({
+        "x": fixed_list(rng.standard_normal((rows, 4)).astype(np.float32)),
+        "grid": fixed_list(np.arange(rows * 6, dtype=np.int16).reshape(rows, 2, 3)),
+        "y": pa.array(np.arange(rows, dtype=np.int64)),
+        "score": pa.array(rng.random(rows)),
+        "flag": pa.array(np.arange(rows) % 3 == 0),
+        "name": pa.array([f"row {i} é" for i in range(rows)]),
+        "blob": pa.array([bytes([i % 256]) * (i % 7) for i in range(rows)], pa.binary()),
+        "ragged": pa.array([list(range(i % 5)) for i in range(rows)], pa.list_(pa.float32())),
+        "when": pa.array(np.arange(rows, dtype=np.int64) * 1000, pa.timestamp("ms")),
+        "day": pa.array(np.arange(rows, dtype=np.int32), pa.date32()),
+    })
+
+
+def check_mixed(folder: Path, table: pa.Table) -> None:
+    keys, fields = read_back(folder)
+    assert len(keys) == table.num_rows and list(fields) == table.column_names
+    rows = table.num_rows
+    x = np.stack(fields["x"])
+    assert x.dtype == np.float32 and x.tobytes() == table["x"].combine_chunks().flatten().to_numpy().tobytes()
+    np.testing.assert_array_equal(np.stack(fields["grid"]), np.arange(rows * 6, dtype=np.int16).reshape(rows, 2, 3))
+    assert [int(v) for v in fields["y"]] == list(range(rows))
+    assert np.array(fields["score"]).tobytes() == table["score"].to_numpy().tobytes()
+    assert [bool(v) for v in fields["flag"]] == (np.arange(rows) % 3 == 0).tolist()
+    assert fields["name"] == table["name"].to_pylist() and fields["blob"] == table["blob"].to_pylist()
+    assert [v.tolist() for v in fields["ragged"]] == table["ragged"].to_pylist()
+    assert all(v.dtype == np.float32 for v in fields["ragged"])
+    assert [int(v) for v in fields["when"]] == [i * 1000 for i in range(rows)]  # int64 milliseconds
+    assert [int(v) for v in fields["day"]] == list(range(rows))  # days since 1970-01-01
+
+
+def test_every_column_kind_of_a_parquet_file_with_several_row_groups_arrives_exactly(tmp_path: Path) -> None:
+    table = mixed_table(700)
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=128)
+    assert pq.ParquetFile(tmp_path / "t.parquet").metadata.num_row_groups == 6
+    index = pipeline.build_parquet(tmp_path / "t.parquet", tmp_path / "out", shard_bytes=32 << 10, quiet=True)
+    assert len(index.shards) > 3 and index.pack == 1  # strings and ragged lists: rows of different shapes
+    assert index.fields["x"].shape == (4,) and index.fields["grid"].shape == (2, 3)
+    assert index.fields["ragged"].shape == (None,) and index.fields["when"].dtype == "int64"
+    check_mixed(tmp_path / "out", table)
+
+
+def test_a_file_larger_than_a_read_chunk_packs_embeddings_byte_exact(tmp_path: Path) -> None:
+    x, y = embeddings(7000)
+    pq.write_table(pa.table({"x": fixed_list(x), "y": y}), tmp_path / "e.parquet", row_group_size=2500)
+    source = ParquetSource(tmp_path / "e.parquet")
+    assert source.fixed_shape and os.path.getsize(tmp_path / "e.parquet") > chunk_rows_for(source, 1) * DIM * 4
+    index = pipeline.build_parquet(tmp_path / "e.parquet", tmp_path / "out", shard_bytes=4 << 20, quiet=True)
+    assert index.pack == 21 and len(index.shards) == 6  # 64 KiB records of 3 KB samples
+    _, fields = read_back(tmp_path / "out")
+    assert np.stack(fields["x"]).tobytes() == x.tobytes()
+    np.testing.assert_array_equal(np.array(fields["y"]), y)
+
+
+def test_reads_in_any_order_across_batches_and_row_groups_give_the_rows_asked_for(tmp_path: Path) -> None:
+    x, y = embeddings(6000, seed=4)
+    pq.write_table(pa.table({"x": fixed_list(x), "y": y}), tmp_path / "e.parquet", row_group_size=2500)
+    source = ParquetSource(tmp_path / "e.parquet")
+    for start, stop in [(0, 1), (1300, 1400), (1400, 2600), (2600, 6000), (10, 20), (5999, 6000), (2499, 2501)]:
+        block = source.read(start, stop)
+        assert block.columns["x"].tobytes() == x[start:stop].tobytes(), (start, stop)
+        np.testing.assert_array_equal(block.columns["y"], y[start:stop])
+    window = source.window(2400, 2700)  # what a task carries: the paths and the two row groups it needs
+    assert len(window) == 300 and len(window.units) == 2 and len(pickle.dumps(window)) < 2000
+    assert pickle.loads(pickle.dumps(window)).read(90, 110).columns["x"].tobytes() == x[2490:2510].tobytes()
+
+
+def test_nulls_are_an_error_naming_file_column_and_rows_until_a_fill_is_given(tmp_path: Path) -> None:
+    y = pa.array([None if i in (3, 1500, 1502) else i for i in range(2000)], pa.int64())
+    x = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(6000, np.float32)), 3,
+                                          mask=pa.array(np.arange(2000) == 7))
+    pq.write_table(pa.table({"x": x, "y": y}), tmp_path / "n.parquet", row_group_size=1000)
+    with pytest.raises(SampleError, match=r"n\.parquet: column 'x' has nulls, at row 7 \(counting from 0 in the "
+                                          r"file\); fill them with --fill x=VALUE"):
+        pipeline.build_parquet(tmp_path / "n.parquet", tmp_path / "out", quiet=True)
+    with pytest.raises(SampleError, match=r"n\.parquet: column 'y' has nulls, at row 3 \("):
+        pipeline.build_parquet(tmp_path / "n.parquet", tmp_path / "out", columns=["y"], quiet=True)
+    assert not (tmp_path / "out").exists()
+    late = pa.array([None if i in (1500, 1502) else i for i in range(2000)], pa.int64())
+    pq.write_table(pa.table({"y": late}), tmp_path / "late.parquet", row_group_size=1000, write_statistics=False)
+    with pytest.raises(SampleError, match=r"late\.parquet: column 'y' has nulls, at rows 1500, 1502 \("):
+        pipeline.build_parquet(tmp_path / "late.parquet", tmp_path / "out", quiet=True)  # found by the read
+    assert not (tmp_path / "out" / "index.json").exists()
+    pipeline.build_parquet(tmp_path / "n.parquet", tmp_path / "out", fill={"y": -1, "x": 0.5}, quiet=True)
+    _, fields = read_back(tmp_path / "out")
+    assert [int(fields["y"][i]) for i in (2, 3, 4, 1500, 1501)] == [2, -1, 4, -1, 1501]
+    assert fields["x"][7].tolist() == [0.5] * 3 and fields["x"][8].tolist() == [1.0] * 3
+
+
+def test_nulls_in_variable_length_lists_and_strings_are_found_and_filled(tmp_path: Path) -> None:
+    ragged = pa.array([[1.0], [], None, [2.0, None], [3.0]], pa.list_(pa.float64()))
+    names = pa.array(["a", None, "c", "d", "e"])
+    pq.write_table(pa.table({"ragged": ragged, "name": names}), tmp_path / "r.parquet", row_group_size=2)
+    with pytest.raises(SampleError, match=r"column 'ragged' has nulls, at rows 2, 3 "):
+        pipeline.build_parquet(tmp_path / "r.parquet", tmp_path / "out", columns=["ragged"], quiet=True)
+    with pytest.raises(SampleError, match=r"column 'name' has nulls, at row 1 "):
+        pipeline.build_parquet(tmp_path / "r.parquet", tmp_path / "out", fill={"ragged": 0}, quiet=True)
+    pipeline.build_parquet(tmp_path / "r.parquet", tmp_path / "out", fill={"ragged": 0, "name": "?"}, quiet=True)
+    _, fields = read_back(tmp_path / "out")
+    assert [v.tolist() for v in fields["ragged"]] == [[1.0], [], [], [2.0, 0.0], [3.0]]
+    assert fields["name"] == ["a", "?", "c", "d", "e"]
+
+
+def test_a_fill_that_the_column_cannot_hold_is_refused_when_the_source_opens(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"y": pa.array([1, None], pa.int8()), "s": ["a", None]}), tmp_path / "f.parquet")
+    with pytest.raises(SampleError, match=r"fill value 0.5 of column 'y' is not a whole number; the column holds int8"):
+        ParquetSource(tmp_path / "f.parquet", fill={"y": 0.5})
+    with pytest.raises(SampleError, match=r"fill value 300 of column 'y' does not fit"):
+        ParquetSource(tmp_path / "f.parquet", fill={"y": 300})
+    with pytest.raises(SampleError, match=r"a fill is given for column 'z', which is not among the columns read: y, s"):
+        ParquetSource(tmp_path / "f.parquet", fill={"z": 1})
+    assert ParquetSource(tmp_path / "f.parquet", ["s"], fill={"s": 7}).read(0, 2).columns["s"] == ["a", "7"]
+
+
+def test_a_folder_of_files_is_read_in_name_order(tmp_path: Path) -> None:
+    (tmp_path / "parts").mkdir()
+    for n in (2, 0, 1):
+        pq.write_table(pa.table({"y": np.arange(n * 100, n * 100 + 100)}), tmp_path / "parts" / f"part-{n}.parquet")
+    (tmp_path / "parts" / "notes.txt").write_text("not a table")
+    pipeline.build_parquet(tmp_path / "parts", tmp_path / "out", quiet=True)
+    _, fields = read_back(tmp_path / "out")
+    assert [int(v) for v in fields["y"]] == list(range(300))
+    with pytest.raises(SampleError, match=r"part-0\.parquet is given twice"):
+        ParquetSource([tmp_path / "parts", tmp_path / "parts" / "part-0.parquet"])
+    with pytest.raises(FileNotFoundError, match=r"out: no Parquet \(\.parquet\) files in this folder"):
+        ParquetSource(tmp_path / "out")
+
+
+def test_files_with_different_schemas_are_refused_naming_both_files_and_the_column(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"x": [1.0, 2.0], "y": [1, 2]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"x": [1, 2], "y": [1, 2]}), tmp_path / "b.parquet")
+    pq.write_table(pa.table({"y": [1, 2]}), tmp_path / "c.parquet")
+    pq.write_table(pa.table({"x": [1.0], "y": [1], "z": [0]}), tmp_path / "d.parquet")
+    a = tmp_path / "a.parquet"
+    with pytest.raises(SampleError, match=r"column 'x' is int64 in .*b\.parquet but double in .*a\.parquet"):
+        ParquetSource([a, tmp_path / "b.parquet"])
+    with pytest.raises(SampleError, match=r"c\.parquet has no column 'x', which .*a\.parquet has"):
+        ParquetSource([a, tmp_path / "c.parquet"])
+    with pytest.raises(SampleError, match=r"d\.parquet has column 'z', which .*a\.parquet has not"):
+        ParquetSource([a, tmp_path / "d.parquet"])
+    assert len(ParquetSource([a, tmp_path / "b.parquet", tmp_path / "d.parquet"], columns=["y"])) == 5
+    # what changes nothing in the shards does not count: 64-bit offsets, the name of list items
+    pq.write_table(pa.table({"s": pa.array(["a"]), "l": pa.array([[1]])}), tmp_path / "e.parquet")
+    large = pa.schema([("s", pa.large_string()), ("l", pa.large_list(pa.field("element", pa.int64())))])
+    pq.write_table(pa.table({"s": ["b"], "l": [[2, 3]]}, schema=large), tmp_path / "f.parquet")
+    both = ParquetSource([tmp_path / "e.parquet", tmp_path / "f.parquet"]).read(0, 2).columns
+    assert both["s"] == ["a", "b"] and [v.tolist() for v in both["l"]] == [[1], [2, 3]]
+
+
+def test_columns_choose_the_fields_and_unknown_or_invalid_names_are_refused(tmp_path: Path, capsys) -> None:
+    table = pa.table({"__index_level_0__": [5, 6], "a": [1, 2], "b": ["p", "q"], "s": pa.array([{"k": 1}] * 2)})
+    pq.write_table(table, tmp_path / "t.parquet")
+    assert cli_main(["build", "parquet", str(tmp_path / "t.parquet"), str(tmp_path / "out"),
+                              "--columns", "b,a", "--quiet"]) == 0
+    _, fields = read_back(tmp_path / "out")
+    assert list(fields) == ["b", "a"] and fields["b"] == ["p", "q"]
+    with pytest.raises(SampleError, match=r"t\.parquet has no column 'c'; its columns are: __index_level_0__, a, b, s"):
+        ParquetSource(tmp_path / "t.parquet", columns=["a", "c"])
+    with pytest.raises(SampleError, match=r"column '__index_level_0__' cannot be a field name \(names starting with "
+                                          r"'__' are reserved.*\): rename it, or leave it out with --columns a,b,s"):
+        ParquetSource(tmp_path / "t.parquet")
+    with pytest.raises(SampleError, match=r"column 's' has type struct<k: int64>, which shards cannot store .* "
+                                          r"leave it out with --columns"):
+        ParquetSource(tmp_path / "t.parquet", columns=["a", "s"])
+    assert cli_main(["build", "parquet", str(tmp_path / "t.parquet"), str(tmp_path / "bad"),
+                              "--columns", "a,zz"]) == 1
+    assert "error: " in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_arrow_ipc_files_and_streams_build_the_shards_a_parquet_file_builds(tmp_path: Path) -> None:
+    table = mixed_table(500)
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=100)
+    feather.write_feather(table, tmp_path / "t.feather", chunksize=120)  # the file format, lz4-compressed
+    with pa.ipc.new_file(tmp_path / "t.arrow", table.schema) as writer:
+        writer.write_table(table, max_chunksize=90)
+    with pa.ipc.new_stream(tmp_path / "t.arrows", table.schema) as writer:
+        writer.write_table(table, max_chunksize=70)
+    options = dict(shard_bytes=16 << 10, quiet=True)
+    pipeline.build_parquet(tmp_path / "t.parquet", tmp_path / "parquet", **options)
+    expected = [s.sha256 for s in pipeline.load_index(tmp_path / "parquet").shards]
+    for name in ("t.feather", "t.arrow", "t.arrows"):
+        pipeline.build_arrow(tmp_path / name, tmp_path / name.replace(".", "-"), **options)
+        assert [s.sha256 for s in pipeline.load_index(tmp_path / name.replace(".", "-")).shards] == expected, name
+    check_mixed(tmp_path / "t-arrows", table)
+    with pytest.raises(SampleError, match=r"t\.parquet: not an Arrow IPC file or stream"):
+        ArrowSource(tmp_path / "t.parquet")
+    encoded = pa.table({"y": [1, 2], "c": pa.array(["a", "b"]).dictionary_encode()})
+    with pa.ipc.new_stream(tmp_path / "d.arrows", encoded.schema) as writer:
+        writer.write_table(encoded)
+    with pytest.raises(SampleError, match=r"d\.arrows: an IPC stream with dictionary-encoded columns \(c\) cannot be "
+                                          r"read a batch at a time; write it as an IPC file"):
+        ArrowSource(tmp_path / "d.arrows", columns=["y"])
+
+
+def test_arrow_nulls_are_found_from_batch_headers_when_the_source_opens(tmp_path: Path) -> None:
+    table = pa.table({"y": pa.array([0, 1, 2, None, 4, 5])})
+    with pa.ipc.new_stream(tmp_path / "n.arrows", table.schema) as writer:
+        writer.write_table(table, max_chunksize=2)
+    with pytest.raises(SampleError, match=r"n\.arrows: column 'y' has nulls, at row 3 \(counting from 0 in the file\)"):
+        ArrowSource(tmp_path / "n.arrows")
+    assert ArrowSource(tmp_path / "n.arrows", fill={"y": 9}).read(1, 5).columns["y"].tolist() == [1, 2, 9, 4]
+
+
+def test_a_datasets_save_to_disk_folder_is_read_in_the_order_of_its_state_file(tmp_path: Path) -> None:
+    import datasets  # in the test extra; optional for users
+    x, y = embeddings(300)
+    features = datasets.Features({"x": datasets.Sequence(datasets.Value("float32"), length=DIM),
+                                  "y": datasets.ClassLabel(num_classes=10), "text": datasets.Value("string")})
+    data = datasets.Dataset.from_dict({"x": x, "y": y, "text": [f"t{i}" for i in range(300)]}, features=features)
+    data.save_to_disk(str(tmp_path / "saved"), num_shards=3)
+    state = json.loads((tmp_path / "saved" / "state.json").read_text())
+    assert len(state["_data_files"]) == 3
+    pipeline.build_arrow(tmp_path / "saved", tmp_path / "out", quiet=True)
+    _, fields = read_back(tmp_path / "out")
+    assert np.stack(fields["x"]).tobytes() == x.tobytes()
+    assert [int(v) for v in fields["y"]] == y.tolist() and fields["text"][299] == "t299"
+    datasets.DatasetDict({"train": data, "test": data}).save_to_disk(str(tmp_path / "dict"))
+    with pytest.raises(SampleError, match=r"dict holds a DatasetDict \(splits test, train\): give one split's folder"):
+        ArrowSource(tmp_path / "dict")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", "build", *args], capture_output=True, text=True,
+                          cwd=ROOT)
+
+
+def test_a_cli_build_with_validation_puts_every_row_in_exactly_one_split(tmp_path: Path) -> None:
+    x, _ = embeddings(2000)
+    y = pa.array([None if i == 10 else i for i in range(2000)], pa.int64())
+    pq.write_table(pa.table({"x": fixed_list(x), "y": y}), tmp_path / "t.parquet", row_group_size=300)
+    result = run_cli("parquet", str(tmp_path / "t.parquet"), str(tmp_path / "out"), "--validation", "0.1",
+                     "--fill", "y=10", "--shard-bytes", "512KiB")
+    assert result.returncode == 0, result.stderr
+    seen = []
+    for split, expected in (("train", 1800), ("validation", 200)):
+        _, fields = read_back(tmp_path / "out" / split)
+        assert len(fields["y"]) == expected
+        for row, features in zip(fields["y"], fields["x"]):
+            assert features.tobytes() == x[int(row)].tobytes()
+            seen.append(int(row))
+    assert sorted(seen) == list(range(2000))
+
+
+def test_a_build_with_two_workers_is_byte_identical_to_one(tmp_path: Path) -> None:
+    table = mixed_table(3000)
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=700)
+    with pa.ipc.new_stream(tmp_path / "t.arrows", table.schema) as writer:
+        writer.write_table(table, max_chunksize=500)
+    for layout, path in (("parquet", "t.parquet"), ("arrow", "t.arrows")):
+        for workers in ("1", "2"):
+            result = run_cli(layout, str(tmp_path / path), str(tmp_path / f"{layout}{workers}"), "--workers", workers,
+                             "--shard-bytes", "64KiB", "--quiet")
+            assert result.returncode == 0, result.stderr
+        one, two = (pipeline.load_index(tmp_path / f"{layout}{n}") for n in "12")
+        assert len(one.shards) > 8 and index_content(one) == index_content(two)
+        for shard in one.shards:
+            first, second = (tmp_path / f"{layout}{n}" / shard.url for n in "12")
+            assert first.read_bytes() == second.read_bytes()
+
+
+def test_without_pyarrow_a_build_says_which_extra_to_install(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"y": [1, 2]}), tmp_path / "t.parquet")
+    block = "import sys; sys.modules['pyarrow'] = None; "  # as if pyarrow were not installed
+    api = subprocess.run([sys.executable, "-c", block + "import pipeline; pipeline.build_parquet('t.parquet', 'o')"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert api.returncode == 1
+    assert api.stderr.strip().endswith("ImportError: reading Parquet and Arrow files needs pyarrow: "
+                                       "pip install 'pipeline[parquet]'")
+    cli = subprocess.run([sys.executable, "-c", block + "from pipeline.cli import main; "
+                          "sys.exit(main(['build', 'arrow', 't.parquet', 'o']))"], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert cli.returncode == 1
+    assert cli.stderr == "error: reading Parquet and Arrow files needs pyarrow: pip install 'pipeline[parquet]'\n"
+
+
+def test_the_tables_benchmark_runs(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_tables.py"), "--quick", "--tmp",
+                             str(tmp_path), "--out", str(tmp_path / "results")], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    cases = {c["case"]: c for c in json.loads((tmp_path / "results" / "bench_tables.json").read_text())["cases"]}
+    assert {"pyarrow read", "build", "build workers=2", "big: build"} <= set(cases)
+    assert cases["build"]["rows"] == 3000 and "| build |" in result.stdout
