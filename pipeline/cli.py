@@ -147,14 +147,9 @@ def _cmd_folder(args: argparse.Namespace) -> None:
 
 
 def _fill(text: str) -> tuple[str, Any]:
-    """``COL=VALUE``, the value a number when it reads as one."""
-    name, value = _pair("COL=VALUE")(text)
-    for number in (int, float):
-        try:
-            return name, number(value)
-        except ValueError:
-            pass
-    return name, value
+    """``COL=VALUE``; the value stays text: the column's type says what it becomes (a number for
+    a numeric column, the text as typed for a text one)."""
+    return _pair("COL=VALUE")(text)
 
 
 def _table_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -285,7 +280,7 @@ def make_parser() -> argparse.ArgumentParser:
                                         "epochs, ranged reads and checksums without rewriting a byte",
                      "  pipeline index 'shards/train-{000000..000099}.tar'        # writes shards/index.json\n"
                      "  pipeline index https://data.example.org/shards/train-{000000..000099}.tar --output train/\n"
-                     "  pipeline index s3://bucket/shards/ --workers 8             # every .tar under the prefix")
+                     "  pipeline index s3://bucket/shards/ --workers 8             # the .tar files directly in it")
     index.add_argument("shards", nargs="+", help="shard files, brace patterns, folders of .tar files, or URLs")
     index.add_argument("--output", metavar="PATH", help="the index to write: a folder or DIR/index.json (default: "
                                                        "index.json in the shards' folder)")

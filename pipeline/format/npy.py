@@ -9,6 +9,7 @@ million equally shaped ``.npy`` members parses one.
 from __future__ import annotations
 
 import io
+import warnings
 from functools import lru_cache
 from typing import Callable
 
@@ -44,9 +45,13 @@ def parse_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], bool]:
         read = _READERS.get(np.lib.format.read_magic(stream))
         if read is None:
             raise SampleError(f".npy format version {tuple(header[6:8])} is not supported")
-        shape, fortran, dtype = read(stream)
-    except ValueError as exc:
-        raise SampleError(f"not a .npy array: {exc}") from None
+        with warnings.catch_warnings():  # a damaged header can read as one "created on Python 2"
+            warnings.simplefilter("ignore")
+            shape, fortran, dtype = read(stream)
+    except SampleError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - NumPy parses the header as Python source: any error may come
+        raise SampleError(f"not a .npy array: {type(exc).__name__}: {exc}") from None
     if stream.tell() != len(header):
         raise SampleError("not a .npy array: its header is shorter than its length field says")
     if dtype.hasobject:

@@ -25,11 +25,13 @@ from .tar import DEFAULT_MAX_MEMBER_BYTES, iter_members, split_name
 
 @dataclass(frozen=True)
 class Record:
-    """One record of a shard: its key, member payloads by extension, and byte offset."""
+    """One record of a shard: its key, member payloads by extension, the byte offset of its
+    first header and the byte after its last member."""
 
     key: str
     members: dict[str, bytes | memoryview]
     offset: int
+    end: int = 0
 
 
 def iter_records(
@@ -38,24 +40,35 @@ def iter_records(
     start: int = 0,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     whole: bool = True,
+    pending_on_error: bool = False,
 ) -> Iterator[Record]:
     """Group the members of a tar stream into records (members with the same key); see
-    :func:`~pipeline.format.tar.iter_members` for ``whole``."""
-    current: Record | None = None
-    for member in iter_members(stream, url, start, max_member_bytes, whole):
-        key, ext = split_name(member.name)
-        if key is None or ext is None:
-            raise ShardError(url, member.offset, f"member name {member.name!r} has no key.extension form")
-        if current is not None and key == current.key:
-            if ext in current.members:
-                raise ShardError(url, member.offset, f"record {key!r} has two {ext!r} members")
-            current.members[ext] = member.data
-            continue
-        if current is not None:
-            yield current
-        current = Record(key, {ext: member.data}, member.offset)
-    if current is not None:
-        yield current
+    :func:`~pipeline.format.tar.iter_members` for ``whole``. A record is known to be complete
+    only once the next member's header is read: with ``pending_on_error``, a structure that
+    breaks after a record's members (the next header, the end of the archive) still yields that
+    record before the error, for a caller that checks it (against its checksum) not to lose it."""
+    key: str | None = None
+    members: dict[str, bytes | memoryview] = {}
+    offset = end = 0
+    try:
+        for member in iter_members(stream, url, start, max_member_bytes, whole):
+            name_key, ext = split_name(member.name)
+            if name_key is None or ext is None:
+                raise ShardError(url, member.offset, f"member name {member.name!r} has no key.extension form")
+            if name_key == key:
+                if ext in members:
+                    raise ShardError(url, member.offset, f"record {key!r} has two {ext!r} members")
+                members[ext], end = member.data, member.end
+                continue
+            if key is not None:
+                yield Record(key, members, offset, end)
+            key, members, offset, end = name_key, {ext: member.data}, member.offset, member.end
+    except ShardError:
+        if pending_on_error and key is not None:
+            yield Record(key, members, offset, end)
+        raise
+    if key is not None:
+        yield Record(key, members, offset, end)
 
 
 def _load_npy(data: bytes | memoryview) -> np.ndarray:

@@ -116,7 +116,8 @@ def scan_stream(stream: BinaryIO, url: str) -> tuple[ShardInfo, Schema, list[int
     while block := reader.read(1 << 20):
         if block.count(0) != len(block):
             where = position + next(i for i, byte in enumerate(block) if byte)
-            raise ShardError(url, where - where % BLOCK, "data after the end of the archive")
+            raise ShardError(url, where - where % BLOCK, "data after the end of the archive (two tars one after "
+                             "the other, or a file appended to?): rewrite the shard as one tar")
         position += len(block)
     return scan.entry(reader.size, reader.sha.hexdigest()), scan.inference.schema(), scan.rows
 

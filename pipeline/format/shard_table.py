@@ -77,15 +77,6 @@ def record_checksum(members: Iterable[bytes | memoryview]) -> int:
     return state.intdigest() & 0xFFFFFFFF
 
 
-def check_record(record: Record, shard: ShardInfo, number: int, url: str, checksum: bool = True) -> None:
-    """Refuse record ``number`` of a shard when its start or (with ``checksum``) its checksum
-    differs from the index: a shard changed or corrupted since it was indexed must not yield
-    wrong samples."""
-    check_record_offset(record, shard, number, url)
-    if checksum:
-        check_record_checksum(record, shard, number, url)
-
-
 def check_record_offset(record: Record, shard: ShardInfo, number: int, url: str) -> None:
     """Refuse record ``number`` when it does not start where the index says."""
     if record.offset != int(shard.offsets[number]):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from .errors import ShardError
 
@@ -91,6 +92,7 @@ class TarMember:
     name: str
     data: bytes | memoryview
     offset: int
+    end: int = 0  # the byte after its padded data: where the next header starts
 
 
 class _MemoryReader:
@@ -243,14 +245,33 @@ class _Peeked:
         return data if len(data) == size else data + self.stream.read(size - len(data))
 
 
+class _Gunzipped:
+    """A gzip stream read as the tar it holds. Damage to the compressed bytes (a cut, a bad
+    block, a checksum that differs, which gzip checks at the end: read to the end) is a
+    :class:`ShardError` naming the shard; errors of the stream below pass through."""
+
+    def __init__(self, compressed: Any, url: str) -> None:
+        self.file = gzip.GzipFile(fileobj=compressed, mode="rb")
+        self.url = url
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.file.read(size)
+        except ShardError:
+            raise
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise ShardError(self.url, None, f"gzip-compressed shard is damaged or cut: {exc}") from None
+
+
 def open_archive(stream: BinaryIO, url: str) -> BinaryIO:
     """The tar stream in ``stream``: decompressed as it is read when it is gzip-compressed (a
-    ``.tar.gz``, as webdataset writes with ``ShardWriter("x-%06d.tar.gz")``), else as it is."""
+    ``.tar.gz``, as webdataset writes with ``ShardWriter("x-%06d.tar.gz")``; byte offsets in
+    errors are then those of the decompressed tar), else as it is."""
     head = stream.read(2)
     peeked = _Peeked(head, stream)
     if head != _GZIP_MAGIC:
         return peeked  # type: ignore[return-value]
-    return gzip.GzipFile(fileobj=peeked, mode="rb")  # type: ignore[return-value]
+    return _Gunzipped(peeked, url)  # type: ignore[return-value]
 
 
 def iter_members(
@@ -327,7 +348,7 @@ def iter_members(
             reader.skip(padded, "directory")
         elif kind in _REGULAR:
             body = reader.read(padded, "member") if padded else b""
-            yield TarMember(name, (body or b"")[:size], offset if first is None else first)
+            yield TarMember(name, (body or b"")[:size], offset if first is None else first, reader.position)
         else:
             what = _REFUSED.get(kind, f"unknown type {kind!r}")
             raise ShardError(url, offset, f"tar member {name!r} ({what}) is not allowed in a shard: "

@@ -45,8 +45,8 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
         for walked in walk_shard(stream, shard, schema=index.fields or None, entry=info):  # type: ignore[arg-type]
             samples += walked.rows
             number += 1
-    except ShardError as exc:
-        return Problem(shard, exc.reason or str(exc), number, exc.offset)
+    except ShardError as exc:  # after the last record, no record of the index is to blame
+        return Problem(shard, exc.reason or str(exc), number if number < info.records else None, exc.offset)
     if number != info.records:
         return Problem(shard, f"{number} records, the index says {info.records}")
     if samples != info.samples:

@@ -26,13 +26,12 @@ from .index import Schema
 from .packing import checked_rows
 from .records import Record, decode_fields, iter_records
 from .shard_table import ShardInfo, check_record_checksum, check_record_offset
-from .tar import member_bytes
 
 
 @dataclass(frozen=True)
 class WalkedRecord:
     """A record that passed every check: ``number`` is its place in the shard, ``rows`` the
-    samples it holds, ``end`` the byte after its last member."""
+    samples it holds."""
 
     record: Record
     number: int
@@ -49,7 +48,7 @@ class WalkedRecord:
 
     @property
     def end(self) -> int:
-        return self.record.offset + sum(member_bytes(len(data)) for data in self.record.members.values())
+        return self.record.end
 
 
 #: Told of a record that failed a check of its own (its decoding, rows, key or checksum) and its
@@ -84,7 +83,7 @@ def walk_shard(
         return
     keys: dict[str, int] = {}
     number = first_record
-    for record in iter_records(source, url, start, whole=whole):
+    for record in iter_records(source, url, start, whole=whole, pending_on_error=entry is not None and checksums):
         if entry is not None and number >= entry.records:
             raise ShardError(url, record.offset, f"more records than the {entry.records} the index says")
         if entry is not None:  # where it starts, before decoding bytes that may not be a record
@@ -107,7 +106,8 @@ def _checked(record: Record, number: int, url: str, keys: dict[str, int], schema
     """Record ``number`` once its own checks pass (``entry``: check its checksum)."""
     if keys.setdefault(record.key, record.offset) != record.offset:
         raise ShardError(url, record.offset, f"record key {record.key!r} appears twice (first at byte "
-                                             f"{keys[record.key]})")
+                                             f"{keys[record.key]}): the members of a sample must be next to "
+                                             f"each other (tar --sort=name puts them so)")
     if entry is not None:
         try:
             check_record_checksum(record, entry, number, url)

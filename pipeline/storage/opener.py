@@ -24,7 +24,7 @@ from urllib.parse import urljoin, urlparse
 from . import http, s3
 from .errors import SourceError, redact
 from .retry import RetryBudget, RetryPolicy, RetrySink
-from .streams import ResumingStream
+from .streams import BufferedStream, ResumingStream
 
 
 def scheme(url: str) -> str:
@@ -188,7 +188,7 @@ def open_stream(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink
         except OSError as exc:
             raise SourceError(url, 0, f"cannot open: {exc.strerror}") from None
     if kind in ("http", "https", "s3"):
-        return _remote_stream(url, 0, None, policy, stats)  # type: ignore[return-value]
+        return BufferedStream(_remote_stream(url, 0, None, policy, stats))  # type: ignore[return-value]
     if kind == "pipe":
         return _PipeStream(url)  # type: ignore[return-value]
     return _fsspec_open(url)

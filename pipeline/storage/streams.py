@@ -102,3 +102,41 @@ class ResumingStream:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class BufferedStream:
+    """A stream whose small reads are served from large ones: walking a tar reads a 512-byte
+    header per member, and a request library's per-call cost (tens of microseconds) would
+    otherwise dominate a shard of small samples. A large read passes straight through."""
+
+    def __init__(self, stream: Any, chunk: int = _READ_SIZE) -> None:
+        self.stream = stream
+        self.chunk = chunk
+        self._buffer = b""
+        self._position = 0
+
+    def read(self, size: int = -1) -> bytes:
+        available = len(self._buffer) - self._position
+        if size < 0:
+            data = self._buffer[self._position:] + self.stream.read()
+            self._buffer, self._position = b"", 0
+            return data
+        if size <= available:
+            data = self._buffer[self._position:self._position + size]
+            self._position += size
+            return data
+        head = self._buffer[self._position:]
+        self._buffer, self._position = b"", 0
+        if size - available >= self.chunk:
+            return head + self.stream.read(size - available)
+        self._buffer = self.stream.read(self.chunk)
+        return head + self.read(size - available) if self._buffer else head
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def __enter__(self) -> "BufferedStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -149,10 +149,10 @@ class ShardDataset(IterableDataset):
         self._resume: tuple[int, list[tuple[int, int, int]]] | None = None
         if isinstance(self.shards, IndexedShards):
             index = self.shards.index
-            if self.fields is not None and index.fields:
-                unknown = sorted(set(self.fields) - set(index.fields))
-                if unknown:
-                    raise ValueError(f"fields {unknown} are not in the index (it has {sorted(index.fields)})")
+            for what, names in (("fields", self.fields or ()), ("fill keys", self.fill)):
+                unknown = sorted(set(names) - set(index.fields))
+                if unknown and index.fields:
+                    raise ValueError(f"{what} {unknown} are not in the index (it has {sorted(index.fields)})")
             self.chunks = chunk_table(index.shards.samples, index.pack, self._chunk_samples())
         self._remote = self.shards.remote
 

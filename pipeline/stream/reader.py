@@ -15,7 +15,7 @@ from ..format.codec import KEYS_FIELD, ROWS_FIELD
 from ..format.errors import ShardError
 from ..format.index import Schema, ShardInfo
 from ..format.tar import open_archive
-from ..format.walk import walk_shard
+from ..format.walk import WalkedRecord, walk_shard
 from ..storage.opener import open_stream, read_range
 from ..storage.retry import RetryPolicy, RetrySink
 
@@ -91,7 +91,8 @@ def _record_columns(fields: dict[str, Any], rows: int, wanted: set[str] | None, 
         columns[name] = value if packed else [value]
     for name in (wanted or ()):
         if name not in columns:
-            columns[name] = [fill.get(name)] * rows
+            value = fill.get(name)  # a copy for each row: a transform may change one in place
+            columns[name] = [value.copy() if isinstance(value, np.ndarray) else value for _ in range(rows)]
     return columns
 
 
@@ -204,7 +205,24 @@ def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str]
         on_lost(exc, 1)
 
     with open_stream(url, policy, stats=stats) as raw:
-        for walked in walk_shard(open_archive(raw, url), url, on_bad_record=lost):
+        stream = open_archive(raw, url)
+        for walked in walk_shard(stream, url, on_bad_record=lost):
             if fields is None:
-                fields = set(walked.fields) - set(_RESERVED) if wanted is None else set(wanted)
+                fields = _first_fields(walked, wanted, fill or {}, url)
             yield _record_columns(walked.fields, walked.rows, fields, fill or {})
+        while stream.read(1 << 20):  # to the end: a gzip-compressed shard checks its checksum there
+            pass
+
+
+def _first_fields(walked: WalkedRecord, wanted: set[str] | None, fill: Mapping[str, Any], url: str) -> set[str]:
+    """The fields of a stream without an index: those of its first record, or ``wanted``, of
+    which the first record must hold those that ``fill`` has no value for (a name misspelt would
+    otherwise be a column of ``None``)."""
+    found = set(walked.fields) - set(_RESERVED)
+    if wanted is None:
+        return found
+    absent = sorted(wanted - found - set(fill))
+    if absent:
+        raise ShardError(url, walked.offset, f"the first record, {walked.key!r}, has no field {absent} (it has "
+                                             f"{sorted(found)}): check fields=, or give fill= a value for them")
+    return set(wanted)

@@ -48,8 +48,12 @@ def shard_urls(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
             if scheme(url) in ("http", "https"):
                 raise ValueError(f"{redact(url)}: an HTTP folder cannot be listed; name its shards (a brace "
                                  f"pattern: .../train-{{000000..000099}}.tar)")
-            folder = destination(url)
-            urls.extend(join(url, name) for name in folder.list("") if name.endswith(".tar"))
+            names = destination(url).list("")
+            if not any(name.endswith(".tar") for name in names) and any(name.endswith((".tar.gz", ".tgz"))
+                                                                          for name in names):
+                raise ValueError(f"{redact(url)} holds gzip-compressed shards only: an index needs plain tar files "
+                                 f"(decompress them with gunzip), and they stream without one as they are")
+            urls.extend(join(url, name) for name in names if name.endswith(".tar"))
     if not urls:
         raise ValueError(f"no shards in {given}")
     for url in urls:
@@ -58,9 +62,19 @@ def shard_urls(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
                              f"byte ranges)")
         if not is_remote(url) and not os.path.isfile(url):
             raise FileNotFoundError(f"{url}: no such shard")
-    if len(set(urls)) != len(urls):
-        raise ValueError("a shard is named twice")
+    seen: dict[str, str] = {}
+    for url in urls:
+        key = _canonical(url)
+        if key in seen:
+            also = f" (also as {redact(seen[key])})" if seen[key] != url else ""
+            raise ValueError(f"{redact(url)} is named twice{also}: each shard must be indexed once")
+        seen[key] = url
     return urls
+
+
+def _canonical(url: str) -> str:
+    """One spelling per file: ``./wds/a.tar``, ``wds/a.tar`` and its absolute path are one shard."""
+    return url if is_remote(url) else os.path.realpath(url)
 
 
 def scan_url(url: str) -> tuple[ShardInfo, Schema, list[int]]:
@@ -112,11 +126,11 @@ def index_shards(
     index."""
     urls = shard_urls(shards)
     if output is None:
-        folders = {parent(url) for url in urls}
+        folders = {_canonical(parent(url)): parent(url) for url in urls}
         if len(folders) > 1:
-            raise ValueError(f"the shards are in {len(folders)} folders ({', '.join(sorted(map(redact, folders))[:3])}"
-                             f"...): give the index a place with --output")
-        folder, name = folders.pop(), INDEX_NAME
+            shown = ", ".join(sorted(map(redact, folders.values()))[:3])
+            raise ValueError(f"the shards are in {len(folders)} folders ({shown}...): give the index a place with --output")
+        folder, name = folders.popitem()[1], INDEX_NAME
     else:
         text = os.fspath(output)
         folder, name = (text.rpartition("/")[0] or ".", text.rpartition("/")[2]) if text.endswith(".json") \

@@ -80,4 +80,5 @@ def test_a_repeated_record_key_is_a_problem(damaged: Path) -> None:
     shard.write_bytes(bytes(data))
     (problem,) = pipeline.verify(damaged)
     assert str(problem) == (f"part-000000.tar record 3 (byte {offsets[3]}): record key '000000000000' "
-                            f"appears twice (first at byte {offsets[0]})")
+                            f"appears twice (first at byte {offsets[0]}): the members of a sample must be next to "
+                            f"each other (tar --sort=name puts them so)")

@@ -82,6 +82,9 @@ def test_an_index_gives_webdataset_shards_exact_epochs_and_webdataset_still_read
     for workers in (0, 2):
         loader = pipeline.make_loader(indexed, num_workers=workers, batch_size=32, seed=1, shuffle_buffer=100)
         assert sorted(every_sample(loader)) == list(range(sum(SIZES)))
+    with pytest.raises(ValueError, match=r"fill keys \['caption'\] are not in the index \(it has \['cls', 'json', "
+                                         r"'npy', 'txt'\]\)"):
+        pipeline.make_loader(indexed, fill={"caption": ""})  # a misspelt name is an error, not a column
     lengths = {len(pipeline.make_loader(indexed, num_workers=2, batch_size=32, rank=r, world_size=3)) for r in range(3)}
     assert len(lengths) == 1  # equal batch counts on every rank
     assert pipeline.verify(indexed) == []
@@ -166,8 +169,12 @@ def test_our_own_shards_indexed_again_give_back_their_index(tmp_path: Path) -> N
 
 def test_gzipped_shards_stream_without_an_index_and_the_indexer_says_why_not(tmp_path: Path) -> None:
     urls = webdataset_shards(tmp_path / "gz", [40, 25], suffix=".tar.gz")
-    fields = ["cls", "json", "npy", "txt"]  # without an index, the first sample's fields are all there is
-    seen = every_sample(pipeline.make_loader(urls, num_workers=2, batch_size=8, fields=fields))
+    fields = ["cls", "json", "npy", "txt"]  # without an index, the first sample's fields are all there is,
+    with pytest.raises(ShardError, match=r"the first record, 's000000', has no field \['txt'\] \(it has \['cls', "
+                                         r"'json', 'npy'\]\): check fields=, or give fill= a value for them"):
+        every_sample(pipeline.make_loader(urls, num_workers=0, batch_size=8, fields=fields))
+    fill = {"txt": None}  # and a field it lacks needs a value (None is one): a misspelt name is not a column
+    seen = every_sample(pipeline.make_loader(urls, num_workers=2, batch_size=8, fields=fields, fill=fill))
     assert sorted(seen) == list(range(65))
     with pytest.raises(ShardError, match=r"w-000000\.tar\.gz at byte 0: is gzip-compressed \(a \.tar\.gz\), not a "
                                          r"plain tar: .*decompress it \(gunzip\) to index it"):

@@ -156,6 +156,11 @@ def test_a_fill_that_the_column_cannot_hold_is_refused_when_the_source_opens(tmp
     with pytest.raises(SampleError, match=r"a fill is given for column 'z', which is not among the columns read: y, s"):
         ParquetSource(tmp_path / "f.parquet", fill={"z": 1})
     assert ParquetSource(tmp_path / "f.parquet", ["s"], fill={"s": 7}).read(0, 2).columns["s"] == ["a", "7"]
+    # as the command line gives them: text, a number for a numeric column, the text as typed for a text one
+    assert ParquetSource(tmp_path / "f.parquet", ["s"], fill={"s": "007"}).read(0, 2).columns["s"] == ["a", "007"]
+    assert ParquetSource(tmp_path / "f.parquet", ["y"], fill={"y": "-1"}).fill["y"] == -1
+    with pytest.raises(SampleError, match=r"fill value 'many' of column 'y' is not a number"):
+        ParquetSource(tmp_path / "f.parquet", fill={"y": "many"})
 
 
 def test_a_folder_of_files_is_read_in_name_order(tmp_path: Path) -> None:

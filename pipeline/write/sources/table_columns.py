@@ -94,10 +94,13 @@ def _leaf(type_: pa.DataType) -> pa.DataType:
 
 def fill_value(name: str, type_: pa.DataType, value: Any) -> Any:
     """``value`` as a fill of column ``name``: checked against the column's values, so that a bad
-    fill is an error when the source opens. Text columns take numbers as their text."""
+    fill is an error when the source opens. Text columns take numbers as their text, numeric
+    columns text that reads as a number (``--fill y=-1`` on the command line)."""
     leaf = _leaf(type_)
     given = value
     problem = None
+    if isinstance(value, str) and not _is(leaf, _TEXT) and not _is(leaf, _BINARY):
+        value = _number(value)
     if _is(leaf, _TEXT):
         value = value if isinstance(value, str) else str(value)
     elif _is(leaf, _BINARY):
@@ -119,6 +122,16 @@ def fill_value(name: str, type_: pa.DataType, value: Any) -> Any:
         raise SampleError(f"the fill value {given!r} of column {name!r} {problem}; the column holds {type_}: give "
                           f"a value of that type")
     return value
+
+
+def _number(text: str) -> Any:
+    """``"7"`` -> 7, ``"0.5"`` -> 0.5; other text stays text (and is then refused as no number)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def null_rows(array: pa.Array) -> np.ndarray:
