@@ -44,7 +44,7 @@ from .write.writer import ShardWriter
 
 __version__ = "0.1.0"
 
-_STREAMING = {"ShardDataset": "dataset", "DevicePrefetcher": "loader", "ShardLoader": "loader",
+_STREAMING = {"ShardDataset": "dataset", "DevicePrefetcher": "prefetch", "ShardLoader": "loader",
               "make_loader": "loader", "WorkerError": "workers"}
 
 

@@ -560,7 +560,7 @@ def our_loader(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     loader = pipeline.make_loader(spec["data"], num_workers=spec["workers"], batch_size=BATCH, seed=0, **options)
     dataset = loader.dataset
     info = {"shuffle_buffer": dataset.shuffle_buffer, "sample_bytes": dataset.sample_bytes(),
-            "batches_per_message": dataset.batches_per_message, "len": len(loader)}
+            "len": len(loader)}
     return loader, info
 
 

@@ -15,6 +15,9 @@ For each size a fresh process (this script with ``--child``) measures:
   shuffle window. Time, RSS added, and the record offsets and checksums of how many shards
   (and bytes) it touched.
 
+The same for a mix of three sources totalling each size (``MIX``): opening reads three indexes;
+the first window also lays out the epoch's pieces of all sources (its *material*).
+
 Baseline in the same run: the index format this replaces, one JSON with every record offset
 inline, parsed with ``json.loads`` at 10^6 samples (larger sizes would not fit in memory).
 
@@ -42,6 +45,10 @@ from bench_build import current_rss_mb, peak_rss_mb
 SAMPLES_PER_SHARD = 1000
 RECORD_BYTES = 4096
 WORLD, WORKERS = 64, 8
+#: The mix: three sources holding 70%, 20% and 10% of the samples, mixed 0.5 / 0.3 / 0.2 (the
+#: first subsampled, the others repeated).
+MIX = {"web": 0.5, "code": 0.3, "books": 0.2}
+MIX_SIZES = {"web": 0.7, "code": 0.2, "books": 0.1}
 
 
 class SyntheticChecksums:
@@ -102,7 +109,8 @@ def child(args: argparse.Namespace) -> dict:
     import torch  # noqa: F401 - loaded first, so that the numbers exclude it
 
     import pipeline
-    from pipeline.stream.plan import epoch_order, fresh_plans, locate
+    from pipeline.stream.material import locate
+    from pipeline.stream.plan import Leg, block_range, leg_sequences, worker_reads
 
     base = current_rss_mb()
     if args.child == "inline-json":
@@ -111,22 +119,29 @@ def child(args: argparse.Namespace) -> dict:
         seconds = time.perf_counter() - started
         return {"open_s": seconds, "open_rss_mb": current_rss_mb() - base, "shards": len(data["shards"])}
     started = time.perf_counter()
-    dataset = pipeline.ShardDataset(args.path, batch_size=256, world_size=WORLD, rank=0)
+    if args.child == "mix":  # the three sources of MIX, by weight
+        source = {name: str(Path(args.path) / name) for name in MIX}
+        dataset = pipeline.ShardDataset(source, weights=MIX, batch_size=256, world_size=WORLD, rank=0)
+    else:
+        dataset = pipeline.ShardDataset(args.path, batch_size=256, world_size=WORLD, rank=0)
     open_s = time.perf_counter() - started
     open_rss = current_rss_mb() - base
     started = time.perf_counter()
-    order = epoch_order(dataset.chunks, dataset.seed, 0, dataset.shuffle)
-    plan = fresh_plans(dataset.samples, dataset.plan_config, 0, WORKERS)[0]
-    first = plan.segments[0].span_start
-    touched: dict[int, int] = {}
-    for shard, row_start, row_stop in locate(order, dataset.chunks, first, first + dataset.shuffle_buffer):
-        info = dataset.shards.shards[shard]  # what read_rows looks up
-        touched[shard] = info.offsets.nbytes + info.checksum.nbytes
-        int(info.offsets[row_start]), int(info.checksum[row_stop - 1])
-    touched_bytes = sum(touched.values())
-    return {"open_s": open_s, "open_rss_mb": open_rss, "shards": len(dataset.shards.shards),
-            "chunks": len(dataset.chunks), "window_s": time.perf_counter() - started,
-            "window_rss_mb": current_rss_mb() - base - open_rss, "window_offset_bytes": touched_bytes, "window_shards": len(touched),
+    sources = dataset.sources
+    material = sources.material(dataset.seed, 0, dataset.shuffle)
+    legs = [Leg(WORLD, 0)]
+    sequences = leg_sequences(dataset.samples, dataset.plan_config, legs)
+    _, blocks = next(worker_reads(sequences, legs, dataset.plan_config, 0, 0, 0, WORKERS))
+    touched: dict[tuple[int, int], int] = {}
+    for block in np.unique(blocks).tolist():
+        for s, shard, row_start, row_stop in locate(material, sources.chunks, *block_range(block, sequences[0])):
+            info = sources.shards[s].shards[shard]  # what read_rows looks up
+            touched[s, shard] = info.offsets.nbytes + info.checksum.nbytes
+            int(info.offsets[row_start]), int(info.checksum[row_stop - 1])
+    return {"open_s": open_s, "open_rss_mb": open_rss, "shards": sum(len(s.shards) for s in sources.shards),
+            "chunks": sum(len(c) for c in sources.chunks), "pieces": len(material),
+            "window_s": time.perf_counter() - started, "window_rss_mb": current_rss_mb() - base - open_rss,
+            "window_offset_bytes": sum(touched.values()), "window_shards": len(touched),
             "peak_rss_mb": peak_rss_mb(), "base_rss_mb": base}
 
 
@@ -158,15 +173,22 @@ def main() -> None:
         inline.unlink()
         print("| index | samples | on disk | open | open RSS | first window | window RSS | offsets read |")
         for samples in sizes:
-            folder = root / f"n{samples}"
-            write_s = write_synthetic_index(folder, samples)
-            on_disk = sum(p.stat().st_size for p in folder.iterdir())
-            result = run_child("table", folder) | {"samples": samples, "write_s": write_s, "bytes": on_disk}
-            rows.append(result)
-            print(f"| table | 10^{len(str(samples)) - 1} | {on_disk / 1e6:,.0f} MB | {result['open_s']:.2f} s | "
-                  f"{result['open_rss_mb']:.0f} MB | {result['window_s']:.3f} s | {result['window_rss_mb']:.0f} MB | "
-                  f"{result['window_shards']} shards, {result['window_offset_bytes'] / 1e3:,.0f} kB |", flush=True)
-            shutil.rmtree(folder)
+            for kind in ("table", "mix"):
+                folder = root / f"n{samples}"
+                if kind == "mix":
+                    write_s = sum(write_synthetic_index(folder / name, int(samples * share))
+                                  for name, share in MIX_SIZES.items())
+                else:
+                    write_s = write_synthetic_index(folder, samples)
+                on_disk = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+                result = run_child(kind, folder) | {"kind": kind, "samples": samples, "write_s": write_s,
+                                                    "bytes": on_disk}
+                rows.append(result)
+                print(f"| {kind} | 10^{len(str(samples)) - 1} | {on_disk / 1e6:,.0f} MB | {result['open_s']:.2f} s | "
+                      f"{result['open_rss_mb']:.0f} MB | {result['window_s']:.3f} s | "
+                      f"{result['window_rss_mb']:.0f} MB | {result['window_shards']} shards, "
+                      f"{result['window_offset_bytes'] / 1e3:,.0f} kB |", flush=True)
+                shutil.rmtree(folder)
         out = Path("bench-results")
         out.mkdir(exist_ok=True)
         (out / "bench_index.json").write_text(json.dumps({"inline_json": baseline, "tables": rows}, indent=1))

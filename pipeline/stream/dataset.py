@@ -3,21 +3,24 @@
 The contract, per epoch (``set_epoch(e)``, or let :class:`~pipeline.stream.loader.ShardLoader`
 count epochs for you):
 
-- Every (rank, DataLoader worker) reads a disjoint part of the epoch's shuffled sequence (see
+- Every rank delivers a disjoint part of the epoch's shuffled sequence (see
   :mod:`pipeline.stream.plan`); with an index, every sample is delivered exactly once per epoch
   (``remainder="pad"`` repeats up to ``world_size - 1`` samples so that ranks are equal,
   ``"drop"`` leaves out as many, ``"keep"`` lets ranks differ by a batch: for evaluation).
 - Every rank yields the same number of batches (``len(dataset)``), so DDP never waits for a
-  rank that ran out.
+  rank that ran out; a rank's batches do not depend on the number of DataLoader workers (nor,
+  in a ShardLoader, their order; a plain DataLoader takes the workers' batches one by one in
+  turn, so the same batches come in another order).
 - Batches are collated inside the worker: a dict ``field -> tensor`` (or a tuple, with
-  ``as_tuple``), gathered with vectorised NumPy from a shuffle buffer of ``shuffle_buffer``
-  samples that mixes at least ``chunks_per_buffer`` pieces (chunks) of different shards.
+  ``as_tuple``), gathered with vectorised NumPy from units of about ``shuffle_buffer`` samples
+  that mix many pieces (chunks) of different shards, and of different sources in a mix.
 - The same seed and epoch give the same batches on any machine; a new epoch a new order.
 
-Shards written by other tools get all of this once indexed in place (``pipeline index``). Without
-an index they stream too, split whole across consumers (:mod:`pipeline.stream.foreign`): then
-counts per rank can differ (so under DDP only with ``allow_uneven=True``), there is no ``len()``,
-and resuming mid-epoch is refused.
+Several shard sets mix by weight (``ShardDataset({"web": ..., "code": ...}, weights={...})``, see
+:mod:`.sources`) with the same promises. Shards written by other tools get all of this once
+indexed in place (``pipeline index``). Without an index they stream too, split whole across
+consumers (:mod:`.foreign`): then counts per rank can differ (so under DDP only with
+``allow_uneven=True``), there is no ``len()``, and resuming mid-epoch is refused.
 
 A sample that lacks a field some others have (an optional field of the index) gets ``fill``'s
 value for it, else ``None``. Under ``on_error="skip"`` a record that fails its checks costs that
@@ -26,43 +29,28 @@ record only, counted in ``stats()``.
 
 from __future__ import annotations
 
-import functools
-import itertools
-import logging
 import os
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..format.errors import ShardError
-from ..format.index import ShardInfo
-from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.cache import ShardCache
-from ..storage.opener import map_range
 from ..storage.retry import RetryPolicy
-from .batching import drop_short_tail, messages_from_windows, to_torch
+from .batching import drop_short_tail, gather, messages_from_windows, split_message, to_torch
 from .foreign import ForeignStream
-from .plan import (
-    PlanConfig,
-    Remainder,
-    WorkerPlan,
-    chunk_table,
-    epoch_order,
-    epoch_plans,
-    locate,
-    window_permutation,
-)
-from .reader import Columns, assemble_columns, read_rows
+from .material import source_counts
+from .plan import Leg, PlanConfig, Remainder, leg_sequences, material_positions, rank_batches, worker_reads
+from .reader import Columns
 from .shards import ForeignShards, IndexedShards, resolve_shards
+from .sources import SourceSet, mixed_sources, single_source
 from .stats import ReadStats
+from .units import UnitReader
 from .workers import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20
-REQUESTS_IN_FLIGHT = 8  # ranged requests a worker keeps open at once for remote shards
-log = logging.getLogger("pipeline.stream")
+Sources = str | os.PathLike[str] | Sequence[str] | Mapping[str, str | os.PathLike[str]]
 
 
 def distributed_rank_and_world() -> tuple[int, int]:
@@ -73,15 +61,18 @@ def distributed_rank_and_world() -> tuple[int, int]:
 
 
 class ShardDataset(IterableDataset):
-    """Batches from a shard set; see the module docstring for the contract.
+    """Batches from a shard set, or from several mixed; see the module docstring for the contract.
 
-    ``source``: an index (``index.json`` or its folder), a brace pattern
-    (``shards/train/train-{000000..000009}.tar``) or a list of shard paths.
+    ``source``: an index (``index.json`` or its folder, or a URL), a brace pattern
+    (``shards/train/train-{000000..000009}.tar``), a list of shard paths, or a mapping ``name ->
+    index`` of sources to mix: each gives an epoch ``samples[name]`` samples when given, else a
+    share of ``epoch_samples`` (default: the sum of the sources' sizes) by ``weights[name]``
+    (default: in proportion to the sources' sizes).
     """
 
     def __init__(
         self,
-        source: str | os.PathLike[str] | Sequence[str],
+        source: Sources,
         *,
         batch_size: int = 256,
         shuffle: bool = True,
@@ -103,6 +94,9 @@ class ShardDataset(IterableDataset):
         check_records: bool = True,
         fill: Mapping[str, Any] | None = None,
         allow_uneven: bool = False,
+        weights: Mapping[str, float] | None = None,
+        samples: Mapping[str, int] | None = None,
+        epoch_samples: int | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -113,65 +107,70 @@ class ShardDataset(IterableDataset):
             raise ValueError(f"remainder must be 'drop', 'pad' or 'keep', got {remainder!r}")
         self.read_stats = ReadStats()  # skips and retries, counted in every worker
         self.policy = RetryPolicy.from_env()  # read once: the workers get it with the dataset
-        self.shards = resolve_shards(source, self.policy, self.read_stats)
         default_rank, default_world = distributed_rank_and_world()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside world size {self.world_size}")
-        if isinstance(self.shards, ForeignShards) and self.world_size > 1 and not allow_uneven:
-            raise ValueError(
-                f"{len(self.shards.urls)} shards without an index, under DDP (world size {self.world_size}): ranks "
-                f"would get different numbers of samples, and DDP hangs when one runs out before the others. Index "
-                f"them in place first (pipeline index SHARDS...: exact epochs, equal batches on every rank), or pass "
-                f"allow_uneven=True if your loop copes with ranks that differ (DDP join(), say)")
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.drop_last = drop_last
+        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.remainder: Remainder = remainder
         self.fields = None if fields is None else list(fields)
         self.as_tuple = None if as_tuple is None else list(as_tuple)
-        self.sample_transform = sample_transform
-        self.batch_transform = batch_transform
-        self.shuffle_buffer = shuffle_buffer or self._default_buffer()
-        self.chunks_per_buffer = max(chunks_per_buffer, 1)
+        self.sample_transform, self.batch_transform = sample_transform, batch_transform
         self.on_error = on_error
         self.check_records = check_records  # each record read against its checksum in the index
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify, self.policy,
                                                                self.read_stats)
-        self.num_workers = 1  # how many DataLoader workers will read: set by ShardLoader
-        self.batches_per_message = 1  # batches a worker sends at once: set by ShardLoader
+        self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven)
+        self.shuffle_buffer = shuffle_buffer or self._default_buffer()
+        if self.sources is not None:
+            self.sources.cut(self.shuffle_buffer, max(chunks_per_buffer, 1))
         self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
+        self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers
         # a shared tensor, so that persistent DataLoader workers see set_epoch()
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._resume: tuple[int, list[tuple[int, int, int]]] | None = None
-        if isinstance(self.shards, IndexedShards):
-            index = self.shards.index
-            for what, names in (("fields", self.fields or ()), ("fill keys", self.fill)):
-                unknown = sorted(set(names) - set(index.fields))
-                if unknown and index.fields:
-                    raise ValueError(f"{what} {unknown} are not in the index (it has {sorted(index.fields)})")
-            self.chunks = chunk_table(index.shards.samples, index.pack, self._chunk_samples())
-        self._remote = self.shards.remote
+        self._position: tuple[int, tuple[Leg, ...], int] | None = None  # a resumed epoch: legs, batches
+
+    def _open(self, source: Sources, weights: Mapping[str, float] | None, samples: Mapping[str, int] | None,
+              epoch_samples: int | None, allow_uneven: bool) -> tuple[Any, SourceSet | None]:
+        """The shards to read, and the indexed sources of the plan (``None`` without an index)."""
+        if isinstance(source, Mapping):
+            opened = {name: resolve_shards(location, self.policy, self.read_stats) for name, location in source.items()}
+            foreign = [name for name, shards in opened.items() if not isinstance(shards, IndexedShards)]
+            if foreign:
+                raise ValueError(f"sources {foreign} have no index: a mix is planned from indexes; index them "
+                                 f"in place first (pipeline index SHARDS...)")
+            sources = mixed_sources(opened, weights, samples, epoch_samples)  # type: ignore[arg-type]
+        else:
+            if weights or samples or epoch_samples:
+                raise ValueError("weights=, samples= and epoch_samples= mix several sources: give them as a "
+                                 "mapping {name: index}")
+            shards = resolve_shards(source, self.policy, self.read_stats)
+            if isinstance(shards, ForeignShards):
+                if self.world_size > 1 and not allow_uneven:
+                    raise ValueError(
+                        f"{len(shards.urls)} shards without an index, under DDP (world size {self.world_size}): "
+                        f"ranks would get different numbers of samples, and DDP hangs when one runs out before the "
+                        f"others. Index them in place first (pipeline index SHARDS...: exact epochs, equal batches "
+                        f"on every rank), or pass allow_uneven=True if your loop copes with ranks that differ "
+                        f"(DDP join(), say)")
+                return shards, None
+            sources = single_source(shards)
+        schema = sources.schema(self.fields)
+        unknown = sorted(set(self.fill) - set(schema))
+        if unknown and schema:
+            raise ValueError(f"fill keys {unknown} are not in the index (it has {sorted(schema)})")
+        return sources.shards[0], sources
 
     # -- configuration -------------------------------------------------------------------------
 
     def sample_bytes(self) -> int:
         """Average bytes of a sample in the shards (a guess for shards without an index)."""
-        if isinstance(self.shards, IndexedShards) and self.shards.index.samples:
-            return max(self.shards.index.bytes // self.shards.index.samples, 1)
-        return 4096
-
-    def _chunk_samples(self) -> int:
-        """Samples per chunk: small enough that a worker's window holds ``chunks_per_buffer``
-        chunks even when the window is a whole worker span, for up to 8 workers per rank. It
-        depends on the data, the buffer and the world size only, never on the number of
-        workers, so that an epoch can resume with another number of workers."""
-        assert isinstance(self.shards, IndexedShards)
-        rank_samples = -(-self.shards.index.samples // self.world_size)
-        return max(min(self.shuffle_buffer, rank_samples // 8) // self.chunks_per_buffer, 1)
+        if self.sources is None:
+            return 4096
+        indexes = [shards.index for shards in self.sources.shards]
+        return max(sum(i.bytes for i in indexes) // max(sum(i.samples for i in indexes), 1), 1)
 
     def _default_buffer(self) -> int:
         return int(min(max(DEFAULT_BUFFER_BYTES // self.sample_bytes(), 4 * self.batch_size), 1 << 20))
@@ -179,18 +178,19 @@ class ShardDataset(IterableDataset):
     @property
     def exact(self) -> bool:
         """Whether the epoch plan is exact (the shards have an index)."""
-        return isinstance(self.shards, IndexedShards)
+        return self.sources is not None
 
     @property
     def samples(self) -> int:
-        if not isinstance(self.shards, IndexedShards):
+        """Samples in an epoch (of all sources of a mix)."""
+        if self.sources is None:
             raise TypeError("shards without an index have no known length")
-        return self.shards.index.samples
+        return self.sources.samples
 
     @property
     def plan_config(self) -> PlanConfig:
-        return PlanConfig(self.seed, self.world_size, self.batch_size, self.drop_last, self.remainder,
-                          self.batches_per_message)
+        return PlanConfig(self.seed, self.batch_size, self.drop_last, self.remainder, self.shuffle,
+                          self.shuffle_buffer)
 
     @property
     def epoch(self) -> int:
@@ -199,141 +199,121 @@ class ShardDataset(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration plays, from its start (also seen by persistent
         workers)."""
-        self._resume = None
+        self._position = None
         self._epoch.fill_(int(epoch))
 
-    def resume(self, epoch: int, legs: list[tuple[int, int, int]]) -> None:
-        """Continue ``epoch`` after the batches that ``legs`` already delivered (see
-        :func:`pipeline.stream.plan.epoch_plans`); set by the loader's ``load_state_dict``."""
-        if legs and not self.exact:
+    def resume(self, epoch: int, legs: Sequence[Leg], batches: int) -> None:
+        """Continue ``epoch`` after ``legs`` (stretches on other world sizes) and the ``batches``
+        this rank delivered since; set by the loader's ``load_state_dict``."""
+        if (legs or batches) and not self.exact:
             raise ValueError("resuming in the middle of an epoch needs an index; shards without one "
                              "resume at the next epoch boundary")
         self.set_epoch(epoch)
-        self._resume = (epoch, [(int(k), int(n), int(m)) for k, n, m in legs])
+        self._position = (epoch, tuple(legs), int(batches))
 
-    def _legs(self, epoch: int) -> list[tuple[int, int, int]]:
-        return self._resume[1] if self._resume and self._resume[0] == epoch else []
-
-    def batches_per_rank(self, num_workers: int | None = None, epoch: int | None = None,
-                         legs: list[tuple[int, int, int]] | None = None) -> int:
-        """Batches this rank yields in an epoch with ``num_workers`` workers (0 counts as 1),
-        after the batches ``legs`` delivered (by default: those of a resume of this epoch)."""
-        workers = max(self.num_workers if num_workers is None else num_workers, 1)
+    def position(self, epoch: int | None = None) -> tuple[tuple[Leg, ...], int]:
+        """The legs before this one and the batches delivered in it, for ``epoch``."""
         epoch = self.epoch if epoch is None else epoch
-        plans = epoch_plans(self.samples, self.plan_config, self.rank, workers,
-                            self._legs(epoch) if legs is None else legs)
-        return sum(plan.batches(self.batch_size, self.drop_last) for plan in plans)
+        if self._position is not None and self._position[0] == epoch:
+            return self._position[1], self._position[2]
+        return (), 0
+
+    def _sequences(self, legs: Sequence[Leg], batches: int) -> list:
+        return leg_sequences(self.samples, self.plan_config, [*legs, Leg(self.world_size, batches)])
+
+    def batches_left(self, epoch: int | None = None, legs: Sequence[Leg] | None = None,
+                     batches: int | None = None) -> int:
+        """Batches this rank still yields in ``epoch`` after ``legs`` and ``batches`` (by
+        default: those of a resume of this epoch)."""
+        found_legs, found_batches = self.position(epoch)
+        legs = found_legs if legs is None else legs
+        batches = found_batches if batches is None else batches
+        return rank_batches(self._sequences(legs, batches)[-1][self.rank], self.plan_config) - batches
 
     def __len__(self) -> int:
-        return self.batches_per_rank()
+        return self.batches_left()
+
+    def delivered_per_source(self, epoch: int, legs: Sequence[Leg], batches: int) -> dict[str, int]:
+        """Samples this rank delivered of each source in ``epoch``, in its legs so far (a rank's
+        samples, from the plan: add up the ranks' counts for the whole job)."""
+        assert self.sources is not None
+        material = self.sources.material(self.seed, epoch, self.shuffle)
+        all_legs = [*legs, Leg(self.world_size, batches)]
+        sequences = leg_sequences(self.samples, self.plan_config, all_legs)
+        counts = np.zeros(len(self.sources.names), np.int64)
+        for j, leg in enumerate(all_legs):
+            if self.rank >= leg.world:
+                continue
+            sequence = sequences[j][self.rank]
+            delivered = min(leg.batches * self.batch_size, sequence.length)
+            for u in range(-(-delivered // sequence.unit)):
+                positions, _ = material_positions(sequences[:j + 1], all_legs[:j + 1], self.plan_config, epoch,
+                                                  self.rank, [u])
+                counts += source_counts(material, positions[:delivered - u * sequence.unit], len(counts))
+        return dict(zip(self.sources.names, counts.tolist()))
 
     # -- iteration -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        """Batches of this rank and worker; ``batches_per_message`` at a time when a ShardLoader
-        asked for messages (it splits them again). In a worker of a ShardLoader, an error ends
-        the stream with a :class:`~pipeline.stream.workers.WorkerFailure` that the loader raises."""
+        """Batches of this rank (of the units this worker reads). In a worker of a ShardLoader,
+        a unit's batches are one message, and an error ends the stream with a
+        :class:`~pipeline.stream.workers.WorkerFailure` that the loader raises."""
         info = get_worker_info()
         if info is None or not self.relay_errors:
-            yield from self._batches(info)
+            yield from self._messages(info)
             return
         try:
-            yield from self._batches(info)
+            yield from self._messages(info)
         except Exception as exc:  # noqa: BLE001 - every error goes to the loader, with its type
             yield WorkerFailure.capture(exc, info.id)
 
-    def _batches(self, info: Any) -> Iterator[Any]:
+    def _messages(self, info: Any) -> Iterator[Any]:
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        epoch = self.epoch
-        per_message = self.batches_per_message
-        if isinstance(self.shards, IndexedShards):
-            plan = epoch_plans(self.samples, self.plan_config, self.rank, workers, self._legs(epoch))[worker]
-            windows = self._indexed_windows(epoch, plan)
-            sizes: Any = [n * self.batch_size
-                          for n in plan.message_sizes(self.batch_size, self.drop_last, per_message)]
-            limit = plan.batches(self.batch_size, True) * self.batch_size if self.drop_last else None
-        else:
-            windows = self._foreign_stream().windows(epoch, self.rank * workers + worker, self.world_size * workers)
-            sizes, limit = itertools.repeat(per_message * self.batch_size), None
-        messages = messages_from_windows(windows, sizes, limit, shared=info is not None)
-        if self.drop_last and limit is None:
-            messages = drop_short_tail(messages, self.batch_size)
-        for message in messages:
-            yield self._finish(message)
+        units = self._indexed_units(worker, workers) if self.sources is not None else \
+            self._foreign_units(worker, workers)
+        for unit in units:
+            if self.unit_messages:
+                yield self._finish_unit(unit)
+            else:
+                yield from (self._finish(batch) for batch in split_message(unit, self.batch_size))
 
-    def _wanted(self) -> set[str] | None:
-        return None if self.fields is None else set(self.fields)
+    def _indexed_units(self, worker: int, workers: int) -> Iterator[Columns]:
+        """The units this worker reads, each gathered in emission order (into shared memory in a
+        ShardLoader's worker)."""
+        assert self.sources is not None
+        epoch, config = self.epoch, self.plan_config
+        legs, batches = self.position(epoch)
+        material = self.sources.material(self.seed, epoch, self.shuffle)
+        all_legs = [*legs, Leg(self.world_size, batches)]
+        sequences = leg_sequences(self.samples, config, all_legs)
+        reader = UnitReader(self.sources, None if self.fields is None else set(self.fields), self.fill,
+                            self.on_error == "skip", self.check_records, self.cache, self.policy, self.read_stats)
+        for positions, blocks in worker_reads(sequences, all_legs, config, epoch, self.rank, worker, workers):
+            columns, rows = reader.read(material, sequences[0], positions, blocks)
+            yield gather(columns, rows, shared=self.unit_messages)
 
-    def _foreign_stream(self) -> ForeignStream:
+    def _foreign_units(self, worker: int, workers: int) -> Iterator[Columns]:
         assert isinstance(self.shards, ForeignShards)
-        return ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer, self._wanted(),
-                             self.fill, self.on_error == "skip", self.policy, self.read_stats)
+        stream = ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer,
+                               None if self.fields is None else set(self.fields), self.fill, self.on_error == "skip",
+                               self.policy, self.read_stats)
+        windows = stream.windows(self.epoch, self.rank * workers + worker, self.world_size * workers)
+        units = messages_from_windows(windows, _window_sizes(self.shuffle_buffer, self.batch_size),
+                                      shared=self.unit_messages)
+        return drop_short_tail(units, self.batch_size) if self.drop_last else units
 
     def stats(self) -> dict[str, int]:
-        """Counts over all workers so far: shard pieces skipped under ``on_error="skip"``, the
-        samples that stood in for them, and remote reads retried."""
+        """Counts over all workers so far: records and pieces skipped under ``on_error="skip"``,
+        the samples that stood in for them, and remote reads retried."""
         return self.read_stats.totals()
 
-    def _read_piece(self, shard: int, start: int, stop: int) -> Columns | None:
-        """Rows of one piece. Under the skip policy a record that fails its checks costs that
-        record, and a piece whose bytes cannot be read costs the piece (``None``): logged,
-        counted; the window then lets other rows stand in for what is missing."""
-        assert isinstance(self.shards, IndexedShards)
-        url = self.shards.url(shard)
-
-        def lost(exc: ShardError, samples: int) -> None:
-            log.warning("skipping %d samples of %s: %s", samples, redact(url), exc)
-            self.read_stats.skipped(samples)
-
-        try:
-            return read_rows(url, self.shards.shards[shard], self.shards.index.pack, start, stop, self._wanted(),
-                             self._range_reader, self.shards.index.fields or None, self.check_records, self.fill,
-                             lost if self.on_error == "skip" else None)
-        except (ShardError, SourceError) as exc:
-            if self.on_error == "raise":
-                raise
-            lost(exc, stop - start)
-            return None
-
-    def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
-        if not is_remote(url):
-            return map_range(url, start, stop)
-        if self.cache is not None:
-            with self.cache.reading(url, shard.bytes, shard.sha256) as path:
-                return map_range(str(path), start, stop)  # the mapping outlives an eviction
-        return read_range(url, start, stop, self.policy, stats=self.read_stats)
-
-    def _read_positions(self, order: Any, start: int, stop: int) -> Columns:
-        pieces = locate(order, self.chunks, start, stop)
-        if self._remote and len(pieces) > 1:  # requests wait on the network: keep several in flight
-            futures = [_request_pool().submit(self._read_piece, *piece) for piece in pieces]
-            try:
-                results = [future.result() for future in futures]
-            finally:  # on an error, let no request run on behind the caller's back
-                for future in futures:
-                    future.cancel()
-                wait(futures)
-        else:
-            results = [self._read_piece(*piece) for piece in pieces]
-        good = [columns for columns in results if columns]
-        missing = (stop - start) - sum(_rows(columns) for columns in good)
-        if missing:  # skip policy: good rows stand in for the lost ones, so that every rank
-            if not good:  # still yields the same number of batches
-                raise ShardError(self.shards.url(pieces[0][0]), None,  # type: ignore[union-attr]
-                                 "every piece of a shuffle window failed; nothing to stand in for them")
-            good.append(_repeat(assemble_columns(iter(good), stop - start - missing), missing))
-        return assemble_columns(iter(good), stop - start)
-
-    def _indexed_windows(self, epoch: int, plan: WorkerPlan) -> Iterator[tuple[Columns, np.ndarray]]:
-        order = epoch_order(self.chunks, self.seed, epoch, self.shuffle)
-        size = self.shuffle_buffer
-        for seg in plan.segments:
-            span_length = seg.span_stop - seg.span_start
-            for window in range(seg.begin // size, -(-seg.end // size)):
-                lo, hi = window * size, min((window + 1) * size, span_length)
-                columns = self._read_positions(order, seg.span_start + lo, seg.span_start + hi)
-                emit = window_permutation(self.seed, epoch, seg.span_start, window, hi - lo, self.shuffle)
-                yield columns, emit[max(seg.begin, lo) - lo:min(seg.end, hi) - lo]
+    def _finish_unit(self, unit: Columns) -> Any:
+        """What a worker sends of a unit: its columns as one message (the loader cuts batches), or,
+        when a transform may make a batch anything, its finished batches."""
+        if self.sample_transform is None and self.batch_transform is None:
+            out = to_torch(unit)
+            return tuple(out[name] for name in self.as_tuple) if self.as_tuple is not None else out
+        return [self._finish(batch) for batch in split_message(unit, self.batch_size)]
 
     def _finish(self, batch: Columns) -> Any:
         if self.sample_transform is not None:
@@ -348,26 +328,10 @@ class ShardDataset(IterableDataset):
         return out
 
 
-@functools.lru_cache(maxsize=1)
-def _request_pool_for(pid: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="shard-read")
-
-
-def _request_pool() -> ThreadPoolExecutor:
-    """Threads that read remote pieces of a window at once, one pool per process (a pool does
-    not survive a fork)."""
-    return _request_pool_for(os.getpid())
-
-
-def _rows(columns: Columns) -> int:
-    return len(next(iter(columns.values())))
-
-
-def _repeat(columns: Columns, rows: int) -> Columns:
-    """``rows`` rows taken cyclically from ``columns``."""
-    index = np.arange(rows) % _rows(columns)
-    return {name: col[index] if isinstance(col, np.ndarray) else [col[i] for i in index]
-            for name, col in columns.items()}
+def _window_sizes(window: int, batch_size: int) -> Iterator[int]:
+    rows = max(window // batch_size, 1) * batch_size
+    while True:
+        yield rows
 
 
 def _stack(values: list[Any]) -> Any:

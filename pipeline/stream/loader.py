@@ -1,10 +1,13 @@
-"""The DataLoader side: ``make_loader``, a loader whose state survives a checkpoint, and a
-device prefetcher that measures how long training waits for data.
+"""The DataLoader side: ``make_loader``, and a loader whose state survives a checkpoint.
+
+The state is where the loader stands in the plan (:mod:`.plan`): the epoch, the legs of it run
+on other world sizes, and the batches delivered since, plus what the plan depends on, so that a
+state that cannot be continued is refused with the setting that differs. It is the same on every
+rank (every rank yields the same number of batches), so rank 0 saves it with the model.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -13,8 +16,9 @@ from torch.utils.data import DataLoader
 
 from .batching import split_message
 from .dataset import ShardDataset
+from .plan import Leg
 from .workers import (
-    RelayErrors,
+    LoaderWorker,
     WorkerError,
     WorkerFailure,
     exited_workers,
@@ -23,8 +27,11 @@ from .workers import (
     translate_worker_deaths,
 )
 
-STATE_VERSION = 1
-_PLAN_KEYS = ("seed", "world_size", "batch_size", "drop_last", "remainder", "shuffle", "samples")
+STATE_VERSION = 2
+#: What the plan depends on: a checkpoint of another value cannot be continued mid-epoch.
+_PLAN_KEYS = ("seed", "batch_size", "drop_last", "remainder", "shuffle", "shuffle_buffer", "samples")
+#: Of those, what may change at an epoch boundary.
+_BETWEEN_EPOCHS = ("batch_size", "drop_last", "shuffle_buffer", "samples")
 
 
 def _seed_numpy_in_worker(worker_id: int) -> None:
@@ -39,23 +46,23 @@ class ShardLoader(DataLoader):
 
     Iterating it plays the current epoch from where it stands, then moves to the next epoch.
     ``state_dict()`` after batch ``n`` and ``load_state_dict()`` in a fresh process make the
-    next iteration yield batch ``n + 1`` onward exactly as an uninterrupted run would, with the
-    same ``num_workers``; with a different ``num_workers`` the epoch continues with exactly the
-    samples not yet delivered, each once (in another order). Continuing mid-epoch starts new
-    workers (persistent ones hold a copy of the dataset from before).
+    next iteration yield batch ``n + 1`` onward exactly as an uninterrupted run would, with any
+    ``num_workers``; on another world size (an elastic restart) the new ranks deliver exactly
+    the samples the old run had not, each once, in equal numbers of batches. Continuing
+    mid-epoch starts new workers (persistent ones hold a copy of the dataset from before).
     """
 
-    def __init__(self, dataset: ShardDataset, num_workers: int = 0,
-                 batches_per_message: int | None = None, **kwargs: Any) -> None:
-        if num_workers:  # workers send errors as messages, which this loader raises
-            kwargs["worker_init_fn"] = RelayErrors(kwargs.get("worker_init_fn"))
+    def __init__(self, dataset: ShardDataset, num_workers: int = 0, **kwargs: Any) -> None:
+        if kwargs.get("in_order") is False:
+            raise ValueError("in_order=False lets workers' batches come in any order, which no state can resume: "
+                             "the loader keeps DataLoader's in-order delivery")
+        if num_workers:  # workers send a unit a message, and errors as messages, which this loader handles
+            kwargs["worker_init_fn"] = LoaderWorker(kwargs.get("worker_init_fn"))
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
-        dataset.num_workers = max(num_workers, 1)
-        dataset.batches_per_message = batches_per_message or _auto_batches_per_message(dataset, num_workers)
         self._epoch = dataset.epoch
-        self._batches = 0
-        self._legs: list[tuple[int, int, int]] = []
-        self._workers_resumed = False  # whether persistent workers hold a resumed plan
+        self._legs: list[Leg] = []  # stretches of this epoch run on other world sizes
+        self._batches = 0  # batches of this rank delivered in the current stretch
+        self._workers_resumed = False  # whether persistent workers hold a plan from the middle of an epoch
 
     @property
     def epoch(self) -> int:
@@ -63,26 +70,22 @@ class ShardLoader(DataLoader):
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning at the next iteration."""
-        self._epoch, self._batches, self._legs = int(epoch), 0, []
+        self._epoch, self._legs, self._batches = int(epoch), [], 0
 
     def __len__(self) -> int:
-        return self.dataset.batches_per_rank(max(self.num_workers, 1), self._epoch, self._legs)  # type: ignore[attr-defined]
-
-    def _leg(self, batches: int) -> tuple[int, int, int]:
-        return max(self.num_workers, 1), batches, self.dataset.batches_per_message  # type: ignore[attr-defined]
+        """Batches still to come in the current epoch on this rank."""
+        return self.dataset.batches_left(self._epoch, self._legs, self._batches)  # type: ignore[attr-defined]
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
-        if self._batches:  # an earlier iteration stopped early: continue after its last batch
-            self._legs.append(self._leg(self._batches))
-            self._batches = 0
-        dataset.resume(self._epoch, self._legs) if self._legs else dataset.set_epoch(self._epoch)
-        if self._iterator is not None and (self._legs or self._workers_resumed or not all(
+        resumed = bool(self._legs or self._batches)
+        dataset.resume(self._epoch, self._legs, self._batches) if resumed else dataset.set_epoch(self._epoch)
+        if self._iterator is not None and (resumed or self._workers_resumed or not all(
                 w.is_alive() for w in getattr(self._iterator, "_workers", ()))):
             # persistent workers hold a copy of the dataset taken before this resume (or during
             # an earlier one, which would replay it), or one of them died
             self._stop_workers(self._iterator)
-        self._workers_resumed = bool(self._legs)
+        self._workers_resumed = resumed
         iterator = super().__iter__()
         if self.num_workers:
             translate_worker_deaths()
@@ -92,7 +95,7 @@ class ShardLoader(DataLoader):
                 if isinstance(message, WorkerFailure):
                     failure = message
                     break
-                for batch in split_message(message, dataset.batch_size) if dataset.batches_per_message > 1 else [message]:
+                for batch in self._batches_of(message):
                     self._batches += 1
                     yield batch
         except GeneratorExit:  # the loop stopped early: a break, or an error in its body (a worker's
@@ -107,6 +110,15 @@ class ShardLoader(DataLoader):
             self._stop_workers(iterator)
             failure.raise_error()
         self.set_epoch(self._epoch + 1)
+
+    def _batches_of(self, message: Any) -> Any:
+        """The batches of what the DataLoader handed over: a worker sends a unit (its columns, or
+        its finished batches when transforms run); without workers each item is a batch."""
+        if not self.num_workers:
+            return (message,)
+        if isinstance(message, list):
+            return message
+        return split_message(message, self.dataset.batch_size)  # type: ignore[attr-defined]
 
     def _death_after(self, iterator: Any, exc: Exception) -> str | None:
         """Stop the workers after ``exc`` came out of the DataLoader; if a worker died, the
@@ -132,8 +144,7 @@ class ShardLoader(DataLoader):
                      f"({type(exc).__name__}: {exc}).")
         if death is None:
             return None
-        delivered = self._batches + sum(batches for _, batches, _ in self._legs)
-        return f"{death} Epoch {self._epoch} stopped after batch {delivered}; {WorkerError.advice}"
+        return f"{death} Epoch {self._epoch} stopped after batch {self._batches}; {WorkerError.advice}"
 
     def _stop_workers(self, iterator: Any) -> None:
         """Stop the worker processes of ``iterator`` and forget them, so that the next iteration
@@ -143,34 +154,77 @@ class ShardLoader(DataLoader):
             self._iterator = None
 
     def stats(self) -> dict[str, int]:
-        """Pieces skipped, samples replaced and remote reads retried so far (all workers)."""
+        """Records and pieces skipped, samples replaced and remote reads retried so far (all workers)."""
         return self.dataset.stats()  # type: ignore[attr-defined]
 
+    def progress(self) -> dict[str, int]:
+        """Samples of each source this rank delivered in the current epoch (``""`` names the one
+        source of a loader that mixes none): what a mix gave so far."""
+        return self.dataset.delivered_per_source(self._epoch, self._legs, self._batches)  # type: ignore[attr-defined]
+
     def state_dict(self, in_flight: int = 0) -> dict[str, Any]:
-        """Where the loader stands: epoch, and the batches delivered so far in it (less
-        ``in_flight`` batches fetched ahead by a prefetcher but not yet trained on)."""
+        """Where the loader stands: epoch, its legs on other world sizes, and the batches
+        delivered since (less ``in_flight`` batches fetched ahead by a prefetcher but not yet
+        trained on)."""
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
-        batches = self._batches - in_flight
-        legs = self._legs + ([self._leg(batches)] if batches else [])
-        state = {"version": STATE_VERSION, "epoch": self._epoch, "legs": [list(leg) for leg in legs]}
+        state: dict[str, Any] = {"version": STATE_VERSION, "epoch": self._epoch,
+                                 "legs": [[leg.world, leg.batches] for leg in self._legs],
+                                 "batches": self._batches - in_flight, "world_size": dataset.world_size}
         state.update({key: _plan_value(dataset, key) for key in _PLAN_KEYS})
+        state["mix"] = dataset.sources.state(self._epoch) if dataset.sources and dataset.sources.mixed else None
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``; refuse a state whose plan this loader cannot continue."""
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"loader state version {state.get('version')!r} is not supported")
-        legs = [(int(k), int(n), int(m)) for k, n, m in state["legs"]]
+        state = _upgraded(state)
+        legs = [Leg(int(w), int(b)) for w, b in state["legs"]]
+        batches = int(state["batches"])
+        middle = bool(legs or batches)
         for key in _PLAN_KEYS:
             mine = _plan_value(dataset, key)
-            if state.get(key) != mine and (legs or key not in ("world_size", "batch_size", "drop_last")):
+            if state.get(key) != mine and (middle or key not in _BETWEEN_EPOCHS):
                 raise ValueError(
                     f"cannot resume: the checkpoint was taken with {key}={state.get(key)!r}, this loader "
-                    f"has {key}={mine!r}" + (" (it can change only at an epoch boundary)" if legs else ""))
-        if legs:
-            dataset.resume(int(state["epoch"]), legs)
-        self._epoch, self._batches, self._legs = int(state["epoch"]), 0, legs
+                    f"has {key}={mine!r}" + (" (it can change only at an epoch boundary)" if middle else ""))
+        _continue_mix(dataset, state, middle)
+        if middle and int(state["world_size"]) != dataset.world_size:  # an elastic restart: a new leg
+            legs = legs + ([Leg(int(state["world_size"]), batches)] if batches else [])
+            batches = 0
+        if middle:
+            dataset.resume(int(state["epoch"]), legs, batches)
+        self._epoch, self._legs, self._batches = int(state["epoch"]), legs, batches
+
+
+def _upgraded(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A state of this version; one of version 1 taken at an epoch boundary reads as one."""
+    if state.get("version") == 1 and not state.get("legs"):
+        return {**state, "legs": [], "batches": 0, "shuffle_buffer": None, "mix": None}
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"loader state version {state.get('version')!r} is not supported (this library writes "
+                         f"{STATE_VERSION}; a state of version 1 resumes at an epoch boundary only)")
+    return state
+
+
+def _continue_mix(dataset: ShardDataset, state: Mapping[str, Any], middle: bool) -> None:
+    """Carry a mix's stream positions over from ``state``: its sources must be the same; their
+    shares may change at an epoch boundary only."""
+    mix = state.get("mix")
+    sources = dataset.sources
+    mixed = bool(sources and sources.mixed)
+    if (mix is None) != (not mixed):
+        raise ValueError("cannot resume: the checkpoint was taken " + ("with" if mix else "without") +
+                         " a mix of sources, this loader reads " + ("one source" if not mixed else "a mix"))
+    if mix is None or sources is None:
+        return
+    if list(mix["names"]) != sources.names:
+        raise ValueError(f"cannot resume: the checkpoint mixes sources {list(mix['names'])}, this loader "
+                         f"{sources.names}")
+    if middle and list(mix["counts"]) != sources.counts:
+        raise ValueError(f"cannot resume: the checkpoint's epoch takes {dict(zip(sources.names, mix['counts']))} "
+                         f"samples of its sources, this loader's {dict(zip(sources.names, sources.counts))}: "
+                         f"weights and samples can change only at an epoch boundary")
+    sources.base_epoch, sources.base_offsets = int(state["epoch"]), [int(o) for o in mix["offsets"]]
 
 
 def _death_text(exc: BaseException) -> str | None:
@@ -179,16 +233,6 @@ def _death_text(exc: BaseException) -> str | None:
     if not is_worker_death(exc):
         return None
     return str(exc.__cause__ if isinstance(exc, WorkerError) and exc.__cause__ else exc).strip()
-
-
-def _auto_batches_per_message(dataset: ShardDataset, num_workers: int) -> int:
-    """Batches per worker message: enough to amortise the DataLoader's per-message cost for
-    small batches (up to 16), one for batches of 8 MB and more, one without workers or when a
-    transform may change what a batch is."""
-    if num_workers == 0 or dataset.batch_transform is not None or dataset.sample_transform is not None:
-        return 1
-    batch_bytes = dataset.batch_size * dataset.sample_bytes()
-    return int(min(max((8 << 20) // batch_bytes, 1), 16))
 
 
 def _plan_value(dataset: ShardDataset, key: str) -> Any:
@@ -204,7 +248,6 @@ def make_loader(
     prefetch_factor: int | None = 2,
     persistent_workers: bool | None = None,
     pin_memory: bool | None = None,
-    batches_per_message: int | None = None,
     **dataset_options: Any,
 ) -> ShardLoader:
     """A :class:`ShardLoader` with sensible defaults: persistent workers, prefetching, per-worker
@@ -222,91 +265,4 @@ def make_loader(
         persistent_workers=workers if persistent_workers is None else persistent_workers and workers,
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
         worker_init_fn=_seed_numpy_in_worker if workers else None,
-        batches_per_message=batches_per_message,
     )
-
-
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, Mapping):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], torch.Tensor):
-        return type(batch)(_to_device(v, device) for v in batch)
-    return batch
-
-
-def _record_stream(batch: Any, stream: Any) -> None:
-    if isinstance(batch, torch.Tensor):
-        batch.record_stream(stream)
-    elif isinstance(batch, Mapping):
-        for value in batch.values():
-            _record_stream(value, stream)
-    elif isinstance(batch, (list, tuple)):
-        for value in batch:
-            _record_stream(value, stream)
-
-
-class DevicePrefetcher:
-    """Iterate a loader with each batch already on ``device``: on CUDA the next batch is copied
-    on a side stream (``non_blocking``, from pinned memory) while the current step runs.
-
-    It also measures the input-bound fraction: the share of wall time the training loop spent
-    waiting for the next batch rather than computing (``stats()``)."""
-
-    def __init__(self, loader: Any, device: str | torch.device | None = None) -> None:
-        self.loader = loader
-        self.device = torch.device(device) if device is not None else (
-            torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
-        self.waited = 0.0
-        self.elapsed = 0.0
-        self.batches = 0
-        self._upcoming: Any = None
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def stats(self) -> dict[str, float]:
-        """Seconds waited for data, seconds in all, and the input-bound fraction."""
-        return {"waited_s": self.waited, "elapsed_s": self.elapsed, "batches": self.batches,
-                "input_bound": self.waited / self.elapsed if self.elapsed else 0.0}
-
-    def _timed_next(self, iterator: Iterator[Any]) -> Any:
-        started = time.perf_counter()
-        try:
-            return next(iterator)
-        finally:
-            self.waited += time.perf_counter() - started
-
-    def __iter__(self) -> Iterator[Any]:
-        iterator = iter(self.loader)
-        start = time.perf_counter()
-        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-
-        def fetch() -> Any:
-            try:
-                batch = self._timed_next(iterator)
-            except StopIteration:
-                return None
-            if stream is None:
-                return _to_device(batch, self.device)
-            with torch.cuda.stream(stream):
-                return _to_device(batch, self.device)
-
-        self._upcoming = fetch()
-        while self._upcoming is not None:
-            batch = self._upcoming
-            if stream is not None:
-                current = torch.cuda.current_stream(self.device)
-                current.wait_stream(stream)
-                _record_stream(batch, current)
-            self._upcoming = fetch()  # the next copy overlaps the step on this batch
-            self.batches += 1
-            self.elapsed = time.perf_counter() - start
-            yield batch
-        self.elapsed = time.perf_counter() - start
-
-    def state_dict(self) -> dict[str, Any]:
-        """The loader's state as of the last batch handed to the training loop (the batch
-        fetched ahead is not counted, so resuming replays it)."""
-        return self.loader.state_dict(in_flight=int(self._upcoming is not None))

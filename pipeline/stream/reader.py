@@ -106,13 +106,42 @@ def _read_range(url: str, start: int, stop: int, shard: ShardInfo) -> bytes:
     return read_range(url, start, stop)
 
 
+def repeat_rows(columns: Columns, rows: int, first: int = 0) -> Columns:
+    """``rows`` rows taken cyclically from ``columns``, from row ``first`` on."""
+    index = (first + np.arange(rows)) % len(next(iter(columns.values())))
+    return {name: col[index] if isinstance(col, np.ndarray) else [col[i] for i in index]
+            for name, col in columns.items()}
+
+
+def stand_in(parts: Sequence[Columns | int]) -> Columns | None:
+    """Consecutive parts as one set of columns, each lost part (a number: its rows) replaced in
+    place by as many rows of the parts read (so that every row keeps its place); ``None`` when
+    every part was lost. What the skip policy delivers for damage: stand-ins, counted."""
+    good = [part for part in parts if not isinstance(part, int)]
+    if not good:
+        return None
+    if len(good) == len(parts):
+        return concat_columns(good)
+    pool = concat_columns(good)
+    out, taken = [], 0
+    for part in parts:
+        if isinstance(part, int):
+            if part:
+                out.append(repeat_rows(pool, part, taken))
+                taken += part
+        else:
+            out.append(part)
+    return concat_columns(out)
+
+
 class _RowCollector:
-    """The rows ``[row_start, row_stop)`` of a run of records of ``pack`` rows, as columns."""
+    """The rows ``[row_start, row_stop)`` of a run of records of ``pack`` rows, as columns, the
+    rows of records left out marked as lost (for :func:`stand_in`)."""
 
     def __init__(self, shard: ShardInfo, pack: int, row_start: int, row_stop: int) -> None:
         self.shard, self.pack, self.row_start, self.row_stop = shard, pack, row_start, row_stop
         self.singles: dict[str, list] = {}
-        self.parts: list[Columns] = []
+        self.parts: list[Columns | int] = []
 
     def wanted_rows(self, number: int) -> slice:
         """Which rows of record ``number`` fall in the range."""
@@ -128,22 +157,32 @@ class _RowCollector:
         rows = self.wanted_rows(number)
         self.parts.append({name: column[rows] for name, column in columns.items()})
 
-    def columns(self) -> Columns:
-        if self.pack == 1:
-            return {name: stack_values(values) for name, values in self.singles.items()}
-        return concat_columns(self.parts) if self.parts else {}
+    def lose(self, rows: int) -> None:
+        self._flush()
+        self.parts.append(rows)
+
+    def _flush(self) -> None:
+        if self.singles:
+            self.parts.append({name: stack_values(values) for name, values in self.singles.items()})
+            self.singles = {}
+
+    def columns(self) -> Columns | None:
+        """The rows read, lost ones stood in for; ``None`` when every record was lost."""
+        self._flush()
+        return stand_in(self.parts) if self.parts else {}
 
 
 def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
               wanted: set[str] | None = None, reader: RangeReader = _read_range,
               schema: Schema | None = None, check_records: bool = True,
-              fill: Mapping[str, Any] | None = None, on_lost: LostRecordHandler | None = None) -> Columns:
+              fill: Mapping[str, Any] | None = None, on_lost: LostRecordHandler | None = None) -> Columns | None:
     """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read (through
     ``reader``: a cache, for instance); every record is checked against the index (its start,
     its checksum unless ``check_records`` is false, its rows, the ``schema``), and a field a
     record lacks is filled in from ``fill`` (else ``None``). A record that fails raises, or with
-    ``on_lost`` is reported and left out, the others read on from where the index says they
-    start: damage costs the damaged record only."""
+    ``on_lost`` is reported and stood in for in place by rows read (see :func:`stand_in`), the
+    others read on from where the index says they start: damage costs the damaged record only.
+    ``None`` when every record of the range was lost."""
     if wanted is None and schema:  # every field of the schema, filled in where a record lacks it
         wanted = set(schema)
     first, last = row_start // pack, -(-row_stop // pack)
@@ -159,6 +198,7 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
             raise exc
         rows = collector.wanted_rows(number)
         on_lost(exc, rows.stop - rows.start)
+        collector.lose(rows.stop - rows.start)
         done = number + 1
 
     one_by_one = False  # after the tar structure broke: each record walked in the bytes the index gives it

@@ -84,12 +84,13 @@ class WorkerFailure:
             del error
 
 
-class RelayErrors:
-    """A DataLoader ``worker_init_fn`` that makes the worker's copy of the dataset send its
-    errors as a :class:`WorkerFailure` (which only a ShardLoader raises: the user's own dataset
-    object, also usable in a plain DataLoader, is left as it is), then runs ``then``, the
-    ``worker_init_fn`` given to the loader. Picklable when ``then`` is, for workers started with
-    spawn."""
+class LoaderWorker:
+    """The ``worker_init_fn`` of a ShardLoader's workers: it makes the worker's copy of the
+    dataset send each unit of the plan as one message (so that DataLoader's round robin delivers
+    the units in their order) and its errors as a :class:`WorkerFailure`, both of which only a
+    ShardLoader understands (the user's own dataset object, also usable in a plain DataLoader,
+    is left as it is); then it runs ``then``, the ``worker_init_fn`` given to the loader.
+    Picklable when ``then`` is, for workers started with spawn."""
 
     def __init__(self, then: Callable[[int], None] | None) -> None:
         self.then = then
@@ -98,6 +99,7 @@ class RelayErrors:
         info = get_worker_info()
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]
+            info.dataset.unit_messages = True  # type: ignore[union-attr]
         if self.then is not None:
             self.then(worker_id)
 

@@ -1,0 +1,195 @@
+"""What an epoch reads, in which order: its *material*. Pure functions.
+
+Each source (a shard set with an index) is cut into *chunks*: runs of whole records, small next
+to the shuffle window, so that a chunk is one contiguous byte range and a window holds many of
+them. A source is read as an endless stream of *passes*, each pass every chunk once in an order
+drawn from ``(seed, source, pass)``. Epoch ``e`` takes the next ``n_s`` samples of the stream of
+each source ``s`` (the source's share of the epoch): a source smaller than its share is read
+several times over, each pass in a new order; a larger one is subsampled, and moves on through
+its stream from epoch to epoch, so that every sample is seen once before any is seen twice.
+
+The material of an epoch is these pieces of chunks, of all sources, laid end to end: ``N``
+sample positions that the plan (:mod:`.plan`) deals out to ranks and workers. The pieces of each
+source are spread evenly over the epoch (each at a random place in its stretch, drawn from
+``(seed, epoch)``), so that every window of the plan holds about its share of every source: a
+batch then holds a source's share give or take what drawing its samples at random gives. One source read once an epoch is the plain case: its material is its
+chunks in the order of pass ``e``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+def rng_for(*key: int) -> np.random.Generator:
+    """A generator seeded by a tuple of non-negative ints (seed, epoch, ...)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([k & 0xFFFFFFFFFFFFFFFF for k in key])))
+
+
+@dataclass(frozen=True)
+class ChunkTable:
+    """Chunks of a shard set: each shard cut into chunks of ``per_chunk`` samples (its last one
+    shorter), numbered shard after shard; shard ``s`` holds chunks ``[first_chunk[s],
+    first_chunk[s + 1])``. Kept implicit (one number per shard), because a billion samples make
+    millions of chunks. Built from the index; the same on every rank and worker."""
+
+    per_chunk: int
+    shard_samples: np.ndarray
+    first_chunk: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.first_chunk[-1])
+
+    @property
+    def samples(self) -> int:
+        return int(self.shard_samples.sum())
+
+    def rows(self) -> np.ndarray:
+        """Samples in every chunk, by chunk number (int32: a chunk is small)."""
+        rows = np.full(len(self), self.per_chunk, np.int32)
+        full = np.flatnonzero(self.first_chunk[1:] > self.first_chunk[:-1])
+        last = self.first_chunk[full + 1] - 1
+        rows[last] = self.shard_samples[full] - (last - self.first_chunk[full]) * self.per_chunk
+        return rows
+
+    def where(self, chunk: int) -> tuple[int, int]:
+        """``(shard, first_row)`` of a chunk."""
+        shard = int(np.searchsorted(self.first_chunk, chunk, side="right")) - 1
+        return shard, (chunk - int(self.first_chunk[shard])) * self.per_chunk
+
+
+def chunk_table(shard_samples: Sequence[int] | np.ndarray, pack: int, chunk_samples: int) -> ChunkTable:
+    """Cut shards of the given sample counts into chunks of about ``chunk_samples`` samples,
+    always whole records of ``pack`` samples (so a chunk is one contiguous byte range)."""
+    per_chunk = max(pack, (max(chunk_samples, 1) + pack - 1) // pack * pack)
+    samples = np.asarray(shard_samples, dtype=np.int64)
+    counts = (samples + per_chunk - 1) // per_chunk
+    return ChunkTable(per_chunk, samples, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+
+
+@dataclass(frozen=True)
+class Material:
+    """The pieces an epoch reads, in read order: piece ``j`` is rows ``[lo[j], hi[j])`` of chunk
+    ``chunk[j]`` of source ``source[j]``, and sample positions ``[starts[j], starts[j + 1])``."""
+
+    source: np.ndarray
+    chunk: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    starts: np.ndarray
+
+    @property
+    def samples(self) -> int:
+        return int(self.starts[-1])
+
+    def __len__(self) -> int:
+        return len(self.chunk)
+
+
+def pass_order(chunks: ChunkTable, seed: int, source: int, number: int, shuffle: bool) -> np.ndarray:
+    """The chunks of a source in the order of its pass ``number``."""
+    n = len(chunks)
+    order = np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64)
+    if shuffle:
+        rng_for(seed, source, number).shuffle(order)
+    return order
+
+
+def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count: int,
+                  shuffle: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(chunk, lo, hi)`` of the pieces that hold samples ``[start, start + count)`` of a source's
+    stream of passes."""
+    rows = chunks.rows()
+    total = chunks.samples
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    position, stop = start, start + count
+    while position < stop and total:
+        number, within = divmod(position, total)
+        order = pass_order(chunks, seed, source, number, shuffle)
+        ends = np.cumsum(rows[order])
+        last = min(stop - number * total, total)  # where this pass's part ends, within the pass
+        first_piece = int(np.searchsorted(ends, within, side="right"))
+        last_piece = int(np.searchsorted(ends, last, side="left"))
+        taken = order[first_piece:last_piece + 1]
+        begins = ends[first_piece:last_piece + 1] - rows[taken]
+        lo = np.maximum(within - begins, 0)
+        hi = np.minimum(last - begins, rows[taken])
+        parts.append((taken, lo.astype(np.int32), hi.astype(np.int32)))
+        position = number * total + last
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
+    return tuple(np.concatenate(column) for column in zip(*parts))  # type: ignore[return-value]
+
+
+def epoch_material(sources: Sequence[ChunkTable], counts: Sequence[int], offsets: Sequence[int], seed: int,
+                   epoch: int, shuffle: bool) -> Material:
+    """The material of an epoch: ``counts[s]`` samples of each source's stream from
+    ``offsets[s]`` on, the sources' pieces interleaved evenly (of one source: the order of its
+    pass)."""
+    columns = [stream_pieces(chunks, seed, s, offset, count, shuffle)
+               for s, (chunks, count, offset) in enumerate(zip(sources, counts, offsets))]
+    source = np.concatenate([np.full(len(c[0]), s, np.int16) for s, c in enumerate(columns)])
+    chunk, lo, hi = (np.concatenate([c[i] for c in columns]) for i in range(3))
+    if len(sources) > 1:  # spread each source's pieces evenly over the epoch, each at a random place in its stretch
+        rng = rng_for(seed, epoch)
+        keys = np.concatenate([(np.arange(len(c[0])) + (rng.random(len(c[0])) if shuffle else 0.5)) / max(len(c[0]), 1)
+                               for c in columns])
+        order = np.argsort(keys, kind="stable")
+        source, chunk, lo, hi = source[order], chunk[order], lo[order], hi[order]
+    starts = np.zeros(len(chunk) + 1, np.int64)
+    np.cumsum(hi - lo, out=starts[1:])
+    return Material(source, chunk, lo, hi, starts)
+
+
+def locate(material: Material, sources: Sequence[ChunkTable], start: int,
+           stop: int) -> list[tuple[int, int, int, int]]:
+    """``(source, shard, first_row, stop_row)`` pieces that hold sample positions ``[start, stop)``,
+    positions past the epoch's end wrapping around to its start (padding)."""
+    total = material.samples
+    pieces: list[tuple[int, int, int, int]] = []
+    while start < stop:
+        lap_start = start % total
+        lap_stop = min(stop - start + lap_start, total)
+        first = int(np.searchsorted(material.starts, lap_start, side="right")) - 1
+        last = int(np.searchsorted(material.starts, lap_stop, side="left"))
+        for j in range(first, last):
+            lo = max(lap_start, int(material.starts[j])) - int(material.starts[j]) + int(material.lo[j])
+            hi = min(lap_stop, int(material.starts[j + 1])) - int(material.starts[j]) + int(material.lo[j])
+            source = int(material.source[j])
+            shard, base = sources[source].where(int(material.chunk[j]))
+            pieces.append((source, shard, base + lo, base + hi))
+        start += lap_stop - lap_start
+    return pieces
+
+
+def source_counts(material: Material, positions: np.ndarray, sources: int) -> np.ndarray:
+    """How many of the sample ``positions`` (of the epoch, wrapping) come from each source."""
+    pieces = np.searchsorted(material.starts, positions % max(material.samples, 1), side="right") - 1
+    return np.bincount(material.source[pieces].astype(np.int64), minlength=sources)
+
+
+def mix_counts(sizes: Sequence[int], weights: Sequence[float | None], samples: Sequence[int | None],
+               epoch_samples: int | None) -> list[int]:
+    """Samples each source gives an epoch: its ``samples`` when given; the others share what is
+    left of ``epoch_samples`` (default: the sum of the sources' sizes) in proportion to their
+    ``weights`` (default: their sizes), rounded so that the counts add up exactly."""
+    fixed = sum(n for n in samples if n is not None)
+    total = sum(sizes) if epoch_samples is None else epoch_samples
+    shared = [s for s, n in enumerate(samples) if n is None]
+    rest = total - fixed
+    if shared and rest < 0:
+        raise ValueError(f"the sources' samples= add up to {fixed}, more than the epoch's {total}")
+    share = [float(sizes[s] if weights[s] is None else weights[s]) for s in shared]
+    if shared and sum(share) <= 0:
+        raise ValueError("the weights of the sources without samples= add up to 0")
+    exact = [rest * w / sum(share) for w in share] if shared else []
+    counts = [int(x) for x in exact]
+    for i in np.argsort([c - x for c, x in zip(counts, exact)])[:rest - sum(counts)]:  # largest remainders
+        counts[int(i)] += 1
+    out = [n if n is not None else 0 for n in samples]
+    for s, n in zip(shared, counts):
+        out[s] = n
+    return out

@@ -1,0 +1,114 @@
+"""The indexed shard sets a dataset reads: one, or several mixed by weight.
+
+A mix is part of the epoch plan, not a wrapper around several loaders: each epoch takes from
+every source its share (:func:`~pipeline.stream.material.mix_counts`), from where that source's
+stream of passes stood (see :mod:`.material`), and the plan deals the pieces of all sources out
+as it deals the chunks of one. So a mixed epoch keeps every promise of a plain one: exactly the
+planned samples once each, equal batch counts on every rank, the same order for the same seed
+and epoch, ``len()``, resume, and windows that mix sources as they mix shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from ..format.index import Schema
+from ..storage.indexes import IndexedShards
+from .material import ChunkTable, Material, chunk_table, epoch_material, mix_counts
+
+
+@dataclass
+class SourceSet:
+    """Indexed sources by name (one, named ``""``, when not mixed), the samples each gives an
+    epoch, and where each source's stream stood at the start of epoch ``base_epoch``."""
+
+    names: list[str]
+    shards: list[IndexedShards]
+    counts: list[int]
+    chunks: list[ChunkTable] = field(default_factory=list)
+    base_epoch: int = 0
+    base_offsets: list[int] = field(default_factory=list)
+
+    @property
+    def mixed(self) -> bool:
+        return len(self.names) > 1 or self.names != [""]
+
+    @property
+    def samples(self) -> int:
+        """Samples in an epoch (of all sources)."""
+        return sum(self.counts)
+
+    def offsets(self, epoch: int) -> list[int]:
+        """Where each source's stream stands at the start of ``epoch``."""
+        base = self.base_offsets or [0] * len(self.names)
+        return [o + (epoch - self.base_epoch) * n for o, n in zip(base, self.counts)]
+
+    def material(self, seed: int, epoch: int, shuffle: bool) -> Material:
+        return epoch_material(self.chunks, self.counts, self.offsets(epoch), seed, epoch, shuffle)
+
+    def cut(self, window: int, chunks_per_window: int) -> None:
+        """Cut every source into chunks of about ``window / chunks_per_window`` samples (fewer for a
+        source too small for several windows): what a window mixes. Independent of the world size
+        and of the workers, so that an epoch resumes on any of them."""
+        self.chunks = []
+        for shards in self.shards:
+            index = shards.index
+            per_chunk = max(min(window, index.samples // 8) // chunks_per_window, 1)
+            self.chunks.append(chunk_table(index.shards.samples, index.pack, per_chunk))
+
+    def schema(self, fields: Sequence[str] | None) -> Schema:
+        """The fields read (``fields``, or all), the same in every source: a field a source lacks,
+        or holds with another type, is an error naming the sources and the field."""
+        first = self.shards[0].index.fields
+        for name, shards in zip(self.names, self.shards):
+            have = shards.index.fields
+            missing = sorted(set(fields or ()) - set(have))
+            if missing and have:  # an empty set has no fields to check against
+                raise ValueError(f"fields {missing} are not in the index{f' of source {name!r}' if name else ''} "
+                                 f"(it has {sorted(have)})")
+            if fields is None and have and set(have) != set(first):
+                raise ValueError(f"sources {self.names[0]!r} and {name!r} have different fields "
+                                 f"({sorted(set(have) ^ set(first))} are in one only); choose the fields "
+                                 f"every source has with fields=")
+            for f in fields or have:
+                if f in first and (have[f].dtype, have[f].shape) != (first[f].dtype, first[f].shape):
+                    raise ValueError(f"field {f!r} is {have[f].dtype}{list(have[f].shape or [])} in source "
+                                     f"{name!r} and {first[f].dtype}{list(first[f].shape or [])} in source "
+                                     f"{self.names[0]!r}: the sources of a mix must agree")
+        return {f: first[f] for f in (fields or first) if f in first}
+
+    def state(self, epoch: int) -> dict:
+        """What a checkpoint records of the mix: the sources, their counts and their streams'
+        positions at the start of ``epoch``."""
+        return {"names": self.names, "counts": self.counts, "offsets": self.offsets(epoch)}
+
+
+def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, float] | None,
+                  samples: Mapping[str, int] | None, epoch_samples: int | None) -> SourceSet:
+    """The sources of a mix and the samples each gives an epoch (see :func:`mix_counts`)."""
+    names = list(shards)
+    for option, given in (("weights", weights or {}), ("samples", samples or {})):
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise ValueError(f"{option} names {unknown}, which are not sources (the sources are {names})")
+    for name, value in (weights or {}).items():
+        if not value >= 0:
+            raise ValueError(f"the weight of source {name!r} must be >= 0, got {value}")
+    sizes = [shards[n].index.samples for n in names]
+    empty = [n for n, size in zip(names, sizes) if not size]
+    if empty:
+        raise ValueError(f"sources {empty} hold no samples: a mix cannot take any share of them")
+    if weights is not None:
+        missing = [n for n in names if n not in weights and n not in (samples or {})]
+        if missing:
+            raise ValueError(f"sources {missing} have neither a weight nor samples=: give each source one "
+                             f"(or no weights at all, for shares in proportion to the sources' sizes)")
+    counts = mix_counts(sizes, [None if weights is None else weights.get(n) for n in names],
+                        [(samples or {}).get(n) for n in names], epoch_samples)
+    return SourceSet(names, [shards[n] for n in names], counts)
+
+
+def single_source(shards: IndexedShards) -> SourceSet:
+    return SourceSet([""], [shards], [shards.index.samples])
+

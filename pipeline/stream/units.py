@@ -1,0 +1,143 @@
+"""Reading the samples of one unit of the plan: its blocks, their pieces, the bytes of shards.
+
+A unit's samples are material positions (:func:`~pipeline.stream.plan.material_positions`); the
+positions lie in *blocks* (units of the epoch's first leg: contiguous runs of positions, so a
+block is a few ranged reads of whole chunks). A unit reads each of its blocks once, then takes
+its samples from them in emission order. Under ``on_error="skip"`` a record that fails costs that
+record, a piece that cannot be read that piece, a block that cannot be read at all that block:
+each stood in for, in place, by other rows read (so that every rank still yields the same
+batches), logged and counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..format.errors import ShardError
+from ..format.index import ShardInfo
+from ..storage import SourceError, is_remote, read_range, redact
+from ..storage.cache import ShardCache
+from ..storage.opener import map_range
+from ..storage.retry import RetryPolicy
+from .material import Material, locate
+from .plan import RankSequence, block_range
+from .reader import Columns, read_rows, repeat_rows, stand_in
+from .sources import SourceSet
+from .stats import ReadStats
+
+REQUESTS_IN_FLIGHT = 8  # ranged requests a worker keeps open at once for remote shards
+log = logging.getLogger("pipeline.stream")
+
+
+class UnitReader:
+    """Reads units for one dataset (picklable: each worker has its own)."""
+
+    def __init__(self, sources: SourceSet, wanted: set[str] | None, fill: Mapping[str, Any], skip: bool,
+                 check_records: bool, cache: ShardCache | None, policy: RetryPolicy, stats: ReadStats) -> None:
+        self.sources = sources
+        self.wanted = wanted
+        self.fill = fill
+        self.skip = skip
+        self.check_records = check_records
+        self.cache = cache
+        self.policy = policy
+        self.stats = stats
+        self.remote = any(shards.remote for shards in sources.shards)
+        self.spare: Columns | None = None  # rows of the last unit read: stand-ins when a whole unit fails
+
+    def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
+             blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
+        """The samples at material ``positions``, read block by block: the blocks' columns, and
+        the row of them of each position (to gather, in that order)."""
+        names, where = np.unique(blocks, return_inverse=True)
+        ranges = [block_range(int(block), first_leg) for block in names.tolist()]
+        parts: list[Columns | int] = []
+        for start, stop in ranges:
+            columns = self._read_block(material, start, stop)
+            parts.append(stop - start if columns is None else columns)
+        columns = stand_in(parts)
+        if columns is None:  # every block failed: rows read elsewhere stand in for the whole unit
+            columns = repeat_rows(self._spare(material, ranges[0]), sum(stop - start for start, stop in ranges))
+        else:
+            self.spare = columns
+        firsts = np.cumsum([0] + [stop - start for start, stop in ranges])[:-1]
+        starts = np.array([start for start, _ in ranges], dtype=np.int64)
+        return columns, firsts[where] + (positions - starts[where]) % max(material.samples, 1)
+
+    def _spare(self, material: Material, failed: tuple[int, int]) -> Columns:
+        """Rows to stand in for a unit none of whose blocks could be read: those of the last unit
+        read, else the first rows of the epoch that can be read (in runs of the failed block's
+        size), else the error that nothing can."""
+        if self.spare is not None:
+            return self.spare
+        size = max(failed[1] - failed[0], 1)
+        for start in range(0, material.samples, size):
+            columns = self._read_block(material, start, min(start + size, material.samples))
+            if columns:
+                self.spare = columns
+                return columns
+        raise ShardError(self._url(*locate(material, self.sources.chunks, *failed)[0][:2]), None,
+                         "every piece of every shard failed; nothing to stand in for them")
+
+    def _read_block(self, material: Material, start: int, stop: int) -> Columns | None:
+        pieces = locate(material, self.sources.chunks, start, stop)
+        if self.remote and len(pieces) > 1:  # requests wait on the network: keep several in flight
+            futures = [_request_pool().submit(self._read_piece, *piece) for piece in pieces]
+            try:
+                results = [future.result() for future in futures]
+            finally:  # on an error, let no request run on behind the caller's back
+                for future in futures:
+                    future.cancel()
+                wait(futures)
+        else:
+            results = [self._read_piece(*piece) for piece in pieces]
+        return stand_in([piece[3] - piece[2] if columns is None else columns
+                         for piece, columns in zip(pieces, results)])
+
+    def _url(self, source: int, shard: int) -> str:
+        return self.sources.shards[source].url(shard)
+
+    def _read_piece(self, source: int, shard: int, start: int, stop: int) -> Columns | None:
+        """Rows ``[start, stop)`` of one shard; ``None`` under the skip policy when none of them
+        can be read."""
+        shards = self.sources.shards[source]
+        url = shards.url(shard)
+
+        def lost(exc: ShardError | SourceError, samples: int) -> None:
+            log.warning("skipping %d samples of %s: %s", samples, redact(url), exc)
+            self.stats.skipped(samples)
+
+        try:
+            return read_rows(url, shards.shards[shard], shards.index.pack, start, stop, self.wanted,
+                             self._range_reader, shards.index.fields or None, self.check_records, self.fill,
+                             lost if self.skip else None)
+        except (ShardError, SourceError) as exc:
+            if not self.skip:
+                raise
+            lost(exc, stop - start)
+            return None
+
+    def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
+        if not is_remote(url):
+            return map_range(url, start, stop)
+        if self.cache is not None:
+            with self.cache.reading(url, shard.bytes, shard.sha256) as path:
+                return map_range(str(path), start, stop)  # the mapping outlives an eviction
+        return read_range(url, start, stop, self.policy, stats=self.stats)
+
+
+@functools.lru_cache(maxsize=1)
+def _request_pool_for(pid: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="shard-read")
+
+
+def _request_pool() -> ThreadPoolExecutor:
+    """Threads that read remote pieces of a block at once, one pool per process (a pool does not
+    survive a fork)."""
+    return _request_pool_for(os.getpid())

@@ -1,0 +1,151 @@
+"""Mixing shard sets by weight, with real DataLoader workers: exact shares per epoch, repeats and
+subsampling across epochs, resume over several epochs on any number of workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import make_loader
+from pipeline.stream.material import mix_counts
+from tests.stream.mixes import OFFSET, SIZES, WEIGHTS, mix_folder, per_source, source_of, source_shards
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*suggested max number of worker")
+BATCH = 256
+#: What each epoch takes of each source: half of the 55,500 samples from the large one, ...
+COUNTS = dict(zip(SIZES, mix_counts(list(SIZES.values()), list(WEIGHTS.values()), [None] * 3, None)))
+
+
+@pytest.fixture(scope="module")
+def mix(tmp_path_factory) -> dict[str, str]:
+    return mix_folder(tmp_path_factory.mktemp("mix"))
+
+
+def mixed_loader(mix: dict[str, str], workers: int, weights: dict | None = None, **options):
+    return make_loader(mix, num_workers=workers, batch_size=BATCH, seed=3, shuffle_buffer=2048,
+                       weights=weights or WEIGHTS, **options)
+
+
+def epoch_batches(loader) -> list[list[int]]:
+    return [batch["i"].tolist() for batch in loader]
+
+
+def flat(batches: list[list[int]]) -> list[int]:
+    return [i for batch in batches for i in batch]
+
+
+def test_every_epoch_takes_each_sources_share_and_sources_move_on(mix: dict[str, str]) -> None:
+    assert COUNTS == {"large": 27750, "medium": 16650, "small": 11100}
+    loader = mixed_loader(mix, workers=2)
+    epochs = []
+    for _ in range(2):
+        assert len(loader) == -(-sum(COUNTS.values()) // BATCH)
+        batches = epoch_batches(loader)
+        assert len(batches) == -(-sum(COUNTS.values()) // BATCH)
+        epochs.append(Counter(flat(batches)))
+        assert per_source(epochs[-1].elements()) == COUNTS
+    large = [Counter({i: n for i, n in epoch.items() if i < OFFSET["medium"]}) for epoch in epochs]
+    assert set(large[0].values()) == {1}  # subsampled without repeats within the epoch
+    both = large[0] + large[1]  # the second epoch moves on: every sample once before any twice
+    assert set(both) == set(range(SIZES["large"])) and sum(n == 2 for n in both.values()) == 55500 - 50000
+    small = Counter({i: n for i, n in epochs[0].items() if i >= OFFSET["small"]})
+    assert len(small) == 500 and sorted(Counter(small.values()).items()) == [(22, 400), (23, 100)]  # 11,100 = 22.2 passes
+
+
+def test_batches_mix_every_source_and_progress_counts_per_source(mix: dict[str, str]) -> None:
+    loader = mixed_loader(mix, workers=2)
+    seen: list[int] = []
+    for k, batch in enumerate(loader):
+        ids = batch["i"].tolist()
+        assert set(source_of(ids)) == set(SIZES)  # a batch of 256 holds every source, even the 20% one
+        seen += ids
+        if k == 60:
+            break
+    assert loader.progress() == per_source(seen)
+    shares = np.array([per_source(seen[k:k + BATCH])["small"] for k in range(0, len(seen), BATCH)]) / BATCH
+    assert abs(shares.mean() - 0.2) < 0.02 and shares.std() < 2 * np.sqrt(0.2 * 0.8 / BATCH)
+
+
+def run_from(mix: dict[str, str], workers: int, state, stop: int | None, epochs: int = 3):
+    """The batches a fresh loader on ``workers`` yields from ``state`` until ``stop`` batches (then
+    its state too) or the end of epoch ``epochs - 1``."""
+    loader = mixed_loader(mix, workers)
+    if state is not None:
+        loader.load_state_dict(state)
+    out: list[list[int]] = []
+    while loader.epoch < epochs:
+        for batch in loader:
+            out.append(batch["i"].tolist())
+            if len(out) == stop:
+                return out, loader.state_dict()
+    return out, None
+
+
+def test_resume_at_random_places_over_three_epochs_on_any_workers(mix: dict[str, str]) -> None:
+    reference, _ = run_from(mix, 2, None, None)
+    assert len(reference) == 3 * 217
+    rng = np.random.default_rng(0)
+    stops = sorted(rng.choice(np.arange(1, len(reference)), 4, replace=False).tolist()) + [len(reference)]
+    state, got, done = None, [], 0
+    for workers, stop in zip([2, 0, 3, 1, 2], stops):  # the same workers first, then others
+        batches, state = run_from(mix, workers, state, stop - done)
+        got += batches
+        done = len(got)
+    assert got == reference
+
+
+def test_weights_change_at_an_epoch_boundary_not_in_the_middle(mix: dict[str, str]) -> None:
+    loader = mixed_loader(mix, workers=0)
+    first = flat(epoch_batches(loader))
+    boundary = loader.state_dict()
+    for _ in loader:
+        break
+    middle = loader.state_dict()
+    other = {"large": 0.4, "medium": 0.4, "small": 0.2}
+    with pytest.raises(ValueError, match="weights and samples can change only at an epoch boundary"):
+        mixed_loader(mix, 0, weights=other).load_state_dict(middle)
+    changed = mixed_loader(mix, 0, weights=other)
+    changed.load_state_dict(boundary)
+    second = flat(epoch_batches(changed))
+    assert per_source(second) == {"large": 22200, "medium": 22200, "small": 11100}
+    large_first = {i for i in first if i < OFFSET["medium"]}
+    large_second = {i for i in second if i < OFFSET["medium"]}  # moved on from where epoch 0 stopped
+    assert len(large_second) == 22200 and not large_first & large_second
+
+
+def test_absolute_samples_per_epoch_and_clear_errors(mix: dict[str, str], tmp_path: Path) -> None:
+    loader = mixed_loader(mix, 2, weights={"large": 3, "medium": 1}, samples={"small": 1000}, epoch_samples=9000)
+    assert per_source(flat(epoch_batches(loader))) == {"large": 6000, "medium": 2000, "small": 1000}
+    with pytest.raises(ValueError, match=r"weights names \['web'\], which are not sources"):
+        mixed_loader(mix, 0, weights={**WEIGHTS, "web": 1})
+    with pytest.raises(ValueError, match=r"sources \['small'\] have neither a weight nor samples="):
+        mixed_loader(mix, 0, weights={"large": 1, "medium": 1})
+
+
+def test_sources_must_agree_on_their_fields(mix: dict[str, str], tmp_path: Path) -> None:
+    extra = source_shards(tmp_path, "tagged", 300, {"tag": np.arange(300, dtype=np.int16)})
+    sources = {"large": mix["large"], "tagged": str(extra)}
+    with pytest.raises(ValueError, match=r"sources 'large' and 'tagged' have different fields \(\['tag'\] are in one "
+                                         r"only\); choose the fields every source has with fields="):
+        make_loader(sources, num_workers=0, weights={"large": 1, "tagged": 1})
+    loader = make_loader(sources, num_workers=0, weights={"large": 1, "tagged": 1}, fields=["i"], batch_size=500)
+    assert set(next(iter(loader))) == {"i"}
+    other = source_shards(tmp_path, "wide", 300, {"x": np.zeros((300, 2), np.float32)})
+    with pytest.raises(ValueError, match=r"field 'x' is float32\[2\] in source 'wide' and float32\[\] in source 'large'"):
+        make_loader({"large": mix["large"], "wide": str(other)}, num_workers=0)
+
+
+def test_the_mixing_benchmark_runs(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_mixing.py"
+    result = subprocess.run([sys.executable, str(script), "--quick", "--tmp", str(tmp_path), "--out",
+                             str(tmp_path / "results")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    quality = json.loads((tmp_path / "results" / "bench_mixing.json").read_text())["quality"]
+    assert [row["source"] for row in quality] == ["large", "medium", "small"]
+    assert all(abs(row["mean"] - row["weight"]) < 0.02 for row in quality)
