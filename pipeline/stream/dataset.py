@@ -40,8 +40,8 @@ from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
 from .batching import drop_short_tail, gather, messages_from_windows, split_message, to_torch
 from .foreign import ForeignStream
-from .material import source_counts
-from .plan import Leg, PlanConfig, Remainder, leg_sequences, material_positions, rank_batches, worker_reads
+from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
+from .progress import delivered_per_source
 from .reader import Columns
 from .shards import ForeignShards, IndexedShards, resolve_shards
 from .sources import SourceSet, mixed_sources, single_source
@@ -234,22 +234,12 @@ class ShardDataset(IterableDataset):
         return self.batches_left()
 
     def delivered_per_source(self, epoch: int, legs: Sequence[Leg], batches: int) -> dict[str, int]:
-        """Samples this rank delivered of each source in ``epoch``, in its legs so far (a rank's
-        samples, from the plan: add up the ranks' counts for the whole job)."""
+        """Samples of each source delivered in ``epoch`` by every rank, in ``legs`` and the
+        ``batches`` since (from the plan: the same on every rank)."""
         assert self.sources is not None
-        material = self.sources.material(self.seed, epoch, self.shuffle)
         all_legs = [*legs, Leg(self.world_size, batches)]
-        sequences = leg_sequences(self.samples, self.plan_config, all_legs)
-        counts = np.zeros(len(self.sources.names), np.int64)
-        for j, leg in enumerate(all_legs):
-            if self.rank >= leg.world:
-                continue
-            sequence = sequences[j][self.rank]
-            delivered = min(leg.batches * self.batch_size, sequence.length)
-            for u in range(-(-delivered // sequence.unit)):
-                positions, _ = material_positions(sequences[:j + 1], all_legs[:j + 1], self.plan_config, epoch,
-                                                  self.rank, [u])
-                counts += source_counts(material, positions[:delivered - u * sequence.unit], len(counts))
+        counts = delivered_per_source(self.sources.material(self.seed, epoch, self.shuffle), len(self.sources.names),
+                                      self._sequences(legs, batches), all_legs, self.plan_config, epoch)
         return dict(zip(self.sources.names, counts.tolist()))
 
     # -- iteration -----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import numpy as np
 from ..format.errors import ShardError
 from ..storage import SourceError, redact
 from ..storage.retry import RetryPolicy
-from .plan import rng_for, window_permutation
+from .material import Draw, rng_for
 from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
 from .stats import ReadStats
 
@@ -46,7 +46,7 @@ class ForeignStream:
         order to emit their rows in."""
         urls = list(self.urls)
         if self.shuffle:
-            urls = [urls[i] for i in rng_for(self.seed, epoch).permutation(len(urls))]
+            urls = [urls[i] for i in rng_for(Draw.SHARDS, self.seed, epoch).permutation(len(urls))]
         if len(urls) < consumers and consumer == 0:
             warnings.warn(f"{len(urls)} shards without an index for {consumers} consumers (ranks x workers): some "
                           f"read nothing; index them with `pipeline index` for exact epochs", stacklevel=3)
@@ -85,3 +85,11 @@ class ForeignStream:
         columns = {name: stack_values(col) if isinstance(col, list) else col
                    for name, col in concat_columns(parts).items()}
         return columns, window_permutation(self.seed, epoch, consumer, window, rows, self.shuffle)
+
+
+def window_permutation(seed: int, epoch: int, span_start: int, window: int, size: int,
+                       shuffle: bool) -> np.ndarray:
+    """Emission order of one window of a stream without an index: drawn from its position."""
+    if not shuffle:
+        return np.arange(size)
+    return rng_for(Draw.WINDOW, seed, epoch, span_start, window).permutation(size)

@@ -29,9 +29,10 @@ from .workers import (
 
 STATE_VERSION = 2
 #: What the plan depends on: a checkpoint of another value cannot be continued mid-epoch.
-_PLAN_KEYS = ("seed", "batch_size", "drop_last", "remainder", "shuffle", "shuffle_buffer", "samples")
+_PLAN_KEYS = ("sources", "seed", "batch_size", "drop_last", "remainder", "shuffle", "shuffle_buffer", "samples",
+              "chunk_samples")
 #: Of those, what may change at an epoch boundary.
-_BETWEEN_EPOCHS = ("batch_size", "drop_last", "shuffle_buffer", "samples")
+_BETWEEN_EPOCHS = ("batch_size", "drop_last", "remainder", "shuffle_buffer", "samples", "chunk_samples", "sources")
 
 
 def _seed_numpy_in_worker(worker_id: int) -> None:
@@ -158,8 +159,9 @@ class ShardLoader(DataLoader):
         return self.dataset.stats()  # type: ignore[attr-defined]
 
     def progress(self) -> dict[str, int]:
-        """Samples of each source this rank delivered in the current epoch (``""`` names the one
-        source of a loader that mixes none): what a mix gave so far."""
+        """Samples of each source the job delivered in the current epoch so far, over all ranks
+        (every rank in step with this one, as under DDP) and the legs on other world sizes; the
+        same on every rank. ``""`` names the one source of a loader that mixes none."""
         return self.dataset.delivered_per_source(self._epoch, self._legs, self._batches)  # type: ignore[attr-defined]
 
     def state_dict(self, in_flight: int = 0) -> dict[str, Any]:
@@ -184,9 +186,8 @@ class ShardLoader(DataLoader):
         for key in _PLAN_KEYS:
             mine = _plan_value(dataset, key)
             if state.get(key) != mine and (middle or key not in _BETWEEN_EPOCHS):
-                raise ValueError(
-                    f"cannot resume: the checkpoint was taken with {key}={state.get(key)!r}, this loader "
-                    f"has {key}={mine!r}" + (" (it can change only at an epoch boundary)" if middle else ""))
+                when = " (it can change only at an epoch boundary)" if key in _BETWEEN_EPOCHS else ""
+                raise ValueError(f"cannot resume: {_difference(dataset, key, state.get(key), mine)}{when}")
         _continue_mix(dataset, state, middle)
         if middle and int(state["world_size"]) != dataset.world_size:  # an elastic restart: a new leg
             legs = legs + ([Leg(int(state["world_size"]), batches)] if batches else [])
@@ -194,6 +195,22 @@ class ShardLoader(DataLoader):
         if middle:
             dataset.resume(int(state["epoch"]), legs, batches)
         self._epoch, self._legs, self._batches = int(state["epoch"]), legs, batches
+        self._workers_resumed = True  # persistent workers hold the dataset as it was: start new ones
+
+
+def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:
+    """What differs between a checkpoint's plan and this loader's, in words."""
+    if key == "samples":
+        return f"the checkpoint's epoch holds {theirs} samples (of all its sources), this loader's {mine}"
+    if key == "chunk_samples":
+        return (f"the checkpoint cut its sources into chunks of {theirs} samples, this loader into {mine} (set by "
+                f"shuffle_buffer and chunks_per_buffer)")
+    if key == "sources":
+        names = dataset.sources.names if dataset.sources else []
+        changed = [n for n, a, b in zip(names, theirs or [], mine) if a != b] or names
+        return (f"source(s) {changed} hold other data than when the checkpoint was taken (their shards' sample "
+                f"counts or sha256 differ)")
+    return f"the checkpoint was taken with {key}={theirs!r}, this loader has {key}={mine!r}"
 
 
 def _upgraded(state: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -219,7 +236,7 @@ def _continue_mix(dataset: ShardDataset, state: Mapping[str, Any], middle: bool)
         return
     if list(mix["names"]) != sources.names:
         raise ValueError(f"cannot resume: the checkpoint mixes sources {list(mix['names'])}, this loader "
-                         f"{sources.names}")
+                         f"{sources.names} (the same names, in the same order)")
     if middle and list(mix["counts"]) != sources.counts:
         raise ValueError(f"cannot resume: the checkpoint's epoch takes {dict(zip(sources.names, mix['counts']))} "
                          f"samples of its sources, this loader's {dict(zip(sources.names, sources.counts))}: "
@@ -236,8 +253,14 @@ def _death_text(exc: BaseException) -> str | None:
 
 
 def _plan_value(dataset: ShardDataset, key: str) -> Any:
+    if key in ("samples", "chunk_samples", "sources") and not dataset.exact:
+        return None
     if key == "samples":
-        return dataset.samples if dataset.exact else None
+        return dataset.samples
+    if key == "chunk_samples":
+        return [chunks.per_chunk for chunks in dataset.sources.chunks]  # type: ignore[union-attr]
+    if key == "sources":
+        return dataset.sources.fingerprints()  # type: ignore[union-attr]
     return getattr(dataset, key)
 
 

@@ -19,14 +19,28 @@ chunks in the order of pass ``e``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Sequence
 
 import numpy as np
 
 
-def rng_for(*key: int) -> np.random.Generator:
-    """A generator seeded by a tuple of non-negative ints (seed, epoch, ...)."""
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([k & 0xFFFFFFFFFFFFFFFF for k in key])))
+class Draw(IntEnum):
+    """What a random draw is for: the first word of its seed, so that no two kinds of draw share
+    a stream (a SeedSequence pads a key with zeros: ``(seed, epoch)`` would draw what ``(seed,
+    source=epoch, pass=0)`` draws)."""
+
+    PASS = 1  # the chunk order of a pass over a source
+    SPREAD = 2  # where a mix's pieces go in an epoch
+    UNIT = 3  # the emission order of a unit
+    WINDOW = 4  # the emission order of a window of a stream without an index
+    SHARDS = 5  # the shard order of a stream without an index
+
+
+def rng_for(draw: Draw, *key: int) -> np.random.Generator:
+    """A generator for one ``draw``, seeded by non-negative ints (seed, epoch, ...)."""
+    words = [int(draw), *(k & 0xFFFFFFFFFFFFFFFF for k in key)]
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
 
 
 @dataclass(frozen=True)
@@ -94,7 +108,7 @@ def pass_order(chunks: ChunkTable, seed: int, source: int, number: int, shuffle:
     n = len(chunks)
     order = np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64)
     if shuffle:
-        rng_for(seed, source, number).shuffle(order)
+        rng_for(Draw.PASS, seed, source, number).shuffle(order)
     return order
 
 
@@ -134,7 +148,7 @@ def epoch_material(sources: Sequence[ChunkTable], counts: Sequence[int], offsets
     source = np.concatenate([np.full(len(c[0]), s, np.int16) for s, c in enumerate(columns)])
     chunk, lo, hi = (np.concatenate([c[i] for c in columns]) for i in range(3))
     if len(sources) > 1:  # spread each source's pieces evenly over the epoch, each at a random place in its stretch
-        rng = rng_for(seed, epoch)
+        rng = rng_for(Draw.SPREAD, seed, epoch)
         keys = np.concatenate([(np.arange(len(c[0])) + (rng.random(len(c[0])) if shuffle else 0.5)) / max(len(c[0]), 1)
                                for c in columns])
         order = np.argsort(keys, kind="stable")
@@ -187,7 +201,7 @@ def mix_counts(sizes: Sequence[int], weights: Sequence[float | None], samples: S
         raise ValueError("the weights of the sources without samples= add up to 0")
     exact = [rest * w / sum(share) for w in share] if shared else []
     counts = [int(x) for x in exact]
-    for i in np.argsort([c - x for c, x in zip(counts, exact)])[:rest - sum(counts)]:  # largest remainders
+    for i in np.argsort([c - x for c, x in zip(counts, exact)], kind="stable")[:rest - sum(counts)]:  # largest remainders
         counts[int(i)] += 1
     out = [n if n is not None else 0 for n in samples]
     for s, n in zip(shared, counts):

@@ -24,7 +24,7 @@ from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
-from .material import rng_for
+from .material import Draw, rng_for
 
 Remainder = Literal["drop", "pad", "keep"]
 #: A rank's span is cut into at least this many units when it is long enough, so that this many
@@ -96,7 +96,7 @@ class RankSequence:
         begin, end = self.unit_range(u)
         order = np.arange(begin, end, dtype=np.int64)
         if config.shuffle:
-            rng_for(config.seed, epoch, self.leg, self.rank, u).shuffle(order)
+            rng_for(Draw.UNIT, config.seed, epoch, self.leg, self.rank, u).shuffle(order)
         return (self.start + order) % max(self.pool, 1)
 
 
@@ -207,10 +207,3 @@ def worker_reads(sequences: list[list[RankSequence]], legs: Sequence[Leg], confi
             positions, blocks = material_positions(sequences, legs, config, epoch, rank, [u])
             yield positions[first - begin:last - begin], blocks[first - begin:last - begin]
 
-
-def window_permutation(seed: int, epoch: int, span_start: int, window: int, size: int,
-                       shuffle: bool) -> np.ndarray:
-    """Emission order of one window of a stream without an index: drawn from its position."""
-    if not shuffle:
-        return np.arange(size)
-    return rng_for(seed, epoch, span_start, window).permutation(size)

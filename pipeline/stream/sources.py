@@ -10,8 +10,12 @@ and epoch, ``len()``, resume, and windows that mix sources as they mix shards.
 
 from __future__ import annotations
 
+import hashlib
+import numbers
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
+
+import numpy as np
 
 from ..format.index import Schema
 from ..storage.indexes import IndexedShards
@@ -29,6 +33,8 @@ class SourceSet:
     chunks: list[ChunkTable] = field(default_factory=list)
     base_epoch: int = 0
     base_offsets: list[int] = field(default_factory=list)
+    _fingerprints: list[str] = field(default_factory=list, repr=False)
+    _material: tuple[tuple, Material] | None = field(default=None, repr=False)
 
     @property
     def mixed(self) -> bool:
@@ -45,13 +51,17 @@ class SourceSet:
         return [o + (epoch - self.base_epoch) * n for o, n in zip(base, self.counts)]
 
     def material(self, seed: int, epoch: int, shuffle: bool) -> Material:
-        return epoch_material(self.chunks, self.counts, self.offsets(epoch), seed, epoch, shuffle)
+        """The epoch's material; the last one is kept (the main process asks again for progress)."""
+        key = (seed, epoch, shuffle, tuple(self.offsets(epoch)), tuple(self.counts))
+        if self._material is None or self._material[0] != key:
+            self._material = (key, epoch_material(self.chunks, self.counts, self.offsets(epoch), seed, epoch, shuffle))
+        return self._material[1]
 
     def cut(self, window: int, chunks_per_window: int) -> None:
         """Cut every source into chunks of about ``window / chunks_per_window`` samples (fewer for a
         source too small for several windows): what a window mixes. Independent of the world size
         and of the workers, so that an epoch resumes on any of them."""
-        self.chunks = []
+        self.chunks, self._material = [], None
         for shards in self.shards:
             index = shards.index
             per_chunk = max(min(window, index.samples // 8) // chunks_per_window, 1)
@@ -78,6 +88,16 @@ class SourceSet:
                                      f"{self.names[0]!r}: the sources of a mix must agree")
         return {f: first[f] for f in (fields or first) if f in first}
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_material": None}  # workers lay out their own: no copy of it in every pickle
+
+    def fingerprints(self) -> list[str]:
+        """A digest of each source's shard table (the shards' sample counts and sha256): what a
+        checkpoint checks, so that a state taken mid-epoch never continues on other data."""
+        if len(self._fingerprints) != len(self.shards):
+            self._fingerprints = [_digest(shards) for shards in self.shards]
+        return self._fingerprints
+
     def state(self, epoch: int) -> dict:
         """What a checkpoint records of the mix: the sources, their counts and their streams'
         positions at the start of ``epoch``."""
@@ -95,10 +115,13 @@ def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, flo
     for name, value in (weights or {}).items():
         if not value >= 0:
             raise ValueError(f"the weight of source {name!r} must be >= 0, got {value}")
+    for name, value in (samples or {}).items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise ValueError(f"samples= of source {name!r} must be a whole number >= 0, got {value!r}")
+    if epoch_samples is not None and samples and set(samples) == set(names) and sum(samples.values()) != epoch_samples:
+        raise ValueError(f"samples= gives every source its count, {sum(samples.values())} in all, and epoch_samples= "
+                         f"says {epoch_samples}: give one or the other")
     sizes = [shards[n].index.samples for n in names]
-    empty = [n for n, size in zip(names, sizes) if not size]
-    if empty:
-        raise ValueError(f"sources {empty} hold no samples: a mix cannot take any share of them")
     if weights is not None:
         missing = [n for n in names if n not in weights and n not in (samples or {})]
         if missing:
@@ -106,7 +129,18 @@ def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, flo
                              f"(or no weights at all, for shares in proportion to the sources' sizes)")
     counts = mix_counts(sizes, [None if weights is None else weights.get(n) for n in names],
                         [(samples or {}).get(n) for n in names], epoch_samples)
+    empty = [n for n, size, count in zip(names, sizes, counts) if count and not size]
+    if empty:
+        raise ValueError(f"sources {empty} hold no samples: a mix cannot take a share of them (give them weight 0, "
+                         f"or leave them out)")
     return SourceSet(names, [shards[n] for n in names], counts)
+
+
+def _digest(shards: IndexedShards) -> str:
+    table = shards.index.shards
+    digest = hashlib.sha256(np.ascontiguousarray(table.samples, np.int64).tobytes())
+    digest.update(np.ascontiguousarray(table.sha256).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def single_source(shards: IndexedShards) -> SourceSet:

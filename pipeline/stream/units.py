@@ -25,6 +25,7 @@ from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.cache import ShardCache
 from ..storage.opener import map_range
 from ..storage.retry import RetryPolicy
+from .batching import gather
 from .material import Material, locate
 from .plan import RankSequence, block_range
 from .reader import Columns, read_rows, repeat_rows, stand_in
@@ -53,22 +54,28 @@ class UnitReader:
 
     def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
              blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
-        """The samples at material ``positions``, read block by block: the blocks' columns, and
-        the row of them of each position (to gather, in that order)."""
+        """The samples at material ``positions``, read block by block, keeping of each block only
+        the rows needed (a unit of a later leg may take a few rows of many blocks): their
+        columns, and the row of them of each position (to gather, in that order)."""
+        total = max(material.samples, 1)
         names, where = np.unique(blocks, return_inverse=True)
-        ranges = [block_range(int(block), first_leg) for block in names.tolist()]
+        rows = np.empty(len(positions), np.int64)
         parts: list[Columns | int] = []
-        for start, stop in ranges:
-            columns = self._read_block(material, start, stop)
-            parts.append(stop - start if columns is None else columns)
+        kept = 0
+        for b, block in enumerate(names.tolist()):
+            start, stop = block_range(int(block), first_leg)
+            mask = where == b
+            offsets, inverse = np.unique((positions[mask] - start) % total, return_inverse=True)
+            columns = self._read_block(material, start, stop, offsets)
+            parts.append(len(offsets) if columns is None else columns)
+            rows[mask] = kept + inverse
+            kept += len(offsets)
         columns = stand_in(parts)
         if columns is None:  # every block failed: rows read elsewhere stand in for the whole unit
-            columns = repeat_rows(self._spare(material, ranges[0]), sum(stop - start for start, stop in ranges))
+            columns = repeat_rows(self._spare(material, block_range(int(names[0]), first_leg)), kept)
         else:
             self.spare = columns
-        firsts = np.cumsum([0] + [stop - start for start, stop in ranges])[:-1]
-        starts = np.array([start for start, _ in ranges], dtype=np.int64)
-        return columns, firsts[where] + (positions - starts[where]) % max(material.samples, 1)
+        return columns, rows
 
     def _spare(self, material: Material, failed: tuple[int, int]) -> Columns:
         """Rows to stand in for a unit none of whose blocks could be read: those of the last unit
@@ -85,10 +92,22 @@ class UnitReader:
         raise ShardError(self._url(*locate(material, self.sources.chunks, *failed)[0][:2]), None,
                          "every piece of every shard failed; nothing to stand in for them")
 
-    def _read_block(self, material: Material, start: int, stop: int) -> Columns | None:
-        pieces = locate(material, self.sources.chunks, start, stop)
-        if self.remote and len(pieces) > 1:  # requests wait on the network: keep several in flight
-            futures = [_request_pool().submit(self._read_piece, *piece) for piece in pieces]
+    def _read_block(self, material: Material, start: int, stop: int,
+                    offsets: np.ndarray | None = None) -> Columns | None:
+        """Rows ``offsets`` (sorted, unique; default: all) of the block of positions ``[start,
+        stop)``, reading only the pieces, and records, that hold them."""
+        wanted = []
+        first = 0
+        for source, shard, lo, hi in locate(material, self.sources.chunks, start, stop):
+            if offsets is None:
+                wanted.append((source, shard, lo, hi, None))
+            else:
+                rows = offsets[np.searchsorted(offsets, first):np.searchsorted(offsets, first + hi - lo)] - first
+                if len(rows):  # read from the first row needed to the last, keep the rows needed
+                    wanted.append((source, shard, lo + int(rows[0]), lo + int(rows[-1]) + 1, rows - rows[0]))
+            first += hi - lo
+        if self.remote and len(wanted) > 1:  # requests wait on the network: keep several in flight
+            futures = [_request_pool().submit(self._read_rows, *piece) for piece in wanted]
             try:
                 results = [future.result() for future in futures]
             finally:  # on an error, let no request run on behind the caller's back
@@ -96,9 +115,16 @@ class UnitReader:
                     future.cancel()
                 wait(futures)
         else:
-            results = [self._read_piece(*piece) for piece in pieces]
-        return stand_in([piece[3] - piece[2] if columns is None else columns
-                         for piece, columns in zip(pieces, results)])
+            results = [self._read_rows(*piece) for piece in wanted]
+        return stand_in([(piece[3] - piece[2] if piece[4] is None else len(piece[4])) if columns is None else columns
+                         for piece, columns in zip(wanted, results)])
+
+    def _read_rows(self, source: int, shard: int, start: int, stop: int, rows: np.ndarray | None) -> Columns | None:
+        """Rows ``start + rows`` (default: all of ``[start, stop)``) of one shard."""
+        columns = self._read_piece(source, shard, start, stop)
+        if columns is None or rows is None or len(rows) == stop - start:
+            return columns
+        return gather(columns, rows)
 
     def _url(self, source: int, shard: int) -> str:
         return self.sources.shards[source].url(shard)

@@ -51,3 +51,16 @@ def test_missing_key_bucket_and_bad_credentials_are_named(bucket: str, monkeypat
     with pytest.raises(SourceError, match=r"part-000000\.tar at byte 0: S3 SignatureDoesNotMatch: .*bad credentials") as err:
         read_range("s3://shards/train/part-000000.tar", 0, 10)
     assert "wrong-secret" not in str(err.value)
+
+
+def test_a_mix_of_http_and_s3_sources_yields_the_batches_of_the_same_mix_on_disk(
+        bucket: str, nginx: str, web_root: Path, total_samples: int) -> None:
+    def mixed(sources: dict[str, str]) -> list[list[int]]:
+        loader = make_loader(sources, num_workers=2, batch_size=64, seed=2, shuffle_buffer=700,
+                             weights={"web": 0.75, "bucket": 0.25})
+        return [batch["i"].tolist() for batch in loader]
+
+    local = str(web_root / "data")
+    remote = mixed({"web": f"{nginx}/data/index.json", "bucket": "s3://shards/train"})
+    assert remote == mixed({"web": local, "bucket": local})
+    assert sum(map(len, remote)) == 2 * total_samples  # an epoch of a mix: the sources' sizes together

@@ -149,3 +149,63 @@ def test_the_mixing_benchmark_runs(tmp_path: Path) -> None:
     quality = json.loads((tmp_path / "results" / "bench_mixing.json").read_text())["quality"]
     assert [row["source"] for row in quality] == ["large", "medium", "small"]
     assert all(abs(row["mean"] - row["weight"]) < 0.02 for row in quality)
+
+
+def test_progress_counts_the_whole_jobs_samples_also_after_the_world_shrinks(mix: dict[str, str]) -> None:
+    def ranks(world: int, state, batches: int):
+        loaders, seen = [], []
+        for rank in range(world):
+            loader = make_loader(mix, num_workers=0, batch_size=BATCH, seed=3, weights=WEIGHTS, rank=rank,
+                                 world_size=world)
+            if state is not None:
+                loader.load_state_dict(state)
+            for k, batch in enumerate(loader, start=1):
+                seen += batch["i"].tolist()
+                if k == batches:
+                    break
+            loaders.append(loader)
+        return loaders, seen
+
+    four, first = ranks(4, None, 3)
+    assert [loader.progress() for loader in four] == [per_source(first)] * 4
+    two, second = ranks(2, four[0].state_dict(), 5)
+    assert [loader.progress() for loader in two] == [per_source(first + second)] * 2
+
+
+def test_a_state_loaded_at_a_boundary_reaches_persistent_workers(mix: dict[str, str]) -> None:
+    tilted = {"large": 0.9, "medium": 0.05, "small": 0.05}
+    saved = mixed_loader(mix, 0, weights=tilted)
+    epoch_batches(saved)
+    state = saved.state_dict()  # epoch 1, with the large source's stream far along
+    fresh = mixed_loader(mix, 2)
+    fresh.load_state_dict(state)
+    expected = epoch_batches(fresh)
+    warm = mixed_loader(mix, 2)  # its workers persist after an epoch of their own
+    epoch_batches(warm)
+    warm.load_state_dict(state)
+    assert epoch_batches(warm) == expected
+
+
+def test_a_changed_chunking_or_other_data_under_a_name_is_refused_mid_epoch(mix: dict[str, str]) -> None:
+    loader = mixed_loader(mix, 0)
+    for _ in loader:
+        break
+    state = loader.state_dict()
+    with pytest.raises(ValueError, match=r"cut its sources into chunks of \[.*\] samples, this loader into .* \(set by "
+                                         r"shuffle_buffer and chunks_per_buffer\) \(it can change only at an epoch"):
+        mixed_loader(mix, 0, chunks_per_buffer=7).load_state_dict(state)
+    swapped = {"large": mix["medium"], "medium": mix["large"], "small": mix["small"]}
+    with pytest.raises(ValueError, match=r"source\(s\) \['large', 'medium'\] hold other data than when the "
+                                         r"checkpoint was taken"):
+        mixed_loader(swapped, 0).load_state_dict(state)
+
+
+@pytest.mark.parametrize("samples, epoch_samples, message", [
+    ({"small": -5}, None, "samples= of source 'small' must be a whole number >= 0, got -5"),
+    ({"small": 1.5}, None, "samples= of source 'small' must be a whole number >= 0, got 1.5"),
+    ({"large": 10, "medium": 10, "small": 10}, 100, "30 in all, and epoch_samples= says 100: give one or the other"),
+])
+def test_bad_sample_counts_are_refused(mix: dict[str, str], samples, epoch_samples, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_loader(mix, num_workers=0, samples=samples, epoch_samples=epoch_samples,
+                    weights={n: 1 for n in SIZES if n not in samples})
