@@ -51,14 +51,19 @@ class ShardCache:
         self.verify = verify
         self.policy = policy
         self.stats = stats
+        self._paths: dict[str, Path] = {}
+        self._over_limit = False  # whether this process's last eviction left the cache over max_bytes
 
     def path_for(self, url: str) -> Path:
         """Where ``url`` is cached: a hash of the URL (no name from the data can leave the
         folder) followed by a readable, sanitised base name of the redacted URL (no password
         or signature in file names)."""
-        digest = hashlib.sha256(url.encode()).hexdigest()[:24]
-        base = _SAFE.sub("_", redact(url).rsplit("/", 1)[-1].split("?", 1)[0])[:80]
-        return self.folder / f"{digest}-{base}"
+        path = self._paths.get(url)
+        if path is None:  # asked for every piece read: worked out once per URL
+            digest = hashlib.sha256(url.encode()).hexdigest()[:24]
+            base = _SAFE.sub("_", redact(url).rsplit("/", 1)[-1].split("?", 1)[0])[:80]
+            path = self._paths[url] = self.folder / f"{digest}-{base}"
+        return path
 
     def _download(self, url: str, path: Path, size: int | None, sha256: str | None) -> None:
         partial = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
@@ -79,8 +84,18 @@ class ShardCache:
             partial.unlink(missing_ok=True)
 
     def fetch(self, url: str, size: int | None = None, sha256: str | None = None) -> Path:
-        """The local copy of ``url``, downloaded first if needed (once, whoever asks)."""
+        """The local copy of ``url``, downloaded first if needed (once, whoever asks). A copy
+        already there costs a ``utime`` (recently used) and nothing else: no lock, and no
+        eviction unless the last one left the cache over its limit (a download makes it grow)."""
         path = self.path_for(url)
+        try:
+            os.utime(path)  # there (complete: copies arrive by rename): the common case
+        except FileNotFoundError:
+            pass
+        else:
+            if self._over_limit:
+                self.evict(keep=path)
+            return path
         with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
             if path.exists():
                 os.utime(path)  # recently used
@@ -88,6 +103,10 @@ class ShardCache:
                 self._download(url, path, size, sha256)
         self.evict(keep=path)
         return path
+
+    def holds(self, url: str) -> bool:
+        """Whether a copy of ``url`` is in the cache now."""
+        return self.path_for(url).exists()
 
     @contextmanager
     def reading(self, url: str, size: int | None = None, sha256: str | None = None) -> Iterator[Path]:
@@ -121,6 +140,7 @@ class ShardCache:
                     continue
                 entries.append((stat.st_mtime, stat.st_size, path))
             total = sum(size for _, size, _ in entries)
+            self._over_limit = False
             for _, size, path in sorted(entries):
                 if total <= self.max_bytes:
                     return
@@ -134,4 +154,5 @@ class ShardCache:
                     path.unlink(missing_ok=True)
                     fcntl.flock(handle, fcntl.LOCK_UN)
                 total -= size
+            self._over_limit = total > self.max_bytes  # shards being read (or kept) stay: try again later
 

@@ -53,8 +53,12 @@ def _remote_stream(url: str, start: int, stop: int | None, policy: RetryPolicy |
     if backend is None:
         raise SourceError(url, start, f"scheme {scheme(url)!r} has no ranged reader")
     budget = RetryBudget(policy or RetryPolicy.from_env(), url, stats)
-    return ResumingStream(url, start, stop, lambda u, a, b: backend.open_range(u, a, b, budget.policy),
-                          backend.map_error, budget)
+
+    def open_range(url: str, start: int, stop: int | None) -> Any:
+        if stats is not None:
+            stats.requested()
+        return backend.open_range(url, start, stop, budget.policy)
+    return ResumingStream(url, start, stop, open_range, backend.map_error, budget)
 
 
 def _open_local(url: str, start: int) -> int:

@@ -22,7 +22,10 @@ T = TypeVar("T")
 
 
 class RetrySink(Protocol):
-    """What a read reports its retries to; called from reader threads, so it must be thread-safe."""
+    """What a read reports its requests and retries to; called from reader threads, so it must
+    be thread-safe."""
+
+    def requested(self) -> None: ...
 
     def retried(self) -> None: ...
 

@@ -1,5 +1,6 @@
 """What a dataset's reads went through, counted across its DataLoader workers: pieces skipped
-and the samples that stood in for them (``on_error="skip"``), and retries of remote reads.
+and the samples that stood in for them (``on_error="skip"``), and the requests and retries of
+remote reads.
 
 The counts live in a shared-memory table, one row per worker (or the main process), so that the
 main process sums what every worker counted. Counts are only ever added: a worker that starts
@@ -17,7 +18,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 _ROWS = 64  # one per worker id (modulo 63), the last one the main process's
-_SKIPPED, _REPLACED, _RETRIES = range(3)
+_SKIPPED, _REPLACED, _RETRIES, _REQUESTS = range(4)
 # The reader threads of a process share its row: adding is a read and a write, so they take
 # turns. One lock per process (a fork copies a lock as it stands, perhaps held).
 _lock = threading.Lock()
@@ -36,7 +37,7 @@ class ReadStats:
     get the same table)."""
 
     def __init__(self) -> None:
-        self.table = torch.zeros((_ROWS, 3), dtype=torch.int64).share_memory_()
+        self.table = torch.zeros((_ROWS, 4), dtype=torch.int64).share_memory_()
 
     def _add(self, column: int, count: int) -> None:
         info = get_worker_info()
@@ -48,6 +49,10 @@ class ReadStats:
         """One more retry of a remote read."""
         self._add(_RETRIES, 1)
 
+    def requested(self) -> None:
+        """One more request sent for a remote read (its first, a retry, or a resume)."""
+        self._add(_REQUESTS, 1)
+
     def skipped(self, samples: int) -> None:
         """One more piece skipped, whose ``samples`` other samples stand in for (or, without
         an index, that could not be read)."""
@@ -55,5 +60,5 @@ class ReadStats:
         self._add(_REPLACED, samples)
 
     def totals(self) -> dict[str, int]:
-        skipped, replaced, retries = self.table.sum(dim=0).tolist()
-        return {"skipped_pieces": skipped, "replaced_samples": replaced, "retries": retries}
+        skipped, replaced, retries, requests = self.table.sum(dim=0).tolist()
+        return {"skipped_pieces": skipped, "replaced_samples": replaced, "retries": retries, "requests": requests}

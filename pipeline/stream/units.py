@@ -106,7 +106,7 @@ class UnitReader:
                 if len(rows):  # read from the first row needed to the last, keep the rows needed
                     wanted.append((source, shard, lo + int(rows[0]), lo + int(rows[-1]) + 1, rows - rows[0]))
             first += hi - lo
-        if self.remote and len(wanted) > 1:  # requests wait on the network: keep several in flight
+        if len(wanted) > 1 and self._over_network(wanted):  # requests wait on the network: keep several in flight
             futures = [_request_pool().submit(self._read_rows, *piece) for piece in wanted]
             try:
                 results = [future.result() for future in futures]
@@ -125,6 +125,15 @@ class UnitReader:
         if columns is None or rows is None or len(rows) == stop - start:
             return columns
         return gather(columns, rows)
+
+    def _over_network(self, pieces: list[tuple]) -> bool:
+        """Whether some of ``pieces`` are read from remote storage (not from the cache's copies)."""
+        if not self.remote:
+            return False
+        if self.cache is None:
+            return True
+        return any(self.sources.shards[source].remote and not self.cache.holds(self._url(source, shard))
+                   for source, shard, *_ in pieces)
 
     def _url(self, source: int, shard: int) -> str:
         return self.sources.shards[source].url(shard)

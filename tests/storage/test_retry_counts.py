@@ -35,6 +35,9 @@ class Count:
         with self.lock:
             self.value += 1
 
+    def requested(self) -> None:
+        pass
+
 
 class ScriptedServer:
     """HTTP/1.1 with keep-alive on 127.0.0.1, serving one object; request number ``n`` (from 0)
@@ -146,10 +149,13 @@ def _many_quick_retries(monkeypatch) -> None:
 
 
 def _epoch_counts(loader, proxy: FaultProxy, total: int) -> tuple[int, int]:
-    """Play one epoch (every sample once); its retries by the loader and 503s by the proxy."""
-    retries, refused = loader.stats()["retries"], proxy.counts["503"]
+    """Play one epoch (every sample once); its retries by the loader and 503s by the proxy. The
+    loader counts every request the proxy answered, too."""
+    before, refused, answered = loader.stats(), proxy.counts["503"], sum(proxy.counts.values())
     assert all_ids(loader) == list(range(total))
-    return loader.stats()["retries"] - retries, proxy.counts["503"] - refused
+    after = loader.stats()
+    assert after["requests"] - before["requests"] == sum(proxy.counts.values()) - answered > 0
+    return after["retries"] - before["retries"], proxy.counts["503"] - refused
 
 
 @pytest.mark.parametrize(("kind", "workers"), [("indexed", 0), ("indexed", 2), ("foreign", 0), ("foreign", 2),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -64,3 +67,16 @@ def test_a_mix_of_http_and_s3_sources_yields_the_batches_of_the_same_mix_on_disk
     remote = mixed({"web": f"{nginx}/data/index.json", "bucket": "s3://shards/train"})
     assert remote == mixed({"web": local, "bucket": local})
     assert sum(map(len, remote)) == 2 * total_samples  # an epoch of a mix: the sources' sizes together
+
+
+def test_the_remote_benchmark_runs_local_http_and_s3(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_remote.py"
+    result = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads((tmp_path / "bench_remote.json").read_text())["rows"]
+    assert [(r["source"], r["reader"].split(" (")[0]) for r in rows] == [
+        ("local", "this loader"), ("http", "curl"), ("http", "this loader"), ("s3", "boto3 get_object().read()"),
+        ("s3", "this loader"), ("s3", "this loader")]
+    requests = [r["requests"] for r in rows if r["reader"].startswith("this loader")]
+    assert requests[0] == requests[-1] == 0 and min(requests[1:-1]) > 0  # local, and from the cache: none

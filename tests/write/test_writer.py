@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -200,3 +202,13 @@ def test_an_empty_input_gives_an_empty_shard_set_that_reads_and_verifies(tmp_pat
         index = pipeline.load_index(folder)
         assert (len(index.shards), index.samples) == (0, 0) and pipeline.verify(folder) == []
     assert list(pipeline.ShardDataset(tmp_path / "a", batch_size=4)) == []
+
+
+def test_the_build_benchmark_runs(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_build.py"
+    result = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "bench_build.json").read_text())
+    cases = {case["case"] for case in report["cases"]}
+    assert {"tabular", "tabular webdataset"} <= cases and all(t["value"] > 0 for t in report["targets"])
