@@ -9,7 +9,8 @@ Each run is a fresh process, timed from ``sync`` to ``sync``, best of ``--repeat
 ``bench_build.py`` for the method)::
 
     python scripts/bench_dask.py            # a minute or two, ~2 GB free in --tmp
-    python scripts/bench_dask.py --rows 20000 --repeats 1   # smoke run
+    python scripts/bench_dask.py --rows 20000 --repeats 1   # smaller
+    python scripts/bench_dask.py --quick                    # 5,000 rows, one run: seconds (a test runs it)
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--shard-mb", type=int, default=32, help="shard size (default 32)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each case; the best is used (default 3)")
     p.add_argument("--tmp", help="folder for the generated data and shards (default: the system temp dir)")
-    return p.parse_args()
+    p.add_argument("--quick", action="store_true", help="5,000 rows, one run: a smoke run")
+    args = p.parse_args()
+    if args.quick:
+        args.rows, args.repeats = 5000, 1
+    return args
 
 
 def dask_case(name: str, local: Case, scheduler: str | None) -> Case:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -72,3 +75,14 @@ def test_signed_query_strings_never_reach_error_messages(nginx: str) -> None:
     with pytest.raises(SourceError) as err:
         read_range(f"{nginx}/data/nope.tar?X-Amz-Signature=secret123&X-Amz-Credential=AKIA", 0, 10)
     assert "secret123" not in str(err.value) and "AKIA" not in str(err.value) and "<redacted>" in str(err.value)
+
+
+def test_the_soak_benchmark_runs_and_every_epoch_is_exact(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_soak.py"
+    result = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path / "soak.json")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    report = json.loads((tmp_path / "soak.json").read_text())
+    epochs = report["epochs"]
+    assert epochs and all(e["exact"] and e["samples"] == 5001 and not e["duplicates"] for e in epochs)
+    assert report["summary"]["exact_epochs"] == len(epochs) and sum(e["requests"] for e in epochs) > 0

@@ -124,3 +124,11 @@ def test_indexing_on_dask_gives_the_index_of_one_process(tmp_path: Path) -> None
     local = pipeline.index_shards(urls, tmp_path / "one", quiet=True)
     on_dask = pipeline.index_shards(urls, tmp_path / "dask", engine="dask", workers=2, quiet=True)
     assert index_content(on_dask) == index_content(local)
+
+
+def test_the_dask_benchmark_runs() -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_dask.py"
+    result = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300,
+                            cwd=script.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dask, cluster of 2 already running | 5,000 |" in result.stdout
