@@ -10,7 +10,7 @@ so workers send *messages* of several batches, which the main process splits int
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -81,20 +81,15 @@ def _join(parts: list[Columns]) -> Columns:
     return out
 
 
-def messages_from_windows(windows: Iterator[tuple[Columns, np.ndarray]], message_rows: Iterable[int],
-                          limit: int | None = None, shared: bool = False) -> Iterator[Columns]:
-    """Rows in emission order across windows, cut into messages of ``message_rows`` rows each
-    (whole batches; the last message may be shorter), at most ``limit`` rows in all."""
-    sizes = iter(message_rows)
-    target = next(sizes, 0)
+def messages_from_windows(windows: Iterator[tuple[Columns, np.ndarray]], target: int,
+                          shared: bool = False) -> Iterator[Columns]:
+    """Rows in emission order across windows, cut into messages of ``target`` rows each (whole
+    batches; the last message may be shorter)."""
     carry: list[Columns] = []
-    carried = consumed = 0
+    carried = 0
     for columns, order in windows:
-        if limit is not None:
-            order = order[:max(limit - consumed, 0)]
-        consumed += len(order)
         position = 0
-        while position < len(order) and target:
+        while position < len(order):
             take = order[position:position + target - carried]
             position += len(take)
             if not carry and len(take) == target:
@@ -106,7 +101,6 @@ def messages_from_windows(windows: Iterator[tuple[Columns, np.ndarray]], message
                     continue
                 yield _join(carry)
                 carry, carried = [], 0
-            target = next(sizes, 0)
     if carried:
         yield _join(carry)
 

@@ -275,26 +275,28 @@ class ShardDataset(IterableDataset):
         legs, batches = self.position(epoch)
         material = self.sources.material(self.seed, epoch, self.shuffle)
         all_legs = [*legs, Leg(self.world_size, batches)]
-        sequences = leg_sequences(self.samples, config, all_legs)
-        reader = UnitReader(self.sources, None if self.fields is None else set(self.fields), self.fill,
-                            self.on_error == "skip", self.check_records, self.cache, self.policy, self.read_stats)
+        sequences = self._sequences(legs, batches)
+        reader = UnitReader(self.sources, self._wanted(), self.fill, self.on_error == "skip", self.check_records,
+                            self.cache, self.policy, self.read_stats)
         for positions, blocks in worker_reads(sequences, all_legs, config, epoch, self.rank, worker, workers):
             columns, rows = reader.read(material, sequences[0], positions, blocks)
             yield gather(columns, rows, shared=self.unit_messages)
 
     def _foreign_units(self, worker: int, workers: int) -> Iterator[Columns]:
         assert isinstance(self.shards, ForeignShards)
-        stream = ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer,
-                               None if self.fields is None else set(self.fields), self.fill, self.on_error == "skip",
-                               self.policy, self.read_stats)
+        stream = ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer, self._wanted(),
+                               self.fill, self.on_error == "skip", self.policy, self.read_stats)
         windows = stream.windows(self.epoch, self.rank * workers + worker, self.world_size * workers)
-        units = messages_from_windows(windows, _window_sizes(self.shuffle_buffer, self.batch_size),
-                                      shared=self.unit_messages)
+        unit_rows = max(self.shuffle_buffer // self.batch_size, 1) * self.batch_size
+        units = messages_from_windows(windows, unit_rows, shared=self.unit_messages)
         return drop_short_tail(units, self.batch_size) if self.drop_last else units
+
+    def _wanted(self) -> set[str] | None:
+        return None if self.fields is None else set(self.fields)
 
     def stats(self) -> dict[str, int]:
         """Counts over all workers so far: records and pieces skipped under ``on_error="skip"``,
-        the samples that stood in for them, and remote reads retried."""
+        the samples that stood in for them, and the requests and retries of remote reads."""
         return self.read_stats.totals()
 
     def _finish_unit(self, unit: Columns) -> Any:
@@ -316,12 +318,6 @@ class ShardDataset(IterableDataset):
         if self.as_tuple is not None:
             return tuple(out[name] for name in self.as_tuple)
         return out
-
-
-def _window_sizes(window: int, batch_size: int) -> Iterator[int]:
-    rows = max(window // batch_size, 1) * batch_size
-    while True:
-        yield rows
 
 
 def _stack(values: list[Any]) -> Any:

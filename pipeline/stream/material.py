@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -162,11 +162,8 @@ def locate(material: Material, sources: Sequence[ChunkTable], start: int,
            stop: int) -> list[tuple[int, int, int, int]]:
     """``(source, shard, first_row, stop_row)`` pieces that hold sample positions ``[start, stop)``,
     positions past the epoch's end wrapping around to its start (padding)."""
-    total = material.samples
     pieces: list[tuple[int, int, int, int]] = []
-    while start < stop:
-        lap_start = start % total
-        lap_stop = min(stop - start + lap_start, total)
+    for lap_start, lap_stop in laps(start, stop, material.samples):
         first = int(np.searchsorted(material.starts, lap_start, side="right")) - 1
         last = int(np.searchsorted(material.starts, lap_stop, side="left"))
         for j in range(first, last):
@@ -175,8 +172,17 @@ def locate(material: Material, sources: Sequence[ChunkTable], start: int,
             source = int(material.source[j])
             shard, base = sources[source].where(int(material.chunk[j]))
             pieces.append((source, shard, base + lo, base + hi))
-        start += lap_stop - lap_start
     return pieces
+
+
+def laps(start: int, stop: int, total: int) -> Iterator[tuple[int, int]]:
+    """Positions ``[start, stop)`` of an epoch of ``total`` as runs within it: past its end,
+    positions wrap around to its start (padding)."""
+    while start < stop and total:
+        lap_start = start % total
+        lap_stop = min(stop - start + lap_start, total)
+        yield lap_start, lap_stop
+        start += lap_stop - lap_start
 
 
 def source_counts(material: Material, positions: np.ndarray, sources: int) -> np.ndarray:

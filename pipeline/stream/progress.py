@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .material import Material, source_counts
+from .material import Material, laps, source_counts
 from .plan import Leg, PlanConfig, RankSequence, delivered_in, material_positions
 
 
@@ -23,12 +23,11 @@ def delivered_per_source(material: Material, sources: int, sequences: list[list[
     for j, leg in enumerate(legs):
         for sequence in sequences[j]:
             delivered = delivered_in(sequence, leg, config)
-            units = range(-(-delivered // sequence.unit)) if sequence.unit else range(0)
+            first = 0
             if j == 0:  # the whole units: one stretch of the material
-                whole = delivered // sequence.unit if sequence.unit else 0
-                counts += stretch_counts(material, sequence.start, sequence.start + whole * sequence.unit, sources)
-                units = range(whole, len(units))
-            for u in units:
+                first = delivered // sequence.unit
+                counts += stretch_counts(material, sequence.start, sequence.start + first * sequence.unit, sources)
+            for u in range(first, -(-delivered // sequence.unit)):
                 positions, _ = material_positions(sequences[:j + 1], legs[:j + 1], config, epoch, sequence.rank, [u])
                 counts += source_counts(material, positions[:delivered - u * sequence.unit], sources)
     return counts
@@ -37,16 +36,12 @@ def delivered_per_source(material: Material, sources: int, sequences: list[list[
 def stretch_counts(material: Material, start: int, stop: int, sources: int) -> np.ndarray:
     """Samples of each source at material positions ``[start, stop)`` (past the end: wrapping)."""
     counts = np.zeros(sources, np.int64)
-    total = material.samples
     sizes = material.hi.astype(np.int64) - material.lo
-    while start < stop and total:
-        lap_start = start % total
-        lap_stop = min(stop - start + lap_start, total)
+    for lap_start, lap_stop in laps(start, stop, material.samples):
         first = int(np.searchsorted(material.starts, lap_start, side="right")) - 1
         last = int(np.searchsorted(material.starts, lap_stop, side="left"))  # pieces [first, last)
         counts += np.bincount(material.source[first:last], weights=sizes[first:last],
                               minlength=sources).astype(np.int64)
         counts[material.source[first]] -= lap_start - material.starts[first]
         counts[material.source[last - 1]] -= material.starts[last] - lap_stop
-        start += lap_stop - lap_start
     return counts

@@ -7,7 +7,7 @@ are columns; unpacked records are stacked once per read, never per batch.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -53,30 +53,6 @@ def concat_columns(parts: Sequence[Columns]) -> Columns:
             out[name] = np.concatenate(cols)
         else:
             out[name] = [v for c in cols for v in c]
-    return out
-
-
-def assemble_columns(pieces: Iterable[Columns], rows: int) -> Columns:
-    """Join consecutive column sets of ``rows`` rows in all, copying each piece into arrays
-    allocated once: memory peaks at the result plus one piece, not at twice the result."""
-    out: Columns = {}
-    position = 0
-    for piece in pieces:
-        n = len(next(iter(piece.values())))
-        for name, col in piece.items():
-            target = out.get(name)
-            if target is None and isinstance(col, np.ndarray) and position == 0:
-                target = out[name] = np.empty((rows,) + col.shape[1:], col.dtype)
-            if isinstance(target, np.ndarray) and isinstance(col, np.ndarray) \
-                    and target.shape[1:] == col.shape[1:] and target.dtype == col.dtype:
-                target[position:position + n] = col
-                continue
-            if isinstance(target, np.ndarray):  # shapes or dtypes vary: fall back to a list
-                target = out[name] = list(target[:position])
-            out.setdefault(name, []).extend(col)
-        position += n
-    if position != rows:
-        raise ValueError(f"pieces hold {position} rows, expected {rows}")
     return out
 
 

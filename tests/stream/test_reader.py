@@ -9,7 +9,7 @@ import pytest
 
 import pipeline
 from pipeline import ShardError, SourceError
-from pipeline.stream.reader import assemble_columns, read_rows
+from pipeline.stream.reader import concat_columns, read_rows
 from tests.stream.shardsets import uneven_shards
 
 
@@ -36,8 +36,8 @@ def test_an_index_that_disagrees_with_the_shard_is_an_error_naming_shard_and_byt
         read_rows(url, shard, 16, 80, 100)
 
 
-def test_assembling_pieces_keeps_arrays_and_falls_back_to_lists_for_ragged_fields() -> None:
+def test_joining_pieces_keeps_arrays_and_falls_back_to_lists_for_ragged_fields() -> None:
     pieces = [{"a": np.arange(3), "r": np.zeros((3, 2))}, {"a": np.arange(3, 5), "r": np.zeros((2, 5))}]
-    out = assemble_columns(iter(pieces), 5)
+    out = concat_columns(pieces)
     assert out["a"].tolist() == [0, 1, 2, 3, 4]
     assert isinstance(out["r"], list) and [r.shape for r in out["r"]] == [(2,)] * 3 + [(5,)] * 2
