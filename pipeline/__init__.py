@@ -11,6 +11,7 @@ The public API, documented in README.md:
 - reading and checking: :func:`load_index`, :func:`iter_records`, :func:`verify`, :func:`describe`
 - streaming into PyTorch: :class:`ShardDataset`, :func:`make_loader`, :class:`ShardLoader`,
   :class:`DevicePrefetcher`
+- choosing a loader's settings on the machine at hand: :func:`tune`
 """
 
 from .check.describe import describe, iter_samples
@@ -44,17 +45,17 @@ from .write.writer import ShardWriter
 
 __version__ = "0.1.0"
 
-_STREAMING = {"ShardDataset": "dataset", "DevicePrefetcher": "prefetch", "ShardLoader": "loader",
-              "make_loader": "loader", "WorkerError": "workers"}
+_LAZY = {"ShardDataset": "stream.dataset", "DevicePrefetcher": "stream.prefetch", "ShardLoader": "stream.loader",
+         "make_loader": "stream.loader", "WorkerError": "stream.workers", "tune": "measure.tune"}
 
 
 def __getattr__(name: str):
     """Import the torch-based reader on first use, so that building shards (and the CLI) does
     not pay for importing torch."""
-    if name in _STREAMING:
+    if name in _LAZY:
         from importlib import import_module
 
-        return getattr(import_module(f".stream.{_STREAMING[name]}", __name__), name)
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
 
 __all__ = [
@@ -65,5 +66,5 @@ __all__ = [
     "build_npz", "build_parquet",
     "build_sample_files", "build_shards", "decode_fields", "decode_record", "describe",
     "encode_sample", "index_shards", "iter_records", "iter_samples", "load_index", "merge_index_files", "open_npy",
-    "open_npz", "partition_sources", "sample_keys", "unpack_rows", "verify", "write_shards",
+    "open_npz", "partition_sources", "sample_keys", "tune", "unpack_rows", "verify", "write_shards",
 ]

@@ -1,4 +1,5 @@
-"""Build shards from existing data, join the indexes of a build in parts, inspect and verify shard sets."""
+"""Build shards from existing data, join the indexes of a build in parts, inspect and verify shard sets, and
+tune a loader to the machine."""
 
 from __future__ import annotations
 
@@ -313,7 +314,53 @@ def make_parser() -> argparse.ArgumentParser:
     check.add_argument("index", help=_INDEX_HELP)
     check.add_argument("--quiet", action="store_true", help="print only problems and the result, not each shard")
     check.set_defaults(run=_cmd_verify)
+
+    tune = _command(commands, "tune", "measure num_workers and prefetch_factor on these shards and this machine, "
+                                      "and print the make_loader call to use",
+                    "  pipeline tune shards/train                    # about half a minute\n"
+                    "  pipeline tune s3://bucket/train --step-ms 40 --plot tune.png")
+    tune.add_argument("data", help="what make_loader takes: " + _INDEX_HELP)
+    tune.add_argument("--batch-size", type=_positive, default=256, metavar="N")
+    tune.add_argument("--workers", type=_counts, metavar="N,N", help="numbers of workers to try (default: 0, 1, 2, "
+                                                                   "4, ... up to the usable cores)")
+    tune.add_argument("--prefetch", type=_counts, metavar="N,N",
+                      help="prefetch factors to try at the best number of workers (default: 1,4, besides 2)")
+    tune.add_argument("--step-ms", type=float, default=0.0, help="a simulated training step per batch, in ms")
+    tune.add_argument("--seconds", type=float, default=3.0, help="seconds each setting is measured (default 3)")
+    tune.add_argument("--memory-mb", type=float, help="leave out settings whose peak memory is above this")
+    tune.add_argument("--shuffle-buffer", type=_positive, metavar="SAMPLES", help="as make_loader's shuffle_buffer")
+    tune.add_argument("--plot", metavar="FILE.png", help="also save a chart of the settings (needs matplotlib)")
+    tune.set_defaults(run=_cmd_tune)
     return parser
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    if any(n < 0 for n in counts):
+        raise argparse.ArgumentTypeError(f"expected numbers >= 0, got {text!r}")
+    return counts
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .measure.tune import tune
+
+    options = {} if args.shuffle_buffer is None else {"shuffle_buffer": args.shuffle_buffer}
+    try:
+        result = tune(args.data, batch_size=args.batch_size, workers=args.workers, prefetch=args.prefetch,
+                      step_ms=args.step_ms, seconds=args.seconds, memory_mb=args.memory_mb, options=options,
+                      progress=lambda line: print(line, file=sys.stderr))
+    except RuntimeError as exc:  # a setting's run failed: its error output says why
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(result.table())
+    print(f"\nrecommended: {result.call()}")
+    if args.plot:
+        result.plot(args.plot)
+        print(f"chart saved to {args.plot}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

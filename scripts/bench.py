@@ -68,6 +68,7 @@ Usage (results also go to ``bench-results/bench.json`` and ``bench-results/bench
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import os
@@ -78,7 +79,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -88,6 +88,19 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1e6
+
+
+def _checkout_module(name: str, relative: str) -> Any:
+    """A module of this checkout's library, loaded from its file: the library itself is imported
+    from the snapshot under test (``--rev``), which may predate the module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+_memory = _checkout_module("checkout_memory", "pipeline/measure/memory.py")
+TreeMemory, process_tree, rss_bytes = _memory.TreeMemory, _memory.process_tree, _memory.rss_bytes
 BATCH = 256
 CLASSES = 1000
 LABEL_BYTES = 8  # int64
@@ -101,7 +114,6 @@ MEMORY_WORKERS = 2
 MEMORY_ALLOWANCE_MB = 250
 SHARD_BYTES = 256 << 20
 _CHUNK_BYTES = 64 << 20
-_SAMPLE_INTERVAL_S = 0.05
 
 QUICK = dict(tabular_rows=50_000, embedding_rows=5_000, image_rows=600, pt_rows=2_000,
              memory_rows=40_000, shuffle_per_class=2_000)
@@ -382,81 +394,6 @@ def prepare_shape(cfg: Config, shape: Shape, where: Layouts, seed: int) -> None:
         build_pt(where, min(cfg.pt_rows, shape.rows))
     warm_page_cache(where.folder)
     log(f"[{shape.name}] data ready in {time.perf_counter() - started:.0f} s")
-
-
-# -- the process tree's memory, sampled from /proc ---------------------------------------------
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and all its descendants (parents read from ``/proc/PID/stat``)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(b")") + 2:].split()[1])  # the name may hold spaces and ')'
-        children.setdefault(ppid, []).append(int(entry.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, []))
-    return tree
-
-
-def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, IndexError):
-        return 0
-
-
-def pss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-class TreeMemory(threading.Thread):
-    """Samples the summed RSS (and optionally PSS) of a process tree until stopped."""
-
-    def __init__(self, root: int, pss: bool) -> None:
-        super().__init__(daemon=True)
-        self.root = root
-        self.pss = pss
-        self.peak_rss = 0
-        self.peak_pss = 0
-        self.peak_processes = 0
-        self.timeline: list[tuple[float, float]] = []  # (time.time(), RSS MB)
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            pids = process_tree(self.root)
-            rss = sum(rss_bytes(p) for p in pids)
-            self.peak_rss = max(self.peak_rss, rss)
-            self.peak_processes = max(self.peak_processes, len(pids))
-            if self.pss:
-                self.peak_pss = max(self.peak_pss, sum(pss_bytes(p) for p in pids))
-            self.timeline.append((time.time(), round(rss / MB, 1)))
-            self._stop_event.wait(_SAMPLE_INTERVAL_S)
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join()
 
 
 def run_child(spec: dict[str, Any], pss: bool = False) -> dict[str, Any]:

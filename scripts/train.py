@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     while train_loader.epoch < args.epochs:
         epoch = train_loader.epoch
         prefetcher = DevicePrefetcher(train_loader, device)
+        profile_before = train_loader.stats()
         started = time.perf_counter()
         loss_sum = samples = 0.0
         bar = tqdm(total=len(train_loader), desc=f"epoch {epoch}", unit=" batches", file=sys.stderr,
@@ -166,8 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         loss_sum, samples = all_sum([loss_sum, samples], device)
         score, seen = all_sum(list(evaluate(model, val_loader, task, device)), device)
         stats = prefetcher.stats()
+        profile = {key: value - profile_before[key] for key, value in train_loader.stats().items()
+                   if key.endswith("_s")}
         metrics = {"epoch": epoch, "train_loss": loss_sum / max(samples, 1), "val_samples": seen,
-                   "train_samples": samples, "samples_per_s": samples / elapsed, "input_bound": stats["input_bound"]}
+                   "train_samples": samples, "samples_per_s": samples / elapsed, "input_bound": stats["input_bound"],
+                   "profile": profile}
         if task.classes:
             metrics["val_accuracy"] = score / max(seen, 1)
             shown = f"validation accuracy {metrics['val_accuracy']:.2%}"
@@ -177,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"epoch {epoch}: train loss {metrics['train_loss']:.4f}, {shown} ({int(seen)} samples), "
                   f"{metrics['samples_per_s']:,.0f} samples/s, input-bound {metrics['input_bound']:.0%}")
+            print(f"  input stages (s, summed over workers): {profile_line(profile)}", file=sys.stderr)
         if args.checkpoint and rank == 0:
             save_checkpoint(args.checkpoint, module, optimizer, train_loader.state_dict())
     if rank == 0 and args.result:
@@ -185,6 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     if world > 1:
         dist.destroy_process_group()
     return 0
+
+
+def profile_line(profile: dict[str, float]) -> str:
+    """An epoch's per-stage profile (``loader.stats()``'s seconds) in a line."""
+    names = {"storage_s": "storage", "decode_s": "decode", "gather_s": "gather", "handover_s": "handover",
+             "wait_s": "loop waited", "step_s": "loop ran"}
+    return ", ".join(f"{label} {profile[key]:.2f}" for key, label in names.items())
 
 
 if __name__ == "__main__":

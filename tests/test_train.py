@@ -60,6 +60,8 @@ def assert_resume_trains_the_same_model(data: Path, tmp_path: Path, workers: str
     straight = train(data, tmp_path / "a", "--workers", workers, epochs=epochs)
     assert resumed["weights_sum"] == pytest.approx(straight["weights_sum"], rel=1e-6)
     assert resumed["val_accuracy"] == straight["val_accuracy"] > 0.8
+    profile = straight["profile"]  # the last epoch's, summed over the workers (when there are some)
+    assert profile["decode_s"] > 0 and profile["gather_s"] > 0 and profile["wait_s"] > 0 and profile["step_s"] > 0
 
 
 @pytest.mark.parametrize("workers, stop", [("0", "13"), ("2", "45")])

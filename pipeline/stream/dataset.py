@@ -30,6 +30,7 @@ record only, counted in ``stats()``.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -45,7 +46,7 @@ from .progress import delivered_per_source
 from .reader import Columns
 from .shards import ForeignShards, IndexedShards, resolve_shards
 from .sources import SourceSet, mixed_sources, single_source
-from .stats import ReadStats
+from .stats import Count, ReadStats
 from .units import UnitReader
 from .workers import WorkerFailure
 
@@ -262,10 +263,13 @@ class ShardDataset(IterableDataset):
         units = self._indexed_units(worker, workers) if self.sources is not None else \
             self._foreign_units(worker, workers)
         for unit in units:
-            if self.unit_messages:
-                yield self._finish_unit(unit)
-            else:
+            if not self.unit_messages:
                 yield from (self._finish(batch) for batch in split_message(unit, self.batch_size))
+                continue
+            message = self._finish_unit(unit)
+            handed = time.perf_counter()
+            yield message
+            self.read_stats.spent(Count.HANDOVER, time.perf_counter() - handed)
 
     def _indexed_units(self, worker: int, workers: int) -> Iterator[Columns]:
         """The units this worker reads, each gathered in emission order (into shared memory in a
@@ -280,7 +284,9 @@ class ShardDataset(IterableDataset):
                             self.cache, self.policy, self.read_stats)
         for positions, blocks in worker_reads(sequences, all_legs, config, epoch, self.rank, worker, workers):
             columns, rows = reader.read(material, sequences[0], positions, blocks)
-            yield gather(columns, rows, shared=self.unit_messages)
+            with self.read_stats.timing(Count.GATHER):
+                unit = gather(columns, rows, shared=self.unit_messages)
+            yield unit
 
     def _foreign_units(self, worker: int, workers: int) -> Iterator[Columns]:
         assert isinstance(self.shards, ForeignShards)
@@ -294,9 +300,10 @@ class ShardDataset(IterableDataset):
     def _wanted(self) -> set[str] | None:
         return None if self.fields is None else set(self.fields)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, float]:
         """Counts over all workers so far: records and pieces skipped under ``on_error="skip"``,
-        the samples that stood in for them, and the requests and retries of remote reads."""
+        the samples that stood in for them, the requests and retries of remote reads, and the
+        seconds spent in each stage of reading (see :mod:`.stats`)."""
         return self.read_stats.totals()
 
     def _finish_unit(self, unit: Columns) -> Any:

@@ -11,6 +11,7 @@ structure costs the rest of its shard, since nothing after it can be found.
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
@@ -22,7 +23,7 @@ from ..storage import SourceError, redact
 from ..storage.retry import RetryPolicy
 from .material import Draw, rng_for
 from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
-from .stats import ReadStats
+from .stats import Count, ReadStats
 
 log = logging.getLogger("pipeline.stream")
 
@@ -71,19 +72,39 @@ class ForeignStream:
             log.warning("skipping a record of %s: %s", redact(url), exc)
             self.stats.skipped(0)  # without an index, what it held is not known
 
+        waited = busy = 0.0  # seconds waiting for the shard's bytes, and reading its records in all
+
+        def wait(seconds: float) -> None:
+            nonlocal waited
+            waited += seconds
+
+        rows = iter_foreign_rows(url, self.wanted, fields, policy=self.policy, stats=self.stats, fill=self.fill,
+                                 on_lost=lost if self.skip else None, on_wait=wait)
         try:
-            yield from iter_foreign_rows(url, self.wanted, fields, policy=self.policy, stats=self.stats,
-                                         fill=self.fill, on_lost=lost if self.skip else None)
+            while True:
+                started = time.perf_counter()
+                try:
+                    columns = next(rows, None)
+                finally:
+                    busy += time.perf_counter() - started
+                if columns is None:
+                    return
+                yield columns
         except (ShardError, SourceError) as exc:
             if not self.skip:
                 raise
             log.warning("skipping the rest of %s: %s", redact(url), exc)
             self.stats.skipped(0)
+        finally:
+            rows.close()  # an epoch left early closes the shard's connection now
+            self.stats.spent(Count.STORAGE, waited)  # counted once a shard: a record is too small to count
+            self.stats.spent(Count.DECODE, busy - waited)
 
     def _window(self, parts: list[Columns], rows: int, epoch: int, consumer: int,
                 window: int) -> tuple[Columns, np.ndarray]:
-        columns = {name: stack_values(col) if isinstance(col, list) else col
-                   for name, col in concat_columns(parts).items()}
+        with self.stats.timing(Count.GATHER):
+            columns = {name: stack_values(col) if isinstance(col, list) else col
+                       for name, col in concat_columns(parts).items()}
         return columns, window_permutation(self.seed, epoch, consumer, window, rows, self.shuffle)
 
 

@@ -8,6 +8,7 @@ rank (every rank yields the same number of batches), so rank 0 saves it with the
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -64,6 +65,7 @@ class ShardLoader(DataLoader):
         self._legs: list[Leg] = []  # stretches of this epoch run on other world sizes
         self._batches = 0  # batches of this rank delivered in the current stretch
         self._workers_resumed = False  # whether persistent workers hold a plan from the middle of an epoch
+        self._waited = self._stepped = 0.0  # seconds the training loop waited for batches, and ran its body
 
     @property
     def epoch(self) -> int:
@@ -92,13 +94,18 @@ class ShardLoader(DataLoader):
             translate_worker_deaths()
         failure = None
         try:
+            asked = time.perf_counter()
             for message in iterator:
+                self._waited += time.perf_counter() - asked
                 if isinstance(message, WorkerFailure):
                     failure = message
                     break
                 for batch in self._batches_of(message):
                     self._batches += 1
+                    handed = time.perf_counter()
                     yield batch
+                    self._stepped += time.perf_counter() - handed
+                asked = time.perf_counter()
         except GeneratorExit:  # the loop stopped early: a break, or an error in its body (a worker's
             self._stop_workers(iterator)  # death in a training step among them); the next one restarts
             raise
@@ -154,9 +161,15 @@ class ShardLoader(DataLoader):
         if self._iterator is iterator:
             self._iterator = None
 
-    def stats(self) -> dict[str, int]:
-        """Records and pieces skipped, samples replaced and remote reads retried so far (all workers)."""
-        return self.dataset.stats()  # type: ignore[attr-defined]
+    def stats(self) -> dict[str, float]:
+        """So far, over all workers: records and pieces skipped, samples replaced, remote requests
+        and retries, the seconds of each stage of the workers (see :mod:`.stats`), and of the
+        training loop: ``wait_s`` waiting for the next batch, ``step_s`` running the loop's body,
+        and the input-bound fraction ``wait_s / (wait_s + step_s)``."""
+        out = self.dataset.stats()  # type: ignore[attr-defined]
+        looped = self._waited + self._stepped
+        out.update(wait_s=self._waited, step_s=self._stepped, input_bound=self._waited / looped if looped else 0.0)
+        return out
 
     def progress(self) -> dict[str, int]:
         """Samples of each source the job delivered in the current epoch so far, over all ranks

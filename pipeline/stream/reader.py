@@ -7,6 +7,7 @@ are columns; unpacked records are stacked once per read, never per batch.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -205,23 +206,38 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     return collector.columns()
 
 
+class _TimedReads:
+    """A stream that reports the seconds each read waited (the storage part of a profile)."""
+
+    def __init__(self, stream: Any, on_wait: Callable[[float], None]) -> None:
+        self.stream, self.on_wait = stream, on_wait
+
+    def read(self, size: int = -1) -> bytes:
+        started = time.perf_counter()
+        try:
+            return self.stream.read(size)
+        finally:
+            self.on_wait(time.perf_counter() - started)
+
+
 def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str] | None = None, *,
                       policy: RetryPolicy | None = None, stats: RetrySink | None = None,
-                      fill: Mapping[str, Any] | None = None,
-                      on_lost: LostRecordHandler | None = None) -> Iterator[Columns]:
+                      fill: Mapping[str, Any] | None = None, on_lost: LostRecordHandler | None = None,
+                      on_wait: Callable[[float], None] | None = None) -> Iterator[Columns]:
     """Every record of a shard without an index (a plain tar, or one gzip-compressed), as
     columns (one row, or a packed record's rows), with the ``fields`` given (by default those of
     the first record; a record that lacks one has it filled from ``fill``, else ``None``). The
     shard is streamed under ``policy``, its retries reported to ``stats``. A record that fails
     its own checks raises, or with ``on_lost`` costs that record only; a broken tar structure
-    ends the shard (without an index, nothing after it can be found)."""
+    ends the shard (without an index, nothing after it can be found). ``on_wait`` is told the
+    seconds each read of the shard's bytes took."""
     def lost(exc: ShardError, number: int) -> None:
         if on_lost is None:
             raise exc
         on_lost(exc, 1)
 
     with open_stream(url, policy, stats=stats) as raw:
-        stream = open_archive(raw, url)
+        stream = open_archive(raw if on_wait is None else _TimedReads(raw, on_wait), url)  # type: ignore[arg-type]
         for walked in walk_shard(stream, url, on_bad_record=lost):
             if fields is None:
                 fields = _first_fields(walked, wanted, fill or {}, url)

@@ -1,24 +1,59 @@
 """What a dataset's reads went through, counted across its DataLoader workers: pieces skipped
-and the samples that stood in for them (``on_error="skip"``), and the requests and retries of
-remote reads.
+and the samples that stood in for them (``on_error="skip"``), the requests and retries of
+remote reads, and where a worker's time went (the per-stage profile).
 
 The counts live in a shared-memory table, one row per worker (or the main process), so that the
 main process sums what every worker counted. Counts are only ever added: a worker that starts
 again (a new epoch, a resume) adds to what earlier ones counted, and two datasets of a process
 (train and validation) each count their own reads. :class:`ReadStats` is what the storage
 layer reports retries to (a :class:`~pipeline.storage.retry.RetrySink`).
+
+The profile is the time of each stage of a worker, summed over workers (and over the reader
+threads of a worker that reads remote pieces several at once):
+
+- ``storage_s``: waiting for the bytes of a piece (a remote request, a cache's copy, mapping a
+  local file; the page faults of a local file that is not in the page cache happen later, while
+  its records are read, and count as decoding);
+- ``decode_s``: walking, checking (checksums, the schema) and decoding the records of a piece;
+- ``gather_s``: gathering a unit's samples in emission order into the buffers sent;
+- ``handover_s``: from a worker's handing a unit over to the DataLoader until it is asked for the
+  next: sending it, and waiting while the loader's prefetch queue is full (time the worker is
+  idle because the training loop, not the input, is the bottleneck).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
+from contextlib import contextmanager
+from enum import IntEnum
+from typing import Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
 _ROWS = 64  # one per worker id (modulo 63), the last one the main process's
-_SKIPPED, _REPLACED, _RETRIES, _REQUESTS = range(4)
+
+
+class Count(IntEnum):
+    """The columns of the table: counts, then nanoseconds spent in each stage."""
+
+    SKIPPED = 0
+    REPLACED = 1
+    RETRIES = 2
+    REQUESTS = 3
+    STORAGE = 4
+    DECODE = 5
+    GATHER = 6
+    HANDOVER = 7
+
+
+_NAMES = {Count.SKIPPED: "skipped_pieces", Count.REPLACED: "replaced_samples", Count.RETRIES: "retries",
+          Count.REQUESTS: "requests"}
+STAGES = {Count.STORAGE: "storage_s", Count.DECODE: "decode_s", Count.GATHER: "gather_s",
+          Count.HANDOVER: "handover_s"}
 # The reader threads of a process share its row: adding is a read and a write, so they take
 # turns. One lock per process (a fork copies a lock as it stands, perhaps held).
 _lock = threading.Lock()
@@ -37,28 +72,53 @@ class ReadStats:
     get the same table)."""
 
     def __init__(self) -> None:
-        self.table = torch.zeros((_ROWS, 4), dtype=torch.int64).share_memory_()
+        self.table = torch.zeros((_ROWS, len(Count)), dtype=torch.int64).share_memory_()
+        self._view: np.ndarray | None = None
 
-    def _add(self, column: int, count: int) -> None:
+    def __getstate__(self) -> dict:
+        return {"table": self.table}
+
+    def __setstate__(self, state: dict) -> None:
+        self.table, self._view = state["table"], None
+
+    def _add(self, column: Count, count: int) -> None:
+        if self._view is None:  # NumPy's view of the shared table: adding to it costs ~100x less than torch's
+            self._view = self.table.numpy()
         info = get_worker_info()
         row = _ROWS - 1 if info is None else info.id % (_ROWS - 1)  # the main process has a row of its own
         with _lock:
-            self.table[row, column] += count
+            self._view[row, column] += count
 
     def retried(self) -> None:
         """One more retry of a remote read."""
-        self._add(_RETRIES, 1)
+        self._add(Count.RETRIES, 1)
 
     def requested(self) -> None:
         """One more request sent for a remote read (its first, a retry, or a resume)."""
-        self._add(_REQUESTS, 1)
+        self._add(Count.REQUESTS, 1)
 
     def skipped(self, samples: int) -> None:
         """One more piece skipped, whose ``samples`` other samples stand in for (or, without
         an index, that could not be read)."""
-        self._add(_SKIPPED, 1)
-        self._add(_REPLACED, samples)
+        self._add(Count.SKIPPED, 1)
+        self._add(Count.REPLACED, samples)
 
-    def totals(self) -> dict[str, int]:
-        skipped, replaced, retries, requests = self.table.sum(dim=0).tolist()
-        return {"skipped_pieces": skipped, "replaced_samples": replaced, "retries": retries, "requests": requests}
+    def spent(self, stage: Count, seconds: float) -> None:
+        """``seconds`` more spent in ``stage`` (one of :data:`STAGES`)."""
+        self._add(stage, int(seconds * 1e9))
+
+    @contextmanager
+    def timing(self, stage: Count) -> Iterator[None]:
+        """Count the time of the block as spent in ``stage``."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spent(stage, time.perf_counter() - started)
+
+    def totals(self) -> dict[str, float]:
+        """The counts of every worker so far, and the seconds of each stage of the profile."""
+        sums = self.table.sum(dim=0).tolist()
+        out: dict[str, float] = {name: sums[column] for column, name in _NAMES.items()}
+        out.update({name: sums[column] / 1e9 for column, name in STAGES.items()})
+        return out

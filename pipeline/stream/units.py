@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Mapping
 
@@ -30,7 +31,7 @@ from .material import Material, locate
 from .plan import RankSequence, block_range
 from .reader import Columns, read_rows, repeat_rows, stand_in
 from .sources import SourceSet
-from .stats import ReadStats
+from .stats import Count, ReadStats
 
 REQUESTS_IN_FLIGHT = 8  # ranged requests a worker keeps open at once for remote shards
 log = logging.getLogger("pipeline.stream")
@@ -124,7 +125,8 @@ class UnitReader:
         columns = self._read_piece(source, shard, start, stop)
         if columns is None or rows is None or len(rows) == stop - start:
             return columns
-        return gather(columns, rows)
+        with self.stats.timing(Count.GATHER):
+            return gather(columns, rows)
 
     def _over_network(self, pieces: list[tuple]) -> bool:
         """Whether some of ``pieces`` are read from remote storage (not from the cache's copies)."""
@@ -143,20 +145,32 @@ class UnitReader:
         can be read."""
         shards = self.sources.shards[source]
         url = shards.url(shard)
+        started, waited = time.perf_counter(), 0.0
 
         def lost(exc: ShardError | SourceError, samples: int) -> None:
             log.warning("skipping %d samples of %s: %s", samples, redact(url), exc)
             self.stats.skipped(samples)
 
+        def timed_reader(url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
+            nonlocal waited
+            asked = time.perf_counter()
+            try:
+                return self._range_reader(url, start, stop, shard)
+            finally:
+                waited += time.perf_counter() - asked
+
         try:
             return read_rows(url, shards.shards[shard], shards.index.pack, start, stop, self.wanted,
-                             self._range_reader, shards.index.fields or None, self.check_records, self.fill,
+                             timed_reader, shards.index.fields or None, self.check_records, self.fill,
                              lost if self.skip else None)
         except (ShardError, SourceError) as exc:
             if not self.skip:
                 raise
             lost(exc, stop - start)
             return None
+        finally:
+            self.stats.spent(Count.STORAGE, waited)
+            self.stats.spent(Count.DECODE, time.perf_counter() - started - waited)
 
     def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
         if not is_remote(url):

@@ -1,0 +1,78 @@
+"""The per-stage profile in ``stats()``: where a batch's time went, in the workers and in the
+training loop."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import webdataset as wds
+
+from pipeline import make_loader
+from tests.stream.shardsets import random_sizes, uneven_shards
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*suggested max number of worker")
+STAGES = ("storage_s", "decode_s", "gather_s")
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    return uneven_shards(tmp_path_factory.mktemp("profiled"), random_sizes(5, 300, 900, seed=2), pack=4)
+
+
+def play(loader, step_s: float) -> int:
+    batches = 0
+    for _ in loader:
+        time.sleep(step_s)
+        batches += 1
+    return batches
+
+
+def delta(after: dict, before: dict) -> dict:
+    return {key: after[key] - before[key] for key in after}
+
+
+def test_in_process_the_stages_are_part_of_the_wait_and_the_step_is_the_loop_body(shards: Path) -> None:
+    loader = make_loader(shards, num_workers=0, batch_size=64, shuffle_buffer=512)
+    assert all(loader.stats()[key] == 0 for key in (*STAGES, "wait_s", "step_s", "input_bound"))
+    batches = play(loader, 0.004)
+    stats = loader.stats()
+    assert stats["step_s"] >= batches * 0.004
+    assert stats["decode_s"] > 0 and stats["storage_s"] > 0 and stats["gather_s"] > 0
+    # without workers the reading happens while the loop waits for a batch: its stages are a part of the wait
+    assert sum(stats[key] for key in STAGES) <= stats["wait_s"]
+    assert stats["handover_s"] == 0
+    assert stats["input_bound"] == pytest.approx(stats["wait_s"] / (stats["wait_s"] + stats["step_s"]))
+
+
+def test_workers_report_their_stages_and_a_slow_loop_shows_as_handover_not_as_waiting(shards: Path) -> None:
+    loader = make_loader(shards, num_workers=2, batch_size=64, shuffle_buffer=256)
+    play(loader, 0)  # the first epoch starts the workers
+    before = loader.stats()
+    batches = play(loader, 0.03)
+    stats = delta(loader.stats(), before)
+    assert stats["decode_s"] > 0 and stats["gather_s"] > 0  # counted in the workers, summed in the main process
+    assert stats["step_s"] >= batches * 0.03
+    # the loop, not the input, is the bottleneck: the workers wait on it far longer than it waits on them
+    assert stats["handover_s"] > stats["wait_s"]
+    assert stats["wait_s"] / (stats["wait_s"] + stats["step_s"]) < 0.5
+
+
+def test_shards_without_an_index_are_profiled_too(tmp_path: Path) -> None:
+    with wds.ShardWriter(str(tmp_path / "plain-%04d.tar"), maxcount=100) as sink:
+        for i in range(300):
+            sink.write({"__key__": f"s{i:04d}", "x.npy": np.full(8, i, np.float32), "cls": str(i)})
+    loader = make_loader(str(tmp_path / "plain-{0000..0002}.tar"), num_workers=0, batch_size=50)
+    assert play(loader, 0) == 6
+    stats = loader.stats()
+    assert stats["storage_s"] > 0 and stats["decode_s"] > 0 and stats["gather_s"] > 0
+    assert sum(stats[key] for key in STAGES) <= stats["wait_s"]
+
+
+def test_the_profile_is_kept_apart_per_dataset(shards: Path) -> None:
+    train = make_loader(shards, num_workers=0, batch_size=64)
+    validation = make_loader(shards, num_workers=0, batch_size=64)
+    play(train, 0)
+    assert validation.stats()["decode_s"] == 0 and train.stats()["decode_s"] > 0

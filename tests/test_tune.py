@@ -1,0 +1,88 @@
+"""``pipeline tune``: each setting measured in a process of its own, a clearly slower one
+stopped early, and the recommendation the table and the call come down to."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline.measure.throughput import GRACE_S, Measured, Setting, measure
+from pipeline.measure.tune import TuneResult, worker_counts
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tuned")
+    rng = np.random.default_rng(0)
+    pipeline.write_shards(out, {"x": rng.random((6000, 16), np.float32), "y": np.arange(6000)}, pack=8,
+                          shard_samples=1000, quiet=True)
+    return out
+
+
+def test_the_command_measures_each_setting_and_prints_the_call_to_use(shards: Path, tmp_path: Path) -> None:
+    chart = tmp_path / "tune.png"
+    run = subprocess.run([sys.executable, "-m", "pipeline", "tune", str(shards), "--workers", "0,1", "--seconds",
+                          "0.5", "--batch-size", "100", "--step-ms", "1", "--plot", str(chart)],
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    # 0 and 1 workers at prefetch 2, then prefetch 1 and 4 at the better of them (1: the only one with workers)
+    assert [tuple(cell.strip() for cell in row.split("|")[1:3]) for row in rows] == [
+        ("0", "-"), ("1", "2"), ("1", "1"), ("1", "4")]
+    assert sum("recommended" in row for row in rows) == 1
+    assert all(float(row.split("|")[3].replace(",", "")) > 0 for row in rows)  # samples/s
+    call = next(line for line in run.stdout.splitlines() if line.startswith("recommended: "))
+    assert call.startswith(f"recommended: pipeline.make_loader({str(shards)!r}, num_workers=")
+    assert call.endswith("batch_size=100)")
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert run.stderr.count("samples/s, peak") == 4  # a line as each setting finishes
+
+
+def test_a_setting_slower_than_the_bar_is_stopped_after_the_grace_time(shards: Path) -> None:
+    row = measure(str(shards), Setting(1, 2), {"batch_size": 100}, seconds=30, warmup=0.2, give_up_below=1e12)
+    assert row.stopped_early and GRACE_S <= row.seconds < GRACE_S + 1
+    assert row.samples > 0 and row.peak_rss_mb > 0 and row.first_batch_s is not None
+
+
+def test_a_setting_measures_the_samples_of_its_time_and_its_stages(shards: Path) -> None:
+    row = measure(str(shards), Setting(0, None), {"batch_size": 100}, seconds=0.5, warmup=0.1, step_ms=2)
+    assert not row.stopped_early and row.seconds >= 0.5 and row.samples % 100 == 0
+    assert row.samples_per_s < 100 / 0.002  # the simulated step bounds it
+    assert row.profile["decode_s"] > 0 and row.profile["step_s"] >= 0.002 * row.samples / 100
+    assert row.sample_bytes == pipeline.load_index(shards).bytes // 6000
+
+
+def test_bad_data_is_an_error_that_names_it(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "pipeline", "tune", str(tmp_path / "nowhere"), "--workers", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and f"{tmp_path / 'nowhere'}: no such shard" in run.stderr
+
+
+def row(workers: int, rate: float, memory: float, prefetch: int | None = 2, stopped: bool = False) -> Measured:
+    return Measured(Setting(workers, prefetch if workers else None), int(rate), 1.0, 100, 0.1, memory, memory,
+                    stopped_early=stopped)
+
+
+def test_the_recommendation_prefers_less_memory_then_fewer_workers_among_the_near_fastest() -> None:
+    rows = [row(0, 900, 200), row(1, 1000, 260), row(2, 980, 240), row(2, 990, 240, prefetch=1), row(4, 2000, 900, stopped=True)]
+    result = TuneResult("data/", {"batch_size": 64}, rows)
+    # within 5% of the fastest, the least memory of those, then the fewest units prefetched
+    assert result.best.setting == Setting(2, 1)
+    assert result.call() == "pipeline.make_loader('data/', num_workers=2, prefetch_factor=1, batch_size=64)"
+    assert TuneResult("data/", {}, rows, memory_mb=230).best.setting == Setting(0, None)
+    with pytest.raises(ValueError, match="no setting ran within 150 MB"):
+        _ = TuneResult("data/", {}, rows, memory_mb=150).best
+
+
+def test_worker_counts_double_up_to_the_cores() -> None:
+    assert worker_counts(1) == [0, 1] and worker_counts(2) == [0, 1, 2] and worker_counts(12) == [0, 1, 2, 4, 8, 12]
+
+
+def test_the_library_function_is_the_commands(shards: Path) -> None:
+    result = pipeline.tune(str(shards), batch_size=100, workers=[0], seconds=0.3, warmup=0.1)
+    assert [r.setting for r in result.rows] == [Setting(0, None)] and result.best is result.rows[0]
