@@ -61,7 +61,7 @@ during a long run cannot mix versions; the JSON records the revision.
 
 Usage (results also go to ``bench-results/bench.json`` and ``bench-results/bench.png``)::
 
-    python scripts/bench.py --quick     # smoke run, a minute or two
+    python scripts/bench.py --quick     # smoke run on tiny data, about a minute (a test runs it)
     python scripts/bench.py             # full run, ~30 minutes, ~12 GB free in --tmp
 """
 
@@ -115,8 +115,8 @@ MEMORY_ALLOWANCE_MB = 250
 SHARD_BYTES = 256 << 20
 _CHUNK_BYTES = 64 << 20
 
-QUICK = dict(tabular_rows=50_000, embedding_rows=5_000, image_rows=600, pt_rows=2_000,
-             memory_rows=40_000, shuffle_per_class=2_000)
+QUICK = dict(tabular_rows=5_000, embedding_rows=1_000, image_rows=100, pt_rows=200,
+             memory_rows=5_000, shuffle_per_class=300)
 FULL = dict(tabular_rows=2_000_000, embedding_rows=200_000, image_rows=10_000, pt_rows=20_000,
             memory_rows=1_400_000, shuffle_per_class=20_000)
 SHAPES = ("tabular", "embeddings", "images")
