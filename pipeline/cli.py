@@ -320,7 +320,7 @@ def make_parser() -> argparse.ArgumentParser:
                     "  pipeline tune shards/train                    # about half a minute\n"
                     "  pipeline tune s3://bucket/train --step-ms 40 --plot tune.png")
     tune.add_argument("data", help="what make_loader takes: " + _INDEX_HELP)
-    tune.add_argument("--batch-size", type=_positive, default=256, metavar="N")
+    tune.add_argument("--batch-size", type=_positive, default=256, metavar="N", help="as make_loader's (default 256)")
     tune.add_argument("--workers", type=_counts, metavar="N,N", help="numbers of workers to try (default: 0, 1, 2, "
                                                                    "4, ... up to the usable cores)")
     tune.add_argument("--prefetch", type=_counts, metavar="N,N",

@@ -104,13 +104,16 @@ def boto3_all(bucket: str, keys: list[str], parallel: int) -> Callable[[], int]:
     return run
 
 
+READ_AHEAD: int | None = None  # the loader's read_ahead, set by --read-ahead
+
+
 def row(source: str, reader: str, seconds: float, moved: int, requests: int | None = None) -> dict:
     return {"source": source, "reader": reader, "seconds": seconds, "mb_per_s": moved / seconds / 1e6,
             "requests": requests}
 
 
 def loader_row(source: str, location: str, runs: int, workers: int, **options: Any) -> dict:
-    epoch = LoaderEpoch(location, workers, **options)
+    epoch = LoaderEpoch(location, workers, read_ahead=READ_AHEAD, **options)
     cached = ", cache_dir, epochs 2+" if "cache_dir" in options else ""
     return row(source, f"this loader ({workers} workers{cached})", *best_of(runs, epoch), requests=epoch.requests)
 
@@ -158,10 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results")
+    parser.add_argument("--read-ahead", type=int, help="the loader's read_ahead (default: the loader's default)")
     parser.add_argument("--quick", action="store_true", help="3,000 samples, one run: a smoke run in seconds")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.runs = 3000, 1
+    global READ_AHEAD
+    READ_AHEAD = args.read_ahead
 
     folder = Path(tempfile.mkdtemp(prefix="bench-remote-"))
     try:

@@ -47,7 +47,7 @@ from .reader import Columns
 from .shards import ForeignShards, IndexedShards, resolve_shards
 from .sources import SourceSet, mixed_sources, single_source
 from .stats import Count, ReadStats
-from .units import UnitReader
+from .units import UnitReader, read_ahead
 from .workers import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20
@@ -98,6 +98,7 @@ class ShardDataset(IterableDataset):
         weights: Mapping[str, float] | None = None,
         samples: Mapping[str, int] | None = None,
         epoch_samples: int | None = None,
+        read_ahead: int | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -120,6 +121,9 @@ class ShardDataset(IterableDataset):
         self.sample_transform, self.batch_transform = sample_transform, batch_transform
         self.on_error = on_error
         self.check_records = check_records  # each record read against its checksum in the index
+        if read_ahead is not None and read_ahead < 0:
+            raise ValueError(f"read_ahead must be >= 0, got {read_ahead}")
+        self.read_ahead = read_ahead  # units read ahead in a thread (None: see _read_ahead)
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify, self.policy,
                                                                self.read_stats)
@@ -282,8 +286,9 @@ class ShardDataset(IterableDataset):
         sequences = self._sequences(legs, batches)
         reader = UnitReader(self.sources, self._wanted(), self.fill, self.on_error == "skip", self.check_records,
                             self.cache, self.policy, self.read_stats)
-        for positions, blocks in worker_reads(sequences, all_legs, config, epoch, self.rank, worker, workers):
-            columns, rows = reader.read(material, sequences[0], positions, blocks)
+        reads = worker_reads(sequences, all_legs, config, epoch, self.rank, worker, workers)
+        for columns, rows in read_ahead(reads, lambda unit: reader.read(material, sequences[0], *unit),
+                                        self._read_ahead()):
             with self.read_stats.timing(Count.GATHER):
                 unit = gather(columns, rows, shared=self.unit_messages)
             yield unit
@@ -296,6 +301,14 @@ class ShardDataset(IterableDataset):
         unit_rows = max(self.shuffle_buffer // self.batch_size, 1) * self.batch_size
         units = messages_from_windows(windows, unit_rows, shared=self.unit_messages)
         return drop_short_tail(units, self.batch_size) if self.drop_last else units
+
+    def _read_ahead(self) -> int:
+        """Units to read ahead: by default one in the main process, where reading would otherwise
+        wait for the training step, and none in DataLoader workers, which their loader's
+        ``prefetch_factor`` already keeps that far ahead."""
+        if self.read_ahead is not None:
+            return self.read_ahead
+        return 1 if get_worker_info() is None else 0
 
     def _wanted(self) -> set[str] | None:
         return None if self.fields is None else set(self.fields)

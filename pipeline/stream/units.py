@@ -15,8 +15,9 @@ import functools
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, Mapping
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import numpy as np
 
@@ -34,6 +35,8 @@ from .sources import SourceSet
 from .stats import Count, ReadStats
 
 REQUESTS_IN_FLIGHT = 8  # ranged requests a worker keeps open at once for remote shards
+T = TypeVar("T")
+R = TypeVar("R")
 log = logging.getLogger("pipeline.stream")
 
 
@@ -179,6 +182,30 @@ class UnitReader:
             with self.cache.reading(url, shard.bytes, shard.sha256) as path:
                 return map_range(str(path), start, stop)  # the mapping outlives an eviction
         return read_range(url, start, stop, self.policy, stats=self.stats)
+
+
+def read_ahead(items: Iterator[T], read: Callable[[T], R], depth: int) -> Iterator[R]:
+    """``read(item)`` of each item, in order, with the next ``depth`` reads running meanwhile in a
+    thread of their own (none when ``depth`` is 0). Why: the caller's work on a unit (gathering
+    it, handing it over, or, without workers, the training step) overlaps the reading of the
+    next: reads and checks, NumPy's copies and the network release the GIL. An error of a read
+    is raised where its result would have been, after every unit before it."""
+    if depth <= 0:
+        yield from map(read, items)
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="read-ahead")
+    pending: deque[Future[R]] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(read, item))
+            if len(pending) > depth:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:  # left early (a break, an error): no read starts after this; one under way ends on its own
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=False)
 
 
 @functools.lru_cache(maxsize=1)

@@ -35,13 +35,13 @@ def delta(after: dict, before: dict) -> dict:
 
 
 def test_in_process_the_stages_are_part_of_the_wait_and_the_step_is_the_loop_body(shards: Path) -> None:
-    loader = make_loader(shards, num_workers=0, batch_size=64, shuffle_buffer=512)
+    loader = make_loader(shards, num_workers=0, batch_size=64, shuffle_buffer=512, read_ahead=0)
     assert all(loader.stats()[key] == 0 for key in (*STAGES, "wait_s", "step_s", "input_bound"))
     batches = play(loader, 0.004)
     stats = loader.stats()
     assert stats["step_s"] >= batches * 0.004
     assert stats["decode_s"] > 0 and stats["storage_s"] > 0 and stats["gather_s"] > 0
-    # without workers the reading happens while the loop waits for a batch: its stages are a part of the wait
+    # without workers, and without reading ahead, the reading happens while the loop waits for a batch
     assert sum(stats[key] for key in STAGES) <= stats["wait_s"]
     assert stats["handover_s"] == 0
     assert stats["input_bound"] == pytest.approx(stats["wait_s"] / (stats["wait_s"] + stats["step_s"]))
@@ -58,6 +58,13 @@ def test_workers_report_their_stages_and_a_slow_loop_shows_as_handover_not_as_wa
     # the loop, not the input, is the bottleneck: the workers wait on it far longer than it waits on them
     assert stats["handover_s"] > stats["wait_s"]
     assert stats["wait_s"] / (stats["wait_s"] + stats["step_s"]) < 0.5
+
+
+def test_a_read_ahead_thread_counts_its_stages_too(shards: Path) -> None:
+    loader = make_loader(shards, num_workers=0, batch_size=64, shuffle_buffer=512)  # reads ahead by default
+    play(loader, 0.002)
+    stats = loader.stats()
+    assert stats["decode_s"] > 0 and stats["storage_s"] > 0 and stats["gather_s"] > 0
 
 
 def test_shards_without_an_index_are_profiled_too(tmp_path: Path) -> None:

@@ -1,0 +1,69 @@
+"""Reading the next unit while the current one is gathered: the same batches, errors in their
+place, and nothing read on behind a loop that stopped."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import ShardDataset, make_loader
+from pipeline.stream.units import read_ahead
+from tests.stream.shardsets import random_sizes, uneven_shards
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*suggested max number of worker")
+
+
+def test_results_come_in_order_and_an_error_after_every_result_before_it() -> None:
+    def read(n: int) -> int:
+        if n == 3:
+            raise KeyError(n)
+        time.sleep(0.001 * (5 - n))  # later reads finish sooner: the order is the items'
+        return n * n
+
+    out = []
+    with pytest.raises(KeyError):
+        for value in read_ahead(iter(range(6)), read, depth=2):
+            out.append(value)
+    assert out == [0, 1, 4]
+    assert list(read_ahead(iter(range(4)), lambda n: -n, depth=0)) == [0, -1, -2, -3]
+
+
+def test_reads_run_in_a_thread_of_their_own_and_stop_when_the_loop_does() -> None:
+    started: list[tuple[int, str]] = []
+
+    def read(n: int) -> int:
+        started.append((n, threading.current_thread().name))
+        return n
+
+    reads = read_ahead(iter(range(100)), read, depth=1)
+    assert next(reads) == 0
+    reads.close()
+    time.sleep(0.05)
+    assert {n for n, _ in started} <= {0, 1}  # the one read ahead at most, nothing after the close
+    assert all(name.startswith("read-ahead") for _, name in started)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    return uneven_shards(tmp_path_factory.mktemp("ahead"), random_sizes(6, 200, 900, seed=8), pack=8)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_batches_do_not_depend_on_how_far_ahead_a_worker_reads(shards: Path, workers: int) -> None:
+    def batches(depth: int) -> list[np.ndarray]:
+        loader = make_loader(shards, num_workers=workers, batch_size=40, shuffle_buffer=300, read_ahead=depth, seed=3)
+        return [batch["i"].numpy().copy() for batch in loader]
+
+    plain = batches(0)
+    for depth in (1, 3):
+        ahead = batches(depth)
+        assert len(ahead) == len(plain) and all((a == b).all() for a, b in zip(ahead, plain))
+
+
+def test_a_negative_read_ahead_is_refused(shards: Path) -> None:
+    with pytest.raises(ValueError, match="read_ahead must be >= 0, got -1"):
+        ShardDataset(shards, read_ahead=-1)
