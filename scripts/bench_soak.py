@@ -63,7 +63,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # for tests/; last, so that the library snapshot on PYTHONPATH wins
 
-from bench import log, markdown_table, process_tree, rss_bytes, snapshot_library  # noqa: E402
+from benchlib.common import log, markdown_table, process_tree, rss_bytes  # noqa: E402
+from benchlib.library import snapshot_library  # noqa: E402
 
 from tests.storage.servers import FaultProxy, start_nginx, stop  # noqa: E402
 

@@ -1,0 +1,1 @@
+"""The parts of ``scripts/bench.py``: data, readers, cases, report."""
