@@ -271,8 +271,10 @@ class ShardDataset(IterableDataset):
                 yield from (self._finish(batch) for batch in split_message(unit, self.batch_size))
                 continue
             message = self._finish_unit(unit)
+            unit = None  # hold no unit while this one is handed over and the next one read: a unit's memory each
             handed = time.perf_counter()
             yield message
+            message = None
             self.read_stats.spent(Count.HANDOVER, time.perf_counter() - handed)
 
     def _indexed_units(self, worker: int, workers: int) -> Iterator[Columns]:
@@ -291,7 +293,9 @@ class ShardDataset(IterableDataset):
                                         self._read_ahead()):
             with self.read_stats.timing(Count.GATHER):
                 unit = gather(columns, rows, shared=self.unit_messages)
+            columns = rows = None  # the rows read are not needed once gathered: let them go before the next read
             yield unit
+            unit = None
 
     def _foreign_units(self, worker: int, workers: int) -> Iterator[Columns]:
         assert isinstance(self.shards, ForeignShards)

@@ -77,7 +77,7 @@ class UnitReader:
         columns = stand_in(parts)
         if columns is None:  # every block failed: rows read elsewhere stand in for the whole unit
             columns = repeat_rows(self._spare(material, block_range(int(names[0]), first_leg)), kept)
-        else:
+        elif self.skip:  # kept only where stand-ins may be needed: it is a unit's memory
             self.spare = columns
         return columns, rows
 
