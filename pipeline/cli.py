@@ -321,9 +321,9 @@ def make_parser() -> argparse.ArgumentParser:
                     "  pipeline tune s3://bucket/train --step-ms 40 --plot tune.png")
     tune.add_argument("data", help="what make_loader takes: " + _INDEX_HELP)
     tune.add_argument("--batch-size", type=_positive, default=256, metavar="N", help="as make_loader's (default 256)")
-    tune.add_argument("--workers", type=_counts, metavar="N,N", help="numbers of workers to try (default: 0, 1, 2, "
+    tune.add_argument("--workers", type=_counts(0), metavar="N,N", help="numbers of workers to try (default: 0, 1, 2, "
                                                                    "4, ... up to the usable cores)")
-    tune.add_argument("--prefetch", type=_counts, metavar="N,N",
+    tune.add_argument("--prefetch", type=_counts(1), metavar="N,N",
                       help="prefetch factors to try at the best number of workers (default: 1,4, besides 2)")
     tune.add_argument("--step-ms", type=float, default=0.0, help="a simulated training step per batch, in ms")
     tune.add_argument("--seconds", type=float, default=3.0, help="seconds each setting is measured (default 3)")
@@ -334,14 +334,17 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-    if any(n < 0 for n in counts):
-        raise argparse.ArgumentTypeError(f"expected numbers >= 0, got {text!r}")
-    return counts
+def _counts(least: int) -> Callable[[str], list[int]]:
+    def parse(text: str) -> list[int]:
+        try:
+            counts = [int(part) for part in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+        if any(n < least for n in counts):
+            raise argparse.ArgumentTypeError(f"expected numbers >= {least}, got {text!r}")
+        return counts
+
+    return parse
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:

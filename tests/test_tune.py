@@ -3,14 +3,17 @@ stopped early, and the recommendation the table and the call come down to."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pipeline
+from pipeline.measure import throughput
 from pipeline.measure.throughput import GRACE_S, Measured, Setting, measure
 from pipeline.measure.tune import TuneResult, worker_counts
 
@@ -86,3 +89,34 @@ def test_worker_counts_double_up_to_the_cores() -> None:
 def test_the_library_function_is_the_commands(shards: Path) -> None:
     result = pipeline.tune(str(shards), batch_size=100, workers=[0], seconds=0.3, warmup=0.1)
     assert [r.setting for r in result.rows] == [Setting(0, None)] and result.best is result.rows[0]
+
+
+def test_under_a_memory_budget_nothing_over_it_is_swept_or_recommended(shards: Path) -> None:
+    result = pipeline.tune(str(shards), batch_size=100, workers=[0, 1], seconds=0.3, warmup=0.1, memory_mb=1)
+    assert [r.setting for r in result.rows] == [Setting(0, None), Setting(1, 2)]  # no prefetch sweep at 1 worker
+    with pytest.raises(ValueError, match="no setting ran within 1 MB"):
+        _ = result.best
+
+
+def test_a_setting_that_never_reports_is_stopped_and_named(monkeypatch) -> None:
+    silent = socket.socket()  # accepts connections (the kernel does) and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    monkeypatch.setattr(throughput, "START_LIMIT_S", 4.0)
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}/data/index.json"
+    try:
+        started = time.perf_counter()
+        with pytest.raises(RuntimeError, match=r"num_workers=0 on http://127\.0\.0\.1:\d+/data/index\.json: no result "
+                                               r"within 5 s"):
+            measure(url, Setting(0, None), {}, seconds=0.5, warmup=0.1)
+        assert time.perf_counter() - started < 30
+    finally:
+        silent.close()
+
+
+def test_bad_grids_are_refused(shards: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "pipeline", "tune", str(shards), "--prefetch", "0,2"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "expected numbers >= 1, got '0,2'" in run.stderr
+    with pytest.raises(ValueError, match=r"numbers of workers must be >= 0, got \[-1\]"):
+        pipeline.tune(str(shards), workers=[-1])

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -24,6 +25,7 @@ from .memory import MB, TreeMemory
 
 TICK_S = 0.25  # how often the child reports its progress
 GRACE_S = 1.0  # a setting is judged only after this much of its measuring time
+START_LIMIT_S = 120.0  # beyond its measuring time, how long a setting may take before it counts as hung
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,10 @@ def measure(data: str, setting: Setting, options: Mapping[str, Any], *, seconds:
                                 stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True)
         monitor = TreeMemory(proc.pid, pss=True)
         monitor.start()
+        limit = START_LIMIT_S + warmup + seconds
+        hung = threading.Event()
+        watchdog = threading.Timer(limit, lambda: (hung.set(), _stop_group(proc, wait=False)))
+        watchdog.start()
         last: dict[str, Any] = {}
         stopped = False
         try:
@@ -88,31 +94,37 @@ def measure(data: str, setting: Setting, options: Mapping[str, Any], *, seconds:
                 last = json.loads(line)
                 if "error" in last:
                     raise ValueError(f"{last['error']} (measuring {setting})")
+                if last.get("done"):
+                    break  # the result is in: what the child does while it exits is not measured
                 rate = last["samples"] / last["seconds"] if last["seconds"] else 0.0
-                if give_up_below is not None and last["seconds"] >= GRACE_S and rate < give_up_below \
-                        and not last.get("done"):
+                if give_up_below is not None and last["seconds"] >= GRACE_S and rate < give_up_below:
                     stopped = True
                     break
         finally:
+            watchdog.cancel()
             _stop_group(proc)
             monitor.stop()
-        if not stopped and proc.returncode != 0:
+        if hung.is_set():
+            raise RuntimeError(f"measuring {setting} on {data}: no result within {limit:.0f} s (storage that does "
+                               f"not answer? a reader that hangs?); it was stopped")
+        if not stopped and not last.get("done"):
             errors.seek(0)
-            raise RuntimeError(f"measuring {setting} on {data} failed (exit {proc.returncode}):\n"
+            raise RuntimeError(f"measuring {setting} on {data} failed (exit {proc.returncode}) before a result:\n"
                                f"{errors.read()[-3000:]}")
     return Measured(setting, last.get("samples", 0), last.get("seconds", 0.0), last.get("sample_bytes", 0),
                     last.get("first_batch_s"), monitor.peak_rss / MB, monitor.peak_pss / MB,
                     last.get("profile", {}), stopped)
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    """End the child and its workers: at once if it still runs, else wait for it."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
+def _stop_group(proc: subprocess.Popen, wait: bool = True) -> None:
+    """End the child and what is left of its process group (its DataLoader workers), then reap it.
+    The group is killed even when the child has exited: its workers may outlive it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child is not reaped yet, so its pid is not reused
+    except ProcessLookupError:
+        pass
+    if wait:
+        proc.wait()
 
 
 def _rows(batch: Any) -> int:

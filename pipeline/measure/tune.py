@@ -131,11 +131,18 @@ def tune(data: str, *, batch_size: int = 256, workers: Sequence[int] | None = No
     from its first batch; ``memory_mb``: leave out settings whose peak memory (PSS of the process
     tree) is above it; ``options``: other ``make_loader`` options (``shuffle_buffer``,
     ``fields``, ``cache_dir``...). ``progress`` is told of each setting as it is measured."""
+    if workers is not None and any(n < 0 for n in workers):
+        raise ValueError(f"numbers of workers must be >= 0, got {list(workers)}")
+    if prefetch is not None and any(n < 1 for n in prefetch):
+        raise ValueError(f"prefetch factors must be >= 1, got {list(prefetch)}")
     options = {"batch_size": batch_size, **(options or {})}
     rows: list[Measured] = []
 
+    def fits(row: Measured) -> bool:
+        return not row.stopped_early and (memory_mb is None or row.peak_mb <= memory_mb)
+
     def run(setting: Setting) -> Measured:
-        best = max((r.samples_per_s for r in rows if not r.stopped_early), default=0.0)
+        best = max((r.samples_per_s for r in rows if fits(r)), default=0.0)
         row = measure(data, setting, options, seconds=seconds, warmup=warmup, step_ms=step_ms,
                       give_up_below=GIVE_UP * best if best else None)
         rows.append(row)
@@ -146,7 +153,7 @@ def tune(data: str, *, batch_size: int = 256, workers: Sequence[int] | None = No
 
     counts = worker_counts(usable_cores()) if workers is None else sorted(set(workers))
     swept = [run(Setting(n, DEFAULT_PREFETCH if n else None)) for n in counts]
-    with_workers = [r for r in swept if r.setting.num_workers and not r.stopped_early]
+    with_workers = [r for r in swept if r.setting.num_workers and fits(r)]
     if with_workers:
         top = max(with_workers, key=lambda r: r.samples_per_s).setting
         factors = [1, 4] if prefetch is None else sorted(set(prefetch))

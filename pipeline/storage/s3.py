@@ -26,6 +26,14 @@ _clients: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
 
+def _new_lock() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock)  # a fork copies the lock as it stands: held, by a reader thread
+
+
 def split_url(url: str) -> tuple[str, str]:
     """``s3://bucket/a/b`` -> ``("bucket", "a/b")``."""
     rest = url[len("s3://"):]

@@ -9,8 +9,9 @@ so workers send *messages* of several batches, which the main process splits int
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 import numpy as np
 import torch
@@ -81,10 +82,10 @@ def _join(parts: list[Columns]) -> Columns:
     return out
 
 
-def messages_from_windows(windows: Iterator[tuple[Columns, np.ndarray]], target: int,
-                          shared: bool = False) -> Iterator[Columns]:
+def messages_from_windows(windows: Iterator[tuple[Columns, np.ndarray]], target: int, shared: bool = False,
+                          timing: Callable[[], ContextManager[Any]] = nullcontext) -> Iterator[Columns]:
     """Rows in emission order across windows, cut into messages of ``target`` rows each (whole
-    batches; the last message may be shorter)."""
+    batches; the last message may be shorter); each gather and join runs inside ``timing()``."""
     carry: list[Columns] = []
     carried = 0
     for columns, order in windows:
@@ -93,16 +94,23 @@ def messages_from_windows(windows: Iterator[tuple[Columns, np.ndarray]], target:
             take = order[position:position + target - carried]
             position += len(take)
             if not carry and len(take) == target:
-                yield gather(columns, take, shared)
-            else:
+                with timing():
+                    message = gather(columns, take, shared)
+                yield message
+                continue
+            with timing():
                 carry.append(gather(columns, take))
-                carried += len(take)
-                if carried < target:
-                    continue
-                yield _join(carry)
-                carry, carried = [], 0
+            carried += len(take)
+            if carried < target:
+                continue
+            with timing():
+                message = _join(carry)
+            yield message
+            carry, carried = [], 0
     if carried:
-        yield _join(carry)
+        with timing():
+            message = _join(carry)
+        yield message
 
 
 def drop_short_tail(messages: Iterator[Columns], batch_size: int) -> Iterator[Columns]:

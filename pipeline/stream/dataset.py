@@ -303,7 +303,7 @@ class ShardDataset(IterableDataset):
                                self.fill, self.on_error == "skip", self.policy, self.read_stats)
         windows = stream.windows(self.epoch, self.rank * workers + worker, self.world_size * workers)
         unit_rows = max(self.shuffle_buffer // self.batch_size, 1) * self.batch_size
-        units = messages_from_windows(windows, unit_rows, shared=self.unit_messages)
+        units = messages_from_windows(windows, unit_rows, self.unit_messages, lambda: self.read_stats.timing(Count.GATHER))
         return drop_short_tail(units, self.batch_size) if self.drop_last else units
 
     def _read_ahead(self) -> int:

@@ -25,6 +25,7 @@ from .material import Draw, rng_for
 from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
 from .stats import Count, ReadStats
 
+_COUNT_EVERY = 64  # records read between two additions to the profile
 log = logging.getLogger("pipeline.stream")
 
 
@@ -72,11 +73,18 @@ class ForeignStream:
             log.warning("skipping a record of %s: %s", redact(url), exc)
             self.stats.skipped(0)  # without an index, what it held is not known
 
-        waited = busy = 0.0  # seconds waiting for the shard's bytes, and reading its records in all
+        waited = busy = 0.0  # seconds waiting for the shard's bytes, and reading its records in all, not counted yet
+        records = 0
 
         def wait(seconds: float) -> None:
             nonlocal waited
             waited += seconds
+
+        def count() -> None:  # a record is too small to count one by one
+            nonlocal waited, busy
+            self.stats.spent(Count.STORAGE, waited)
+            self.stats.spent(Count.DECODE, busy - waited)
+            waited = busy = 0.0
 
         rows = iter_foreign_rows(url, self.wanted, fields, policy=self.policy, stats=self.stats, fill=self.fill,
                                  on_lost=lost if self.skip else None, on_wait=wait)
@@ -89,6 +97,9 @@ class ForeignStream:
                     busy += time.perf_counter() - started
                 if columns is None:
                     return
+                records += 1
+                if records % _COUNT_EVERY == 0:
+                    count()
                 yield columns
         except (ShardError, SourceError) as exc:
             if not self.skip:
@@ -97,8 +108,7 @@ class ForeignStream:
             self.stats.skipped(0)
         finally:
             rows.close()  # an epoch left early closes the shard's connection now
-            self.stats.spent(Count.STORAGE, waited)  # counted once a shard: a record is too small to count
-            self.stats.spent(Count.DECODE, busy - waited)
+            count()
 
     def _window(self, parts: list[Columns], rows: int, epoch: int, consumer: int,
                 window: int) -> tuple[Columns, np.ndarray]:

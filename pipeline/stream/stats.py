@@ -14,8 +14,10 @@ threads of a worker that reads remote pieces several at once):
 - ``storage_s``: waiting for the bytes of a piece (a remote request, a cache's copy, mapping a
   local file; the page faults of a local file that is not in the page cache happen later, while
   its records are read, and count as decoding);
-- ``decode_s``: walking, checking (checksums, the schema) and decoding the records of a piece;
-- ``gather_s``: gathering a unit's samples in emission order into the buffers sent;
+- ``decode_s``: walking, checking (checksums, the schema) and decoding the records of a piece
+  (with a remote index, fetching the block of its table that says where they start counts here);
+- ``gather_s``: joining the rows read and gathering a unit's samples in emission order into the
+  buffers sent;
 - ``handover_s``: from a worker's handing a unit over to the DataLoader until it is asked for the
   next: sending it, and waiting while the loader's prefetch queue is full (time the worker is
   idle because the training loop, not the input, is the bottleneck).

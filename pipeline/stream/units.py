@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import queue
+import threading
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import numpy as np
@@ -37,6 +38,7 @@ from .stats import Count, ReadStats
 REQUESTS_IN_FLIGHT = 8  # ranged requests a worker keeps open at once for remote shards
 T = TypeVar("T")
 R = TypeVar("R")
+_END = object()  # what the read-ahead thread sends after the last result
 log = logging.getLogger("pipeline.stream")
 
 
@@ -74,7 +76,8 @@ class UnitReader:
             parts.append(len(offsets) if columns is None else columns)
             rows[mask] = kept + inverse
             kept += len(offsets)
-        columns = stand_in(parts)
+        with self.stats.timing(Count.GATHER):  # joining the blocks' rows is a copy
+            columns = stand_in(parts)
         if columns is None:  # every block failed: rows read elsewhere stand in for the whole unit
             columns = repeat_rows(self._spare(material, block_range(int(names[0]), first_leg)), kept)
         elif self.skip:  # kept only where stand-ins may be needed: it is a unit's memory
@@ -120,8 +123,9 @@ class UnitReader:
                 wait(futures)
         else:
             results = [self._read_rows(*piece) for piece in wanted]
-        return stand_in([(piece[3] - piece[2] if piece[4] is None else len(piece[4])) if columns is None else columns
-                         for piece, columns in zip(wanted, results)])
+        with self.stats.timing(Count.GATHER):  # joining the pieces' rows is a copy
+            return stand_in([(piece[3] - piece[2] if piece[4] is None else len(piece[4])) if columns is None
+                             else columns for piece, columns in zip(wanted, results)])
 
     def _read_rows(self, source: int, shard: int, start: int, stop: int, rows: np.ndarray | None) -> Columns | None:
         """Rows ``start + rows`` (default: all of ``[start, stop)``) of one shard."""
@@ -193,19 +197,37 @@ def read_ahead(items: Iterator[T], read: Callable[[T], R], depth: int) -> Iterat
     if depth <= 0:
         yield from map(read, items)
         return
-    pool = ThreadPoolExecutor(1, thread_name_prefix="read-ahead")
-    pending: deque[Future[R]] = deque()
+    slots = threading.Semaphore(depth)  # reads started (or done) that the caller has not taken yet
+    results: queue.SimpleQueue = queue.SimpleQueue()
+    stopped = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                slots.acquire()
+                if stopped.is_set():
+                    return
+                results.put((True, read(item)))
+            results.put((True, _END))
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller, where the result would be
+            results.put((False, exc))
+
+    # a daemon: a read under way when the caller stops (a break, an error) must not hold up the
+    # interpreter's exit; it ends on its own, and no read starts after it
+    threading.Thread(target=produce, name="read-ahead", daemon=True).start()
     try:
-        for item in items:
-            pending.append(pool.submit(read, item))
-            if len(pending) > depth:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:  # left early (a break, an error): no read starts after this; one under way ends on its own
-        for future in pending:
-            future.cancel()
-        pool.shutdown(wait=False)
+        while True:
+            ok, value = results.get()
+            if not ok:
+                raise value
+            if value is _END:
+                return
+            slots.release()
+            yield value
+            value = None  # hold no unit while the next one is read
+    finally:
+        stopped.set()
+        slots.release()  # wakes a producer waiting for a slot, to see that it is stopped
 
 
 @functools.lru_cache(maxsize=1)

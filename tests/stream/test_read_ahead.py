@@ -3,6 +3,8 @@ place, and nothing read on behind a loop that stopped."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -45,6 +47,15 @@ def test_reads_run_in_a_thread_of_their_own_and_stop_when_the_loop_does() -> Non
     time.sleep(0.05)
     assert {n for n, _ in started} <= {0, 1}  # the one read ahead at most, nothing after the close
     assert all(name.startswith("read-ahead") for _, name in started)
+
+
+def test_a_read_under_way_when_the_loop_stops_does_not_hold_up_the_exit() -> None:
+    script = ("import time\nfrom pipeline.stream.units import read_ahead\n"
+              "reads = read_ahead(iter(range(5)), lambda n: time.sleep(0 if n == 0 else 60) or n, depth=1)\n"
+              "assert next(reads) == 0\nreads.close()\n")  # the read of item 1 would take a minute
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    assert time.perf_counter() - started < 40
 
 
 @pytest.fixture(scope="module")
