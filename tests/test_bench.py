@@ -30,3 +30,29 @@ def test_the_quick_benchmark_runs_every_reader_and_reports_each_part(tmp_path: P
     assert memory["delivered"] == memory["samples"] == 5000 and memory["peak_pss_mb"] > 0
     assert {target["metric"].split(":")[0] for target in report["targets"]} >= {"memory"}
     assert (tmp_path / "out" / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_gpu_benchmark_runs_its_cpu_path_where_there_is_no_gpu(tmp_path: Path) -> None:
+    script = BENCH.with_name("bench_gpu.py")
+    run = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path)], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((tmp_path / "bench_gpu.json").read_text())
+    assert [row["workers"] for row in report["rows"]] == [0, 2]
+    for row in report["rows"]:
+        assert row["epoch_samples"] == [20_000, 20_000] and 0 <= row["input_bound"] <= 1
+        assert row["samples_per_s"] > 0 and row["profile"]["decode_s"] > 0
+        assert (row["copy_overlap"] is None) == (report["device"] == "CPU (no CUDA device)")
+    assert "| 2 |" in run.stdout
+
+
+def test_copy_overlap_is_the_share_of_copy_time_inside_steps() -> None:
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        from bench_gpu import overlap
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    assert overlap([(0, 1), (2, 4)], [(0.5, 3)]) == 0.5
+    assert overlap([(0, 1)], [(2, 3)]) == 0  # steps run one after another on one stream: they never overlap
+    assert abs(overlap([(1, 2)], [(0, 1.5), (1.8, 5)]) - 0.7) < 1e-9
+    assert overlap([], [(0, 1)]) == 0
