@@ -64,6 +64,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from benchlib.common import Target
+from benchlib.data import write_npy
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1e6
@@ -155,21 +157,6 @@ class Dataset:
     def remove(self) -> None:
         self.x.unlink(missing_ok=True)
         self.y.unlink(missing_ok=True)
-
-
-def write_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype,
-              fill: Callable[[int], np.ndarray]) -> Path:
-    """Write a ``.npy`` of ``shape`` a chunk of rows at a time (never the whole array in
-    memory); ``fill(n)`` returns the next ``n`` rows."""
-    dtype = np.dtype(dtype)
-    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-    step = max(1, _CHUNK_BYTES // row_bytes)
-    with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, header)
-        for start in range(0, shape[0], step):
-            np.ascontiguousarray(fill(min(step, shape[0] - start)), dtype=dtype).tofile(f)
-    return path
 
 
 def make_dataset(folder: Path, name: str, rows: int, features: int, seed: int) -> Dataset:
@@ -378,17 +365,6 @@ def timed_cases(cfg: Config, tabular: Dataset, emb: Dataset) -> dict[str, Case]:
         build_case(f"workers=2 pack={p} {w}MB", emb, "path", p, w, workers=2),
     ]
     return {case.name: case for case in cases}
-
-
-@dataclass(frozen=True)
-class Target:
-    metric: str
-    value: float
-    goal: str
-    met: bool | None  # None: informational
-
-    def row(self) -> dict[str, Any]:
-        return {"metric": self.metric, "value": self.value, "target": self.goal, "met": self.met}
 
 
 def targets(cfg: Config, cases: dict[str, Case], big: Case | None) -> list[Target]:

@@ -51,6 +51,19 @@ OURS, WDS, JOBLIB, PT, MEMMAP, CAT = ("this loader", "webdataset", "joblib batch
 
 
 @dataclass(frozen=True)
+class Target:
+    """A figure a benchmark is judged by, and whether it met its goal."""
+
+    metric: str
+    value: float
+    goal: str
+    met: bool | None  # None: informational
+
+    def row(self) -> dict[str, Any]:
+        return {"metric": self.metric, "value": self.value, "target": self.goal, "met": self.met}
+
+
+@dataclass(frozen=True)
 class Config:
     tabular_rows: int
     embedding_rows: int

@@ -72,10 +72,13 @@ def random_rows(rng: np.random.Generator, n: int, dims: tuple[int, ...], dtype: 
     return rng.integers(0, 256, (n, *dims), dtype=np.dtype(dtype))
 
 
-def write_npy(path: Path, shape: tuple[int, ...], dtype: str, fill: Callable[[int], np.ndarray]) -> Path:
-    """Write a ``.npy`` a chunk of rows at a time; ``fill(n)`` returns the next ``n`` rows."""
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+def write_npy(path: Path, shape: tuple[int, ...], dtype: str | np.dtype,
+              fill: Callable[[int], np.ndarray]) -> Path:
+    """Write a ``.npy`` of ``shape`` a chunk of rows at a time (never the whole array in
+    memory); ``fill(n)`` returns the next ``n`` rows."""
+    dtype = np.dtype(dtype)
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
     step = max(1, _CHUNK_BYTES // row_bytes)
     with open(path, "wb") as f:
         np.lib.format.write_array_header_1_0(f, header)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +23,12 @@ from .common import (
     SHUFFLE_CLASSES,
     WDS,
     Config,
+    Target,
     fmt,
     log,
     markdown_table,
 )
 from .library import environment
-
-
-@dataclass(frozen=True)
-class Target:
-    metric: str
-    value: float
-    goal: str
-    met: bool | None  # None: informational
-
-    def row(self) -> dict[str, Any]:
-        return {"metric": self.metric, "value": self.value, "target": self.goal, "met": self.met}
-
 
 SPEEDUP_GOALS = {2: {"tabular": 20.0, "embeddings": 15.0, "images": 1.7},
                  0: {"tabular": 100.0, "embeddings": 50.0, "images": 5.0}}
