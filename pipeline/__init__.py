@@ -5,12 +5,12 @@ The public API, documented in README.md:
 - encoding: :func:`encode_sample`, :func:`decode_record`
 - writing: :class:`ShardWriter`, :func:`write_shards`, :func:`build_shards` and the converters
   :func:`build_npz`, :func:`build_joblib`, :func:`build_sample_files`, :func:`build_folder`,
-  :func:`build_parquet`, :func:`build_arrow`
+  :func:`build_imagefolder`, :func:`build_parquet`, :func:`build_arrow`
 - distributed builds: :class:`Part`, :func:`merge_index_files`
 - indexing shards written by other tools in place: :func:`index_shards`
 - reading and checking: :func:`load_index`, :func:`iter_records`, :func:`verify`, :func:`describe`
 - streaming into PyTorch: :class:`ShardDataset`, :func:`make_loader`, :class:`ShardLoader`,
-  :class:`DevicePrefetcher`
+  :class:`DevicePrefetcher`, and :class:`Images` to decode image fields in the workers
 - choosing a loader's settings on the machine at hand: :func:`tune`
 """
 
@@ -27,6 +27,7 @@ from .storage.indexes import load_index
 from .write.api import (
     build_arrow,
     build_folder,
+    build_imagefolder,
     build_joblib,
     build_npz,
     build_parquet,
@@ -39,6 +40,7 @@ from .write.output import OutputExistsError
 from .write.run import Part, build_shards
 from .write.sources.arrays import ArraySource, open_npy, open_npz
 from .write.sources.folder import FolderSource
+from .write.sources.image_folder import ImageFolderSource
 from .write.sources.joblib_batches import JoblibBatchSource
 from .write.sources.sample_files import SampleFileSource, partition_sources
 from .write.writer import ShardWriter
@@ -46,7 +48,8 @@ from .write.writer import ShardWriter
 __version__ = "0.1.0"
 
 _LAZY = {"ShardDataset": "stream.dataset", "DevicePrefetcher": "stream.prefetch", "ShardLoader": "stream.loader",
-         "make_loader": "stream.loader", "WorkerError": "stream.workers", "tune": "measure.tune"}
+         "make_loader": "stream.loader", "WorkerError": "stream.workers", "tune": "measure.tune",
+         "Images": "stream.images"}
 
 
 def __getattr__(name: str):
@@ -60,9 +63,9 @@ def __getattr__(name: str):
 
 __all__ = [
     "ArraySource", "DatasetIndex", "DevicePrefetcher", "ShardDataset", "ShardLoader", "SourceError",
-    "make_loader", "FieldSpec", "FolderSource", "FormatError", "IndexFormatError",
+    "make_loader", "FieldSpec", "FolderSource", "ImageFolderSource", "Images", "FormatError", "IndexFormatError",
     "JoblibBatchSource", "OutputExistsError", "Part", "Problem", "SampleError", "SampleFileSource",
-    "ShardError", "ShardInfo", "ShardWriter", "WorkerError", "build_arrow", "build_folder", "build_joblib",
+    "ShardError", "ShardInfo", "ShardWriter", "WorkerError", "build_arrow", "build_folder", "build_imagefolder", "build_joblib",
     "build_npz", "build_parquet",
     "build_sample_files", "build_shards", "decode_fields", "decode_record", "describe",
     "encode_sample", "index_shards", "iter_records", "iter_samples", "load_index", "merge_index_files", "open_npy",

@@ -13,7 +13,7 @@ from .check.describe import describe
 from .check.verify import verify
 from .format.errors import FormatError
 from .storage import redact
-from .write.api import build_folder, build_joblib, build_npz, build_sample_files, write_shards
+from .write.api import build_folder, build_imagefolder, build_joblib, build_npz, build_sample_files, write_shards
 from .write.engines import ENGINES
 from .write.indexing import index_shards
 from .write.merge import merge_index_files
@@ -147,6 +147,10 @@ def _cmd_folder(args: argparse.Namespace) -> None:
     build_folder(args.folder, args.out, recursive=args.recursive, **_options(args))
 
 
+def _cmd_imagefolder(args: argparse.Namespace) -> None:
+    build_imagefolder(args.root, args.out, max_side=args.max_side, quality=args.quality, **_options(args))
+
+
 def _fill(text: str) -> tuple[str, Any]:
     """``COL=VALUE``; the value stays text: the column's type says what it becomes (a number for
     a numeric column, the text as typed for a text one)."""
@@ -255,6 +259,16 @@ def _add_build_commands(commands: Any) -> None:
     folder.add_argument("out", help="output folder or s3://bucket/prefix")
     folder.add_argument("--recursive", action="store_true", help="include subfolders (their path joins the key)")
     folder.set_defaults(run=_cmd_folder)
+    images = _command(layouts, "imagefolder", "from ROOT/<class>/<image>.jpg (.jpeg, .png, .webp), as torchvision's "
+                                              "ImageFolder reads them: the bytes, and a label",
+                      "  pipeline build imagefolder photos/ shards --validation 0.05\n"
+                      "  pipeline build imagefolder imagenet/ shards --max-side 512   # imagenet/train + imagenet/val")
+    images.add_argument("root", help="folder of class folders, or of train/ and val/ folders of class folders")
+    images.add_argument("out", help="output folder (train/ and validation/ in it for a split) or s3://bucket/prefix")
+    images.add_argument("--max-side", type=_positive, metavar="PIXELS",
+                        help="shrink images whose longer side is larger, re-encoded as JPEG (default: bytes kept)")
+    images.add_argument("--quality", type=_positive, default=90, help="JPEG quality of shrunk images (default 90)")
+    images.set_defaults(run=_cmd_imagefolder)
     parquet = _command(layouts, "parquet", "from Parquet files: a row is a sample, a column a field (needs pyarrow)",
                        "  pipeline build parquet table.parquet shards --validation 0.1\n"
                        "  pipeline build parquet parts/ shards --columns embedding,label --fill label=-1 --workers 4")
@@ -265,7 +279,7 @@ def _add_build_commands(commands: Any) -> None:
                      "  pipeline build arrow saved/ shards --columns embedding,label   # Dataset.save_to_disk('saved')")
     _table_command(arrow, "Arrow IPC files (.arrow, .feather) or streams, or folders of them (a save_to_disk "
                           "folder is read in the order of its state.json)", _cmd_arrow)
-    for sub in (arrays, joblib, folder):
+    for sub in (arrays, joblib, folder, images):
         _build_options(sub)
     _build_options(files, splits=False)
 

@@ -56,3 +56,17 @@ def test_copy_overlap_is_the_share_of_copy_time_inside_steps() -> None:
     assert overlap([(0, 1)], [(2, 3)]) == 0  # steps run one after another on one stream: they never overlap
     assert abs(overlap([(1, 2)], [(0, 1.5), (1.8, 5)]) - 0.7) < 1e-9
     assert overlap([], [(0, 1)]) == 0
+
+
+def test_the_image_benchmark_runs_every_reader_on_the_same_jpeg_files(tmp_path: Path) -> None:
+    script = BENCH.with_name("bench_images.py")
+    run = subprocess.run([sys.executable, str(script), "--quick", "--rows", "120", "--workers", "0", "--tmp",
+                          str(tmp_path), "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "bench_images.json").read_text())
+    assert [(row["loader"], row["workers"]) for row in report["rows"]] == [
+        ("decoder alone", None), ("this loader", 0), ("webdataset decode('pil')", 0), ("ImageFolder + DataLoader", 0)]
+    for row in report["rows"]:
+        assert row["samples"] == 120 and not row["note"] and row["samples_per_s"] > 0, row
+    assert [target["metric"] for target in report["targets"]] == ["0 workers: this loader / decoder alone"]
+    assert "| this loader | 0 |" in run.stdout

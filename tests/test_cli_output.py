@@ -42,7 +42,8 @@ def test_every_argument_has_help_and_every_command_an_example() -> None:
             leaves += 1
             assert sub.epilog and sub.epilog.startswith("examples:\n  pipeline " + " ".join(path)), path
             assert sub.prog == "pipeline " + " ".join(path)
-    assert leaves == 11  # build arrays/joblib/files/folder/parquet/arrow, index, merge-index, inspect, verify, tune
+    assert leaves == 12  # build arrays/joblib/files/folder/imagefolder/parquet/arrow, index, merge-index, inspect,
+    # verify, tune
 
 
 def test_in_a_log_progress_is_plain_periodic_lines(monkeypatch) -> None:

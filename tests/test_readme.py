@@ -74,6 +74,12 @@ def make_inputs(folder: Path) -> None:
     (folder / "data").mkdir()  # one torch.save'd tensor per sample, for the IDs the README's dicts name
     for n in range(600):
         torch.save(torch.from_numpy(np.tile(x[n], (3, 1))), folder / "data" / f"id-{n}.pt")
+    from PIL import Image  # from the images extra
+
+    for n in range(20):  # an image folder: photos/<class>/<image>.jpg
+        (folder / "photos" / ("cat", "dog")[n % 2]).mkdir(parents=True, exist_ok=True)
+        picture = np.clip(rng.normal(128, 40, (48 + n, 64, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(picture).save(folder / "photos" / ("cat", "dog")[n % 2] / f"{n:04d}.jpg", quality=90)
     (folder / "images").mkdir()
     for n in range(20):
         (folder / "images" / f"{n:04d}.jpg").write_bytes(rng.bytes(100 + n))

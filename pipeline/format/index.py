@@ -4,7 +4,8 @@ One index per shard set, beside its shards, written last by every build so that 
 never names a shard that is incomplete. The JSON stays small whatever the size of the set:
 the format version, the field schema (name, dtype, per-sample shape), the pack size, the
 totals, the shard names (as brace ranges, see :mod:`.shard_names`), and the name, size and
-sha256 of the binary *shard table* beside it (:mod:`.shard_table`), which holds per shard its
+sha256 of the binary *shard table* beside it (:mod:`.shard_table`), and the build's metadata
+(an image folder's class names, say). The table holds per shard its
 samples, records, bytes and sha256, and the byte offset and checksum of every record, so that
 a reader can start at any record with a seek or a ranged request, and check what it reads.
 
@@ -19,7 +20,7 @@ local file, a URL or a bucket (:mod:`pipeline.storage.indexes` opens an index by
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -169,6 +170,9 @@ class DatasetIndex:
     pack: int = 1
     part: PartInfo | None = None
     table: TableFile | None = None  # where the table was read from, for ``verify``
+    #: what the build knew about the samples that is not in them: ``{"classes": [...]}`` of an
+    #: image folder, whose labels are positions in that list (JSON values only)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.shards, ShardTable):
@@ -201,6 +205,8 @@ class DatasetIndex:
         }
         if self.part is not None:
             data["part"] = asdict(self.part)
+        if self.metadata:
+            data["metadata"] = self.metadata
         return data
 
     @classmethod
@@ -219,11 +225,12 @@ class DatasetIndex:
                 raise IndexFormatError(f"{where}: shard table {table.name!r} must lie beside the index")
             part = PartInfo(**data["part"]) if data.get("part") else None
             pack = int(data.get("pack", 1))
+            metadata = dict(data.get("metadata") or {})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise IndexFormatError(f"{where}: malformed index: {exc}") from None
         reader = open_table(table)
         index = cls(fields, read_table(reader.read, table.bytes, reader.where, names, reader.block_bytes),
-                    pack, part, table)
+                    pack, part, table, metadata)
         for key, value in (("samples", index.samples), ("records", index.records), ("bytes", index.bytes)):
             if data.get(key) != value:
                 raise IndexFormatError(f"{where}: says {data.get(key)} {key}, its shard table holds {value}")
@@ -281,6 +288,7 @@ def merge_indexes(parts: Iterable[DatasetIndex]) -> DatasetIndex:
         missing = sorted(set(range(count)) - set(found))
         raise IndexFormatError(f"partial indexes do not cover all {count} parts (missing parts {missing}, found {found})")
     pack, total = parts[0].pack, parts[0].part.total_shards  # type: ignore[union-attr]
+    metadata = parts[0].metadata
     schema: Schema | None = None
     for p in parts:
         info = p.part
@@ -294,7 +302,10 @@ def merge_indexes(parts: Iterable[DatasetIndex]) -> DatasetIndex:
                                    f"is {expected}")
         if p.pack != pack:
             raise IndexFormatError(f"part {info.index} was built with pack={p.pack}, part 0 with pack={pack}")
+        if p.metadata != metadata:
+            raise IndexFormatError(f"part {info.index} has metadata {p.metadata}, part 0 {metadata}: parts of "
+                                   f"different builds")
         if len(p.shards):
             schema = merge_schema(schema, p.fields, f"part {info.index}")
     shards = ShardTable.concat([p.shards for p in parts])
-    return DatasetIndex(schema or {}, shards, pack)
+    return DatasetIndex(schema or {}, shards, pack, metadata=metadata)

@@ -46,6 +46,18 @@ def stream_samples(stream: BinaryIO, where: str) -> Iterator[tuple[str, dict[str
         yield from zip(sample_keys(walked.key, walked.fields), unpack_rows(walked.fields, walked.key))
 
 
+def _metadata_lines(metadata: dict[str, Any]) -> list[str]:
+    """The build's metadata: a class list as its count and first names, anything else as it is."""
+    lines = []
+    for name, value in metadata.items():
+        if name == "classes" and isinstance(value, list):
+            shown = ", ".join(map(str, value[:8])) + (", ..." if len(value) > 8 else "")
+            lines.append(f"classes  {len(value)}: {shown}")
+        else:
+            lines.append(f"{name:<8} {_show(value)}")
+    return lines
+
+
 def describe_index(index: DatasetIndex, where: str, samples: Sequence[tuple[str, dict[str, Any]]] = ()) -> str:
     """The text ``python -m pipeline inspect`` prints for ``index``, read from ``where``, with
     ``samples`` (its first few, as ``(key, sample)``)."""
@@ -55,8 +67,9 @@ def describe_index(index: DatasetIndex, where: str, samples: Sequence[tuple[str,
         f"samples  {index.samples:,} in {len(index.shards)} shards, {index.records:,} records (pack={index.pack})",
         f"bytes    {human_bytes(index.bytes)}; shard sizes min {human_bytes(int(sizes.min()))} / "
         f"mean {human_bytes(int(sizes.mean()))} / max {human_bytes(int(sizes.max()))}",
-        "fields",
     ]
+    lines.extend(_metadata_lines(index.metadata))
+    lines.append("fields")
     for name, spec in index.fields.items():
         shape = "" if spec.shape is None else " [" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
         lines.append(f"  {name:<16} {spec.dtype}{shape}{'  (optional: some samples lack it)' if spec.optional else ''}")

@@ -41,12 +41,14 @@ from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
 from .batching import drop_short_tail, gather, messages_from_windows, split_message, to_torch
 from .foreign import ForeignStream
+from .images import Images
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
 from .progress import delivered_per_source
 from .reader import LARGE_SAMPLE_BYTES, Columns
 from .shards import ForeignShards, IndexedShards, resolve_shards
 from .sources import SourceSet, mixed_sources, single_source
 from .stats import Count, ReadStats
+from .unit_images import ImageDecoding, check_image_fields
 from .units import UnitReader, read_ahead
 from .workers import WorkerFailure
 
@@ -99,6 +101,7 @@ class ShardDataset(IterableDataset):
         samples: Mapping[str, int] | None = None,
         epoch_samples: int | None = None,
         read_ahead: int | None = None,
+        images: Mapping[str, Images] | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -128,6 +131,9 @@ class ShardDataset(IterableDataset):
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify, self.policy,
                                                                self.read_stats)
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven)
+        self.image_decoding = None if not images else ImageDecoding(
+            check_image_fields(images, None if self.sources is None else self.sources.schema(self.fields)), seed,
+            on_error == "skip", self.read_stats)
         self.shuffle_buffer = shuffle_buffer or self._default_buffer()
         if self.sources is not None:
             self.sources.cut(self.shuffle_buffer, max(chunks_per_buffer, 1))
@@ -178,7 +184,9 @@ class ShardDataset(IterableDataset):
         return max(sum(i.bytes for i in indexes) // max(sum(i.samples for i in indexes), 1), 1)
 
     def _default_buffer(self) -> int:
-        return int(min(max(DEFAULT_BUFFER_BYTES // self.sample_bytes(), 4 * self.batch_size), 1 << 20))
+        """About 32 MB of samples (as the workers hold them: images decoded), at least 4 batches."""
+        held = self.sample_bytes() + (0 if self.image_decoding is None else self.image_decoding.decoded_bytes)
+        return int(min(max(DEFAULT_BUFFER_BYTES // held, 4 * self.batch_size), 1 << 20))
 
     @property
     def exact(self) -> bool:
@@ -289,11 +297,14 @@ class ShardDataset(IterableDataset):
         reader = UnitReader(self.sources, self._wanted(), self.fill, self.on_error == "skip", self.check_records,
                             self.cache, self.policy, self.read_stats)
         reads = worker_reads(sequences, all_legs, config, epoch, self.rank, worker, workers)
-        for columns, rows in read_ahead(reads, lambda unit: reader.read(material, sequences[0], *unit),
-                                        self._read_ahead()):
+        for columns, rows, places in read_ahead(reads, lambda unit: (*reader.read(material, sequences[0], *unit),
+                                                                     unit[0]), self._read_ahead()):
             with self.read_stats.timing(Count.GATHER):
                 unit = gather(columns, rows, shared=self.unit_messages)
             columns = rows = None  # the rows read are not needed once gathered: let them go before the next read
+            if self.image_decoding is not None:
+                unit = self.image_decoding.apply(unit, places, epoch, self.unit_messages,
+                                                 lambda row, places=places: reader.provenance(material, int(places[row])))
             yield unit
             unit = None
 
@@ -301,10 +312,14 @@ class ShardDataset(IterableDataset):
         assert isinstance(self.shards, ForeignShards)
         stream = ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer, self._wanted(),
                                self.fill, self.on_error == "skip", self.policy, self.read_stats)
-        windows = stream.windows(self.epoch, self.rank * workers + worker, self.world_size * workers)
+        consumer = self.rank * workers + worker
+        windows = stream.windows(self.epoch, consumer, self.world_size * workers)
         unit_rows = max(self.shuffle_buffer // self.batch_size, 1) * self.batch_size
         units = messages_from_windows(windows, unit_rows, self.unit_messages, lambda: self.read_stats.timing(Count.GATHER))
-        return drop_short_tail(units, self.batch_size) if self.drop_last else units
+        units = drop_short_tail(units, self.batch_size) if self.drop_last else units
+        if self.image_decoding is None:
+            return units
+        return self.image_decoding.stream(units, consumer, self.epoch, self.unit_messages)
 
     def _read_ahead(self) -> int:
         """Units to read ahead: by default one in the main process, where reading would otherwise

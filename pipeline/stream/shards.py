@@ -79,7 +79,8 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         position = {os.path.normpath(indexed.url(i)): i for i in range(len(indexed.shards))}
         wanted = [position.get(os.path.normpath(u)) for u in urls]
         if all(i is not None for i in wanted):
-            subset = DatasetIndex(indexed.index.fields, indexed.shards.take(wanted), indexed.index.pack)  # type: ignore[arg-type]
+            subset = DatasetIndex(indexed.index.fields, indexed.shards.take(wanted), indexed.index.pack,
+                                  metadata=indexed.index.metadata)  # type: ignore[arg-type]
             return IndexedShards(subset, indexed.base)
     for url in urls:
         if not is_remote(url) and not Path(url).is_file():

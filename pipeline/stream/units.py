@@ -22,8 +22,10 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import numpy as np
 
-from ..format.errors import ShardError
+from ..format.errors import SampleError, ShardError
 from ..format.index import ShardInfo
+from ..format.packing import sample_keys
+from ..format.walk import walk_shard
 from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.cache import ShardCache
 from ..storage.opener import map_range
@@ -178,6 +180,24 @@ class UnitReader:
         finally:
             self.stats.spent(Count.STORAGE, waited)
             self.stats.spent(Count.DECODE, time.perf_counter() - started - waited)
+
+    def provenance(self, material: Material, position: int) -> tuple[str, int | None, str]:
+        """Where the sample at material ``position`` lies, for an error about it: its shard's URL,
+        its record's byte offset, and ``"record N (key 'k')"`` (the key read again from the shard:
+        this is for errors only)."""
+        source, shard, row, _ = locate(material, self.sources.chunks, position, position + 1)[0]
+        shards = self.sources.shards[source]
+        info, url, pack = shards.shards[shard], shards.url(shard), shards.index.pack
+        record = row // pack
+        offset = int(info.offsets[record])
+        stop = int(info.offsets[record + 1]) if record + 1 < info.records else info.bytes
+        try:
+            walked = next(walk_shard(memoryview(self._range_reader(url, offset, stop, info)), url, start=offset,
+                                     first_record=record, whole=False, checksums=False, records=1))
+            key = sample_keys(walked.key, walked.fields)[row % pack]
+        except (ShardError, SourceError, SampleError, StopIteration, IndexError):
+            return redact(url), offset, f"record {record}"
+        return redact(url), offset, f"record {record} (key {key!r})"
 
     def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
         if not is_remote(url):

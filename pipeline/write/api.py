@@ -10,6 +10,7 @@ Every converter takes the options of :func:`~pipeline.write.run.build_shards` (`
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Mapping, Sequence, Union
 
 from ..format.index import DatasetIndex
@@ -18,6 +19,7 @@ from .run import build_shards
 from .source import Source
 from .sources.arrays import ArraySource, open_npz
 from .sources.folder import FolderSource
+from .sources.image_folder import ImageFolderSource, split_folders
 from .sources.joblib_batches import JoblibBatchSource
 from .sources.sample_files import partition_sources
 from .sources.table_files import Inputs
@@ -75,6 +77,31 @@ def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
                  recursive: bool = False, **options: Any) -> BuildResult:
     """Files grouped by stem (``0001.jpg`` + ``0001.json``), bytes kept as they are."""
     return build_dataset(FolderSource(folder, recursive), out_dir, prefix, **options)
+
+
+def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
+                      max_side: int | None = None, quality: int = 90, validation: float | int | None = None,
+                      seed: int = 0, **options: Any) -> BuildResult:
+    """``ROOT/<class>/<image>`` as ``{"image": bytes, "label": int}`` samples, the class names in
+    the index's metadata. A ROOT holding ``train/`` and ``val/`` (or ``validation/``) class
+    folders makes two sets, ``out_dir/train`` and ``out_dir/validation``, labelled by the
+    training set's classes; else ``validation`` splits one folder. ``max_side`` shrinks larger
+    photos (JPEG of ``quality``), in the build's workers."""
+    root = os.fspath(root)
+    folders = split_folders(Path(root))
+    if folders is None:
+        return build_dataset(ImageFolderSource(root, None, max_side, quality), out_dir, prefix, validation, seed,
+                             **options)
+    if validation is not None:
+        raise ValueError(f"{root} already holds train/ and val/ folders: the split is theirs; "
+                         f"leave out validation=")
+    if prefix != "shard":
+        raise ValueError("train/ and val/ folders make two sets named after each split (train-000000.tar); "
+                         "a prefix does not apply")
+    train = ImageFolderSource(folders["train"], None, max_side, quality)
+    sources = {"train": train, "validation": ImageFolderSource(folders["validation"], train.classes, max_side, quality)}
+    return {split: build_shards(source, join(os.fspath(out_dir), split), split, **options)
+            for split, source in sources.items()}
 
 
 def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "shard",

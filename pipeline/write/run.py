@@ -214,6 +214,7 @@ def build_shards(
     if resume and scheme(os.fspath(out_dir)) != "file":
         raise ValueError(f"{os.fspath(out_dir)}: resume works on local folders; build again without it "
                          f"to write every shard")
+    metadata = dict(source.metadata or {})
     if dtypes:
         source = CastSource(source, dtypes)
     pack = resolve_pack(pack, source)
@@ -247,7 +248,7 @@ def build_shards(
             if result.info.samples:
                 schema = merge_schema(schema, result.schema, target.url(result.info.url))
         part_info = None if part is None else PartInfo(part.index, part.count, total)
-        index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info)
+        index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata)
         where = save_index(target, index, index_name)
         remove_stale_shards(target, old_shards, index)
         remove_temporary_files(target, names, index_name)

@@ -8,7 +8,7 @@ samples whether the build runs in one process, in a pool, or as parts on several
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..format.tar import BLOCK, END_OF_ARCHIVE, member_bytes
 from .rows import RowBlock, encode_records
@@ -34,6 +34,9 @@ class Source(ABC):
     description: str = "source"
     #: whether every row has the same fields of the same shapes (arrays), so that rows pack
     fixed_shape: bool = False
+    #: what the index records about the samples besides their fields (JSON values): an image
+    #: folder's ``{"classes": [...]}``, whose positions its labels are
+    metadata: dict[str, Any] | None = None
 
     @abstractmethod
     def __len__(self) -> int: ...

@@ -58,6 +58,7 @@ class RowSubset(Source):
         self.description = f"{source.description} [{name}]"
         self.fixed_shape = source.fixed_shape
         self.fields = getattr(source, "fields", ())
+        self.metadata = source.metadata
         row_bytes = max(source.approx_row_bytes(), 1)
         self._gap = 0 if getattr(source, "sizes", None) is not None else (64 << 10) // row_bytes
         self._span = max((32 << 20) // row_bytes, 1)

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .common import BATCH, SHUFFLE_CLASSES, WDS_SHARD_SHUFFLE, WDS_SHUFFLE
+from .images import IMAGE_LOADERS
 
 
 class JoblibBatches:
@@ -130,13 +131,15 @@ def floor_loader(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
 
 LOADERS: dict[str, Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]]] = {
     "ours": our_loader, "webdataset": wds_loader, "joblib": joblib_loader, "pt": pt_loader,
-    "memmap": memmap_loader, "floor": floor_loader,
+    "memmap": memmap_loader, "floor": floor_loader, **IMAGE_LOADERS,
 }
 
 
 def batch_labels(batch: Any) -> Any:
-    """The label tensor of a batch: ``batch["y"]`` for our dicts, item 1 of the tuples."""
-    return batch["y"] if isinstance(batch, dict) else batch[1]
+    """The label tensor of a batch: ``batch["y"]`` (or ``"label"``) for our dicts, item 1 of the tuples."""
+    if isinstance(batch, dict):
+        return batch["y"] if "y" in batch else batch["label"]
+    return batch[1]
 
 
 def play_epoch(loader: Any, keep_labels: bool) -> tuple[dict[str, Any], list[np.ndarray]]:

@@ -1,0 +1,107 @@
+"""Decode the image fields of a unit, in a worker, after its rows are gathered in emission order.
+
+A unit is decoded into one ``uint8`` buffer per field (shared memory in a ShardLoader's worker,
+so that the batch crosses to the main process without a copy). An image that cannot be decoded
+raises a :class:`~pipeline.format.errors.ShardError` naming its shard, record, key and field; under
+``on_error="skip"`` its whole row is replaced by another row of the unit (so that every rank keeps
+the same batches), logged and counted in ``stats()`` as a skipped piece and a replaced sample.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from ..format.errors import ShardError
+from ..format.index import Schema
+from .batching import shared_empty
+from .images import Images, row_seeds
+from .reader import Columns
+from .stats import Count, ReadStats
+
+#: Where the unit's row ``row`` came from: ``(shard URL, byte offset, "record N (key 'k')")``
+Provenance = Callable[[int], tuple[str, int | None, str]]
+log = logging.getLogger("pipeline.stream")
+
+
+def check_image_fields(images: Mapping[str, Images], schema: Schema | None) -> dict[str, Images]:
+    """The ``images`` option, checked against the index's fields (when there is one)."""
+    for name, spec in images.items():
+        if not isinstance(spec, Images):
+            raise TypeError(f"images[{name!r}] must be an Images(...), got {type(spec).__name__}")
+        if schema and name not in schema:
+            raise ValueError(f"images names field {name!r}, which the index does not have (it has {sorted(schema)})")
+        if schema and schema[name].dtype != "bytes":
+            raise ValueError(f"images names field {name!r}, which holds {schema[name].dtype}, not image bytes")
+    return dict(images)
+
+
+@dataclass
+class ImageDecoding:
+    """The image fields of a dataset and how to decode them (picklable: each worker has it)."""
+
+    images: dict[str, Images]
+    seed: int
+    skip: bool  # on_error="skip"
+    stats: ReadStats
+
+    @property
+    def decoded_bytes(self) -> int:
+        """Bytes of one sample's decoded images."""
+        return sum(3 * spec.shape[0] * spec.shape[1] for spec in self.images.values())
+
+    def apply(self, unit: Columns, places: np.ndarray, epoch: int, shared: bool, where: Provenance) -> Columns:
+        """``unit`` with each image field decoded; ``places`` (a row's place in the epoch) seed
+        the random crops and flips."""
+        with self.stats.timing(Count.DECODE):
+            failed: dict[int, str] = {}
+            for name, spec in self.images.items():
+                values = unit[name]
+                out = shared_empty(spec.batch_shape(len(values)), np.dtype(np.uint8)) if shared else \
+                    np.empty(spec.batch_shape(len(values)), np.uint8)
+                seeds = row_seeds(self.seed, epoch, places) if spec.random else None
+                bad = spec.decode_into(values, out.numpy() if isinstance(out, torch.Tensor) else out, seeds)
+                failed.update({row: f"field {name!r}: {reason}" for row, reason in bad.items() if row not in failed})
+                unit[name] = out
+            if failed:
+                self._bad_rows(unit, failed, where)
+        return unit
+
+    def stream(self, units: Iterator[Columns], consumer: int, epoch: int, shared: bool) -> Iterator[Columns]:
+        """Units of shards without an index, decoded; a row's place is its number in consumer
+        ``consumer``'s stream (the same for the same number of workers)."""
+        done = 0
+        for unit in units:
+            rows = len(next(iter(unit.values())))
+            places = np.arange(done, done + rows, dtype=np.int64) + (consumer << 40)
+
+            def where(row: int, first: int = done) -> tuple[str, int | None, str]:
+                return (f"the shards of consumer {consumer} (no index)", None,
+                        f"sample {first + row} of its stream (index the shards, pipeline index, for errors that "
+                        f"name the shard, record and key)")
+            yield self.apply(unit, places, epoch, shared, where)
+            done += rows
+
+    def _bad_rows(self, unit: Columns, failed: dict[int, str], where: Provenance) -> None:
+        rows = len(next(iter(unit.values())))
+        good = [row for row in range(rows) if row not in failed]
+        for row, reason in sorted(failed.items()):
+            url, offset, record = where(row)
+            if not self.skip:
+                raise ShardError(url, offset, f"{record}, {reason}; pass on_error='skip' to train on without it")
+            if not good:
+                raise ShardError(url, offset, f"{record}, {reason}; no image of its unit could be decoded, so "
+                                              f"none can stand in for it")
+            log.warning("replacing the sample of %s at %s: %s, %s", url, offset, record, reason)
+            self.stats.skipped(1)
+            _copy_row(unit, row, good[row % len(good)])
+
+
+def _copy_row(unit: Columns, row: int, source: int) -> None:
+    """Row ``row`` of every column (a list, an array or a tensor) becomes a copy of row ``source``."""
+    for column in unit.values():
+        column[row] = column[source]

@@ -1,0 +1,136 @@
+"""The ``ROOT/<class>/<file>.jpg`` layout of ``torchvision.datasets.ImageFolder``.
+
+Classes are the subfolders of ``ROOT`` sorted by name, as ImageFolder sorts them, and a label is
+the position of its class in that list; the list goes into the index's metadata
+(``index.metadata["classes"]``), so that a label can be named again at training time. A
+sample is ``{"image": the file's bytes, "label": int}``: the bytes are kept as they are (decode
+them in the loader, see :class:`pipeline.Images`), unless ``max_side`` asks to shrink large
+photos, which are then re-encoded as JPEG in the build's workers.
+
+Files are found in each class folder and its subfolders, in name order. What a file holds is
+told from its first bytes, not its extension (a PNG named ``.JPEG`` is a PNG): a file that is
+not a JPEG, PNG or WebP image is an error naming it, before anything is written.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from ...format.errors import SampleError
+from ..rows import RowBlock, check_key
+from ..source import FileRowsSource
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+#: the subfolders of ROOT read as two sets (``ROOT/train`` + ``ROOT/val``), and the set each makes
+SPLIT_FOLDERS = {"train": "train", "val": "validation", "validation": "validation"}
+_MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"))
+
+
+def image_format(data: bytes) -> str | None:
+    """``"jpeg"``, ``"png"`` or ``"webp"`` from an image's first bytes; ``None`` for anything else."""
+    for magic, name in _MAGIC:
+        if data.startswith(magic):
+            return name
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def class_folders(root: Path) -> list[str]:
+    """The class names of an image folder: its subfolders (not hidden), sorted."""
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such folder")
+    names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
+    if not names:
+        raise FileNotFoundError(f"{root}: no class folders (ROOT/<class>/<image>.jpg)")
+    return names
+
+
+def split_folders(root: Path) -> dict[str, Path] | None:
+    """``{"train": ROOT/train, "validation": ROOT/val}`` when ROOT holds a train folder and a
+    val (or validation) folder, each of class folders; ``None`` for a plain image folder."""
+    found = {split: root / name for name, split in SPLIT_FOLDERS.items() if (root / name).is_dir()}
+    return found if set(found) == {"train", "validation"} else None
+
+
+class ImageFolderSource(FileRowsSource):
+    """The images of ``root``'s class folders, ``{"image": bytes, "label": int}``, keyed by their
+    path (``cat/0001.jpg`` -> ``cat_0001``). ``classes`` fixes the class list (a validation
+    folder takes its training folder's, so that labels agree; a class it lacks is fine, one
+    the list lacks an error); ``max_side`` shrinks images whose longer side exceeds it,
+    re-encoded as JPEG of ``quality``."""
+
+    fields = ("image", "label")
+
+    def __init__(self, root: str | os.PathLike[str], classes: list[str] | None = None,
+                 max_side: int | None = None, quality: int = 90) -> None:
+        self.root = Path(root)
+        found = class_folders(self.root)
+        self.classes = list(found if classes is None else classes)
+        unknown = sorted(set(found) - set(self.classes))
+        if unknown:
+            raise SampleError(f"{self.root}: class folders {unknown} are not among the classes {self.classes}")
+        if max_side is not None and max_side < 1:
+            raise ValueError(f"max_side must be >= 1, got {max_side}")
+        if not 1 <= quality <= 100:
+            raise ValueError(f"quality must be in 1..100, got {quality}")
+        self.max_side, self.quality = max_side, quality
+        self.paths: list[Path] = []
+        self.labels: list[int] = []
+        for name in found:
+            label = self.classes.index(name)
+            for path in sorted((self.root / name).rglob("*")):
+                if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file() and not path.name.startswith("."):
+                    self.paths.append(path)
+                    self.labels.append(label)
+        if not self.paths:
+            raise FileNotFoundError(f"{self.root}: no {'/'.join(IMAGE_SUFFIXES)} files in its class folders")
+        self.keys = self._keys()
+        self.sizes = [path.stat().st_size for path in self.paths]
+        self.metadata = {"classes": self.classes}
+        self.description = f"image folder {self.root} ({len(self.classes)} classes)"
+
+    def _keys(self) -> list[str]:
+        keys: dict[str, Path] = {}
+        for path in self.paths:
+            relative = path.relative_to(self.root).with_suffix("").as_posix()
+            key = check_key(relative.replace("/", "_").replace(".", "_"))
+            if key in keys:
+                raise SampleError(f"{path} and {keys[key]} would both be sample {key!r}: rename one")
+            keys[key] = path
+        return list(keys)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        images = [self._image(path) for path in self.paths[start:stop]]
+        return RowBlock({"image": images, "label": self.labels[start:stop]}, self.keys[start:stop])
+
+    def _image(self, path: Path) -> bytes:
+        data = path.read_bytes()
+        if image_format(data) is None:
+            raise SampleError(f"{path}: not a JPEG, PNG or WebP image (it starts with {data[:8]!r})")
+        return data if self.max_side is None else shrink(data, self.max_side, self.quality, str(path))
+
+
+def shrink(data: bytes, max_side: int, quality: int, where: str) -> bytes:
+    """``data`` as it is when its longer side is at most ``max_side``, else scaled down to it
+    (aspect kept) and encoded as a JPEG of ``quality``."""
+    from PIL import Image  # the build's only use of Pillow: needed for --max-side alone
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if max(image.size) <= max_side:
+                return data
+            image.draft("RGB", (max_side, max_side))  # a JPEG decodes at a fraction of its size: faster
+            rgb = image.convert("RGB")
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise SampleError(f"{where}: cannot read the image to shrink it: {exc}") from None
+    rgb.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+    out = io.BytesIO()
+    rgb.save(out, "JPEG", quality=quality)
+    return out.getvalue()
+

@@ -1,0 +1,203 @@
+"""Images decoded in the workers: geometry, decoders, determinism, and what bad images do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import pipeline
+from pipeline import Images, make_loader
+from pipeline.stream.image_decoders import jpeg_size
+from pipeline.stream.images import row_seeds, uniforms
+from tests.images import encoded, image_folder, photo
+
+BACKENDS = ["opencv", "pillow"]
+
+
+def decode(spec: Images, values: list, epoch: int = 0) -> tuple[np.ndarray, dict]:
+    out = np.zeros(spec.batch_shape(len(values)), np.uint8)
+    failed = spec.decode_into(values, out, row_seeds(0, epoch, np.arange(len(values))))
+    return out, failed
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_center_crop_matches_pillow_cropping_and_resizing_the_same_box(backend: str) -> None:
+    picture = photo(150, 200)
+    spec = Images((60, 40), crop="center", crop_fraction=0.8, backend=backend, channels_last=True)
+    left, top, width, height = spec.box(200, 150, None)
+    assert (width, height) == (80, 120) and (left, top) == (60, 15)  # the widest 2:3 box, times 0.8, centred
+    reference = np.asarray(Image.fromarray(picture).resize((40, 60), Image.Resampling.BILINEAR,
+                                                           box=(left, top, left + width, top + height)))
+    out, failed = decode(spec, [encoded(picture, "PNG")])
+    assert not failed and np.abs(out[0].astype(int) - reference).mean() < 3
+
+
+def test_random_boxes_keep_their_area_and_aspect_within_bounds_and_fall_back_to_a_centred_box() -> None:
+    spec = Images(32, crop="random", scale=(0.25, 0.5), ratio=(0.5, 2.0))
+    draws = uniforms(np.arange(500, dtype=np.uint64), 41)
+    for row in draws:
+        left, top, width, height = spec.box(300, 200, row)
+        assert 0 <= left and left + width <= 300 and 0 <= top and top + height <= 200
+        assert 0.24 <= width * height / 60000 <= 0.51 and 0.49 <= width / height <= 2.05
+    assert spec.box(1000, 10, np.full(41, 0.99)) == (490, 0, 20, 10)  # nothing fits: the aspect clamped to 2
+
+
+def test_draws_depend_on_the_seed_epoch_and_place_alone() -> None:
+    places = np.array([5, 6, 7])
+    assert (row_seeds(1, 2, places) == row_seeds(1, 2, places)).all()
+    assert (uniforms(row_seeds(1, 2, places[1:]), 3) == uniforms(row_seeds(1, 2, places), 3)[1:]).all()
+    assert len({tuple(row_seeds(s, e, places)) for s, e in [(1, 2), (1, 3), (2, 2)]}) == 3
+    values = uniforms(np.arange(10000, dtype=np.uint64), 2)
+    assert values.min() >= 0 and values.max() < 1 and abs(values.mean() - 0.5) < 0.01
+
+
+def _cmyk_jpeg() -> bytes:
+    return encoded(Image.fromarray(np.full((16, 16, 3), (200, 40, 40), np.uint8)).convert("CMYK"))
+
+
+def _png16() -> bytes:
+    return encoded(Image.fromarray(np.full((16, 16), 0x8040, np.uint16)), "PNG")
+
+
+#: name: (bytes, None for an error (its reason must say), else the RGB every pixel should be near)
+CASES = {
+    "truncated JPEG": (encoded(photo(64, 64))[:700], "a truncated JPEG"),
+    "not an image": (b"<html>404</html>", "not a JPEG, PNG or WebP image (it starts with b'<html>40'"),
+    "empty bytes": (b"", "not a JPEG, PNG or WebP image"),
+    "not bytes": (17, "not image bytes but int"),
+    "CMYK JPEG": (_cmyk_jpeg(), (200, 40, 40)),
+    "16-bit grey PNG": (_png16(), (0x80, 0x80, 0x80)),
+    "1x1 image": (encoded(np.full((1, 1, 3), (10, 200, 30), np.uint8), "PNG"), (10, 200, 30)),
+    "palette PNG": (encoded(Image.fromarray(np.full((8, 8, 3), (0, 0, 255), np.uint8)).convert("P"), "PNG"), (0, 0, 255)),
+    "grey JPEG": (encoded(Image.fromarray(np.full((16, 16), 90, np.uint8))), (90, 90, 90)),
+    "RGBA PNG": (encoded(Image.fromarray(np.full((8, 8, 4), (250, 0, 0, 100), np.uint8)), "PNG"), (250, 0, 0)),
+    "WebP": (encoded(np.full((16, 16, 3), (30, 60, 90), np.uint8), "WEBP", lossless=True), (30, 60, 90)),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_and_unusual_images(backend: str, case: str) -> None:
+    data, expected = CASES[case]
+    out, failed = decode(Images(12, backend=backend, channels_last=True), [data])
+    if isinstance(expected, str):
+        assert expected in failed[0]
+    else:
+        assert not failed
+        assert np.abs(out[0].reshape(-1, 3).astype(int) - expected).max() <= 3, out[0].reshape(-1, 3)[0]
+
+
+@pytest.fixture(scope="module")
+def image_shards(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("images")
+    image_folder(root / "folder", {"cat": 70, "dog": 60, "eel": 50}, size=(40, 56))
+    pipeline.build_imagefolder(root / "folder", root / "shards", shard_samples=40, quiet=True)
+    return root / "shards"
+
+
+def epoch_batches(shards: Path, workers: int, spec: Images, epoch: int = 0, **options) -> list[dict]:
+    loader = make_loader(shards, num_workers=workers, batch_size=32, seed=5, shuffle_buffer=64,
+                         images={"image": spec}, **options)
+    loader.set_epoch(epoch)
+    return [{name: value.clone() for name, value in batch.items()} for batch in loader]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_random_crops_are_the_same_in_any_number_of_workers_and_new_each_epoch(image_shards: Path, workers: int) -> None:
+    spec = Images(24, crop="random", flip=True)
+    reference = epoch_batches(image_shards, 1, spec)
+    batches = epoch_batches(image_shards, workers, spec)
+    assert [b["image"].shape for b in batches] == [(32, 3, 24, 24)] * 5 + [(20, 3, 24, 24)]
+    assert batches[0]["image"].dtype == torch.uint8
+    assert all(torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+               for a, b in zip(batches, reference))
+    assert sorted(torch.cat([b["label"] for b in batches]).tolist()) == [0] * 70 + [1] * 60 + [2] * 50
+    again = epoch_batches(image_shards, workers, spec, epoch=1)
+    assert not torch.equal(torch.cat([b["image"] for b in again]), torch.cat([b["image"] for b in batches]))
+
+
+def test_resume_gives_the_same_crops_as_an_uninterrupted_epoch(image_shards: Path) -> None:
+    options = dict(batch_size=32, seed=5, shuffle_buffer=64, images={"image": Images(16, crop="random", flip=True)})
+    reference = epoch_batches(image_shards, 2, options["images"]["image"])
+    loader = make_loader(image_shards, num_workers=2, **options)
+    head = [next(iter(loader))["image"].clone() for _ in range(1)]
+    state = loader.state_dict()
+    resumed = make_loader(image_shards, num_workers=1, **options)
+    resumed.load_state_dict(state)
+    tail = [batch["image"].clone() for batch in resumed]
+    assert all(torch.equal(a, b["image"]) for a, b in zip(head + tail, reference)) and len(head + tail) == 6
+
+
+def test_channels_last_and_a_center_crop_give_the_same_pixels_as_the_default_layout(image_shards: Path) -> None:
+    first = epoch_batches(image_shards, 0, Images((20, 28)))[0]["image"]
+    last = epoch_batches(image_shards, 0, Images((20, 28), channels_last=True))[0]["image"]
+    assert first.shape == (32, 3, 20, 28) and last.shape == (32, 20, 28, 3)
+    assert torch.equal(first.permute(0, 2, 3, 1), last)
+
+
+@pytest.fixture(scope="module")
+def damaged_shards(tmp_path_factory) -> Path:
+    """20 samples, image 7 a truncated JPEG."""
+    out = tmp_path_factory.mktemp("damaged")
+    with pipeline.ShardWriter(out, prefix="part", shard_samples=10) as writer:
+        for n in range(20):
+            data = encoded(photo(20, 20, seed=n))
+            writer.write({"image": data[:300] if n == 7 else data, "label": n}, key=f"img-{n}")
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_bad_image_names_its_shard_record_key_and_field(damaged_shards: Path, workers: int) -> None:
+    loader = make_loader(damaged_shards, num_workers=workers, batch_size=5, images={"image": Images(8)})
+    with pytest.raises(pipeline.ShardError, match=r"part-000000\.tar at byte \d+: record 7 \(key 'img-7'\), field 'image': a "
+                                    r"truncated JPEG .*on_error='skip'"):
+        list(loader)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_under_skip_a_bad_image_costs_its_row_counted_and_replaced_whole(damaged_shards: Path, workers: int) -> None:
+    loader = make_loader(damaged_shards, num_workers=workers, batch_size=5, on_error="skip", images={"image": Images(8)})
+    batches = list(loader)
+    labels = torch.cat([b["label"] for b in batches]).tolist()
+    images = torch.cat([b["image"] for b in batches])
+    assert len(labels) == 20 and 7 not in labels and len(set(labels)) == 19
+    twin = [i for i, label in enumerate(labels) if labels.count(label) == 2]
+    assert torch.equal(images[twin[0]], images[twin[1]])  # the stand-in is a whole row: image and label
+    stats = loader.stats()
+    assert (stats["skipped_pieces"], stats["replaced_samples"]) == (1, 1)
+
+
+def test_shards_without_an_index_decode_too(damaged_shards: Path, tmp_path: Path) -> None:
+    for tar in damaged_shards.glob("*.tar"):
+        (tmp_path / tar.name).write_bytes(tar.read_bytes())
+    shards = sorted(str(p) for p in tmp_path.glob("*.tar"))
+    loader = make_loader(shards, num_workers=0, batch_size=5, on_error="skip", images={"image": Images(8)})
+    images = torch.cat([b["image"] for b in loader])
+    assert images.shape == (20, 3, 8, 8) and loader.stats()["replaced_samples"] == 1
+    with pytest.raises(pipeline.ShardError, match=r"sample \d+ of its stream .*pipeline index"):
+        list(make_loader(shards, num_workers=0, batch_size=5, images={"image": Images(8)}))
+
+
+def test_images_must_name_a_field_of_image_bytes(image_shards: Path) -> None:
+    with pytest.raises(ValueError, match=r"field 'photo', which the index does not have \(it has \['image', 'label'\]\)"):
+        make_loader(image_shards, images={"photo": Images(8)})
+    with pytest.raises(ValueError, match="field 'label', which holds int, not image bytes"):
+        make_loader(image_shards, images={"label": Images(8)})
+    with pytest.raises(TypeError, match=r"images\['image'\] must be an Images\(...\), got int"):
+        make_loader(image_shards, images={"image": 224})
+    with pytest.raises(ValueError, match="crop must be one of"):
+        Images(8, crop="middle")
+
+
+def test_a_large_jpeg_decodes_at_a_dct_scale_to_what_a_full_decode_gives() -> None:
+    picture = np.asarray(Image.fromarray(photo(150, 200, seed=3)).resize((1600, 1200), Image.Resampling.BICUBIC))
+    data = encoded(picture)
+    assert jpeg_size(data) == (1600, 1200) and jpeg_size(encoded(picture, "PNG")) is None
+    reference = np.asarray(Image.fromarray(picture).resize((100, 100), Image.Resampling.BOX, box=(200, 0, 1400, 1200)))
+    for backend in BACKENDS:
+        out, failed = decode(Images(100, backend=backend, channels_last=True), [data])
+        assert not failed and np.abs(out[0].astype(int) - reference).mean() < 3, backend

@@ -1,0 +1,128 @@
+"""``build imagefolder``: class folders to shards, bytes unchanged, labels by sorted class name."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+import pipeline
+from pipeline.cli import main
+from tests.helpers import read_back
+from tests.images import encoded, image_folder, photo
+
+
+def test_classes_are_sorted_labels_follow_them_and_bytes_are_kept(tmp_path: Path, capsys) -> None:
+    written = image_folder(tmp_path / "root", {"zebra": 3, "ant": 4, "moth": 2})
+    pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+    index = pipeline.load_index(tmp_path / "out")
+    assert index.metadata == {"classes": ["ant", "moth", "zebra"]}
+    keys, fields = read_back(tmp_path / "out")
+    expected = {path.replace("/", "_").rsplit(".", 1)[0]: (data, ["ant", "moth", "zebra"].index(path.split("/")[0]))
+                for path, data in written.items()}
+    assert sorted(keys) == sorted(expected) and len(keys) == 9
+    for key, image, label in zip(keys, fields["image"], fields["label"]):
+        assert (image, label) == expected[key]
+    assert main(["inspect", str(tmp_path / "out")]) == 0
+    assert "classes  3: ant, moth, zebra" in capsys.readouterr().out
+
+
+def test_train_and_val_folders_make_two_sets_labelled_by_the_training_classes(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root" / "train", {"cat": 2, "dog": 2, "eel": 1})
+    image_folder(tmp_path / "root" / "val", {"dog": 1, "eel": 2})  # no cat: labels must still be train's
+    assert main(["build", "imagefolder", str(tmp_path / "root"), str(tmp_path / "out"), "--quiet"]) == 0
+    train, validation = (pipeline.load_index(tmp_path / "out" / split) for split in ("train", "validation"))
+    assert train.metadata == validation.metadata == {"classes": ["cat", "dog", "eel"]}
+    assert (tmp_path / "out" / "validation" / "validation-000000.tar").exists()
+    keys, fields = read_back(tmp_path / "out" / "validation")
+    assert dict(zip(keys, fields["label"])) == {"dog_0000": 1, "eel_0001": 2, "eel_0002": 2}
+    with pytest.raises(ValueError, match="already holds train/ and val/ folders"):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "other", validation=0.2, quiet=True)
+
+
+def test_a_class_only_the_validation_folder_has_is_an_error(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root" / "train", {"cat": 2})
+    image_folder(tmp_path / "root" / "validation", {"cat": 1, "owl": 1})
+    with pytest.raises(pipeline.SampleError, match=r"class folders \['owl'\] are not among the classes \['cat'\]"):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+
+
+def test_validation_splits_a_plain_image_folder(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root", {"a": 10, "b": 10})
+    result = pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", validation=5, seed=1, quiet=True)
+    assert {split: index.samples for split, index in result.items()} == {"train": 15, "validation": 5}
+    train_keys, _ = read_back(tmp_path / "out" / "train")
+    validation_keys, _ = read_back(tmp_path / "out" / "validation")
+    assert not set(train_keys) & set(validation_keys) and len(set(train_keys) | set(validation_keys)) == 20
+    assert result["validation"].metadata == {"classes": ["a", "b"]}
+
+
+def test_a_file_that_is_not_an_image_is_named_before_anything_is_written(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root", {"a": 2})
+    (tmp_path / "root" / "a" / "notes.jpg").write_text("not a picture")
+    with pytest.raises(pipeline.SampleError, match=r"a/notes\.jpg: not a JPEG, PNG or WebP image \(it starts with b'not a pi'"):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out" / "index.json").exists()
+
+
+def test_a_png_named_jpeg_is_kept_as_the_png_it_is(tmp_path: Path) -> None:
+    (tmp_path / "root" / "a").mkdir(parents=True)
+    png = encoded(photo(20, 30), "PNG")
+    (tmp_path / "root" / "a" / "x.JPEG").write_bytes(png)
+    pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+    assert read_back(tmp_path / "out")[1]["image"] == [png]
+
+
+def test_two_files_that_make_one_key_are_both_named(tmp_path: Path) -> None:
+    (tmp_path / "root" / "a").mkdir(parents=True)
+    (tmp_path / "root" / "a" / "x.jpg").write_bytes(encoded(photo(8, 8)))
+    (tmp_path / "root" / "a" / "x.png").write_bytes(encoded(photo(8, 8), "PNG"))
+    with pytest.raises(pipeline.SampleError, match=r"a/x\.png and .*a/x\.jpg would both be sample 'a_x': rename one"):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+
+
+@pytest.mark.parametrize("layout", ["empty", "files only", "empty classes"])
+def test_a_folder_without_images_says_what_it_lacks(tmp_path: Path, layout: str) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    if layout == "files only":
+        (root / "x.jpg").write_bytes(encoded(photo(8, 8)))
+    if layout == "empty classes":
+        (root / "a").mkdir()
+    message = "no .jpg/.jpeg/.png/.webp files" if layout == "empty classes" else "no class folders"
+    with pytest.raises(FileNotFoundError, match=message):
+        pipeline.build_imagefolder(root, tmp_path / "out", quiet=True)
+
+
+def test_max_side_shrinks_large_photos_in_the_build_workers_and_keeps_small_ones(tmp_path: Path) -> None:
+    (tmp_path / "root" / "a").mkdir(parents=True)
+    large, small = encoded(photo(300, 400), "PNG"), encoded(photo(90, 120))
+    (tmp_path / "root" / "a" / "large.png").write_bytes(large)
+    (tmp_path / "root" / "a" / "small.jpg").write_bytes(small)
+    assert main(["build", "imagefolder", str(tmp_path / "root"), str(tmp_path / "out"), "--max-side", "128",
+                 "--quality", "80", "--workers", "2", "--quiet"]) == 0
+    keys, fields = read_back(tmp_path / "out")
+    images = dict(zip(keys, fields["image"]))
+    assert images["a_small"] == small
+    shrunk = Image.open(io.BytesIO(images["a_large"]))
+    assert (shrunk.format, shrunk.size) == ("JPEG", (128, 96))
+
+
+def test_parts_of_a_build_keep_the_class_list_and_merge_refuses_parts_of_other_builds(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root", {"a": 3, "b": 3})
+    for part in range(2):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=2, part=pipeline.Part(part, 2),
+                                   quiet=True)
+    index, _ = pipeline.merge_index_files([tmp_path / "out"])
+    assert index.metadata == {"classes": ["a", "b"]} and index.samples == 6
+    assert pipeline.load_index(tmp_path / "out").metadata == {"classes": ["a", "b"]}
+    image_folder(tmp_path / "other", {"c": 3, "d": 3})
+    pipeline.build_imagefolder(tmp_path / "other", tmp_path / "mixed", shard_samples=2, part=pipeline.Part(0, 2),
+                               quiet=True)
+    pipeline.build_imagefolder(tmp_path / "root", tmp_path / "mixed", shard_samples=2, part=pipeline.Part(1, 2),
+                               quiet=True)
+    with pytest.raises(pipeline.IndexFormatError, match=r"part 1 has metadata \{'classes': \['a', 'b'\]\}, part 0 "
+                                                        r"\{'classes': \['c', 'd'\]\}: parts of different builds"):
+        pipeline.merge_index_files([tmp_path / "mixed"])
