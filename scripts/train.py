@@ -19,9 +19,11 @@ memory, copies on a side stream), DDP when started by ``torchrun`` (gloo on CPU,
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -200,6 +202,8 @@ def profile_line(profile: dict[str, float]) -> str:
 
 
 if __name__ == "__main__":
+    # ``kill -USR1 PID`` prints every thread's stack (DataLoader workers inherit it): where a stuck job waits
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         sys.exit(main())
     except WorkerError as exc:  # a dead DataLoader worker: a message, not a traceback from wherever it surfaced

@@ -1,7 +1,9 @@
 """Run under torchrun by test_distributed.py: each rank streams one epoch and writes the sample
 numbers of each batch it received (field ``i``, or the one given) to OUT/rank-<r>.json."""
 
+import faulthandler
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from pipeline import make_loader
 
 
 def main() -> None:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks a stuck job for its stacks
     shards, out, workers = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     field = sys.argv[4] if len(sys.argv) > 4 else "i"
     dist.init_process_group("gloo")

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 import pipeline
+from tests.helpers import child_pids
 from tests.stream.shardsets import random_sizes, uneven_shards
 from tests.write.test_indexing import webdataset_shards
 
@@ -20,12 +24,37 @@ ROOT = HERE.parent.parent
 
 
 def torchrun(nproc: int, *args: str, timeout: int = 180, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``args`` under a real torchrun. Past ``timeout``, every process of the job is asked for
+    its threads' stacks (SIGUSR1: scripts/train.py prints them), then killed, never left behind,
+    and the test fails with what they printed."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                "--nproc-per-node", str(nproc), *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                           start_new_session=True)
+    try:
+        stdout, stderr = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        below = descendants(job.pid)  # torchrun starts each rank in a session of its own: signal each one
+        for signum in (signal.SIGUSR1, signal.SIGKILL):
+            for pid in below:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signum)
+            time.sleep(2)
+        os.killpg(job.pid, signal.SIGKILL)
+        stdout, stderr = job.communicate()
+        pytest.fail(f"torchrun {' '.join(args)} ran past {timeout} s; the job's stacks:\n{stderr[-20000:]}")
+    result = subprocess.CompletedProcess(command, job.returncode, stdout, stderr)
     assert result.returncode == 0 or not check, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``."""
+    found = []
+    for child in child_pids(pid):
+        found += [child, *descendants(child)]
+    return found
 
 
 def assert_exactly_once_with_equal_batches(shards: str, tmp_path: Path, ranks: int, total: int, field: str = "i") -> None:
@@ -84,3 +113,18 @@ def test_training_example_under_torchrun_on_uneven_data(tmp_path: Path) -> None:
     result = json.loads(result_file.read_text())
     assert result["epoch"] == 1 and result["val_samples"] == 499
     assert result["val_accuracy"] > 0.8
+
+
+def test_a_job_past_its_time_fails_with_its_stacks_and_leaves_no_process() -> None:
+    before = set(child_pids(os.getpid()))
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)ran past 15 s; the job's stacks:.*in wait_for_ever"):
+        torchrun(2, str(HERE / "stuck_rank.py"), timeout=15)
+    assert set(child_pids(os.getpid())) == before
+    assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if "stuck_rank.py" in command_line(pid)]
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
+        return ""
