@@ -59,6 +59,9 @@ The library is copied into the temporary folder at the start (``pipeline/`` as i
 commit with ``--rev``) and every process imports that copy, so that edits to the package
 during a long run cannot mix versions; the JSON records the revision.
 
+Images stored as JPEG files, decoded in the loader, have a benchmark of their own
+(``scripts/bench_images.py``): their readers and baselines differ from those of arrays.
+
 Usage (results also go to ``bench-results/bench.json`` and ``bench-results/bench.png``)::
 
     python scripts/bench.py --quick     # smoke run on tiny data, about a minute (a test runs it)

@@ -22,7 +22,11 @@ def read_back(out_dir: Path) -> tuple[list[str], dict[str, list]]:
 def child_pids(pid: int) -> list[int]:
     """The live child processes of ``pid`` (DataLoader workers, for instance), from ``/proc``."""
     children = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:  # the process has ended
+        return []
+    for task in tasks:
         try:
             children += [int(c) for c in (task / "children").read_text().split()]
         except FileNotFoundError:  # a thread that has just ended

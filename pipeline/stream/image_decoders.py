@@ -11,15 +11,18 @@ from __future__ import annotations
 import functools
 import io
 import math
+import re
 from typing import Any, Callable
 
 import numpy as np
 
+from ..format.image_kind import image_format, pillow_rgb
+
 #: ``box_of(image width, image height)`` -> ``(left, top, box width, box height)``
 BoxOf = Callable[[int, int], tuple[int, int, int, int]]
 Decoder = Callable[[Any, BoxOf, int, int], np.ndarray]
-_JPEG, _END_OF_IMAGE, _START_OF_SCAN = b"\xff\xd8\xff", b"\xff\xd9", b"\xff\xda"
-_TAIL = 1 << 20  # bytes of a JPEG's end searched for its markers
+_JPEG, _END_OF_IMAGE = b"\xff\xd8\xff", b"\xff\xd9"
+_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")  # after a scan: FF 00 is a stuffed byte, FF Dn a restart
 _REDUCED: dict[int, int] = {}  # DCT scale -> OpenCV's flag (filled on first use: cv2 is optional)
 
 
@@ -46,19 +49,55 @@ def decoder(backend: str) -> Decoder:
     return pillow_decode
 
 
-def check_whole(data: Any) -> None:
-    """Raise when ``data`` is a JPEG that was cut short: its last scan must be followed by an
-    end-of-image marker. A scan's entropy-coded bytes cannot hold ``FF D9``, so one after the
-    last start-of-scan means the image is whole (an EXIF thumbnail's marker comes before it)."""
-    if bytes(data[:3]) != _JPEG:
+@functools.lru_cache(maxsize=None)
+def single_threaded(pid: int) -> None:
+    """OpenCV on one thread in this process (``pid``: once per process), as torch is in a
+    DataLoader worker: the workers already keep the cores busy, and more threads than cores
+    only take turns."""
+    try:
+        import cv2
+    except ImportError:
         return
-    tail = bytes(data[-_TAIL:])
-    end = tail.rfind(_END_OF_IMAGE)
-    if end < 0 or tail.rfind(_START_OF_SCAN) > end:
-        raise ImageError(f"a truncated JPEG ({len(data)} bytes, no end-of-image marker after its last scan)")
+    cv2.setNumThreads(1)
+
+
+def check_whole(data: Any) -> None:
+    """Raise when ``data`` is a JPEG that was cut short: walking its segments from the start
+    must reach the end-of-image marker of the first image. Whatever follows it (a video of a
+    "motion photo", a second image) is not looked at. A scan's entropy-coded bytes hold no
+    marker (an ``FF`` in them is followed by ``00`` or a restart marker), so the next marker
+    after a scan is found with one search."""
+    view = memoryview(data)
+    if bytes(view[:3]) != _JPEG:
+        return
+    at = 2
+    while at + 4 <= len(view):
+        marker = view[at + 1]
+        if view[at] != 0xFF:
+            break
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        if marker == 0xD9:
+            return
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # restart markers, TEM: no length
+            at += 2
+            continue
+        at += 2 + int.from_bytes(view[at + 2:at + 4], "big")
+        if marker == 0xDA:  # a scan: its data runs to the next marker
+            found = _NEXT_MARKER.search(view, at)
+            if found is None:
+                break
+            at = found.start()
+    if bytes(view[at:at + 2]) == _END_OF_IMAGE:
+        return
+    raise ImageError(f"a truncated JPEG ({len(data)} bytes, it ends before its end-of-image marker)")
 
 
 def _not_an_image(data: Any) -> ImageError:
+    kind = image_format(data)
+    if kind is not None:
+        return ImageError(f"a {kind} that cannot be decoded ({len(data)} bytes: truncated or damaged)")
     return ImageError(f"not a JPEG, PNG or WebP image (it starts with {bytes(data[:8])!r}, {len(data)} bytes)")
 
 
@@ -103,8 +142,8 @@ def opencv_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarr
         raise _not_an_image(data)
     if size is None or reduce == 1:
         left, top, box_w, box_h = box_of(image.shape[1], image.shape[0])
-    else:  # the box in the reduced image's pixels
-        left, top, box_w, box_h = (round(v * image.shape[1] / size[0]) for v in box_of(*size))
+    else:  # the box in the reduced image's pixels (exactly 1/reduce of the full ones; its sides are rounded up)
+        left, top, box_w, box_h = (max(round(v / reduce), 1) for v in box_of(*size))
     box = image[top:top + box_h, left:left + box_w]
     # bilinear reads 2x2 pixels, enough below a 2x reduction; beyond, area averaging keeps it from aliasing (at
     # 3x the cost: measured 550 against 165 us an image from 375 to 224 pixels)
@@ -125,20 +164,11 @@ def pillow_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarr
         if factor >= 2:  # a JPEG decodes at 1/2, 1/4 or 1/8 of its size, in the DCT (far faster): the box stays larger
             image.draft("RGB", (math.ceil(full_w / factor), math.ceil(full_h / factor)))
         x_scale, y_scale = image.size[0] / full_w, image.size[1] / full_h
-        image = _rgb(image)
+        image.load()  # decode here, where its errors are caught (open only reads the header)
+        image = pillow_rgb(image)
     except UnidentifiedImageError:
         raise _not_an_image(data) from None
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise ImageError(f"cannot decode: {exc}") from None
     box = (left * x_scale, top * y_scale, (left + box_w) * x_scale, (top + box_h) * y_scale)
     return np.asarray(image.resize((width, height), Image.Resampling.BILINEAR, box=box))
-
-
-def _rgb(image: Any) -> Any:
-    """8-bit RGB of any mode; a 16-bit grey image keeps its top 8 bits (``convert`` would clip)."""
-    from PIL import Image
-
-    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-        grey = np.asarray(image).astype(np.int64) >> 8
-        return Image.fromarray(np.clip(grey, 0, 255).astype(np.uint8), "L").convert("RGB")
-    return image if image.mode == "RGB" else image.convert("RGB")

@@ -12,7 +12,9 @@ core): OpenCV (``opencv-python-headless``, libjpeg-turbo) 0.69 ms an image, Pill
 brings both).
 
 Random crops and flips are drawn from a counter-based hash of ``(seed, epoch, the sample's place
-in the epoch)``: the same in any number of workers, on any machine, and after a resume.
+in the epoch)``: the same in any number of workers, on any machine, and after a resume (for
+shards without an index, the place is the sample's number in its worker's stream: the same for
+the same number of workers).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .image_decoders import ImageError, decoder
+from .material import Draw, rng_for
 
 CROPS = ("center", "random", "resize")
 BACKENDS = ("auto", "opencv", "pillow")
@@ -157,5 +160,5 @@ def uniforms(seeds: np.ndarray, count: int) -> np.ndarray:
 
 def row_seeds(seed: int, epoch: int, places: np.ndarray) -> np.ndarray:
     """One ``uint64`` per row from the dataset's seed, the epoch and each row's place in it."""
-    base = np.random.SeedSequence([seed % (1 << 64), epoch % (1 << 64)]).generate_state(1, np.uint64)[0]
+    base = rng_for(Draw.AUGMENT, seed, epoch).integers(0, 1 << 63, dtype=np.uint64)
     return places.astype(np.uint64) ^ base

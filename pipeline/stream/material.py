@@ -35,6 +35,7 @@ class Draw(IntEnum):
     UNIT = 3  # the emission order of a unit
     WINDOW = 4  # the emission order of a window of a stream without an index
     SHARDS = 5  # the shard order of a stream without an index
+    AUGMENT = 6  # the random crops and flips of decoded images
 
 
 def rng_for(draw: Draw, *key: int) -> np.random.Generator:

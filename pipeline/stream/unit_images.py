@@ -10,15 +10,18 @@ the same batches), logged and counted in ``stats()`` as a skipped piece and a re
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from ..format.errors import ShardError
 from ..format.index import Schema
 from .batching import shared_empty
+from .image_decoders import single_threaded
 from .images import Images, row_seeds
 from .reader import Columns
 from .stats import Count, ReadStats
@@ -57,6 +60,8 @@ class ImageDecoding:
     def apply(self, unit: Columns, places: np.ndarray, epoch: int, shared: bool, where: Provenance) -> Columns:
         """``unit`` with each image field decoded; ``places`` (a row's place in the epoch) seed
         the random crops and flips."""
+        if get_worker_info() is not None:
+            single_threaded(os.getpid())
         with self.stats.timing(Count.DECODE):
             failed: dict[int, str] = {}
             for name, spec in self.images.items():

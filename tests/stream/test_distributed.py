@@ -35,18 +35,26 @@ def torchrun(nproc: int, *args: str, timeout: int = 180, check: bool = True) -> 
     try:
         stdout, stderr = job.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        below = descendants(job.pid)  # torchrun starts each rank in a session of its own: signal each one
-        for signum in (signal.SIGUSR1, signal.SIGKILL):
-            for pid in below:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signum)
-            time.sleep(2)
+        signal_all(descendants(job.pid), signal.SIGUSR1)  # torchrun starts each rank in a session of its own
+        time.sleep(2)
+        for _ in range(50):  # until none is left (new ones included), or 5 s: zombies stay until torchrun reaps them
+            below = descendants(job.pid)
+            if not below:
+                break
+            signal_all(below, signal.SIGKILL)
+            time.sleep(0.1)
         os.killpg(job.pid, signal.SIGKILL)
-        stdout, stderr = job.communicate()
+        stdout, stderr = job.communicate(timeout=30)
         pytest.fail(f"torchrun {' '.join(args)} ran past {timeout} s; the job's stacks:\n{stderr[-20000:]}")
     result = subprocess.CompletedProcess(command, job.returncode, stdout, stderr)
     assert result.returncode == 0 or not check, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def descendants(pid: int) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -59,12 +60,20 @@ def test_validation_splits_a_plain_image_folder(tmp_path: Path) -> None:
     assert result["validation"].metadata == {"classes": ["a", "b"]}
 
 
-def test_a_file_that_is_not_an_image_is_named_before_anything_is_written(tmp_path: Path) -> None:
-    image_folder(tmp_path / "root", {"a": 2})
-    (tmp_path / "root" / "a" / "notes.jpg").write_text("not a picture")
-    with pytest.raises(pipeline.SampleError, match=r"a/notes\.jpg: not a JPEG, PNG or WebP image \(it starts with b'not a pi'"):
+def test_a_file_that_is_not_an_image_is_named_and_the_build_stops_without_an_index(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root", {"a": 30})
+    (tmp_path / "root" / "a" / "9999.jpg").write_text("not a picture")  # the last file: shards were written before it
+    with pytest.raises(pipeline.SampleError, match=r"a/9999\.jpg: not a JPEG, PNG or WebP image \(it starts with b'not a pi'"):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=5, quiet=True)
+    assert not (tmp_path / "out" / "index.json").exists() and (tmp_path / "out" / "shard-000000.tar").exists()
+
+
+@pytest.mark.parametrize("splits", [("train", "test"), ("train",)])
+def test_split_folders_other_than_train_and_val_are_refused_not_taken_for_classes(tmp_path: Path, splits) -> None:
+    for split in splits:
+        image_folder(tmp_path / "root" / split, {"cat": 1, "dog": 1})
+    with pytest.raises(pipeline.SampleError, match=r"look like split folders of class folders, not classes"):
         pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
-    assert not (tmp_path / "out" / "index.json").exists()
 
 
 def test_a_png_named_jpeg_is_kept_as_the_png_it_is(tmp_path: Path) -> None:
@@ -99,6 +108,8 @@ def test_a_folder_without_images_says_what_it_lacks(tmp_path: Path, layout: str)
 def test_max_side_shrinks_large_photos_in_the_build_workers_and_keeps_small_ones(tmp_path: Path) -> None:
     (tmp_path / "root" / "a").mkdir(parents=True)
     large, small = encoded(photo(300, 400), "PNG"), encoded(photo(90, 120))
+    deep = encoded(Image.fromarray(np.full((200, 100), 0x8040, np.uint16)), "PNG")  # 16-bit grey: not clipped to white
+    (tmp_path / "root" / "a" / "deep.png").write_bytes(deep)
     (tmp_path / "root" / "a" / "large.png").write_bytes(large)
     (tmp_path / "root" / "a" / "small.jpg").write_bytes(small)
     assert main(["build", "imagefolder", str(tmp_path / "root"), str(tmp_path / "out"), "--max-side", "128",
@@ -108,6 +119,8 @@ def test_max_side_shrinks_large_photos_in_the_build_workers_and_keeps_small_ones
     assert images["a_small"] == small
     shrunk = Image.open(io.BytesIO(images["a_large"]))
     assert (shrunk.format, shrunk.size) == ("JPEG", (128, 96))
+    deep_shrunk = Image.open(io.BytesIO(images["a_deep"]))
+    assert deep_shrunk.size == (64, 128) and abs(np.asarray(deep_shrunk).astype(int) - 0x80).max() <= 2
 
 
 def test_parts_of_a_build_keep_the_class_list_and_merge_refuses_parts_of_other_builds(tmp_path: Path) -> None:

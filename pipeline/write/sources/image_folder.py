@@ -9,7 +9,7 @@ photos, which are then re-encoded as JPEG in the build's workers.
 
 Files are found in each class folder and its subfolders, in name order. What a file holds is
 told from its first bytes, not its extension (a PNG named ``.JPEG`` is a PNG): a file that is
-not a JPEG, PNG or WebP image is an error naming it, before anything is written.
+not a JPEG, PNG or WebP image is an error naming it, and the build stops without an index.
 """
 
 from __future__ import annotations
@@ -19,25 +19,14 @@ import os
 from pathlib import Path
 
 from ...format.errors import SampleError
+from ...format.image_kind import image_format, pillow_rgb
 from ..rows import RowBlock, check_key
 from ..source import FileRowsSource
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 #: the subfolders of ROOT read as two sets (``ROOT/train`` + ``ROOT/val``), and the set each makes
 SPLIT_FOLDERS = {"train": "train", "val": "validation", "validation": "validation"}
-_MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"))
-
-
-def image_format(data: bytes) -> str | None:
-    """``"jpeg"``, ``"png"`` or ``"webp"`` from an image's first bytes; ``None`` for anything else."""
-    for magic, name in _MAGIC:
-        if data.startswith(magic):
-            return name
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return None
-
-
+SPLIT_NAMES = {*SPLIT_FOLDERS, "test"}  # class folders so named, holding folders, are split folders: refused
 def class_folders(root: Path) -> list[str]:
     """The class names of an image folder: its subfolders (not hidden), sorted."""
     if not root.is_dir():
@@ -46,6 +35,10 @@ def class_folders(root: Path) -> list[str]:
     if not names:
         raise FileNotFoundError(f"{root}: no class folders (ROOT/<class>/<image>.jpg)")
     return names
+
+
+def _holds_folders(folder: Path) -> bool:
+    return any(entry.is_dir() for entry in os.scandir(folder))
 
 
 def split_folders(root: Path) -> dict[str, Path] | None:
@@ -68,6 +61,10 @@ class ImageFolderSource(FileRowsSource):
                  max_side: int | None = None, quality: int = 90) -> None:
         self.root = Path(root)
         found = class_folders(self.root)
+        splits = [name for name in found if name.lower() in SPLIT_NAMES and _holds_folders(self.root / name)]
+        if splits:
+            raise SampleError(f"{self.root}: {splits} look like split folders of class folders, not classes; a ROOT "
+                              f"of split folders needs train/ and val/ (or validation/), or build each folder on its own")
         self.classes = list(found if classes is None else classes)
         unknown = sorted(set(found) - set(self.classes))
         if unknown:
@@ -126,7 +123,8 @@ def shrink(data: bytes, max_side: int, quality: int, where: str) -> bytes:
             if max(image.size) <= max_side:
                 return data
             image.draft("RGB", (max_side, max_side))  # a JPEG decodes at a fraction of its size: faster
-            rgb = image.convert("RGB")
+            image.load()
+            rgb = pillow_rgb(image)
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise SampleError(f"{where}: cannot read the image to shrink it: {exc}") from None
     rgb.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
