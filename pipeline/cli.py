@@ -79,6 +79,12 @@ def _pair(form: str) -> Callable[[str], tuple[str, str]]:
     return parse
 
 
+def _image_field(text: str) -> tuple[str, int]:
+    """``FIELD=SIZE`` of ``tune --images``."""
+    field, size = _pair("FIELD=SIZE")(text)
+    return field, _positive(size)
+
+
 def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None:
     parser.add_argument("--shard-bytes", type=_shard_bytes, default=DEFAULT_SHARD_BYTES, metavar="SIZE",
                         help="largest shard size, e.g. 256MiB, 1GB (default 256MiB)")
@@ -343,6 +349,8 @@ def make_parser() -> argparse.ArgumentParser:
     tune.add_argument("--seconds", type=float, default=3.0, help="seconds each setting is measured (default 3)")
     tune.add_argument("--memory-mb", type=float, help="leave out settings whose peak memory is above this")
     tune.add_argument("--shuffle-buffer", type=_positive, metavar="SAMPLES", help="as make_loader's shuffle_buffer")
+    tune.add_argument("--images", type=_image_field, action="append", default=[], metavar="FIELD=SIZE",
+                      help="decode FIELD's images to SIZE x SIZE in the workers, as Images(SIZE) (repeatable)")
     tune.add_argument("--plot", metavar="FILE.png", help="also save a chart of the settings (needs matplotlib)")
     tune.set_defaults(run=_cmd_tune)
     return parser
@@ -364,7 +372,11 @@ def _counts(least: int) -> Callable[[str], list[int]]:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from .measure.tune import tune
 
-    options = {} if args.shuffle_buffer is None else {"shuffle_buffer": args.shuffle_buffer}
+    options: dict[str, Any] = {} if args.shuffle_buffer is None else {"shuffle_buffer": args.shuffle_buffer}
+    if args.images:
+        from .stream.images import Images
+
+        options["images"] = {field: Images(size) for field, size in args.images}
     try:
         result = tune(args.data, batch_size=args.batch_size, workers=args.workers, prefetch=args.prefetch,
                       step_ms=args.step_ms, seconds=args.seconds, memory_mb=args.memory_mb, options=options,

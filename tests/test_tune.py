@@ -120,3 +120,24 @@ def test_bad_grids_are_refused(shards: Path) -> None:
     assert run.returncode == 2 and "expected numbers >= 1, got '0,2'" in run.stderr
     with pytest.raises(ValueError, match=r"numbers of workers must be >= 0, got \[-1\]"):
         pipeline.tune(str(shards), workers=[-1])
+
+
+def test_images_are_tuned_decoded_and_the_call_builds_them(tmp_path: Path) -> None:
+    from tests.images import image_folder
+
+    image_folder(tmp_path / "photos", {"a": 40, "b": 40}, size=(60, 80))
+    pipeline.build_imagefolder(tmp_path / "photos", tmp_path / "shards", quiet=True)
+    run = subprocess.run([sys.executable, "-m", "pipeline", "tune", str(tmp_path / "shards"), "--workers", "0",
+                          "--prefetch", "2", "--seconds", "0.3", "--batch-size", "16", "--images", "image=32"],
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    call = next(line for line in run.stdout.splitlines() if line.startswith("recommended: "))
+    assert call.endswith("batch_size=16, images={'image': pipeline.Images(32)})")
+    row = measure(str(tmp_path / "shards"), Setting(0, None),
+                  {"batch_size": 16, "images": {"image": pipeline.Images((24, 32), crop="random", flip=True)}},
+                  seconds=0.3, warmup=0.1)
+    assert row.samples > 0 and row.profile["decode_s"] > 0
+    assert repr(pipeline.Images((24, 32), crop="random", flip=True)) == \
+        "pipeline.Images((24, 32), crop='random', flip=True)"
+    assert subprocess.run([sys.executable, "-m", "pipeline", "tune", "x", "--images", "image=big"],
+                          capture_output=True, text=True).stderr.count("not a whole number: 'big'") == 1

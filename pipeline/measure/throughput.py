@@ -76,7 +76,7 @@ def measure(data: str, setting: Setting, options: Mapping[str, Any], *, seconds:
     sleeping ``step_ms`` per batch. Stopped once it has measured ``GRACE_S`` at under
     ``give_up_below`` samples/s."""
     spec = {"data": data, "workers": setting.num_workers, "prefetch": setting.prefetch_factor,
-            "options": dict(options), "seconds": seconds, "warmup": warmup, "step_ms": step_ms}
+            "options": _json_options(options), "seconds": seconds, "warmup": warmup, "step_ms": step_ms}
     with tempfile.TemporaryFile("w+") as errors:
         proc = subprocess.Popen([sys.executable, "-m", "pipeline.measure.throughput", json.dumps(spec)],
                                 stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True)
@@ -150,13 +150,24 @@ def _play(loader: Any, spec: Mapping[str, Any]) -> Iterable[tuple[float, int]]:
             raise SystemExit(f"{spec['data']}: an epoch without a batch (fewer samples than batch_size?)")
 
 
+def _json_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``make_loader`` options as JSON for the child: ``images``' specs as their fields."""
+    images = options.get("images")
+    if not images:
+        return dict(options)
+    return {**options, "images": {name: spec.to_json() for name, spec in images.items()}}
+
+
 def child_main(spec: Mapping[str, Any]) -> None:
     """Measure the loader of ``spec``, reporting progress as JSON lines (``done`` on the last)."""
+    from ..stream.images import Images
     from ..stream.loader import make_loader
 
     started = time.perf_counter()
-    loader = make_loader(spec["data"], num_workers=spec["workers"], prefetch_factor=spec["prefetch"],
-                         **spec["options"])
+    options = dict(spec["options"])
+    if options.get("images"):
+        options["images"] = {name: Images.from_json(fields) for name, fields in options["images"].items()}
+    loader = make_loader(spec["data"], num_workers=spec["workers"], prefetch_factor=spec["prefetch"], **options)
     sample_bytes = loader.dataset.sample_bytes()
     first = measuring_from = None
     before: dict[str, float] = {}

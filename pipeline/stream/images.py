@@ -19,6 +19,7 @@ the same number of workers).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -68,6 +69,22 @@ class Images:
         if self.backend not in BACKENDS:
             raise ValueError(f"Images backend must be one of {BACKENDS}, got {self.backend!r}")
         decoder(self.backend)  # a missing decoder is an error here, not in a worker
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as JSON values (for a process started with its options as JSON)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Images":
+        size = data["size"]
+        return cls(**{**data, "size": size if isinstance(size, int) else tuple(size),
+                      "scale": tuple(data["scale"]), "ratio": tuple(data["ratio"])})
+
+    def __repr__(self) -> str:
+        """``pipeline.Images(...)`` with the fields that differ from their defaults: a valid call."""
+        changed = [f"{field.name}={getattr(self, field.name)!r}" for field in dataclasses.fields(self)[1:]
+                   if getattr(self, field.name) != field.default]
+        return f"pipeline.Images({', '.join([repr(self.size), *changed])})"
 
     @property
     def shape(self) -> tuple[int, int]:

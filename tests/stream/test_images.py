@@ -229,3 +229,20 @@ def test_a_jpeg_with_data_after_its_end_is_whole_and_one_cut_anywhere_is_not() -
             assert not decode(Images(16), [data + trailer])[1]
         for cut in (3, 200, len(data) // 2, len(data) - 2):
             assert "truncated JPEG" in decode(Images(16), [data[:cut]])[1][0]
+
+
+def test_webdataset_shards_indexed_in_place_decode_their_jpg_members(tmp_path: Path) -> None:
+    import webdataset as wds
+
+    for shard in range(2):
+        with wds.TarWriter(str(tmp_path / f"w-{shard:06d}.tar")) as sink:
+            for n in range(30):
+                data = encoded(photo(30, 40, seed=n))
+                sink.write({"__key__": f"{shard}-{n:04d}", "jpg": data[:-50] if (shard, n) == (1, 4) else data,
+                            "cls": n % 3})
+    pipeline.index_shards([str(tmp_path / "w-000000.tar"), str(tmp_path / "w-000001.tar")], quiet=True)
+    loader = make_loader(tmp_path, num_workers=2, batch_size=16, on_error="skip", images={"jpg": Images(16)})
+    batches = list(loader)
+    assert torch.cat([b["jpg"] for b in batches]).shape == (60, 3, 16, 16) and loader.stats()["replaced_samples"] == 1
+    with pytest.raises(pipeline.ShardError, match=r"w-000001\.tar at byte \d+: record 4 \(key '1-0004'\), field 'jpg'"):
+        list(make_loader(tmp_path, num_workers=0, batch_size=16, images={"jpg": Images(16)}))
