@@ -7,6 +7,7 @@ samples whether the build runs in one process, in a pool, or as parts on several
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
@@ -146,6 +147,16 @@ class FileRowsSource(Source):
 
     sizes: list[int]
     fields: Sequence[str]
+    #: the attributes that hold one entry per row: a window keeps its own rows of each
+    row_lists: tuple[str, ...] = ("sizes",)
+
+    def window(self, start: int, stop: int) -> Source:
+        """Rows ``[start, stop)``: a copy whose per-row lists hold those rows only, so that a task
+        sent to a build worker carries its own files, not the list of a million others."""
+        window = copy.copy(self)
+        for name in self.row_lists:
+            setattr(window, name, getattr(self, name)[start:stop])
+        return window
 
     def approx_row_bytes(self) -> int:
         return max(sum(self.sizes) // max(len(self), 1), 1)

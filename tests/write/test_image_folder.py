@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from PIL import Image
 
 import pipeline
 from pipeline.cli import main
-from tests.helpers import read_back
+from tests.helpers import index_content, read_back
 from tests.images import encoded, image_folder, photo
 
 
@@ -139,3 +140,15 @@ def test_parts_of_a_build_keep_the_class_list_and_merge_refuses_parts_of_other_b
     with pytest.raises(pipeline.IndexFormatError, match=r"part 1 has metadata \{'classes': \['a', 'b'\]\}, part 0 "
                                                         r"\{'classes': \['c', 'd'\]\}: parts of different builds"):
         pipeline.merge_index_files([tmp_path / "mixed"])
+
+
+def test_a_build_task_carries_its_own_files_only_and_workers_change_nothing(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root", {"a": 30, "b": 30})
+    source = pipeline.ImageFolderSource(tmp_path / "root")
+    window = source.window(10, 15)
+    assert (window.keys, window.labels, len(window), len(source)) == (source.keys[10:15], source.labels[10:15], 5, 60)
+    assert window.read(0, 5).columns["image"] == source.read(10, 15).columns["image"]
+    assert len(pickle.dumps(window)) * 3 < len(pickle.dumps(source))  # 5 rows against 60, and the same root
+    one = pipeline.build_imagefolder(tmp_path / "root", tmp_path / "one", shard_samples=7, quiet=True)
+    two = pipeline.build_imagefolder(tmp_path / "root", tmp_path / "two", shard_samples=7, workers=2, quiet=True)
+    assert index_content(one) == index_content(two)

@@ -20,6 +20,8 @@ class FolderSource(FileRowsSource):
     """The files of ``folder`` (and its subfolders when ``recursive``; a subfolder path joins
     the key with ``_`` since keys cannot hold ``/``), sorted by key."""
 
+    row_lists = ("paths", "keys", "sizes")
+
     def __init__(self, folder: str | os.PathLike[str], recursive: bool = False) -> None:
         self.folder = Path(folder)
         if not self.folder.is_dir():

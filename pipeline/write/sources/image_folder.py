@@ -55,6 +55,8 @@ class ImageFolderSource(FileRowsSource):
     the list lacks an error); ``max_side`` shrinks images whose longer side exceeds it,
     re-encoded as JPEG of ``quality``."""
 
+    row_lists = ("paths", "labels", "keys", "sizes")
+
     fields = ("image", "label")
 
     def __init__(self, root: str | os.PathLike[str], classes: list[str] | None = None,

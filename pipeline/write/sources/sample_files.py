@@ -68,6 +68,8 @@ class SampleFileSource(FileRowsSource):
     may hold arrays of different shapes, so ``pack="auto"`` stores one sample per record (a
     ``pack`` given packs samples of one shape)."""
 
+    row_lists = ("ids", "paths", "labels", "sizes")
+
     def __init__(self, root: str | os.PathLike[str], ids: Sequence[str], labels: Mapping[str, Any],
                  split: str = "samples", fields: tuple[str, str] = ("x", "y")) -> None:
         self.root = Path(root)
