@@ -73,8 +73,12 @@ def check_whole(data: Any) -> None:
     at = 2
     while at + 4 <= len(view):
         marker = view[at + 1]
-        if view[at] != 0xFF:
-            break
+        if view[at] != 0xFF:  # stray bytes between segments: libjpeg skips them to the next marker, and so do we
+            found = _NEXT_MARKER.search(view, at)
+            if found is None:
+                break
+            at = found.start()
+            continue
         if marker == 0xFF:  # fill byte
             at += 1
             continue
@@ -142,8 +146,11 @@ def opencv_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarr
         raise _not_an_image(data)
     if size is None or reduce == 1:
         left, top, box_w, box_h = box_of(image.shape[1], image.shape[0])
-    else:  # the box in the reduced image's pixels (exactly 1/reduce of the full ones; its sides are rounded up)
-        left, top, box_w, box_h = (max(round(v / reduce), 1) for v in box_of(*size))
+    else:  # the box in the reduced image's pixels: exactly 1/reduce of the full ones, within the image
+        full_left, full_top, full_w, full_h = box_of(*size)
+        left, top = min(round(full_left / reduce), image.shape[1] - 1), min(round(full_top / reduce), image.shape[0] - 1)
+        box_w = min(max(round(full_w / reduce), 1), image.shape[1] - left)
+        box_h = min(max(round(full_h / reduce), 1), image.shape[0] - top)
     box = image[top:top + box_h, left:left + box_w]
     # bilinear reads 2x2 pixels, enough below a 2x reduction; beyond, area averaging keeps it from aliasing (at
     # 3x the cost: measured 550 against 165 us an image from 375 to 224 pixels)

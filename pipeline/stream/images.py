@@ -57,6 +57,12 @@ class Images:
     backend: str = "auto"
 
     def __post_init__(self) -> None:
+        # plain ints, floats and tuples (a list, or NumPy's ints, would neither hash nor go through JSON)
+        size = int(self.size) if isinstance(self.size, (int, np.integer)) else tuple(int(v) for v in self.size)
+        object.__setattr__(self, "size", size)
+        for name in ("scale", "ratio"):
+            object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
+        object.__setattr__(self, "crop_fraction", float(self.crop_fraction))
         height, width = self.shape
         if height < 1 or width < 1:
             raise ValueError(f"Images size must be positive, got {self.size!r}")
@@ -76,9 +82,7 @@ class Images:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Images":
-        size = data["size"]
-        return cls(**{**data, "size": size if isinstance(size, int) else tuple(size),
-                      "scale": tuple(data["scale"]), "ratio": tuple(data["ratio"])})
+        return cls(**data)
 
     def __repr__(self) -> str:
         """``pipeline.Images(...)`` with the fields that differ from their defaults: a valid call."""

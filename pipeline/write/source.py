@@ -147,12 +147,16 @@ class FileRowsSource(Source):
 
     sizes: list[int]
     fields: Sequence[str]
-    #: the attributes that hold one entry per row: a window keeps its own rows of each
-    row_lists: tuple[str, ...] = ("sizes",)
+    #: the attributes that hold one entry per row (every one ``read`` uses): a window keeps its
+    #: own rows of each. Only a class that names them itself gets such windows: a subclass may
+    #: add a list of its own, so it inherits the plain window (the whole source) until it says.
+    row_lists: tuple[str, ...] | None = None
 
     def window(self, start: int, stop: int) -> Source:
         """Rows ``[start, stop)``: a copy whose per-row lists hold those rows only, so that a task
         sent to a build worker carries its own files, not the list of a million others."""
+        if self.row_lists is None or "row_lists" not in type(self).__dict__:
+            return super().window(start, stop)
         window = copy.copy(self)
         for name in self.row_lists:
             setattr(window, name, getattr(self, name)[start:stop])

@@ -25,8 +25,8 @@ ROOT = HERE.parent.parent
 
 def torchrun(nproc: int, *args: str, timeout: int = 180, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``args`` under a real torchrun. Past ``timeout``, every process of the job is asked for
-    its threads' stacks (SIGUSR1: scripts/train.py prints them), then killed, never left behind,
-    and the test fails with what they printed."""
+    its threads' stacks (SIGUSR1: scripts/train.py prints them), then killed, and the test fails
+    with what they printed; an interrupted test kills the job too. None is ever left behind."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                "--nproc-per-node", str(nproc), *args]
@@ -35,20 +35,40 @@ def torchrun(nproc: int, *args: str, timeout: int = 180, check: bool = True) -> 
     try:
         stdout, stderr = job.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        signal_all(descendants(job.pid), signal.SIGUSR1)  # torchrun starts each rank in a session of its own
-        time.sleep(2)
-        for _ in range(50):  # until none is left (new ones included), or 5 s: zombies stay until torchrun reaps them
-            below = descendants(job.pid)
-            if not below:
-                break
-            signal_all(below, signal.SIGKILL)
-            time.sleep(0.1)
-        os.killpg(job.pid, signal.SIGKILL)
+        stop_job(job.pid, ask_for_stacks=True)
         stdout, stderr = job.communicate(timeout=30)
         pytest.fail(f"torchrun {' '.join(args)} ran past {timeout} s; the job's stacks:\n{stderr[-20000:]}")
+    except BaseException:  # Ctrl-C, or the test's own time limit: the job is in sessions no signal of ours reaches
+        stop_job(job.pid, ask_for_stacks=False)
+        raise
     result = subprocess.CompletedProcess(command, job.returncode, stdout, stderr)
     assert result.returncode == 0 or not check, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def stop_job(pid: int, ask_for_stacks: bool) -> None:
+    """Kill torchrun ``pid`` and every process of its job. torchrun starts each rank in a session
+    of its own, so the sessions are collected, and every process in one of them is killed (one
+    a rank started meanwhile too)."""
+    if ask_for_stacks:
+        signal_all(descendants(pid), signal.SIGUSR1)
+        time.sleep(2)
+    sessions = {pid, *(session_of(child) for child in descendants(pid))} - {None, session_of(os.getpid())}
+    for _ in range(50):  # until none is left, or 5 s
+        members = [p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if session_of(p) in sessions]
+        if not members:
+            return
+        signal_all(members, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def session_of(pid: int) -> int | None:
+    """The session of a live process (``None`` for one that has ended, or a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None if fields[0] == "Z" else int(fields[3])
 
 
 def signal_all(pids: list[int], signum: int) -> None:
@@ -128,6 +148,21 @@ def test_a_job_past_its_time_fails_with_its_stacks_and_leaves_no_process() -> No
     with pytest.raises(pytest.fail.Exception, match=r"(?s)ran past 15 s; the job's stacks:.*in wait_for_ever"):
         torchrun(2, str(HERE / "stuck_rank.py"), timeout=15)
     assert set(child_pids(os.getpid())) == before
+    assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if "stuck_rank.py" in command_line(pid)]
+
+
+def test_an_interrupted_test_leaves_no_process_of_its_job() -> None:
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.alarm(8)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            torchrun(2, str(HERE / "stuck_rank.py"), timeout=120)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if "stuck_rank.py" in command_line(pid)]
 
 

@@ -246,3 +246,20 @@ def test_webdataset_shards_indexed_in_place_decode_their_jpg_members(tmp_path: P
     assert torch.cat([b["jpg"] for b in batches]).shape == (60, 3, 16, 16) and loader.stats()["replaced_samples"] == 1
     with pytest.raises(pipeline.ShardError, match=r"w-000001\.tar at byte \d+: record 4 \(key '1-0004'\), field 'jpg'"):
         list(make_loader(tmp_path, num_workers=0, batch_size=16, images={"jpg": Images(16)}))
+
+
+def test_a_dct_scaled_box_at_the_image_edge_keeps_the_edge() -> None:
+    picture = np.full((2000, 2000, 3), 40, np.uint8)
+    picture[:, :16] = (250, 0, 0)  # a red stripe at the left edge: 1.8 output pixels of 224
+    for backend in BACKENDS:
+        out, failed = decode(Images(224, crop="resize", backend=backend, channels_last=True), [encoded(picture)])
+        assert not failed and out[0, :, 0, 0].min() > 240 and out[0, :, 1, 0].min() > 150, backend  # 1.8 pixels red
+        assert out[0, :, 3:, 0].max() < 60, backend
+
+
+def test_stray_bytes_between_segments_are_skipped_as_the_decoders_skip_them() -> None:
+    data = encoded(photo(40, 40))
+    table = data.index(b"\xff\xdb")  # the first quantisation table's segment
+    stray = data[:table] + b"\x00\x00" + data[table:]
+    assert not decode(Images(16), [stray])[1]
+    assert "truncated JPEG" in decode(Images(16), [stray[:len(stray) // 2]])[1][0]

@@ -152,3 +152,19 @@ def test_a_build_task_carries_its_own_files_only_and_workers_change_nothing(tmp_
     one = pipeline.build_imagefolder(tmp_path / "root", tmp_path / "one", shard_samples=7, quiet=True)
     two = pipeline.build_imagefolder(tmp_path / "root", tmp_path / "two", shard_samples=7, workers=2, quiet=True)
     assert index_content(one) == index_content(two)
+
+
+def test_a_subclass_with_rows_of_its_own_gets_whole_windows_until_it_names_them(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root", {"a": 20})
+
+    class Weighted(pipeline.ImageFolderSource):
+        def __init__(self, root: Path) -> None:
+            super().__init__(root)
+            self.weights = list(range(len(self)))
+
+        def read(self, start: int, stop: int):
+            block = super().read(start, stop)
+            block.columns["weight"] = self.weights[start:stop]
+            return block
+
+    assert Weighted(tmp_path / "root").window(10, 15).read(0, 5).columns["weight"] == [10, 11, 12, 13, 14]

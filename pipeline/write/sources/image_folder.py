@@ -65,8 +65,9 @@ class ImageFolderSource(FileRowsSource):
         found = class_folders(self.root)
         splits = [name for name in found if name.lower() in SPLIT_NAMES and _holds_folders(self.root / name)]
         if splits:
-            raise SampleError(f"{self.root}: {splits} look like split folders of class folders, not classes; a ROOT "
-                              f"of split folders needs train/ and val/ (or validation/), or build each folder on its own")
+            raise SampleError(f"{self.root}: {splits} look like split folders of class folders, not classes; "
+                              f"build_imagefolder (build imagefolder) reads a ROOT of train/ and val/ (or validation/) "
+                              f"as two sets, else build each split folder on its own")
         self.classes = list(found if classes is None else classes)
         unknown = sorted(set(found) - set(self.classes))
         if unknown:
