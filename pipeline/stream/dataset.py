@@ -37,8 +37,10 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..storage import is_remote
 from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
+from .allocator import fix_mmap_threshold
 from .batching import drop_short_tail, gather, messages_from_windows, split_message, to_torch
 from .foreign import ForeignStream
 from .images import Images
@@ -272,6 +274,8 @@ class ShardDataset(IterableDataset):
 
     def _messages(self, info: Any) -> Iterator[Any]:
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if info is not None and self._remote():
+            fix_mmap_threshold(os.getpid())
         units = self._indexed_units(worker, workers) if self.sources is not None else \
             self._foreign_units(worker, workers)
         for unit in units:
@@ -320,6 +324,12 @@ class ShardDataset(IterableDataset):
         if self.image_decoding is None:
             return units
         return self.image_decoding.stream(units, consumer, self.epoch, self.unit_messages)
+
+    def _remote(self) -> bool:
+        """Whether some shards are read over the network."""
+        if self.sources is None:
+            return any(is_remote(url) for url in self.shards.urls)
+        return any(shards.remote for shards in self.sources.shards)
 
     def _read_ahead(self) -> int:
         """Units to read ahead: by default one in the main process, where reading would otherwise
