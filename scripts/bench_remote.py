@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -30,7 +31,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -85,7 +86,7 @@ def curl_all(urls: list[str], parallel: int) -> Callable[[], int]:
         return int(float(out))
 
     def run() -> int:
-        with ThreadPoolExecutor(parallel) as pool:
+        with ThreadPoolExecutor(max(parallel, 1)) as pool:
             return sum(pool.map(fetch, urls))
     return run
 
@@ -99,7 +100,7 @@ def boto3_all(bucket: str, keys: list[str], parallel: int) -> Callable[[], int]:
         return len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
 
     def run() -> int:
-        with ThreadPoolExecutor(parallel) as pool:
+        with ThreadPoolExecutor(max(parallel, 1)) as pool:
             return sum(pool.map(fetch, keys))
     return run
 
@@ -112,10 +113,33 @@ def row(source: str, reader: str, seconds: float, moved: int, requests: int | No
             "requests": requests}
 
 
-def loader_row(source: str, location: str, runs: int, workers: int, **options: Any) -> dict:
+def loader_row(source: str, location: str, runs: int, workers: int, client: str = "", **options: Any) -> dict:
     epoch = LoaderEpoch(location, workers, read_ahead=READ_AHEAD, **options)
     cached = ", cache_dir, epochs 2+" if "cache_dir" in options else ""
-    return row(source, f"this loader ({workers} workers{cached})", *best_of(runs, epoch), requests=epoch.requests)
+    return row(source, f"this loader ({workers} workers{cached}{', ' + client if client else ''})",
+               *best_of(runs, epoch), requests=epoch.requests)
+
+
+def s3_clients() -> list[str]:
+    """The clients S3 ranges can be read with here: boto3, and obstore when it is installed."""
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return ["boto3"]
+    return ["boto3", "obstore"]
+
+
+@contextlib.contextmanager
+def client_env(client: str) -> Iterator[None]:
+    """``PIPELINE_S3_CLIENT`` set for the loader made inside (its workers inherit it)."""
+    before = os.environ.get("PIPELINE_S3_CLIENT")
+    os.environ["PIPELINE_S3_CLIENT"] = client
+    try:
+        yield
+    finally:
+        os.environ.pop("PIPELINE_S3_CLIENT")
+        if before is not None:
+            os.environ["PIPELINE_S3_CLIENT"] = before
 
 
 def bench_http(folder: Path, names: list[str], runs: int, workers: int) -> list[dict]:
@@ -146,7 +170,10 @@ def bench_s3(folder: Path, names: list[str], runs: int, workers: int) -> list[di
             client.upload_file(str(path), "bench", f"emb/{path.name}")
         rows = [row("s3", "boto3 get_object().read()",
                     *best_of(runs, boto3_all("bench", [f"emb/{n}" for n in names], workers)))]
-        rows.append(loader_row("s3", "s3://bench/emb/", runs, workers))
+        for client in s3_clients():
+            # by default only DataLoader workers read through obstore; without workers, ask for it
+            with client_env("auto" if client == "obstore" and workers else client):
+                rows.append(loader_row("s3", "s3://bench/emb/", runs, workers, client=client))
         rows.append(loader_row("s3", "s3://bench/emb/", runs, workers, cache_dir=folder / "cache"))
         return rows
     finally:

@@ -9,6 +9,7 @@ import os
 import threading
 from typing import Any, Callable, TypeVar
 
+from . import s3_ranges
 from .errors import SourceError, TransientError
 from .retry import RetryPolicy, with_retries
 from .streams import Response
@@ -71,17 +72,23 @@ def client(policy: RetryPolicy) -> Any:
         return _clients[key]
 
 
+def described_error(url: str, offset: int, code: str, status: int | None, message: str | None = None) -> SourceError:
+    """An S3 error code (``NoSuchKey``, or the HTTP status where the body had none) as a
+    permanent error that says what it means, or a transient one worth a retry."""
+    if code in _TRANSIENT_CODES or (status is not None and (status >= 500 or status == 429)):
+        return TransientError(url, offset, f"S3 {code or status}")
+    return SourceError(url, offset, f"S3 {code}: {_DESCRIBED.get(code, message or 'error')}")
+
+
 def map_error(url: str, offset: int, exc: BaseException) -> SourceError:
     """botocore's exceptions to ours: error codes decide permanent or transient."""
     from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if code in _TRANSIENT_CODES or (isinstance(status, int) and status >= 500):
-            return TransientError(url, offset, f"S3 {code or status}")
-        return SourceError(url, offset, f"S3 {code}: {_DESCRIBED.get(code, error.get('Message', 'error'))}")
+        return described_error(url, offset, str(error.get("Code", "")), status if isinstance(status, int) else None,
+                               error.get("Message"))
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return SourceError(url, offset, f"no usable AWS credentials: {exc}")
     return TransientError(url, offset, f"{type(exc).__name__}: {exc}")
@@ -104,7 +111,11 @@ class _Body:
 
 
 def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> Response:
+    """A GET of bytes ``[start, stop)`` (``stop=None``: to the end): through obstore for a
+    range of a chunk's size when it is installed (:mod:`.s3_ranges`), else through boto3."""
     bucket, key = split_url(url)
+    if stop is not None and stop - start <= s3_ranges.MAX_RANGE and s3_ranges.enabled():
+        return s3_ranges.open_range(url, bucket, key, start, stop, policy)
     arguments: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if start or stop is not None:
         arguments["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
