@@ -61,15 +61,17 @@ def single_threaded(pid: int) -> None:
     cv2.setNumThreads(1)
 
 
-def check_whole(data: Any) -> None:
-    """Raise when ``data`` is a JPEG that was cut short: walking its segments from the start
-    must reach the end-of-image marker of the first image. Whatever follows it (a video of a
-    "motion photo", a second image) is not looked at. A scan's entropy-coded bytes hold no
-    marker (an ``FF`` in them is followed by ``00`` or a restart marker), so the next marker
-    after a scan is found with one search."""
+def check_jpeg(data: Any) -> tuple[int, int] | None:
+    """``(width, height)`` from a JPEG's frame header (read before decoding it, to pick a DCT
+    scale), or ``None`` when ``data`` is not a JPEG (or has no frame header); raise when it was
+    cut short. One walk over its segments from the start must reach the end-of-image marker of
+    the first image; whatever follows it (a video of a "motion photo", a second image) is not
+    looked at. A scan's entropy-coded bytes hold no marker (an ``FF`` in them is followed by
+    ``00`` or a restart marker), so the next marker after a scan is found with one search."""
     view = memoryview(data)
     if bytes(view[:3]) != _JPEG:
-        return
+        return None
+    size = None
     at = 2
     while at + 4 <= len(view):
         marker = view[at + 1]
@@ -83,10 +85,12 @@ def check_whole(data: Any) -> None:
             at += 1
             continue
         if marker == 0xD9:
-            return
+            return size
         if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # restart markers, TEM: no length
             at += 2
             continue
+        if size is None and 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and at + 9 <= len(view):
+            size = int.from_bytes(view[at + 7:at + 9], "big"), int.from_bytes(view[at + 5:at + 7], "big")
         at += 2 + int.from_bytes(view[at + 2:at + 4], "big")
         if marker == 0xDA:  # a scan: its data runs to the next marker
             found = _NEXT_MARKER.search(view, at)
@@ -94,7 +98,7 @@ def check_whole(data: Any) -> None:
                 break
             at = found.start()
     if bytes(view[at:at + 2]) == _END_OF_IMAGE:
-        return
+        return size
     raise ImageError(f"a truncated JPEG ({len(data)} bytes, it ends before its end-of-image marker)")
 
 
@@ -105,34 +109,11 @@ def _not_an_image(data: Any) -> ImageError:
     return ImageError(f"not a JPEG, PNG or WebP image (it starts with {bytes(data[:8])!r}, {len(data)} bytes)")
 
 
-def jpeg_size(data: Any) -> tuple[int, int] | None:
-    """``(width, height)`` from a JPEG's frame header (read before decoding it, to pick a DCT
-    scale); ``None`` when ``data`` is not a JPEG or the header is not found before the scan."""
-    view = memoryview(data)
-    if bytes(view[:3]) != _JPEG:
-        return None
-    at = 2
-    while at + 9 <= len(view):
-        if view[at] != 0xFF:
-            return None
-        marker = view[at + 1]
-        if marker == 0xFF:  # fill byte
-            at += 1
-            continue
-        if marker == 0xDA:
-            return None
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return int.from_bytes(view[at + 7:at + 9], "big"), int.from_bytes(view[at + 5:at + 7], "big")
-        at += 2 + int.from_bytes(view[at + 2:at + 4], "big")
-    return None
-
-
 def opencv_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarray:
     import cv2
 
-    check_whole(data)
     # a JPEG much larger than the output decodes at 1/2, 1/4 or 1/8 of its size, in the DCT (far faster)
-    size = jpeg_size(data)
+    size = check_jpeg(data)
     reduce = 1
     if size is not None:
         _, _, box_w, box_h = box_of(*size)
@@ -162,7 +143,7 @@ def opencv_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarr
 def pillow_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
-    check_whole(data)
+    check_jpeg(data)
     try:
         image = Image.open(io.BytesIO(data))
         full_w, full_h = image.size

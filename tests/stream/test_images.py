@@ -12,7 +12,7 @@ from PIL import Image
 
 import pipeline
 from pipeline import Images, make_loader
-from pipeline.stream.image_decoders import jpeg_size
+from pipeline.stream.image_decoders import check_jpeg
 from pipeline.stream.images import row_seeds, uniforms
 from tests.images import encoded, image_folder, photo
 
@@ -202,7 +202,7 @@ def test_a_large_jpeg_decodes_at_a_dct_scale_to_what_a_full_decode_gives(crop: s
 
     picture = np.asarray(Image.fromarray(photo(150, 200, seed=3)).resize((1603, 1205), Image.Resampling.BICUBIC))
     data = encoded(picture)
-    assert jpeg_size(data) == (1603, 1205) and jpeg_size(encoded(picture, "PNG")) is None
+    assert check_jpeg(data) == (1603, 1205) and check_jpeg(encoded(picture, "PNG")) is None
     spec = Images(100, crop=crop, scale=(0.3, 1.0), channels_last=True)
     draws = uniforms(row_seeds(0, 0, np.arange(1)), 41)[0]
     left, top, width, height = spec.box(1603, 1205, draws if crop == "random" else None)
