@@ -7,9 +7,11 @@ Why: remote reads add requests, loopback transfers and the retry/resume layer; t
 how close to local the loader gets, and how much of the raw client's bandwidth it keeps while it
 also checks, decodes, shuffles and batches. Every reader runs in the same process tree, one after
 the other, on the same shards, ``--runs`` times each (the best run counts: noise on a shared
-machine only adds time). A loader row also gives the requests an epoch took (``stats()``). The
-last row reads S3 through ``cache_dir``: its first epoch fills the cache, the rows are of later
-epochs (what days of training see).
+machine only adds time). A loader row also gives the requests an epoch took (``stats()``). S3 is
+read by the loader once per client its ranges can go through (boto3; obstore in the workers,
+when installed), then through ``cache_dir`` (its first epoch fills the cache, the row is of later
+epochs: what days of training see). The last rows are bare ranged GETs of 512 KB through each
+client, with the CPU this process spent on each request.
 
 Usage::
 
@@ -142,6 +144,27 @@ def client_env(client: str) -> Iterator[None]:
             os.environ["PIPELINE_S3_CLIENT"] = before
 
 
+def ranged_row(url: str, size: int, client: str, runs: int, chunk: int = 512 << 10, threads: int = 8) -> dict:
+    """Ranged GETs of ``chunk`` bytes at random places of one object, ``threads`` at a time, through
+    ``read_range`` (the loader's reads, without its decoding): their rate, and the CPU this process
+    spent on each (what caps a worker's requests on a fast network)."""
+    from pipeline.storage import read_range
+
+    starts = np.random.default_rng(0).permutation(max(size // chunk, 1))[:200] * chunk
+
+    def run() -> int:
+        with ThreadPoolExecutor(threads) as pool:
+            return sum(pool.map(lambda s: len(read_range(url, int(s), min(int(s) + chunk, size))), starts))
+
+    before = os.times()
+    result = row("s3", "", *best_of(runs, run), requests=len(starts))
+    after = os.times()
+    cpu_ms = (after.user + after.system - before.user - before.system) / (runs * len(starts)) * 1e3
+    result["reader"] = f"ranged GETs of {chunk >> 10} KB, {threads} threads, {client}: {cpu_ms:.2f} ms CPU a request"
+    result["cpu_ms_per_request"] = cpu_ms
+    return result
+
+
 def bench_http(folder: Path, names: list[str], runs: int, workers: int) -> list[dict]:
     url, process = start_nginx(folder / "nginx", folder)
     try:
@@ -175,6 +198,10 @@ def bench_s3(folder: Path, names: list[str], runs: int, workers: int) -> list[di
             with client_env("auto" if client == "obstore" and workers else client):
                 rows.append(loader_row("s3", "s3://bench/emb/", runs, workers, client=client))
         rows.append(loader_row("s3", "s3://bench/emb/", runs, workers, cache_dir=folder / "cache"))
+        shard = folder / "data" / names[0]
+        for client in s3_clients():  # last: in this process, obstore would keep later workers from it
+            with client_env(client):
+                rows.append(ranged_row(f"s3://bench/emb/{names[0]}", shard.stat().st_size, client, runs))
         return rows
     finally:
         stop(process)
