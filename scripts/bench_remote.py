@@ -7,11 +7,11 @@ Why: remote reads add requests, loopback transfers and the retry/resume layer; t
 how close to local the loader gets, and how much of the raw client's bandwidth it keeps while it
 also checks, decodes, shuffles and batches. Every reader runs in the same process tree, one after
 the other, on the same shards, ``--runs`` times each (the best run counts: noise on a shared
-machine only adds time). A loader row also gives the requests an epoch took (``stats()``). S3 is
-read by the loader once per client its ranges can go through (boto3; obstore in the workers,
-when installed), then through ``cache_dir`` (its first epoch fills the cache, the row is of later
-epochs: what days of training see). The last rows are bare ranged GETs of 512 KB through each
-client, with the CPU this process spent on each request.
+machine only adds time). A loader row also gives the requests an epoch took (``stats()``). HTTP
+and S3 are read by the loader once per client its ranges can go through (urllib3 or boto3, and
+obstore in the workers when installed); S3 also through ``cache_dir`` (its first epoch fills the
+cache, the row is of later epochs: what days of training see). Each source ends with bare ranged
+GETs of 512 KB through each client (in a child process), with the CPU spent on each request.
 
 Usage::
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -122,29 +123,51 @@ def loader_row(source: str, location: str, runs: int, workers: int, client: str 
                *best_of(runs, epoch), requests=epoch.requests)
 
 
-def s3_clients() -> list[str]:
-    """The clients S3 ranges can be read with here: boto3, and obstore when it is installed."""
+def range_clients(python_client: str, workers: int) -> list[tuple[str, str]]:
+    """``(client, PIPELINE_OBSTORE)`` for each way ranges can be read here: the Python client, and
+    obstore when it is installed (by default in DataLoader workers only; without workers, asked for)."""
     try:
         import obstore  # noqa: F401
     except ImportError:
-        return ["boto3"]
-    return ["boto3", "obstore"]
+        return [(python_client, "never")]
+    return [(python_client, "never"), ("obstore", "auto" if workers else "always")]
 
 
 @contextlib.contextmanager
-def client_env(client: str) -> Iterator[None]:
-    """``PIPELINE_S3_CLIENT`` set for the loader made inside (its workers inherit it)."""
-    before = os.environ.get("PIPELINE_S3_CLIENT")
-    os.environ["PIPELINE_S3_CLIENT"] = client
+def obstore_env(mode: str) -> Iterator[None]:
+    """``PIPELINE_OBSTORE`` set for the loader made inside (its workers inherit it)."""
+    before = os.environ.get("PIPELINE_OBSTORE")
+    os.environ["PIPELINE_OBSTORE"] = mode
     try:
         yield
     finally:
-        os.environ.pop("PIPELINE_S3_CLIENT")
+        os.environ.pop("PIPELINE_OBSTORE")
         if before is not None:
-            os.environ["PIPELINE_S3_CLIENT"] = before
+            os.environ["PIPELINE_OBSTORE"] = before
 
 
-def ranged_row(url: str, size: int, client: str, runs: int, chunk: int = 512 << 10, threads: int = 8) -> dict:
+def client_rows(source: str, location: str, python_client: str, runs: int, workers: int) -> list[dict]:
+    """The loader's row once per client its ranges can go through."""
+    rows = []
+    for client, mode in range_clients(python_client, workers):
+        with obstore_env(mode):
+            rows.append(loader_row(source, location, runs, workers, client=client))
+    return rows
+
+
+def ranged_rows(source: str, url: str, size: int, python_client: str, runs: int) -> list[dict]:
+    """:func:`ranged_row` per client, each in a child process: obstore used here would keep the
+    workers of later loaders from it (it is not fork-safe)."""
+    rows = []
+    for client, _ in range_clients(python_client, 1):
+        with obstore_env("never" if client == python_client else "always"), \
+                multiprocessing.get_context("fork").Pool(1) as pool:
+            rows.append(pool.apply(ranged_row, (source, url, size, client, runs)))
+    return rows
+
+
+def ranged_row(source: str, url: str, size: int, client: str, runs: int, chunk: int = 512 << 10,
+               threads: int = 8) -> dict:
     """Ranged GETs of ``chunk`` bytes at random places of one object, ``threads`` at a time, through
     ``read_range`` (the loader's reads, without its decoding): their rate, and the CPU this process
     spent on each (what caps a worker's requests on a fast network)."""
@@ -157,7 +180,7 @@ def ranged_row(url: str, size: int, client: str, runs: int, chunk: int = 512 << 
             return sum(pool.map(lambda s: len(read_range(url, int(s), min(int(s) + chunk, size))), starts))
 
     before = os.times()
-    result = row("s3", "", *best_of(runs, run), requests=len(starts))
+    result = row(source, "", *best_of(runs, run), requests=len(starts))
     after = os.times()
     cpu_ms = (after.user + after.system - before.user - before.system) / (runs * len(starts)) * 1e3
     result["reader"] = f"ranged GETs of {chunk >> 10} KB, {threads} threads, {client}: {cpu_ms:.2f} ms CPU a request"
@@ -169,8 +192,9 @@ def bench_http(folder: Path, names: list[str], runs: int, workers: int) -> list[
     url, process = start_nginx(folder / "nginx", folder)
     try:
         rows = [row("http", "curl", *best_of(runs, curl_all([f"{url}/data/{n}" for n in names], workers)))]
-        rows.append(loader_row("http", f"{url}/data/index.json", runs, workers))
-        return rows
+        rows += client_rows("http", f"{url}/data/index.json", "urllib3", runs, workers)
+        shard = folder / "data" / names[0]
+        return rows + ranged_rows("http", f"{url}/data/{names[0]}", shard.stat().st_size, "urllib3", runs)
     finally:
         stop(process)
 
@@ -193,16 +217,10 @@ def bench_s3(folder: Path, names: list[str], runs: int, workers: int) -> list[di
             client.upload_file(str(path), "bench", f"emb/{path.name}")
         rows = [row("s3", "boto3 get_object().read()",
                     *best_of(runs, boto3_all("bench", [f"emb/{n}" for n in names], workers)))]
-        for client in s3_clients():
-            # by default only DataLoader workers read through obstore; without workers, ask for it
-            with client_env("auto" if client == "obstore" and workers else client):
-                rows.append(loader_row("s3", "s3://bench/emb/", runs, workers, client=client))
+        rows += client_rows("s3", "s3://bench/emb/", "boto3", runs, workers)
         rows.append(loader_row("s3", "s3://bench/emb/", runs, workers, cache_dir=folder / "cache"))
         shard = folder / "data" / names[0]
-        for client in s3_clients():  # last: in this process, obstore would keep later workers from it
-            with client_env(client):
-                rows.append(ranged_row(f"s3://bench/emb/{names[0]}", shard.stat().st_size, client, runs))
-        return rows
+        return rows + ranged_rows("s3", f"s3://bench/emb/{names[0]}", shard.stat().st_size, "boto3", runs)
     finally:
         stop(process)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import urllib3
 
+from . import obstore_ranges
 from .errors import RedactingFilter, SourceError, TransientError
 from .retry import RetryPolicy
 from .streams import Response
@@ -59,7 +60,11 @@ def _discard(response: Any) -> None:
 
 def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> Response:
     """A GET of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end), whose body the
-    caller reads; a status that does not deliver them raises (see :data:`_PERMANENT`)."""
+    caller reads; a status that does not deliver them raises (see :func:`status_error`). A range
+    of a chunk's size goes through obstore where it may (:mod:`.obstore_ranges`)."""
+    if stop is not None and stop - start <= obstore_ranges.MAX_RANGE and obstore_ranges.enabled() \
+            and obstore_ranges.takes_http(url):
+        return obstore_ranges.open_http_range(url, start, stop, policy)
     headers = {}
     if start or stop is not None:
         headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
@@ -75,11 +80,17 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
     if status == 206 or (status == 200 and start == 0):  # the stream stops at ``stop`` itself
         return response
     _discard(response)
+    raise status_error(url, start, status)
+
+
+def status_error(url: str, start: int, status: int) -> SourceError:
+    """The error of a status that does not deliver bytes from ``start``: permanent (see
+    :data:`_PERMANENT`), or transient (429, 5xx)."""
     if status == 200:  # the server ignored Range: reading from 0 again would duplicate bytes
-        raise SourceError(url, start, "the server does not honour Range requests")
+        return SourceError(url, start, "the server does not honour Range requests")
     if status in _PERMANENT:
-        raise SourceError(url, start, f"HTTP {status} {_PERMANENT[status]}")
+        return SourceError(url, start, f"HTTP {status} {_PERMANENT[status]}")
     if status == 429 or status >= 500:
-        raise TransientError(url, start, f"HTTP {status}")
-    raise SourceError(url, start, f"unexpected HTTP {status}")
+        return TransientError(url, start, f"HTTP {status}")
+    return SourceError(url, start, f"unexpected HTTP {status}")
 

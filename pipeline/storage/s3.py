@@ -9,7 +9,7 @@ import os
 import threading
 from typing import Any, Callable, TypeVar
 
-from . import s3_ranges
+from . import obstore_ranges
 from .errors import SourceError, TransientError
 from .retry import RetryPolicy, with_retries
 from .streams import Response
@@ -112,10 +112,10 @@ class _Body:
 
 def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> Response:
     """A GET of bytes ``[start, stop)`` (``stop=None``: to the end): through obstore for a
-    range of a chunk's size when it is installed (:mod:`.s3_ranges`), else through boto3."""
+    range of a chunk's size where it may (:mod:`.obstore_ranges`), else through boto3."""
     bucket, key = split_url(url)
-    if stop is not None and stop - start <= s3_ranges.MAX_RANGE and s3_ranges.enabled():
-        return s3_ranges.open_range(url, bucket, key, start, stop, policy)
+    if stop is not None and stop - start <= obstore_ranges.MAX_RANGE and obstore_ranges.enabled():
+        return obstore_ranges.open_s3_range(url, bucket, key, start, stop, policy)
     arguments: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if start or stop is not None:
         arguments["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"

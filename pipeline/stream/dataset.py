@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..storage import is_remote, s3_ranges
+from ..storage import is_remote, obstore_ranges
 from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
 from .allocator import fix_mmap_threshold
@@ -276,7 +276,7 @@ class ShardDataset(IterableDataset):
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         if info is not None and self._remote():
             fix_mmap_threshold(os.getpid())
-            s3_ranges.use_in_this_worker()
+            obstore_ranges.use_in_this_worker()
         units = self._indexed_units(worker, workers) if self.sources is not None else \
             self._foreign_units(worker, workers)
         for unit in units:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+import traceback
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -77,6 +79,45 @@ def upload_folder(folder: Path, bucket: str, prefix: str) -> None:
     client = boto3.client("s3")
     for path in sorted(folder.iterdir()):
         client.upload_file(str(path), bucket, f"{prefix}/{path.name}")
+
+
+def run_in_child(action: Callable[[], None], timeout: float = 120) -> None:
+    """``action()`` (assertions and all) in a forked child; its failure, or a hang, fails the test.
+    Why: obstore is not fork-safe, and a process that used it cannot fork DataLoader workers that
+    use it too. Tests that make obstore read in "their own" process do it in a child, so that the
+    tests' process never starts it and the workers it forks later read through it as a training
+    job's do."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def run() -> None:
+        try:
+            action()
+            send.send(None)
+        except BaseException:  # noqa: BLE001 - everything goes back to the test
+            send.send(traceback.format_exc())
+
+    child = context.Process(target=run)
+    child.start()
+    child.join(timeout)
+    if child.is_alive():
+        child.kill()
+        pytest.fail(f"the child process hung for {timeout:g}s")
+    failure = receive.recv() if receive.poll(5) else f"the child exited with {child.exitcode} and said nothing"
+    if failure is not None:
+        pytest.fail(f"in the child process:\n{failure}")
+
+
+@pytest.fixture(params=["python", "obstore"])
+def through(request, monkeypatch) -> Callable[[Callable[[], None]], None]:
+    """Runs a check with ranges read through the Python clients (urllib3, boto3) here, or through
+    obstore in a child process (see :func:`run_in_child`)."""
+    if request.param == "python":
+        monkeypatch.setenv("PIPELINE_OBSTORE", "never")
+        return lambda action: action()
+    pytest.importorskip("obstore")
+    monkeypatch.setenv("PIPELINE_OBSTORE", "always")
+    return run_in_child
 
 
 def all_ids(loader) -> list[int]:

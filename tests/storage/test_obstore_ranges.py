@@ -1,0 +1,123 @@
+"""Ranges through obstore or through the Python clients (``PIPELINE_OBSTORE``): the same tolerance
+of faults over HTTP and S3, obstore never used where it would hang (a process forked after its
+parent used it), and by default used in DataLoader workers only. The same bytes and the same
+errors through both: ``test_http.py`` and ``test_s3.py`` (their ``through`` fixture)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipeline import SourceError, make_loader
+from pipeline.storage import obstore_ranges, read_range
+from tests.storage.conftest import all_ids, make_bucket, run_in_child, upload_folder
+from tests.storage.servers import FaultProxy
+
+pytest.importorskip("obstore")
+SHARD = "s3://clients/train/part-000002.tar"
+
+
+@pytest.fixture
+def clients_bucket(s3_env: str, web_root: Path) -> str:
+    make_bucket("clients")
+    upload_folder(web_root / "data", "clients", "train")
+    return "clients"
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_an_epoch_through_cuts_stalls_trickles_and_503s_delivers_every_sample_once(
+        kind: str, request, total_samples: int, fast_retries, monkeypatch, through) -> None:
+    """Read in the test's process (no workers): obstore's time limit on a whole request must catch
+    a stall and a trickle, as the Python clients' per-read timeout does."""
+    server = request.getfixturevalue("nginx" if kind == "http" else "seaweedfs")
+    if kind == "s3":
+        request.getfixturevalue("clients_bucket")
+    proxy = FaultProxy(int(server.rsplit(":", 1)[1]), {"cut": 0.15, "stall": 0.04, "trickle": 0.04, "503": 0.1},
+                       seed=3, stall_seconds=2)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    source = f"{proxy.url}/data/index.json" if kind == "http" else "s3://clients/train"
+
+    def check() -> None:
+        loader = make_loader(source, num_workers=0, batch_size=64, shuffle_buffer=300, chunks_per_buffer=16)
+        assert all_ids(loader) == list(range(total_samples))
+    try:
+        through(check)
+        counts = dict(proxy.counts)
+    finally:
+        proxy.close()
+    assert counts["cut"] >= 10 and counts["503"] >= 5, counts
+    assert counts["stall"] >= 2 and counts["trickle"] >= 2, counts
+
+
+def test_a_process_forked_after_obstore_was_used_reads_through_boto3(clients_bucket: str, web_root: Path,
+                                                                       monkeypatch) -> None:
+    """obstore's runtime does not survive a fork: a grandchild calling it would hang for ever."""
+    monkeypatch.setenv("PIPELINE_OBSTORE", "always")
+    local = (web_root / "data" / "part-000002.tar").read_bytes()
+
+    def grandchild(queue: multiprocessing.Queue) -> None:
+        queue.put((obstore_ranges.enabled(), read_range(SHARD, 512, 40_000)))
+
+    def check() -> None:
+        assert obstore_ranges.enabled() and read_range(SHARD, 0, 100) == local[:100]  # obstore, in this process
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        child = context.Process(target=grandchild, args=(queue,))
+        child.start()
+        child.join(60)
+        alive = child.is_alive()
+        child.kill()
+        assert not alive, "the forked process hung"
+        assert queue.get(timeout=5) == (False, local[512:40_000])
+    run_in_child(check)
+
+
+def test_by_default_workers_read_through_obstore_and_the_training_process_through_boto3(
+        clients_bucket: str, total_samples: int, monkeypatch) -> None:
+    """A fresh interpreter, as a training job is: the index is read in it through boto3, so the
+    workers forked from it start obstore's runtime each; every sample arrives once."""
+    monkeypatch.delenv("PIPELINE_OBSTORE", raising=False)
+    script = textwrap.dedent(f"""
+        from pipeline import make_loader
+        from pipeline.storage import obstore_ranges
+
+        def read_by_obstore(batch):  # runs in the worker that read the batch
+            assert obstore_ranges.enabled() and obstore_ranges._stores, "a worker read its ranges through boto3"
+            return batch
+
+        loader = make_loader("s3://clients/train", num_workers=2, batch_size=64, shuffle_buffer=300,
+                             batch_transform=read_by_obstore)
+        ids = sorted(i for batch in loader for i in batch["i"].tolist())
+        assert ids == list(range({total_samples})), len(ids)
+        assert not obstore_ranges._stores, "the main process read ranges itself"
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_urls_obstore_would_not_send_as_they_are_go_through_urllib3() -> None:
+    assert obstore_ranges.takes_http("https://data.example.org/shards/part-000001.tar")
+    assert not obstore_ranges.takes_http("https://data.example.org/part-000001.tar?X-Amz-Signature=abc")
+    assert not obstore_ranges.takes_http("https://user:secret@data.example.org/part-000001.tar")
+    assert not obstore_ranges.takes_http("https://data.example.org/part-000001.tar#frag")
+    assert not obstore_ranges.takes_http("http://[::1/x.tar")  # urllib3 says what is wrong with it
+
+
+def test_asking_for_obstore_without_it_is_an_error_that_says_how_to_install_it(monkeypatch) -> None:
+    monkeypatch.setenv("PIPELINE_OBSTORE", "auto")
+    assert not obstore_ranges.enabled()  # this is no DataLoader worker
+    monkeypatch.setenv("PIPELINE_OBSTORE", "always")
+    monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore now raises ImportError
+    with pytest.raises(SourceError, match=r"always, but obstore is not installed: pip install 'pipeline\[obstore\]'"):
+        obstore_ranges.enabled()
+    monkeypatch.setenv("PIPELINE_OBSTORE", "auto")
+    assert not obstore_ranges.enabled()
+    monkeypatch.setenv("PIPELINE_OBSTORE", "fastest")
+    with pytest.raises(SourceError, match=r"PIPELINE_OBSTORE: 'fastest' is not auto, always or never"):
+        obstore_ranges.enabled()
