@@ -9,7 +9,7 @@ also checks, decodes, shuffles and batches. Every reader runs in the same proces
 the other, on the same shards, ``--runs`` times each (the best run counts: noise on a shared
 machine only adds time). A loader row also gives the requests an epoch took (``stats()``). HTTP
 and S3 are read by the loader once per client its ranges can go through (urllib3 or boto3, and
-obstore in the workers when installed); S3 also through ``cache_dir`` (its first epoch fills the
+obstore in the workers, ``PIPELINE_OBSTORE=workers``, when installed); S3 also through ``cache_dir`` (its first epoch fills the
 cache, the row is of later epochs: what days of training see). Each source ends with bare ranged
 GETs of 512 KB through each client (in a child process), with the CPU spent on each request.
 
@@ -125,12 +125,12 @@ def loader_row(source: str, location: str, runs: int, workers: int, client: str 
 
 def range_clients(python_client: str, workers: int) -> list[tuple[str, str]]:
     """``(client, PIPELINE_OBSTORE)`` for each way ranges can be read here: the Python client, and
-    obstore when it is installed (by default in DataLoader workers only; without workers, asked for)."""
+    obstore when it is installed (in the DataLoader workers; without workers, in this process)."""
     try:
         import obstore  # noqa: F401
     except ImportError:
         return [(python_client, "never")]
-    return [(python_client, "never"), ("obstore", "auto" if workers else "always")]
+    return [(python_client, "never"), ("obstore", "workers" if workers else "always")]
 
 
 @contextlib.contextmanager

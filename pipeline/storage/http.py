@@ -68,9 +68,10 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
     headers = {}
     if start or stop is not None:
         headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
-    try:  # the object's own bytes (an index's offsets count them), not a Content-Encoding's decoding of them
+    whole = start == 0 and stop is None  # a range is of the object's own bytes, not of a Content-Encoding's decoding
+    try:
         response: Any = _pool().request(
-            "GET", url, headers=headers, preload_content=False, decode_content=False, redirect=True, retries=False,
+            "GET", url, headers=headers, preload_content=False, decode_content=whole, redirect=True, retries=False,
             timeout=urllib3.Timeout(connect=policy.connect_timeout, read=policy.read_timeout))
     except urllib3.exceptions.LocationValueError as exc:
         raise SourceError(url, start, f"not a valid URL: {exc}") from None

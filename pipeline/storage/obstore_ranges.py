@@ -1,52 +1,55 @@
 """Ranged GETs of ``s3://`` and ``http(s)://`` objects through obstore (Rust's ``object_store``),
-when it is installed.
+for those who turn it on (``PIPELINE_OBSTORE=workers``) and have it installed.
 
 Why: a loader reads a shard as hundreds of ranged GETs of about half a megabyte, and a request
-through a Python client costs the client CPU, most of it under the GIL: 2.6 ms for 512 KB through
-boto3 (signing, botocore's parsing, reading the body), 0.9 ms through urllib3, with 8 threads.
-obstore does that work in Rust with the GIL released: 0.9 ms for S3, 0.3-0.4 ms for HTTP
-(measured against SeaweedFS and nginx on 127.0.0.1; ``scripts/bench_remote.py``). On a fast
-network that CPU is what caps a worker's requests per second. Everything else (whole-object
-streams, uploads, listings) stays on boto3 and urllib3; S3 takes boto3's credential chain,
-endpoint and region, so both clients see the same identity.
+through a Python client costs the client CPU, most of it under the GIL; obstore does that work
+in Rust with the GIL released, for about a third to a half of the CPU a request (the README and
+``scripts/bench_remote.py`` have the figures). On a fast network that CPU is what caps a worker's
+requests per second. Everything else (whole-object streams, uploads, listings) stays on boto3
+and urllib3.
 
-What differs, and why it is safe: obstore hands back a range whole, so a stall is caught by a
-time limit on the whole request (``PIPELINE_READ_TIMEOUT``) rather than on each read; ranges are
-therefore taken only up to :data:`MAX_RANGE` (a chunk), and longer reads stream through the
-Python clients. obstore makes one attempt per request (its own retries are off): every retry is
-ours, counted once, under one budget (:mod:`.retry`). An HTTP URL with a query string, a
-fragment or credentials in it goes through urllib3, which sends it as it is.
+Why it is not the default: it is not the same client. S3 takes boto3's credentials and region
+but not what only botocore reads (an ``endpoint_url`` in a config file, ``AWS_CA_BUNDLE``, the
+redirect to a bucket's own region: set ``AWS_REGION``); obstore hands back a range whole, so a
+stall is caught by a limit on the whole request rather than on each read (scaled to the range's
+size, see :func:`_time_limit`); and it is not fork-safe. Ranges are taken only up to
+:data:`MAX_RANGE`; URLs and keys whose path obstore would rewrite (a query string, ``//``,
+``.``/``..`` segments, an encoded ``/``) go through the Python clients. obstore makes one attempt
+per request (its own retries are off): every retry is ours, counted once (:mod:`.retry`).
 
-Where: obstore is not fork-safe. Its runtime's threads do not survive a fork, and a forked child
-that calls it hangs for ever. A DataLoader forks its workers from the training process, which
-reads the index and may read shards itself (0 workers, a validation loader); so by default
-(``PIPELINE_OBSTORE=auto``) only DataLoader workers, which fork nothing, read through obstore
-(:func:`use_in_this_worker`), and every other process through the Python clients.
-``PIPELINE_OBSTORE=always`` uses it in every process, ``=never`` in none. Either way a process
-forked after its parent used obstore reads through the Python clients.
+Fork safety: obstore's runtime does not survive a fork, and a forked child that calls it after
+its parent did hangs for ever. A DataLoader forks its workers from the training process, so
+``PIPELINE_OBSTORE=workers`` uses it in DataLoader workers only (:func:`use_in_this_worker`),
+which fork nothing, and the training process keeps to the Python clients; ``=always`` uses it in
+every process; ``=never`` (the default) in none. A process forked after its parent used obstore
+through this module reads through the Python clients; code of your own that uses obstore in the
+training process needs ``never``.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import re
 import threading
+from datetime import timedelta
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
 from .errors import SourceError, TransientError
 from .retry import RetryPolicy
 
-MAX_RANGE = 16 << 20  # longer ranges stream through the Python clients, whose stall check runs per read
+MAX_RANGE = 4 << 20  # longer ranges stream through the Python clients, whose stall check runs per read
 log = logging.getLogger("pipeline.storage")
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 _STATUS = re.compile(r"status code: (\d{3})")
+_OTHER_RANGE = re.compile(r"Requested \d+\.\.\d+, got")
 _stores: dict[tuple, Any] = {}
 _lock = threading.Lock()
 _runtime_pid: int | None = None  # the process that started obstore's runtime (inherited through fork)
-_worker_pid: int | None = None  # the DataLoader worker that may use it under "auto"
+_worker_pid: int | None = None  # the DataLoader worker that may use it under "workers"
 
 
 def _after_fork() -> None:
@@ -58,7 +61,7 @@ os.register_at_fork(after_in_child=_after_fork)  # a fork copies the lock as it 
 
 
 def use_in_this_worker() -> None:
-    """Let this process read ranges through obstore under ``PIPELINE_OBSTORE=auto``: called in a
+    """Let this process read ranges through obstore under ``PIPELINE_OBSTORE=workers``: called in a
     DataLoader worker, which forks nothing after."""
     global _worker_pid
     _worker_pid = os.getpid()
@@ -66,13 +69,13 @@ def use_in_this_worker() -> None:
 
 def enabled() -> bool:
     """Whether ranged reads go through obstore here (see the module's docstring): it must import
-    (``PIPELINE_OBSTORE=always`` makes its absence an error), and this process must not have been
+    (``always`` and ``workers`` make its absence an error), and this process must not have been
     forked from one that had used it."""
-    choice = os.environ.get("PIPELINE_OBSTORE", "auto").lower()
-    if choice not in ("auto", "always", "never"):
-        raise SourceError("PIPELINE_OBSTORE", None, f"{choice!r} is not auto, always or never")
+    choice = os.environ.get("PIPELINE_OBSTORE", "never").lower()
+    if choice not in ("never", "workers", "always"):
+        raise SourceError("PIPELINE_OBSTORE", None, f"{choice!r} is not never, workers or always")
     pid = os.getpid()
-    if choice == "never" or (choice == "auto" and _worker_pid != pid):
+    if choice == "never" or (choice == "workers" and _worker_pid != pid):
         return False
     if _runtime_pid not in (None, pid):
         _log_fallback()
@@ -80,10 +83,8 @@ def enabled() -> bool:
     try:
         import obstore  # noqa: F401
     except ImportError:
-        if choice == "always":
-            raise SourceError("PIPELINE_OBSTORE", None, "always, but obstore is not installed: "
-                              "pip install 'pipeline[obstore]'") from None
-        return False
+        raise SourceError("PIPELINE_OBSTORE", None, f"{choice}, but obstore is not installed: "
+                          "pip install 'pipeline[obstore]' (or unset it)") from None
     return True
 
 
@@ -102,13 +103,22 @@ def _store(key: tuple, make: Callable[[], Any]) -> Any:
         return _stores[key]
 
 
-def _client_options(policy: RetryPolicy, http: bool) -> dict[str, Any]:
-    return {"connect_timeout": f"{policy.connect_timeout}s", "timeout": f"{policy.read_timeout}s", "allow_http": http}
+def _time_limit(policy: RetryPolicy, size: int) -> float:
+    """Seconds a whole request of ``size`` bytes may take: as long as the Python clients allow a
+    link that delivers ``stall_bytes`` every ``read_timeout`` (in powers of two, one store each),
+    so that a slow link fails no more often here; a stalled one is caught later, by as much."""
+    return policy.read_timeout * 2 ** max(math.ceil(math.log2(max(size, 1) / policy.stall_bytes)), 0)
 
 
-def _s3_store(bucket: str, policy: RetryPolicy) -> Any:
-    """An S3 store for ``bucket``: boto3's credentials (profiles, roles, the environment), region
-    and endpoint (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``), path-style addressing as
+def _client_options(policy: RetryPolicy, limit: float, http: bool) -> dict[str, Any]:
+    return {"connect_timeout": timedelta(seconds=policy.connect_timeout), "timeout": timedelta(seconds=limit),
+            "allow_http": http}
+
+
+def _s3_store(bucket: str, policy: RetryPolicy, limit: float) -> Any:
+    """An S3 store for ``bucket``: boto3's credentials (profiles, roles, the environment; asked
+    again every few minutes, so that refreshed ones are taken), region and endpoint
+    (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``), path-style addressing as
     :func:`.s3.client` uses."""
     env = os.environ
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
@@ -123,31 +133,37 @@ def _s3_store(bucket: str, policy: RetryPolicy) -> Any:
         if endpoint:
             config["endpoint"] = endpoint
         return S3Store(bucket, config=config, retry_config={"max_retries": 0},
-                       client_options=_client_options(policy, bool(endpoint and endpoint.startswith("http://"))),
-                       credential_provider=Boto3CredentialProvider(session))
+                       client_options=_client_options(policy, limit, bool(endpoint and endpoint.startswith("http://"))),
+                       credential_provider=Boto3CredentialProvider(session, ttl=timedelta(minutes=5)))
 
     identity = (env.get("AWS_PROFILE"), env.get("AWS_ACCESS_KEY_ID"), hash(env.get("AWS_SECRET_ACCESS_KEY")))
-    return _store(("s3", bucket, endpoint, identity, policy.connect_timeout, policy.read_timeout), make)
+    return _store(("s3", bucket, endpoint, identity, policy.connect_timeout, limit), make)
+
+
+def plain_path(path: str) -> bool:
+    """Whether obstore sends ``path`` (an S3 key, a URL's path) as it is: no empty, ``.`` or
+    ``..`` segment, no encoded ``/``."""
+    return all(part not in ("", ".", "..") for part in path.split("/")) and "%2f" not in path.lower()
 
 
 def takes_http(url: str) -> bool:
     """Whether obstore may read ``url``: no query string, fragment or credentials, which urllib3
-    sends as they are and obstore's paths would not."""
+    sends as they are and obstore would not, and a :func:`plain_path`."""
     try:
         parts = urlsplit(url)
     except ValueError:  # urllib3 says what is wrong with it
         return False
-    return not (parts.query or parts.fragment or "@" in parts.netloc)
+    return not (parts.query or parts.fragment or "@" in parts.netloc) and plain_path(parts.path.lstrip("/"))
 
 
-def _http_store(origin: str, policy: RetryPolicy) -> Any:
+def _http_store(origin: str, policy: RetryPolicy, limit: float) -> Any:
     def make() -> Any:
         from obstore.store import HTTPStore
 
         return HTTPStore.from_url(origin, retry_config={"max_retries": 0},
-                                  client_options=_client_options(policy, origin.startswith("http://")))
+                                  client_options=_client_options(policy, limit, origin.startswith("http://")))
 
-    return _store(("http", origin, policy.connect_timeout, policy.read_timeout), make)
+    return _store(("http", origin, policy.connect_timeout, limit), make)
 
 
 class _Whole:
@@ -167,8 +183,9 @@ class _Whole:
 
 
 def open_s3_range(url: str, bucket: str, key: str, start: int, stop: int, policy: RetryPolicy) -> _Whole:
-    """Bytes ``[start, stop)`` of ``s3://bucket/key`` in one GET (at most :data:`MAX_RANGE`); errors
-    sorted by their S3 code (or HTTP status) as :func:`.s3.map_error` sorts boto3's."""
+    """Bytes ``[start, stop)`` of ``s3://bucket/key`` (a :func:`plain_path`) in one GET (at most
+    :data:`MAX_RANGE`); errors sorted by their S3 code (or HTTP status) as
+    :func:`.s3.map_error` sorts boto3's."""
     from .s3 import described_error
 
     def sort(text: str, status: int | None) -> SourceError | None:
@@ -176,7 +193,8 @@ def open_s3_range(url: str, bucket: str, key: str, start: int, stop: int, policy
         return described_error(url, start, code.group(1) if code else str(status), status) \
             if code or status else None
 
-    return _get(url, _s3_store(bucket, policy), key, start, stop, sort)
+    limit = _time_limit(policy, stop - start)
+    return _get(url, lambda: _s3_store(bucket, policy, limit), key, start, stop, sort)
 
 
 def open_http_range(url: str, start: int, stop: int, policy: RetryPolicy) -> _Whole:
@@ -188,26 +206,41 @@ def open_http_range(url: str, start: int, stop: int, policy: RetryPolicy) -> _Wh
 
     def sort(text: str, status: int | None) -> SourceError | None:
         if "Range request not supported" in text:
-            return status_error(url, start, 200)
+            error = status_error(url, start, 200)
+            return SourceError(url, start, f"{error.reason}; PIPELINE_OBSTORE=never reads it whole") \
+                if start == 0 else error
         return None if status is None else status_error(url, start, status)
 
-    return _get(url, _http_store(f"{parts.scheme}://{parts.netloc}/", policy), unquote(parts.path.lstrip("/")),
-                start, stop, sort)
+    limit = _time_limit(policy, stop - start)
+    return _get(url, lambda: _http_store(f"{parts.scheme}://{parts.netloc}/", policy, limit),
+                unquote(parts.path.lstrip("/")), start, stop, sort)
 
 
-def _get(url: str, store: Any, path: str, start: int, stop: int,
+def _get(url: str, store: Callable[[], Any], path: str, start: int, stop: int,
          sort: Callable[[str, int | None], SourceError | None]) -> _Whole:
-    """One ranged GET; obstore's exceptions (which carry the status in their text) sorted by
-    ``sort(text, status)``, and the rest (cuts, timeouts) transient."""
+    """One ranged GET from ``store()``. A store that cannot be set up (credentials, a setting) is
+    a permanent error; obstore's errors carry the status in their text, sorted by ``sort(text,
+    status)``; bytes other than those asked for are permanent; the rest (cuts, timeouts) transient."""
     import obstore
 
     try:
-        return _Whole(obstore.get_range(store, path, start=start, end=stop))
+        where = store()
+    except Exception as exc:  # noqa: BLE001 - boto3's and obstore's set-up errors alike
+        raise SourceError(url, start, f"obstore cannot read it ({type(exc).__name__}: {_first_line(exc)}); "
+                          "PIPELINE_OBSTORE=never reads it through boto3 and urllib3") from None
+    try:
+        return _Whole(obstore.get_range(where, path, start=start, end=stop))
     except Exception as exc:  # noqa: BLE001 - obstore's exceptions are told apart by their text
         text = str(exc)
         status = _STATUS.search(text)
         error = sort(text, int(status.group(1)) if status else None)
         if error is not None:
             raise error from None
-        reason = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-        raise TransientError(url, start, f"{type(exc).__name__}: {reason[:200]}") from None
+        if _OTHER_RANGE.search(text):
+            raise SourceError(url, start, f"the server sent other bytes than asked for: {_first_line(exc)}") from None
+        raise TransientError(url, start, f"{type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]

@@ -114,7 +114,8 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
     """A GET of bytes ``[start, stop)`` (``stop=None``: to the end): through obstore for a
     range of a chunk's size where it may (:mod:`.obstore_ranges`), else through boto3."""
     bucket, key = split_url(url)
-    if stop is not None and stop - start <= obstore_ranges.MAX_RANGE and obstore_ranges.enabled():
+    if stop is not None and stop - start <= obstore_ranges.MAX_RANGE and obstore_ranges.enabled() \
+            and obstore_ranges.plain_path(key):
         return obstore_ranges.open_s3_range(url, bucket, key, start, stop, policy)
     arguments: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if start or stop is not None:

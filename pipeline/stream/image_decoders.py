@@ -71,7 +71,7 @@ def check_jpeg(data: Any) -> tuple[int, int] | None:
     view = memoryview(data)
     if bytes(view[:3]) != _JPEG:
         return None
-    size = None
+    size, scanned = None, False
     at = 2
     while at + 4 <= len(view):
         marker = view[at + 1]
@@ -89,10 +89,12 @@ def check_jpeg(data: Any) -> tuple[int, int] | None:
         if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # restart markers, TEM: no length
             at += 2
             continue
-        if size is None and 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and at + 9 <= len(view):
+        if not scanned and size is None and 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) \
+                and at + 9 <= len(view):  # the frame header, which comes before the first scan
             size = int.from_bytes(view[at + 7:at + 9], "big"), int.from_bytes(view[at + 5:at + 7], "big")
         at += 2 + int.from_bytes(view[at + 2:at + 4], "big")
         if marker == 0xDA:  # a scan: its data runs to the next marker
+            scanned = True
             found = _NEXT_MARKER.search(view, at)
             if found is None:
                 break

@@ -1,20 +1,23 @@
 """Ranges through obstore or through the Python clients (``PIPELINE_OBSTORE``): the same tolerance
 of faults over HTTP and S3, obstore never used where it would hang (a process forked after its
-parent used it), and by default used in DataLoader workers only. The same bytes and the same
-errors through both: ``test_http.py`` and ``test_s3.py`` (their ``through`` fixture)."""
+parent used it), in DataLoader workers only under ``workers``, and not at all by default. The
+same bytes and the same errors through both: ``test_http.py`` and ``test_s3.py`` (their
+``through`` fixture)."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from pipeline import SourceError, make_loader
-from pipeline.storage import obstore_ranges, read_range
+from pipeline.storage import RetryPolicy, obstore_ranges, read_range
 from tests.storage.conftest import all_ids, make_bucket, run_in_child, upload_folder
 from tests.storage.servers import FaultProxy
 
@@ -32,19 +35,21 @@ def clients_bucket(s3_env: str, web_root: Path) -> str:
 @pytest.mark.parametrize("kind", ["http", "s3"])
 def test_an_epoch_through_cuts_stalls_trickles_and_503s_delivers_every_sample_once(
         kind: str, request, total_samples: int, fast_retries, monkeypatch, through) -> None:
-    """Read in the test's process (no workers): obstore's time limit on a whole request must catch
-    a stall and a trickle, as the Python clients' per-read timeout does."""
+    """Read without workers: the client's own time limit must end a stall (the proxy would hold it
+    for 60 s, longer than the epoch may take), as the Python clients' per-read timeout does."""
     server = request.getfixturevalue("nginx" if kind == "http" else "seaweedfs")
     if kind == "s3":
         request.getfixturevalue("clients_bucket")
     proxy = FaultProxy(int(server.rsplit(":", 1)[1]), {"cut": 0.15, "stall": 0.04, "trickle": 0.04, "503": 0.1},
-                       seed=3, stall_seconds=2)
+                       seed=3, stall_seconds=60)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     source = f"{proxy.url}/data/index.json" if kind == "http" else "s3://clients/train"
 
     def check() -> None:
+        began = time.monotonic()
         loader = make_loader(source, num_workers=0, batch_size=64, shuffle_buffer=300, chunks_per_buffer=16)
         assert all_ids(loader) == list(range(total_samples))
+        assert time.monotonic() - began < 45, "a stall was waited out, not timed out"
     try:
         through(check)
         counts = dict(proxy.counts)
@@ -69,19 +74,18 @@ def test_a_process_forked_after_obstore_was_used_reads_through_boto3(clients_buc
         queue = context.Queue()
         child = context.Process(target=grandchild, args=(queue,))
         child.start()
-        child.join(60)
-        alive = child.is_alive()
+        said = queue.get(timeout=60)  # before join: a large message keeps its sender waiting
+        child.join(10)
         child.kill()
-        assert not alive, "the forked process hung"
-        assert queue.get(timeout=5) == (False, local[512:40_000])
+        assert said == (False, local[512:40_000])
     run_in_child(check)
 
 
-def test_by_default_workers_read_through_obstore_and_the_training_process_through_boto3(
+def test_under_workers_the_workers_read_through_obstore_and_the_training_process_through_boto3(
         clients_bucket: str, total_samples: int, monkeypatch) -> None:
     """A fresh interpreter, as a training job is: the index is read in it through boto3, so the
     workers forked from it start obstore's runtime each; every sample arrives once."""
-    monkeypatch.delenv("PIPELINE_OBSTORE", raising=False)
+    monkeypatch.setenv("PIPELINE_OBSTORE", "workers")
     script = textwrap.dedent(f"""
         from pipeline import make_loader
         from pipeline.storage import obstore_ranges
@@ -109,15 +113,36 @@ def test_urls_obstore_would_not_send_as_they_are_go_through_urllib3() -> None:
     assert not obstore_ranges.takes_http("http://[::1/x.tar")  # urllib3 says what is wrong with it
 
 
-def test_asking_for_obstore_without_it_is_an_error_that_says_how_to_install_it(monkeypatch) -> None:
-    monkeypatch.setenv("PIPELINE_OBSTORE", "auto")
-    assert not obstore_ranges.enabled()  # this is no DataLoader worker
-    monkeypatch.setenv("PIPELINE_OBSTORE", "always")
-    monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore now raises ImportError
-    with pytest.raises(SourceError, match=r"always, but obstore is not installed: pip install 'pipeline\[obstore\]'"):
-        obstore_ranges.enabled()
-    monkeypatch.setenv("PIPELINE_OBSTORE", "auto")
+def test_obstore_is_off_unless_asked_for_and_asking_without_it_says_how_to_install_it(monkeypatch) -> None:
+    monkeypatch.setattr(obstore_ranges, "_worker_pid", os.getpid())  # as if this were a DataLoader worker
+    monkeypatch.delenv("PIPELINE_OBSTORE", raising=False)
     assert not obstore_ranges.enabled()
+    monkeypatch.setenv("PIPELINE_OBSTORE", "workers")
+    assert obstore_ranges.enabled()
+    monkeypatch.setattr(obstore_ranges, "_worker_pid", None)
+    assert not obstore_ranges.enabled()  # the training process
+    monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore now raises ImportError
+    for mode in ("workers", "always"):
+        monkeypatch.setenv("PIPELINE_OBSTORE", mode)
+        monkeypatch.setattr(obstore_ranges, "_worker_pid", os.getpid())
+        with pytest.raises(SourceError, match=rf"{mode}, but obstore is not installed: pip install 'pipeline\[obstore\]'"):
+            obstore_ranges.enabled()
     monkeypatch.setenv("PIPELINE_OBSTORE", "fastest")
-    with pytest.raises(SourceError, match=r"PIPELINE_OBSTORE: 'fastest' is not auto, always or never"):
+    with pytest.raises(SourceError, match=r"PIPELINE_OBSTORE: 'fastest' is not never, workers or always"):
         obstore_ranges.enabled()
+
+
+def test_paths_obstore_would_rewrite_and_long_ranges_go_through_the_python_clients() -> None:
+    assert obstore_ranges.plain_path("shards/train/part-000001.tar")
+    for key in ("shards//part.tar", "shards/./part.tar", "shards/../part.tar", "a%2Fb.tar", "shards/"):
+        assert not obstore_ranges.plain_path(key), key
+    assert not obstore_ranges.takes_http("http://127.0.0.1:1/data//part.tar")
+    assert obstore_ranges.MAX_RANGE == 4 << 20
+
+
+def test_a_whole_request_may_take_as_long_as_the_python_clients_allow_a_slow_link() -> None:
+    policy = RetryPolicy(read_timeout=30, stall_bytes=64 << 10)
+    assert obstore_ranges._time_limit(policy, 1000) == 30
+    assert obstore_ranges._time_limit(policy, 64 << 10) == 30
+    assert obstore_ranges._time_limit(policy, 512 << 10) == 240  # 8 x 64 KB, each allowed 30 s
+    assert obstore_ranges._time_limit(policy, (512 << 10) + 1) == 480
