@@ -62,8 +62,7 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
     """A GET of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end), whose body the
     caller reads; a status that does not deliver them raises (see :func:`status_error`). A range
     of a chunk's size goes through obstore where it may (:mod:`.obstore_ranges`)."""
-    if stop is not None and stop - start <= obstore_ranges.MAX_RANGE and obstore_ranges.enabled() \
-            and obstore_ranges.takes_http(url):
+    if obstore_ranges.serves(start, stop) and obstore_ranges.takes_http(url):
         return obstore_ranges.open_http_range(url, start, stop, policy)
     headers = {}
     if start or stop is not None:

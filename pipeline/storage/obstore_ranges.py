@@ -88,6 +88,12 @@ def enabled() -> bool:
     return True
 
 
+def serves(start: int, stop: int | None) -> bool:
+    """Whether obstore reads bytes ``[start, stop)`` here: a range of at most :data:`MAX_RANGE`,
+    with obstore :func:`enabled` (the caller asks next whether it takes the path)."""
+    return stop is not None and stop - start <= MAX_RANGE and enabled()
+
+
 @functools.lru_cache(maxsize=1)
 def _log_fallback() -> None:
     log.info("process %d was forked after obstore was used: it reads ranges through the Python clients", os.getpid())
@@ -120,8 +126,9 @@ def _s3_store(bucket: str, policy: RetryPolicy, limit: float) -> Any:
     again every few minutes, so that refreshed ones are taken), region and endpoint
     (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``), path-style addressing as
     :func:`.s3.client` uses."""
-    env = os.environ
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    from .s3 import endpoint_and_identity
+
+    endpoint, identity = endpoint_and_identity()
 
     def make() -> Any:
         import boto3
@@ -136,7 +143,6 @@ def _s3_store(bucket: str, policy: RetryPolicy, limit: float) -> Any:
                        client_options=_client_options(policy, limit, bool(endpoint and endpoint.startswith("http://"))),
                        credential_provider=Boto3CredentialProvider(session, ttl=timedelta(minutes=5)))
 
-    identity = (env.get("AWS_PROFILE"), env.get("AWS_ACCESS_KEY_ID"), hash(env.get("AWS_SECRET_ACCESS_KEY")))
     return _store(("s3", bucket, endpoint, identity, policy.connect_timeout, limit), make)
 
 

@@ -44,12 +44,18 @@ def split_url(url: str) -> tuple[str, str]:
     return bucket, key
 
 
+def endpoint_and_identity() -> tuple[str | None, tuple]:
+    """The S3 endpoint the environment names (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``),
+    and what of the identity it sets (profile, key, a hash of the secret): a client is made anew
+    when either changes."""
+    env = os.environ
+    identity = (env.get("AWS_PROFILE"), env.get("AWS_ACCESS_KEY_ID"), hash(env.get("AWS_SECRET_ACCESS_KEY")))
+    return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"), identity
+
+
 def client(policy: RetryPolicy) -> Any:
     """A boto3 S3 client for this process, endpoint from ``AWS_ENDPOINT_URL`` when set."""
-    env = os.environ
-    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-    # a new client when the process, endpoint, profile or credentials in the environment change
-    identity = (env.get("AWS_PROFILE"), env.get("AWS_ACCESS_KEY_ID"), hash(env.get("AWS_SECRET_ACCESS_KEY")))
+    endpoint, identity = endpoint_and_identity()
     key = (os.getpid(), endpoint, identity, policy.connect_timeout, policy.read_timeout)
     with _lock:
         if key not in _clients:
@@ -114,8 +120,7 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
     """A GET of bytes ``[start, stop)`` (``stop=None``: to the end): through obstore for a
     range of a chunk's size where it may (:mod:`.obstore_ranges`), else through boto3."""
     bucket, key = split_url(url)
-    if stop is not None and stop - start <= obstore_ranges.MAX_RANGE and obstore_ranges.enabled() \
-            and obstore_ranges.plain_path(key):
+    if obstore_ranges.serves(start, stop) and obstore_ranges.plain_path(key):
         return obstore_ranges.open_s3_range(url, bucket, key, start, stop, policy)
     arguments: dict[str, Any] = {"Bucket": bucket, "Key": key}
     if start or stop is not None:
