@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import pipeline  # noqa: E402
+from pipeline.measure.memory import TreeMemory  # noqa: E402
 from tests.storage.servers import ACCESS_KEY, SECRET_KEY, start_nginx, start_seaweedfs, stop  # noqa: E402
 
 
@@ -64,21 +65,32 @@ def best_of(runs: int, action: Callable[[], int]) -> tuple[float, int]:
     return best, moved
 
 
+SERVERS: set[int] = set()  # the servers' processes, left out of the loader's memory
+
+
 class LoaderEpoch:
     """One epoch of a loader that has already played one (its workers are up, its connections
-    open): the steady state a training run sees. Counts the requests of its last epoch."""
+    open): the steady state a training run sees. Counts the requests of its last epoch, and the
+    peak PSS of the loader's processes (this one and its workers) over its epochs."""
 
     def __init__(self, source: str, workers: int, **options: Any) -> None:
         self.loader = pipeline.make_loader(source, num_workers=workers, batch_size=256, fields=["x", "y"], **options)
         self.index = pipeline.load_index(source)
-        self.requests = 0
+        self.requests = self.peak_pss = 0
         self()
+        self.peak_pss = 0  # the warm-up's (workers starting, connections opening) is not the steady state's
 
     def __call__(self) -> int:
         before = self.loader.stats()["requests"]
-        samples = sum(len(batch["y"]) for batch in self.loader)
+        memory = TreeMemory(os.getpid(), pss=True, skip=SERVERS)
+        memory.start()
+        try:
+            samples = sum(len(batch["y"]) for batch in self.loader)
+        finally:
+            memory.stop()
         assert samples == self.index.samples, (samples, self.index.samples)
         self.requests = self.loader.stats()["requests"] - before
+        self.peak_pss = max(self.peak_pss, memory.peak_pss)
         return self.index.bytes
 
 
@@ -111,16 +123,18 @@ def boto3_all(bucket: str, keys: list[str], parallel: int) -> Callable[[], int]:
 READ_AHEAD: int | None = None  # the loader's read_ahead, set by --read-ahead
 
 
-def row(source: str, reader: str, seconds: float, moved: int, requests: int | None = None) -> dict:
+def row(source: str, reader: str, seconds: float, moved: int, requests: int | None = None,
+        peak_pss: int | None = None) -> dict:
     return {"source": source, "reader": reader, "seconds": seconds, "mb_per_s": moved / seconds / 1e6,
-            "requests": requests}
+            "requests": requests, "peak_pss_mb": None if peak_pss is None else peak_pss / 1e6}
 
 
 def loader_row(source: str, location: str, runs: int, workers: int, client: str = "", **options: Any) -> dict:
     epoch = LoaderEpoch(location, workers, read_ahead=READ_AHEAD, **options)
     cached = ", cache_dir, epochs 2+" if "cache_dir" in options else ""
-    return row(source, f"this loader ({workers} workers{cached}{', ' + client if client else ''})",
-               *best_of(runs, epoch), requests=epoch.requests)
+    timed = best_of(runs, epoch)
+    return row(source, f"this loader ({workers} workers{cached}{', ' + client if client else ''})", *timed,
+               requests=epoch.requests, peak_pss=epoch.peak_pss)
 
 
 def range_clients(python_client: str, workers: int) -> list[tuple[str, str]]:
@@ -168,16 +182,22 @@ def ranged_rows(source: str, url: str, size: int, python_client: str, runs: int)
 
 def ranged_row(source: str, url: str, size: int, client: str, runs: int, chunk: int = 512 << 10,
                threads: int = 8) -> dict:
-    """Ranged GETs of ``chunk`` bytes at random places of one object, ``threads`` at a time, through
-    ``read_range`` (the loader's reads, without its decoding): their rate, and the CPU this process
+    """Ranged GETs of ``chunk`` bytes at random places of one object, ``threads`` at a time, into
+    reused buffers (the loader's reads, without its decoding): their rate, and the CPU this process
     spent on each (what caps a worker's requests on a fast network)."""
-    from pipeline.storage import read_range
+    from pipeline.storage.buffers import process_pool
+    from pipeline.storage.opener import read_range_into
 
     starts = np.random.default_rng(0).permutation(max(size // chunk, 1))[:200] * chunk
 
+    def read(start: int) -> int:
+        out = process_pool().take(min(start + chunk, size) - start)
+        read_range_into(url, start, out)
+        return len(out)
+
     def run() -> int:
         with ThreadPoolExecutor(threads) as pool:
-            return sum(pool.map(lambda s: len(read_range(url, int(s), min(int(s) + chunk, size))), starts))
+            return sum(pool.map(read, starts.tolist()))
 
     before = os.times()
     result = row(source, "", *best_of(runs, run), requests=len(starts))
@@ -190,6 +210,7 @@ def ranged_row(source: str, url: str, size: int, client: str, runs: int, chunk: 
 
 def bench_http(folder: Path, names: list[str], runs: int, workers: int) -> list[dict]:
     url, process = start_nginx(folder / "nginx", folder)
+    SERVERS.add(process.pid)
     try:
         rows = [row("http", "curl", *best_of(runs, curl_all([f"{url}/data/{n}" for n in names], workers)))]
         rows += client_rows("http", f"{url}/data/index.json", "urllib3", runs, workers)
@@ -201,6 +222,7 @@ def bench_http(folder: Path, names: list[str], runs: int, workers: int) -> list[
 
 def bench_s3(folder: Path, names: list[str], runs: int, workers: int) -> list[dict]:
     endpoint, process = start_seaweedfs(folder / "seaweedfs")
+    SERVERS.add(process.pid)
     os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                        "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1"})
     try:
@@ -251,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_s3(folder, names, args.runs, args.workers)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print("| source | reader | best (s) | MB/s | vs local loader | vs raw client | requests an epoch |")
-    print("|---|---|---|---|---|---|---|")
+    print("| source | reader | best (s) | MB/s | vs local loader | vs raw client | requests an epoch | peak PSS (MB) |")
+    print("|---|---|---|---|---|---|---|---|")
     local = rows[0]["mb_per_s"]
     raw: dict[str, float] = {}
     for r in rows:
@@ -260,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         r["vs_local"], r["vs_raw"] = r["mb_per_s"] / local, r["mb_per_s"] / raw[r["source"]]
         vs_raw = "" if r["source"] == "local" else f"{r['vs_raw']:.0%}"
         print(f"| {r['source']} | {r['reader']} | {r['seconds']:.2f} | {r['mb_per_s']:,.0f} | {r['vs_local']:.0%} | "
-              f"{vs_raw} | {'' if r['requests'] is None else r['requests']} |")
+              f"{vs_raw} | {'' if r['requests'] is None else r['requests']} | "
+              f"{'' if r['peak_pss_mb'] is None else format(r['peak_pss_mb'], ',.0f')} |")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_remote.json").write_text(json.dumps({"config": vars(args) | {"out": str(args.out)},
                                                             "rows": rows}, indent=1))

@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Collection
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1e6
 
 
-def process_tree(root: int) -> list[int]:
-    """``root`` and all its descendants (parents read from ``/proc/PID/stat``)."""
+def process_tree(root: int, skip: Collection[int] = ()) -> list[int]:
+    """``root`` and all its descendants (parents read from ``/proc/PID/stat``), but for those
+    in ``skip`` and theirs."""
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -33,6 +35,8 @@ def process_tree(root: int) -> list[int]:
     tree, todo = [], [root]
     while todo:
         pid = todo.pop()
+        if pid in skip:
+            continue
         tree.append(pid)
         todo.extend(children.get(pid, []))
     return tree
@@ -62,18 +66,19 @@ def pss_bytes(pid: int) -> int:
 
 class TreeMemory(threading.Thread):
     """Samples the summed RSS (and, with ``pss``, PSS) of a process tree every ``interval``
-    seconds until stopped: peaks, the most processes seen, and a timeline of (time, RSS MB)."""
+    seconds until stopped (leaving out the processes in ``skip`` and their descendants: servers
+    a benchmark started, say): peaks, the most processes seen, and a timeline of (time, RSS MB)."""
 
-    def __init__(self, root: int, pss: bool = False, interval: float = 0.05) -> None:
+    def __init__(self, root: int, pss: bool = False, interval: float = 0.05, skip: Collection[int] = ()) -> None:
         super().__init__(daemon=True)
-        self.root, self.pss, self.interval = root, pss, interval
+        self.root, self.pss, self.interval, self.skip = root, pss, interval, skip
         self.peak_rss = self.peak_pss = self.peak_processes = 0
         self.timeline: list[tuple[float, float]] = []
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            pids = process_tree(self.root)
+            pids = process_tree(self.root, self.skip)
             rss = sum(rss_bytes(p) for p in pids)
             self.peak_rss = max(self.peak_rss, rss)
             self.peak_processes = max(self.peak_processes, len(pids))

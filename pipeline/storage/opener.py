@@ -45,11 +45,15 @@ def local_path(url: str) -> str:
     return urlparse(url).path if url.startswith("file://") else url
 
 
+#: The backends of the schemes read with ranged requests.
+_RANGED = {"http": http, "https": http, "s3": s3}
+
+
 def _remote_stream(url: str, start: int, stop: int | None, policy: RetryPolicy | None,
                    stats: RetrySink | None) -> ResumingStream:
     """One read of ``url``: one retry budget, from ``policy`` (the environment's when None),
     its retries reported to ``stats``."""
-    backend = {"http": http, "https": http, "s3": s3}.get(scheme(url))
+    backend = _RANGED.get(scheme(url))
     if backend is None:
         raise SourceError(url, start, f"scheme {scheme(url)!r} has no ranged reader")
     budget = RetryBudget(policy or RetryPolicy.from_env(), url, stats)
@@ -109,16 +113,31 @@ def read_range(url: str, start: int, stop: int, policy: RetryPolicy | None = Non
     kind = scheme(url)
     if kind == "file":
         return _local_range(url, start, stop)
-    if kind in ("http", "https", "s3"):
+    if kind in _RANGED:
         with _remote_stream(url, start, stop, policy, stats) as stream:
             data = stream.read()
     else:
         with open_stream(url, policy) as stream:
             _skip(stream, start, url)
             data = stream.read(stop - start)
-    if len(data) != stop - start:
-        raise SourceError(url, start + len(data), f"ends at byte {start + len(data)}, expected data up to byte {stop}")
+    _check_length(url, start, stop, len(data))
     return data
+
+
+def read_range_into(url: str, start: int, out: memoryview, policy: RetryPolicy | None = None, *,
+                    stats: RetrySink | None = None) -> None:
+    """:func:`read_range` of the ``len(out)`` bytes from ``start``, into ``out``: a remote range
+    goes straight into memory the caller reuses (see :mod:`.buffers`)."""
+    if scheme(url) not in _RANGED:
+        out[:] = read_range(url, start, start + len(out), policy, stats=stats)
+        return
+    with _remote_stream(url, start, start + len(out), policy, stats) as stream:
+        _check_length(url, start, start + len(out), stream.readinto(out))
+
+
+def _check_length(url: str, start: int, stop: int, got: int) -> None:
+    if got != stop - start:
+        raise SourceError(url, start + got, f"ends at byte {start + got}, expected data up to byte {stop}")
 
 
 def _skip(stream: Any, count: int, url: str) -> None:

@@ -4,7 +4,7 @@ reached, so the bytes it returns have no gap and no duplicate."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from .errors import SourceError, TransientError
 from .retry import RetryBudget
@@ -25,6 +25,8 @@ Opener = Callable[[str, int, "int | None"], Response]
 ErrorMapper = Callable[[str, int, BaseException], SourceError]
 
 _READ_SIZE = 1 << 20
+#: What :meth:`ResumingStream.readinto` asks a response for at a time: below glibc's mmap threshold.
+_PIECE_SIZE = 64 << 10
 
 
 class ResumingStream:
@@ -71,23 +73,35 @@ class ResumingStream:
     def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes (all that is left for -1); fewer only at the end."""
         want = (self.stop - self.position if self.stop is not None else 1 << 62) if size < 0 else size
+        return b"".join(self._pieces(want, _READ_SIZE))
+
+    def readinto(self, out: memoryview) -> int:
+        """Fill ``out`` with the next bytes; fewer (their number returned) only at the end. Read
+        in pieces small enough to come from the heap's free blocks, not from fresh pages."""
+        filled = 0
+        for data in self._pieces(len(out), _PIECE_SIZE):
+            out[filled:filled + len(data)] = data
+            filled += len(data)
+        return filled
+
+    def _pieces(self, want: int, piece: int) -> Iterator[bytes | memoryview]:
+        """The next ``want`` bytes (fewer at the end), as the responses give them, at most
+        ``piece`` bytes each; cuts resumed and refusals retried within the budget."""
         if self.stop is not None:
             want = min(want, self.stop - self.position)
-        chunks = []
         while want > 0:
             try:
-                data = self._read_some(min(want, _READ_SIZE))
+                data = self._read_some(min(want, piece))
             except TransientError as exc:
                 self.close()  # the next attempt reopens the stream at ``position``
                 self.budget.failed(exc, "request", resuming=self.position > self.start)
                 continue
             if not data:
-                break
+                return
             self.budget.progressed()
-            chunks.append(data)
             self.position += len(data)
             want -= len(data)
-        return b"".join(chunks)
+            yield data
 
     def close(self) -> None:
         if self._response is not None:

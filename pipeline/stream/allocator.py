@@ -1,12 +1,14 @@
 """Large blocks straight from the OS in the DataLoader workers that read remote shards.
 
-A remote read joins the pieces a socket gives into one bytes object of a piece's size (0.5-4 MB),
-in several request threads at once. glibc serves blocks that large with mmap until the first one
-is freed; then it raises its mmap threshold to that size, and later blocks come from per-thread
-arenas, which fragment: a worker's memory grew for an hour before it levelled off (+20 MB/h over a
-2-hour soak). With the threshold fixed at 128 KiB, a 12-minute soak beside one without it grew
-+1 MB/h against +101 MB/h, at the same speed. Only workers get this: in the training process it
-would send the user's own large temporaries to mmap too.
+A remote read used to join the pieces a socket gives into one bytes object of a range's size
+(0.5-4 MB), in several request threads at once. glibc serves blocks that large with mmap until
+the first one is freed; then it raises its mmap threshold to that size, and later blocks come
+from per-thread arenas, which fragment: a worker's memory grew for an hour before it levelled off
+(+20 MB/h over a 2-hour soak). With the threshold fixed at 128 KiB, a 12-minute soak beside one
+without it grew +1 MB/h against +101 MB/h, at the same speed. Ranges now land in reused buffers
+(:mod:`pipeline.storage.buffers`); the fixed threshold still sends the workers' other large
+blocks (obstore's responses, NumPy's temporaries) to mmap. Only workers get this: in the
+training process it would send the user's own large temporaries to mmap too.
 """
 
 from __future__ import annotations

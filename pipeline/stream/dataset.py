@@ -55,6 +55,11 @@ from .units import UnitReader, read_ahead
 from .workers import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20
+#: Chunks (places in the shards) mixed in one shuffle window; fewer for remote shards, whose
+#: chunks are then twice as large, to halve the requests of an epoch: each request costs a
+#: client and a server several milliseconds of CPU (S3 here: 1.5x the samples a second), and
+#: 32 places of class-sorted shards still give a batch of 256 about 9.6 of 10 classes.
+CHUNKS_PER_BUFFER, REMOTE_CHUNKS_PER_BUFFER = 64, 32
 Sources = str | os.PathLike[str] | Sequence[str] | Mapping[str, str | os.PathLike[str]]
 
 
@@ -83,7 +88,7 @@ class ShardDataset(IterableDataset):
         shuffle: bool = True,
         seed: int = 0,
         shuffle_buffer: int | None = None,
-        chunks_per_buffer: int = 64,
+        chunks_per_buffer: int | None = None,
         fields: Sequence[str] | None = None,
         drop_last: bool = False,
         remainder: Remainder = "pad",
@@ -138,7 +143,8 @@ class ShardDataset(IterableDataset):
             on_error == "skip", self.read_stats)
         self.shuffle_buffer = shuffle_buffer or self._default_buffer()
         if self.sources is not None:
-            self.sources.cut(self.shuffle_buffer, max(chunks_per_buffer, 1))
+            default = REMOTE_CHUNKS_PER_BUFFER if self._remote() else CHUNKS_PER_BUFFER
+            self.sources.cut(self.shuffle_buffer, max(chunks_per_buffer or default, 1))
         self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
         self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers
         # a shared tensor, so that persistent DataLoader workers see set_epoch()

@@ -17,6 +17,7 @@ from ..format.errors import ShardError
 from ..format.index import Schema, ShardInfo
 from ..format.tar import open_archive
 from ..format.walk import WalkedRecord, walk_shard
+from ..storage.buffers import pooled_concatenate, pooled_stack
 from ..storage.opener import open_stream, read_range
 from ..storage.retry import RetryPolicy, RetrySink
 
@@ -37,7 +38,7 @@ def stack_values(values: Sequence[Any]) -> Any:
         return list(values)
     if isinstance(first, (np.ndarray, np.generic, int, float, bool)):
         try:
-            return np.stack(values) if isinstance(first, (np.ndarray, np.generic)) else np.asarray(values)
+            return pooled_stack(values) if isinstance(first, (np.ndarray, np.generic)) else np.asarray(values)
         except ValueError:
             return list(values)
     return list(values)
@@ -51,7 +52,7 @@ def concat_columns(parts: Sequence[Columns]) -> Columns:
     for name in parts[0]:
         cols = [p[name] for p in parts]
         if all(isinstance(c, np.ndarray) for c in cols) and len({c.shape[1:] for c in cols}) == 1:
-            out[name] = np.concatenate(cols)
+            out[name] = pooled_concatenate(cols)
         else:
             out[name] = [v for c in cols for v in c]
     return out

@@ -26,9 +26,10 @@ from ..format.errors import SampleError, ShardError
 from ..format.index import ShardInfo
 from ..format.packing import sample_keys
 from ..format.walk import walk_shard
-from ..storage import SourceError, is_remote, read_range, redact
+from ..storage import SourceError, is_remote, redact
+from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
-from ..storage.opener import map_range
+from ..storage.opener import map_range, read_range_into
 from ..storage.retry import RetryPolicy
 from .batching import gather
 from .material import Material, locate
@@ -205,7 +206,9 @@ class UnitReader:
         if self.cache is not None:
             with self.cache.reading(url, shard.bytes, shard.sha256) as path:
                 return map_range(str(path), start, stop)  # the mapping outlives an eviction
-        return read_range(url, start, stop, self.policy, stats=self.stats)
+        out = process_pool().take(stop - start)
+        read_range_into(url, start, out, self.policy, stats=self.stats)
+        return out
 
 
 def read_ahead(items: Iterator[T], read: Callable[[T], R], depth: int) -> Iterator[R]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import pipeline
+from pipeline.storage.opener import read_range_into
 from tests.storage.servers import ACCESS_KEY, SECRET_KEY, start_nginx, start_seaweedfs, stop
 
 
@@ -118,6 +119,13 @@ def through(request, monkeypatch) -> Callable[[Callable[[], None]], None]:
     pytest.importorskip("obstore")
     monkeypatch.setenv("PIPELINE_OBSTORE", "always")
     return run_in_child
+
+
+def read_into(url: str, start: int, stop: int, **options) -> bytes:
+    """``read_range`` the way the loader reads remote ranges: into a buffer of the reader's."""
+    out = bytearray(stop - start)
+    read_range_into(url, start, memoryview(out), **options)
+    return bytes(out)
 
 
 def all_ids(loader) -> list[int]:

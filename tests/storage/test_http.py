@@ -12,7 +12,8 @@ import pytest
 
 from pipeline import SourceError, make_loader
 from pipeline.storage import open_stream, read_range
-from tests.storage.conftest import all_ids, play
+from pipeline.storage.buffers import process_pool
+from tests.storage.conftest import all_ids, play, read_into
 from tests.storage.servers import FaultProxy
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -24,6 +25,7 @@ def test_ranges_and_streams_are_byte_exact(nginx: str, web_root: Path, through) 
 
     def check() -> None:
         assert read_range(url, 1000, 70_000) == local[1000:70_000]
+        assert read_into(url, 1000, 70_000) == local[1000:70_000] == read_into(f"file://{web_root}/data/part-000003.tar", 1000, 70_000)
         with open_stream(url) as stream:
             assert stream.read() == local
     through(check)
@@ -37,6 +39,8 @@ def test_missing_object_and_short_object_are_named_errors(nginx: str, web_root: 
             read_range(f"{nginx}/data/nope.tar", 7, 10)
         with pytest.raises(SourceError, match=rf"part-000000\.tar at byte {size}: HTTP 416 .*shorter than expected"):
             read_range(f"{nginx}/data/part-000000.tar", size - 10, size + 100)
+        with pytest.raises(SourceError, match=rf"part-000000\.tar at byte {size}: HTTP 416 .*shorter than expected"):
+            read_into(f"{nginx}/data/part-000000.tar", size - 10, size + 100)
     through(check)
 
 
@@ -92,3 +96,17 @@ def test_the_soak_benchmark_runs_and_every_epoch_is_exact(tmp_path: Path) -> Non
     epochs = report["epochs"]
     assert epochs and all(e["exact"] and e["samples"] == 5001 and not e["duplicates"] for e in epochs)
     assert report["summary"]["exact_epochs"] == len(epochs) and sum(e["requests"] for e in epochs) > 0
+
+
+def test_ranges_land_in_buffers_reused_epoch_after_epoch(nginx: str, total_samples: int) -> None:
+    """From the second epoch on, the ranges (and the rows joined from them) fit the buffers the
+    first one made: a long run's reads allocate nothing, and every sample still arrives once."""
+    pool = process_pool()
+    loader = make_loader(f"{nginx}/data/index.json", num_workers=0, batch_size=64, shuffle_buffer=700)
+    made = []
+    for epoch in range(4):
+        loader.set_epoch(epoch)
+        assert all_ids(loader) == list(range(total_samples))
+        made.append(pool.allocations)
+    assert made[1] == made[2] == made[3]
+    assert pool.held_bytes <= 2 * pool.peak_lent

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline import SourceError, make_loader
 from pipeline.storage import open_stream, read_range
-from tests.storage.conftest import all_ids, make_bucket, upload_folder
+from tests.storage.conftest import all_ids, make_bucket, read_into, upload_folder
 from tests.storage.servers import FaultProxy
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -249,10 +249,13 @@ def test_a_deadline_ends_a_run_of_failures(scripted, fast_retries, monkeypatch) 
     assert time.monotonic() - began < 1.5 and 3 <= server.requests < 12
 
 
-def test_cuts_that_make_progress_do_not_use_up_the_budget(scripted, blob: bytes, fast_retries, monkeypatch) -> None:
+@pytest.mark.parametrize("read", [read_range, read_into])
+def test_cuts_that_make_progress_do_not_use_up_the_budget(scripted, blob: bytes, fast_retries, monkeypatch,
+                                                          read) -> None:
+    """Each cut resumed from the byte reached, into a new bytes object or the reader's buffer."""
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "2")
     server, count = scripted(lambda n: "cut" if n < 5 else "ok"), Count()
-    assert read_range(server.url, 0, len(blob), stats=count) == blob
+    assert read(server.url, 0, len(blob), stats=count) == blob
     assert (server.requests, count.value) == (6, 5)
 
 

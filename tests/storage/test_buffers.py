@@ -1,0 +1,102 @@
+"""The buffers remote ranges are read into: never lent twice while anything made from them lives,
+reused once nothing does, and no more memory held than the reader needed at once."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from pipeline.format.codec import decode_record, encode_sample
+from pipeline.storage.buffers import GRAIN, BufferPool, pooled_concatenate, pooled_stack
+
+
+def address(view: memoryview) -> int:
+    return np.frombuffer(view, np.uint8).ctypes.data
+
+
+def test_a_buffer_is_lent_again_only_when_nothing_made_from_it_lives() -> None:
+    pool = BufferPool()
+    encoded = encode_sample({"x": np.arange(1000, dtype=np.float32)})
+    first = pool.take(len(encoded))
+    first[:] = encoded
+    decoded = decode_record(first[:])  # arrays decoded zero-copy: views of the buffer
+    assert np.shares_memory(decoded["x"], np.frombuffer(first, np.uint8))
+    where = address(first)
+    del first
+    gc.collect()
+    second = pool.take(len(encoded))  # the first buffer is still in use by the array
+    assert address(second) != where
+    second[:] = b"\xff" * len(encoded)
+    assert np.array_equal(decoded["x"], np.arange(1000, dtype=np.float32))
+    again = address(second)
+    held = pool.held_bytes
+    del decoded, second
+    assert address(pool.take(len(encoded))) in (where, again)  # one of the two, no new one
+    assert pool.held_bytes == held
+
+
+def test_slices_and_arrays_of_a_view_keep_its_buffer() -> None:
+    pool = BufferPool()
+    view = pool.take(100_000)
+    where = address(view)
+    kept = [view[10:20], np.frombuffer(view[100:200], np.uint8)[5:9]]  # a slice of an array of a slice
+    del view
+    for _ in range(2):
+        assert address(pool.take(100_000)) != where
+        kept.pop()
+    assert address(pool.take(100_000)) == where
+
+
+def test_a_steady_reader_allocates_nothing_after_the_first_unit() -> None:
+    """Units of 40 ranges of a few sizes: from the second on, every range lands in a buffer of
+    the first unit's, and the pool holds what one unit needs, not what all of them read."""
+    pool = BufferPool()
+    sizes = np.random.default_rng(0).integers(480 << 10, 530 << 10, size=(6, 40))
+    made = []
+    for unit in sizes:
+        views = [pool.take(int(size)) for size in unit]
+        assert len({address(view) for view in views}) == len(views)
+        made.append(pool.allocations)
+        del views
+    assert made == [40] * 6
+    assert pool.held_bytes == pool.peak_lent <= 40 * (530 << 10) * 9 // 8 + 40 * GRAIN
+
+
+def test_ranges_of_any_sizes_and_lifetimes_get_their_own_bytes_and_bounded_memory() -> None:
+    """Random sizes, each range kept for a random while: a range lent is never another's while
+    it lives (each keeps the bytes written into it), and idle buffers beyond the most lent at
+    once are let go."""
+    pool, rng = BufferPool(), np.random.default_rng(1)
+    alive: list[tuple[memoryview, int]] = []
+    for n in range(400):
+        size = int(rng.choice([1 << 10, 100 << 10, 1 << 20, 4 << 20]) * rng.uniform(0.5, 1))
+        view = pool.take(size)
+        view[:] = bytes([n % 251]) * size
+        alive.append((view, n % 251))
+        del view
+        rng.shuffle(alive)
+        del alive[:rng.integers(0, 3)]  # none, one or two let go: about one a round, 10 alive
+        assert all(view[0] == fill and view[-1] == fill for view, fill in alive)
+        assert pool.held_bytes <= 2 * pool.peak_lent
+    assert pool.allocations < 100  # of 400 ranges
+
+
+def test_joined_rows_are_numpys_and_outlive_later_joins() -> None:
+    parts = [np.arange(12, dtype=np.float32).reshape(4, 3), np.ones((2, 3), np.float32)]
+    joined = pooled_concatenate(parts)
+    assert joined.dtype == np.float32 and np.array_equal(joined, np.concatenate(parts))
+    for _ in range(5):  # later joins of the same size get other memory while this one lives
+        other = pooled_concatenate([np.full((6, 3), -1, np.float32)])
+        assert not np.shares_memory(other, joined)
+    assert np.array_equal(joined, np.concatenate(parts))
+    mixed = pooled_concatenate([np.arange(2, dtype=np.int32), np.arange(2, dtype=np.float64)])
+    assert mixed.dtype == np.float64  # promoted, as np.concatenate does
+    assert pooled_concatenate([np.array(["a"], object), np.array([None], object)]).tolist() == ["a", None]
+    rows = [np.full(3, i, np.int16) for i in range(4)]
+    assert np.array_equal(pooled_stack(rows), np.stack(rows)) and pooled_stack(rows).dtype == np.int16
+    assert pooled_stack([np.int64(1), np.float64(2.5)]).tolist() == [1.0, 2.5]
+    for unequal in ([np.arange(3), np.arange(4)], [np.arange(3), None]):
+        with pytest.raises(ValueError):  # as np.stack raises
+            pooled_stack(unequal)
