@@ -1,61 +1,81 @@
-"""Buffers for remote ranges, reused once nothing refers to them any more.
+"""Buffers for remote ranges, and for the rows joined from them, reused once nothing refers to
+them any more.
 
 A worker reading remote shards receives every byte of an epoch into memory of its own, a few
-hundred KB to a few MB per range. Fresh memory for each range costs twice: the kernel maps and
-zeroes every page of it (a page fault per 4 KB: on a 2-core machine that was half the CPU of an
-HTTP epoch), and blocks of many sizes freed in several threads fragment the heap, which grows for
-hours. A unit of the plan needs about the same ranges as the one before it, so its buffers can
-be those of the one before: after the first unit, reading a range allocates nothing.
+hundred KB to a few MB per range, and joins the rows of a unit into more. Fresh memory for each
+costs twice: the kernel maps and zeroes every page of it (a page fault per 4 KB: a quarter of
+the CPU of an epoch on a 2-core machine), and blocks of many sizes freed in several threads
+fragment the heap, which grows for hours. A unit of the plan needs about the same ranges as the
+one before it, so its buffers can be those of the one before: in a steady run, reading a range
+allocates nothing.
 
-A buffer is lent as a memoryview of a NumPy view of it: everything made from the bytes (slices,
-arrays decoded zero-copy, records walked) refers to that view, and the pool takes the buffer back
-only when the view is gone (a weak reference tells), so bytes still in use are never overwritten,
-whoever holds them and for however long.
+A buffer is lent as a memoryview whose exporter is a ctypes array over it, made for that loan:
+everything made from the bytes (slices, casts, arrays decoded zero-copy, ``np.ndarray(buffer=)``,
+tensors of those) holds that exporter, directly or through the memoryview, and the pool takes
+the buffer back only when the exporter is gone (a weak reference tells). So bytes still in use
+are never overwritten, whoever holds them and for however long. (A NumPy view would not do:
+NumPy links an array made from it to the buffer itself, past the view.)
 """
 
 from __future__ import annotations
 
 import bisect
+import ctypes
 import functools
 import os
 import threading
 import weakref
-from typing import Callable, Sequence
+from collections import deque
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-#: Capacities are an eighth above the size asked for, rounded up to this: ranges of nearly the
-#: same size (a chunk, give or take a record) then fit each other's buffers.
-GRAIN = 64 << 10
+#: Capacities are an eighth above the size asked for, rounded up to this, and a buffer serves
+#: sizes down to 4/5 of its capacity: ranges of nearly the same size (a chunk, give or take a
+#: record) then fit each other's buffers, and none holds much more than it needs.
+GRAIN = 16 << 10
+#: Joins smaller than this are left to NumPy: glibc serves them from the heap's free blocks.
+SMALL = 128 << 10
+#: Idle buffers are kept up to the most lent at once over this many recent loans.
+RECENT = 256
 
 
 class BufferPool:
-    """Writable buffers of at least the size asked for. Buffers lent and idle are this pool's
-    memory; idle ones beyond the most ever lent at once are let go (the largest first): the pool
-    holds at most twice what its reader needs at once, and about that much in a steady run."""
+    """Writable buffers of at least the size asked for. The buffers lent and idle are this
+    pool's memory; idle ones beyond the most lent at once over the last :data:`RECENT` loans are
+    let go (the largest first), so a steady reader holds about what it needs at once, and a
+    burst is given back once it is over."""
 
     def __init__(self) -> None:
-        self.peak_lent = 0
+        self.peak_lent = 0  # the most bytes lent at once, ever
         self.allocations = 0  # buffers made: a steady reader makes none after its first units
         self._lent: list[tuple[np.ndarray, weakref.ref]] = []
         self._lent_bytes = 0
         self._idle: list[np.ndarray] = []  # smallest first
         self._idle_bytes = 0
+        self._recent: deque[int] = deque(maxlen=RECENT)  # bytes lent at each recent loan
         self._lock = threading.Lock()
 
     def take(self, size: int) -> memoryview:
-        """``size`` writable bytes, no other range's."""
+        """``size`` writable bytes that nothing else uses."""
         with self._lock:
             self._collect()
             buffer = self._fitting(size)
             if buffer is None:
-                buffer = np.empty(-(-max(size + size // 8, 1) // GRAIN) * GRAIN, np.uint8)
+                buffer = np.empty(max(-(-(size + size // 8) // GRAIN), 1) * GRAIN, np.uint8)
                 self.allocations += 1
-            view = buffer[:size]
-            self._lent.append((buffer, weakref.ref(view)))
+            exporter = (ctypes.c_ubyte * size).from_buffer(buffer)
+            self._lent.append((buffer, weakref.ref(exporter)))
             self._lent_bytes += buffer.nbytes
             self.peak_lent = max(self.peak_lent, self._lent_bytes)
-            return memoryview(view)
+            self._recent.append(self._lent_bytes)
+            return memoryview(exporter).cast("B")
+
+    def trim(self) -> None:
+        """Let go of every idle buffer (a reader done for now: the end of an epoch, say)."""
+        with self._lock:
+            self._collect()
+            self._idle, self._idle_bytes = [], 0
 
     @property
     def held_bytes(self) -> int:
@@ -64,23 +84,24 @@ class BufferPool:
             return self._lent_bytes + self._idle_bytes
 
     def _collect(self) -> None:
-        """Buffers whose view is gone become idle; idle ones beyond the most lent at once go."""
+        """Buffers whose exporter is gone become idle; idle ones beyond the recent need go."""
         still = []
-        for buffer, view in self._lent:
-            if view() is not None:
-                still.append((buffer, view))
+        for buffer, exporter in self._lent:
+            if exporter() is not None:
+                still.append((buffer, exporter))
                 continue
             bisect.insort(self._idle, buffer, key=lambda b: b.nbytes)
             self._idle_bytes += buffer.nbytes
             self._lent_bytes -= buffer.nbytes
         self._lent = still
-        while self._idle_bytes > self.peak_lent:
+        keep = max(self._recent, default=0)
+        while self._idle_bytes > keep:
             self._idle_bytes -= self._idle.pop().nbytes
 
     def _fitting(self, size: int) -> np.ndarray | None:
-        """The smallest idle buffer that holds ``size`` bytes without wasting half of itself."""
+        """The smallest idle buffer that holds ``size`` bytes and not much more."""
         i = bisect.bisect_left(self._idle, size, key=lambda b: b.nbytes)
-        if i == len(self._idle) or self._idle[i].nbytes > 2 * max(size, GRAIN):
+        if i == len(self._idle) or self._idle[i].nbytes * 4 > (size + GRAIN) * 5:
             return None
         self._idle_bytes -= self._idle[i].nbytes
         return self._idle.pop(i)
@@ -97,25 +118,37 @@ def process_pool() -> BufferPool:
 
 
 def pooled_concatenate(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    """``np.concatenate(arrays)`` into memory of :func:`process_pool`: the rows of a unit are
-    joined in every unit, and fresh memory for them cost page faults, unit after unit."""
-    return _into_pool(np.concatenate, arrays, (sum(len(a) for a in arrays), *arrays[0].shape[1:]))
+    """``np.concatenate(arrays)``, into memory of :func:`process_pool` when it is large: the rows
+    of a unit are joined in every unit, and fresh memory for them cost page faults each time."""
+    return _into_pool(np.concatenate, arrays, lambda first: (sum(len(a) for a in arrays), *first.shape[1:]))
 
 
 def pooled_stack(arrays: Sequence[np.ndarray | np.generic]) -> np.ndarray:
-    """``np.stack(arrays)`` (of equally shaped arrays) into memory of :func:`process_pool`."""
-    return _into_pool(np.stack, arrays, (len(arrays), *np.shape(arrays[0])))
+    """``np.stack(arrays)``, into memory of :func:`process_pool` when it is large."""
+    return _into_pool(np.stack, arrays, lambda first: (len(arrays), *first.shape))
 
 
-def _into_pool(join: Callable[..., np.ndarray], arrays: Sequence, shape: tuple[int, ...]) -> np.ndarray:
-    """``join(arrays, out=...)`` into pooled memory; plain ``join(arrays)`` where the arrays hold
-    objects, differ in dtype (NumPy promotes them) or in shape, or some are not arrays (``None``
-    for a missing field, say: NumPy says what it makes of them)."""
+def _into_pool(join: Callable[..., np.ndarray], arrays: Sequence, shape_of: Callable[[Any], tuple[int, ...]]
+               ) -> np.ndarray:
+    """``join(arrays, out=...)`` into pooled memory, where NumPy would make one large array of
+    the arrays' own dtype; else plain ``join(arrays)``, which promotes, raises or makes what it
+    makes (of ``None`` for a missing field, say)."""
+    if not _joins_as_they_are(join, arrays):
+        return join(arrays)
     first = arrays[0]
-    if first.dtype.hasobject or any(not isinstance(a, (np.ndarray, np.generic)) or a.dtype != first.dtype
-                                    or a.shape[1:] != first.shape[1:] for a in arrays):
-        return join(arrays)
-    if join is np.stack and any(a.shape != first.shape for a in arrays):
-        return join(arrays)
+    shape = shape_of(first)
     size = int(np.prod(shape, dtype=np.int64)) * first.dtype.itemsize
+    if size < SMALL:
+        return join(arrays)
     return join(arrays, out=np.frombuffer(process_pool().take(size), first.dtype).reshape(shape))
+
+
+def _joins_as_they_are(join: Callable[..., np.ndarray], arrays: Sequence) -> bool:
+    """Whether ``arrays`` are arrays of one dtype (no objects) whose shapes ``join`` takes as they
+    are: equal, for a stack; equal but for the first axis, for a concatenation."""
+    first = arrays[0]
+    if not isinstance(first, (np.ndarray, np.generic)) or first.dtype.hasobject:
+        return False
+    axes = 1 if join is np.concatenate else 0  # the axes after which shapes must agree
+    return first.ndim >= axes and all(isinstance(a, (np.ndarray, np.generic)) and a.dtype == first.dtype
+                                      and a.shape[axes:] == first.shape[axes:] for a in arrays)

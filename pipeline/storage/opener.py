@@ -124,13 +124,17 @@ def read_range(url: str, start: int, stop: int, policy: RetryPolicy | None = Non
     return data
 
 
+def has_ranged_reads(url: str) -> bool:
+    """Whether ``url`` is read with ranged requests (HTTP(S), S3): what :func:`read_range_into` takes."""
+    return scheme(url) in _RANGED
+
+
 def read_range_into(url: str, start: int, out: memoryview, policy: RetryPolicy | None = None, *,
                     stats: RetrySink | None = None) -> None:
-    """:func:`read_range` of the ``len(out)`` bytes from ``start``, into ``out``: a remote range
-    goes straight into memory the caller reuses (see :mod:`.buffers`)."""
-    if scheme(url) not in _RANGED:
-        out[:] = read_range(url, start, start + len(out), policy, stats=stats)
-        return
+    """:func:`read_range` of the ``len(out)`` bytes from ``start`` of a URL that
+    :func:`has_ranged_reads`, into ``out``: memory the caller reuses (see :mod:`.buffers`)."""
+    if not has_ranged_reads(url):
+        raise ValueError(f"{redact(url)} is not read with ranged requests: use read_range")
     with _remote_stream(url, start, start + len(out), policy, stats) as stream:
         _check_length(url, start, start + len(out), stream.readinto(out))
 

@@ -25,8 +25,10 @@ Opener = Callable[[str, int, "int | None"], Response]
 ErrorMapper = Callable[[str, int, BaseException], SourceError]
 
 _READ_SIZE = 1 << 20
-#: What :meth:`ResumingStream.readinto` asks a response for at a time: below glibc's mmap threshold.
-_PIECE_SIZE = 64 << 10
+#: What :meth:`ResumingStream.readinto` asks a response for at a time: as much as a read gives,
+#: but below glibc's mmap threshold (128 KiB, fixed in the workers), so that the bytes a read
+#: returns come from the heap's free blocks, not from fresh pages.
+_PIECE_SIZE = 120 << 10
 
 
 class ResumingStream:
@@ -76,8 +78,7 @@ class ResumingStream:
         return b"".join(self._pieces(want, _READ_SIZE))
 
     def readinto(self, out: memoryview) -> int:
-        """Fill ``out`` with the next bytes; fewer (their number returned) only at the end. Read
-        in pieces small enough to come from the heap's free blocks, not from fresh pages."""
+        """Fill ``out`` with the next bytes; fewer (their number returned) only at the end."""
         filled = 0
         for data in self._pieces(len(out), _PIECE_SIZE):
             out[filled:filled + len(data)] = data

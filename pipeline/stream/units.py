@@ -26,10 +26,10 @@ from ..format.errors import SampleError, ShardError
 from ..format.index import ShardInfo
 from ..format.packing import sample_keys
 from ..format.walk import walk_shard
-from ..storage import SourceError, is_remote, redact
+from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
-from ..storage.opener import map_range, read_range_into
+from ..storage.opener import has_ranged_reads, map_range, read_range_into
 from ..storage.retry import RetryPolicy
 from .batching import gather
 from .material import Material, locate
@@ -206,9 +206,11 @@ class UnitReader:
         if self.cache is not None:
             with self.cache.reading(url, shard.bytes, shard.sha256) as path:
                 return map_range(str(path), start, stop)  # the mapping outlives an eviction
+        if not has_ranged_reads(url):  # pipe:, fsspec: bytes of their own
+            return read_range(url, start, stop, self.policy, stats=self.stats)
         out = process_pool().take(stop - start)
         read_range_into(url, start, out, self.policy, stats=self.stats)
-        return out
+        return out.toreadonly()  # read-only, as a local shard's mapped pages are
 
 
 def read_ahead(items: Iterator[T], read: Callable[[T], R], depth: int) -> Iterator[R]:

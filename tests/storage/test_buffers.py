@@ -7,9 +7,10 @@ import gc
 
 import numpy as np
 import pytest
+import torch
 
 from pipeline.format.codec import decode_record, encode_sample
-from pipeline.storage.buffers import GRAIN, BufferPool, pooled_concatenate, pooled_stack
+from pipeline.storage.buffers import GRAIN, BufferPool, pooled_concatenate, pooled_stack, process_pool
 
 
 def address(view: memoryview) -> int:
@@ -84,19 +85,48 @@ def test_ranges_of_any_sizes_and_lifetimes_get_their_own_bytes_and_bounded_memor
 
 
 def test_joined_rows_are_numpys_and_outlive_later_joins() -> None:
-    parts = [np.arange(12, dtype=np.float32).reshape(4, 3), np.ones((2, 3), np.float32)]
+    parts = [np.arange(30_000, dtype=np.float32).reshape(-1, 3), np.ones((20_000, 3), np.float32)]  # 600 KB
     joined = pooled_concatenate(parts)
     assert joined.dtype == np.float32 and np.array_equal(joined, np.concatenate(parts))
+    assert process_pool().held_bytes >= joined.nbytes  # in pooled memory
     for _ in range(5):  # later joins of the same size get other memory while this one lives
-        other = pooled_concatenate([np.full((6, 3), -1, np.float32)])
+        other = pooled_concatenate([np.full((50_000, 3), -1, np.float32)])
         assert not np.shares_memory(other, joined)
     assert np.array_equal(joined, np.concatenate(parts))
-    mixed = pooled_concatenate([np.arange(2, dtype=np.int32), np.arange(2, dtype=np.float64)])
+    mixed = pooled_concatenate([np.arange(40_000, dtype=np.int32), np.arange(40_000, dtype=np.float64)])
     assert mixed.dtype == np.float64  # promoted, as np.concatenate does
     assert pooled_concatenate([np.array(["a"], object), np.array([None], object)]).tolist() == ["a", None]
-    rows = [np.full(3, i, np.int16) for i in range(4)]
+    rows = [np.full(40_000, i, np.int16) for i in range(4)]
     assert np.array_equal(pooled_stack(rows), np.stack(rows)) and pooled_stack(rows).dtype == np.int16
     assert pooled_stack([np.int64(1), np.float64(2.5)]).tolist() == [1.0, 2.5]
+    assert pooled_stack([np.str_(""), np.str_("")]).tolist() == ["", ""]
     for unequal in ([np.arange(3), np.arange(4)], [np.arange(3), None]):
         with pytest.raises(ValueError):  # as np.stack raises
             pooled_stack(unequal)
+
+
+def test_arrays_made_with_buffer_keep_the_buffer_lent() -> None:
+    """``np.ndarray(buffer=...)`` links an array to the object behind a memoryview, past the
+    view: the pool's watch must be on that object."""
+    pool = BufferPool()
+    view = pool.take(200_000)
+    where = address(view)
+    kept = [np.ndarray((10,), np.uint8, buffer=view[500:510]), np.frombuffer(view.obj, np.uint8)[7:9],
+            torch.from_numpy(np.frombuffer(view, np.uint8).reshape(2, -1))]
+    del view
+    while kept:
+        assert address(pool.take(200_000)) != where
+        kept.pop()
+    assert address(pool.take(200_000)) == where
+
+
+def test_a_burst_is_given_back_once_it_is_over_and_trim_gives_back_the_rest() -> None:
+    pool = BufferPool()
+    burst = [pool.take(1 << 20) for _ in range(100)]  # 100 MB at once
+    del burst
+    for _ in range(300):  # then a steady 1 MB at a time, for longer than the pool remembers
+        view = pool.take(1 << 20)
+        del view
+    assert pool.held_bytes < 4 << 20
+    pool.trim()
+    assert pool.held_bytes == 0

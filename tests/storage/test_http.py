@@ -25,7 +25,7 @@ def test_ranges_and_streams_are_byte_exact(nginx: str, web_root: Path, through) 
 
     def check() -> None:
         assert read_range(url, 1000, 70_000) == local[1000:70_000]
-        assert read_into(url, 1000, 70_000) == local[1000:70_000] == read_into(f"file://{web_root}/data/part-000003.tar", 1000, 70_000)
+        assert read_into(url, 1000, 70_000) == local[1000:70_000]
         with open_stream(url) as stream:
             assert stream.read() == local
     through(check)
@@ -98,15 +98,16 @@ def test_the_soak_benchmark_runs_and_every_epoch_is_exact(tmp_path: Path) -> Non
     assert report["summary"]["exact_epochs"] == len(epochs) and sum(e["requests"] for e in epochs) > 0
 
 
-def test_ranges_land_in_buffers_reused_epoch_after_epoch(nginx: str, total_samples: int) -> None:
-    """From the second epoch on, the ranges (and the rows joined from them) fit the buffers the
-    first one made: a long run's reads allocate nothing, and every sample still arrives once."""
+def test_ranges_land_in_buffers_reused_within_an_epoch_and_given_back_after_it(nginx: str,
+                                                                                total_samples: int) -> None:
+    """An epoch's hundreds of ranges (and the rows joined from them) land in the few buffers the
+    reader needs at once, each epoch exactly once; between epochs the buffers are given back."""
     pool = process_pool()
     loader = make_loader(f"{nginx}/data/index.json", num_workers=0, batch_size=64, shuffle_buffer=700)
-    made = []
-    for epoch in range(4):
+    for epoch in range(3):
         loader.set_epoch(epoch)
+        made, requests = pool.allocations, loader.stats()["requests"]
         assert all_ids(loader) == list(range(total_samples))
-        made.append(pool.allocations)
-    assert made[1] == made[2] == made[3]
-    assert pool.held_bytes <= 2 * pool.peak_lent
+        made, requests = pool.allocations - made, loader.stats()["requests"] - requests
+        assert requests > 100 and 0 < made <= requests // 10, (made, requests)
+        assert pool.held_bytes == 0

@@ -171,13 +171,14 @@ def mixing(batches: list[np.ndarray], classes: int = 10) -> tuple[float, float]:
     return float(np.mean(distinct)), float(np.mean(entropy))
 
 
-def test_shuffle_mixes_across_class_sorted_shards(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunks", [None, 32])  # the default, and what remote shards get by default
+def test_shuffle_mixes_across_class_sorted_shards(tmp_path: Path, chunks: int | None) -> None:
     """A full random permutation gives about 10 classes and 3.28 bits per batch of 256; reading
     the sorted shards in order gives 1 class and 0 bits. We require at least 9 classes and 3.0
     bits on average: a batch that mixes most shards, which shard-level shuffling alone (one
     class per batch) or a small buffer over one shard at a time cannot reach."""
     folder = class_sorted_shards(tmp_path / "sorted")
-    loader = make_loader(folder, num_workers=2, batch_size=256, seed=1)
+    loader = make_loader(folder, num_workers=2, batch_size=256, seed=1, chunks_per_buffer=chunks)
     batches = [b["label"].numpy() for b in loader][:-2]
     distinct, entropy = mixing(batches)
     reference = mixing([np.random.default_rng(0).permutation(np.repeat(np.arange(10), 3000))[i:i + 256]
