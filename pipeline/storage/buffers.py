@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import functools
-import os
 import threading
 import weakref
 from collections import deque
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from .per_process import per_process
 
 #: Capacities are an eighth above the size asked for, rounded up to this, and a buffer serves
 #: sizes down to 4/5 of its capacity: ranges of nearly the same size (a chunk, give or take a
@@ -107,14 +107,8 @@ class BufferPool:
         return self._idle.pop(i)
 
 
-@functools.lru_cache(maxsize=1)
-def _pool_of(pid: int) -> BufferPool:
-    return BufferPool()
-
-
-def process_pool() -> BufferPool:
-    """This process's pool (a forked worker starts with none of its parent's buffers)."""
-    return _pool_of(os.getpid())
+#: This process's pool (a forked worker starts with none of its parent's buffers).
+process_pool = per_process(BufferPool)
 
 
 def pooled_concatenate(arrays: Sequence[np.ndarray]) -> np.ndarray:

@@ -13,31 +13,25 @@ fails) takes its connection down with it.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import urllib3
 
 from . import obstore_ranges
 from .errors import RedactingFilter, SourceError, TransientError
+from .per_process import per_process
 from .retry import RetryPolicy
 from .streams import Response
 
 _PERMANENT = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 410: "gone",
               416: "range not satisfiable (the object is shorter than expected)"}
 _DRAIN_BYTES = 64 << 10  # an unused body up to this size is read off, so its connection serves again
-_pools: dict[int, urllib3.PoolManager] = {}
 for _name in ("urllib3.connectionpool", "urllib3.poolmanager"):  # they log request lines and redirects
     logging.getLogger(_name).addFilter(RedactingFilter())
 
 
-def _pool() -> urllib3.PoolManager:
-    """One connection pool per process (a pool inherited through fork would share sockets)."""
-    pid = os.getpid()
-    if pid not in _pools:
-        _pools.clear()
-        _pools[pid] = urllib3.PoolManager(num_pools=16, maxsize=8)
-    return _pools[pid]
+#: One connection pool per process (a pool inherited through fork would share sockets).
+_pool = per_process(lambda: urllib3.PoolManager(num_pools=16, maxsize=8))
 
 
 def map_error(url: str, offset: int, exc: BaseException) -> SourceError:

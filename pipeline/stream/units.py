@@ -11,9 +11,7 @@ batches), logged and counted.
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import queue
 import threading
 import time
@@ -30,6 +28,7 @@ from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
 from ..storage.opener import has_ranged_reads, map_range, read_range_into
+from ..storage.per_process import per_process
 from ..storage.retry import RetryPolicy
 from .batching import gather
 from .material import Material, locate
@@ -255,12 +254,6 @@ def read_ahead(items: Iterator[T], read: Callable[[T], R], depth: int) -> Iterat
         slots.release()  # wakes a producer waiting for a slot, to see that it is stopped
 
 
-@functools.lru_cache(maxsize=1)
-def _request_pool_for(pid: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="shard-read")
-
-
-def _request_pool() -> ThreadPoolExecutor:
-    """Threads that read remote pieces of a block at once, one pool per process (a pool does not
-    survive a fork)."""
-    return _request_pool_for(os.getpid())
+#: Threads that read remote pieces of a block at once, one pool per process (a pool does not
+#: survive a fork).
+_request_pool = per_process(lambda: ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="shard-read"))
