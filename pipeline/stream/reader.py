@@ -146,21 +146,28 @@ class _RowCollector:
 
     def columns(self) -> Columns | None:
         """The rows read, lost ones stood in for; ``None`` when every record was lost."""
+        return stand_in(self.unjoined()) if self.parts or self.singles else {}
+
+    def unjoined(self) -> list[Columns | int]:
+        """The rows read as the parts :func:`stand_in` joins: records' columns, lost rows' counts."""
         self._flush()
-        return stand_in(self.parts) if self.parts else {}
+        return self.parts
 
 
 def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
               wanted: set[str] | None = None, reader: RangeReader = _read_range,
               schema: Schema | None = None, check_records: bool = True,
-              fill: Mapping[str, Any] | None = None, on_lost: LostRecordHandler | None = None) -> Columns | None:
+              fill: Mapping[str, Any] | None = None, on_lost: LostRecordHandler | None = None,
+              join: bool = True) -> Columns | list[Columns | int] | None:
     """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read (through
     ``reader``: a cache, for instance); every record is checked against the index (its start,
     its checksum unless ``check_records`` is false, its rows, the ``schema``), and a field a
     record lacks is filled in from ``fill`` (else ``None``). A record that fails raises, or with
     ``on_lost`` is reported and stood in for in place by rows read (see :func:`stand_in`), the
     others read on from where the index says they start: damage costs the damaged record only.
-    ``None`` when every record of the range was lost."""
+    ``None`` when every record of the range was lost. With ``join`` false, the records' columns
+    and lost rows are left as parts for :func:`stand_in` (that of a larger read, joining pieces
+    of many ranges, then copies each row once, not twice)."""
     if wanted is None and schema:  # every field of the schema, filled in where a record lacks it
         wanted = set(schema)
     first, last = row_start // pack, -(-row_stop // pack)
@@ -204,7 +211,7 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
                 one_by_one = True  # before the break may be sound, so walk again from the first not done
                 continue
             lose(exc, done)
-    return collector.columns()
+    return collector.columns() if join else collector.unjoined()
 
 
 class _TimedReads:

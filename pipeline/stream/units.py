@@ -125,17 +125,25 @@ class UnitReader:
                 wait(futures)
         else:
             results = [self._read_rows(*piece) for piece in wanted]
-        with self.stats.timing(Count.GATHER):  # joining the pieces' rows is a copy
-            return stand_in([(piece[3] - piece[2] if piece[4] is None else len(piece[4])) if columns is None
-                             else columns for piece, columns in zip(wanted, results)])
+        parts: list[Columns | int] = []
+        for piece, read in zip(wanted, results):
+            if read is None:
+                parts.append(piece[3] - piece[2] if piece[4] is None else len(piece[4]))
+            else:
+                parts.extend(read)
+        with self.stats.timing(Count.GATHER):  # joining the records' rows is a copy: the only one before the gather
+            return stand_in(parts)
 
-    def _read_rows(self, source: int, shard: int, start: int, stop: int, rows: np.ndarray | None) -> Columns | None:
-        """Rows ``start + rows`` (default: all of ``[start, stop)``) of one shard."""
-        columns = self._read_piece(source, shard, start, stop)
-        if columns is None or rows is None or len(rows) == stop - start:
-            return columns
+    def _read_rows(self, source: int, shard: int, start: int, stop: int,
+                   rows: np.ndarray | None) -> list[Columns | int] | None:
+        """Rows ``start + rows`` (default: all of ``[start, stop)``) of one shard, as parts for
+        :func:`stand_in`."""
+        parts = self._read_piece(source, shard, start, stop)
+        if parts is None or rows is None or len(rows) == stop - start:
+            return parts
         with self.stats.timing(Count.GATHER):
-            return gather(columns, rows)
+            columns = stand_in(parts)
+            return None if columns is None else [gather(columns, rows)]
 
     def _over_network(self, pieces: list[tuple]) -> bool:
         """Whether some of ``pieces`` are read from remote storage (not from the cache's copies)."""
@@ -149,9 +157,9 @@ class UnitReader:
     def _url(self, source: int, shard: int) -> str:
         return self.sources.shards[source].url(shard)
 
-    def _read_piece(self, source: int, shard: int, start: int, stop: int) -> Columns | None:
-        """Rows ``[start, stop)`` of one shard; ``None`` under the skip policy when none of them
-        can be read."""
+    def _read_piece(self, source: int, shard: int, start: int, stop: int) -> list[Columns | int] | None:
+        """Rows ``[start, stop)`` of one shard, as parts for :func:`stand_in`; ``None`` under the
+        skip policy when none of them can be read."""
         shards = self.sources.shards[source]
         url = shards.url(shard)
         started, waited = time.perf_counter(), 0.0
@@ -171,7 +179,7 @@ class UnitReader:
         try:
             return read_rows(url, shards.shards[shard], shards.index.pack, start, stop, self.wanted,
                              timed_reader, shards.index.fields or None, self.check_records, self.fill,
-                             lost if self.skip else None)
+                             lost if self.skip else None, join=False)
         except (ShardError, SourceError) as exc:
             if not self.skip:
                 raise
