@@ -16,6 +16,7 @@ from typing import Any, Callable, ContextManager, Iterator
 import numpy as np
 import torch
 
+from . import message_buffers
 from .reader import Columns
 
 
@@ -27,8 +28,12 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
 
 def shared_empty(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
     """An uninitialised tensor allocated straight in shared memory (``share_memory_()`` on a
-    new tensor would allocate twice and copy)."""
+    new tensor would allocate twice and copy): in a ShardLoader's worker, memory of a message
+    the main process is done with (:mod:`.message_buffers`)."""
     torch_type = torch_dtype(dtype)
+    buffers = message_buffers.installed()
+    if buffers is not None:
+        return buffers.empty(shape, torch_type)
     new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
     if new_shared is None:
         return torch.empty(shape, dtype=torch_type).share_memory_()

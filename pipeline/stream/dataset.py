@@ -41,6 +41,7 @@ from ..storage import is_remote, obstore_ranges
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
+from . import message_buffers
 from .allocator import fix_mmap_threshold
 from .batching import drop_short_tail, gather, messages_from_windows, split_message, to_torch
 from .foreign import ForeignStream
@@ -287,12 +288,15 @@ class ShardDataset(IterableDataset):
             obstore_ranges.use_in_this_worker()
         units = self._indexed_units(worker, workers) if self.sources is not None else \
             self._foreign_units(worker, workers)
+        buffers = message_buffers.installed()
         try:
             for unit in units:
                 if not self.unit_messages:
                     yield from (self._finish(batch) for batch in split_message(unit, self.batch_size))
                     continue
                 message = self._finish_unit(unit)
+                if buffers is not None:
+                    message = buffers.lend(message)
                 unit = None  # hold no unit while this one is handed over and the next one read: a unit's memory each
                 handed = time.perf_counter()
                 yield message

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from .batching import split_message
 from .dataset import ShardDataset
+from .message_buffers import Lent, ReleaseTable
 from .plan import Leg
 from .workers import (
     LoaderWorker,
@@ -59,7 +60,8 @@ class ShardLoader(DataLoader):
             raise ValueError("in_order=False lets workers' batches come in any order, which no state can resume: "
                              "the loader keeps DataLoader's in-order delivery")
         if num_workers:  # workers send a unit a message, and errors as messages, which this loader handles
-            kwargs["worker_init_fn"] = LoaderWorker(kwargs.get("worker_init_fn"))
+            self._released = ReleaseTable(num_workers)
+            kwargs["worker_init_fn"] = LoaderWorker(kwargs.get("worker_init_fn"), self._released)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self._epoch = dataset.epoch
         self._legs: list[Leg] = []  # stretches of this epoch run on other world sizes
@@ -124,6 +126,8 @@ class ShardLoader(DataLoader):
         its finished batches when transforms run); without workers each item is a batch."""
         if not self.num_workers:
             return (message,)
+        if isinstance(message, Lent):
+            message = self._released.watch(message)
         if isinstance(message, list):
             return message
         return split_message(message, self.dataset.batch_size)  # type: ignore[attr-defined]

@@ -31,6 +31,8 @@ from typing import Any, Callable, NoReturn
 from torch.utils.data import get_worker_info
 from torch.utils.data._utils import signal_handling
 
+from .message_buffers import ReleaseTable, WorkerBuffers, install
+
 _TORCH_DEATH = "DataLoader worker (pid"
 
 
@@ -87,19 +89,22 @@ class WorkerFailure:
 class LoaderWorker:
     """The ``worker_init_fn`` of a ShardLoader's workers: it makes the worker's copy of the
     dataset send each unit of the plan as one message (so that DataLoader's round robin delivers
-    the units in their order) and its errors as a :class:`WorkerFailure`, both of which only a
+    the units in their order), in shared memory reused once the main process releases it
+    (``released``), and its errors as a :class:`WorkerFailure`, both of which only a
     ShardLoader understands (the user's own dataset object, also usable in a plain DataLoader,
     is left as it is); then it runs ``then``, the ``worker_init_fn`` given to the loader.
     Picklable when ``then`` is, for workers started with spawn."""
 
-    def __init__(self, then: Callable[[int], None] | None) -> None:
+    def __init__(self, then: Callable[[int], None] | None, released: ReleaseTable) -> None:
         self.then = then
+        self.released = released
 
     def __call__(self, worker_id: int) -> None:
         info = get_worker_info()
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]
             info.dataset.unit_messages = True  # type: ignore[union-attr]
+            install(WorkerBuffers(self.released, worker_id))
         if self.then is not None:
             self.then(worker_id)
 

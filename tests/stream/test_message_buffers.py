@@ -1,0 +1,114 @@
+"""Workers' messages in reused shared memory: reused only once the main process lets go of it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import pipeline
+from pipeline.stream.message_buffers import SLOTS, Lent, ReleaseTable, WorkerBuffers
+
+from .shardsets import uneven_shards
+
+
+def shm_file(tensor: torch.Tensor) -> int:
+    """The inode of the shared-memory file under ``tensor``."""
+    return os.fstat(tensor.untyped_storage()._share_fd_cpu_()[0]).st_ino
+
+
+def test_worker_messages_reuse_memory_the_main_process_let_go_and_no_other(tmp_path: Path) -> None:
+    shards = uneven_shards(tmp_path, [700, 1300, 900, 1100, 1000, 1000], pack=16)
+    loader = pipeline.make_loader(shards, num_workers=2, batch_size=64, shuffle_buffer=512, seed=3)
+    held: list[tuple[dict, torch.Tensor, torch.Tensor]] = []  # batches kept past several later messages
+    files, messages, changed = set(), set(), 0
+    for _ in range(6):
+        ids = []
+        for batch in loader:
+            ids.append(batch["i"].numpy().copy())
+            storage = batch["x"].untyped_storage()
+            if storage.data_ptr() not in messages:  # the first batch of a message
+                messages.add(storage.data_ptr())
+                files.add(shm_file(batch["x"]))
+            held.append((batch, batch["x"].clone(), batch["i"].clone()))
+            if len(held) > 20:  # 2-3 messages' batches held while the workers gather on
+                old, x, i = held.pop(0)
+                changed += not (torch.equal(old["x"], x) and torch.equal(old["i"], i))
+        assert np.array_equal(np.sort(np.concatenate(ids)), np.arange(6000))  # exactly once
+        messages.clear()  # a freed message's address may come again: count per epoch
+    changed += sum(not (torch.equal(b["x"], x) and torch.equal(b["i"], i)) for b, x, i in held)
+    assert changed == 0  # no buffer was written while a batch of it was held
+    assert len(files) <= 24  # 6 epochs of 12 messages each came in a few files, again and again
+
+
+def received(lent: Lent) -> Lent:
+    """``lent`` as the main process gets it: its tensors on storages of their own (the main
+    process maps the worker's memory anew; in one process the worker's storage would be kept)."""
+    return lent._replace(message={name: tensor.clone() for name, tensor in lent.message.items()})
+
+
+def test_a_buffer_is_reused_only_after_its_release() -> None:
+    table = ReleaseTable(1)
+    buffers = WorkerBuffers(table, 0)
+    first = buffers.empty((1000,), torch.float32)
+    lent = buffers.lend({"x": first})
+    assert isinstance(lent, Lent) and lent.slots[0][0] == ("x",)
+    address = first.untyped_storage().data_ptr()
+    second = buffers.empty((1000,), torch.float32)  # the first is still out
+    assert second.untyped_storage().data_ptr() != address
+    buffers.lend({"x": second})
+    batch = table.watch(received(lent))["x"][:10]  # a view keeps its storage, and the buffer, out
+    assert buffers.empty((1000,), torch.float32).untyped_storage().data_ptr() != address
+    buffers.lend({})  # taken, not sent: forgotten
+    del batch  # the last view of it gone: released
+    assert buffers.empty((990,), torch.float32).untyped_storage().data_ptr() == address
+
+
+def test_a_late_release_from_a_dead_worker_frees_nothing_of_its_replacement() -> None:
+    table = ReleaseTable(1)
+    old = WorkerBuffers(table, 0)
+    stale = table.watch(received(old.lend({"x": old.empty((100,), torch.int64)})))
+    new = WorkerBuffers(table, 0)  # the replacement of a worker that died with a message out
+    tensor = new.empty((100,), torch.int64)
+    address = tensor.untyped_storage().data_ptr()
+    new.lend({"x": tensor})
+    del stale  # released after the replacement started: its ticket is not the new one's
+    assert new.empty((100,), torch.int64).untyped_storage().data_ptr() != address
+
+
+def test_a_buffer_the_message_hides_is_never_reused() -> None:
+    class Opaque:  # a batch transform's object of its own: its tensors cannot be found
+        def __init__(self, tensor: torch.Tensor) -> None:
+            self.tensor = tensor
+
+    buffers = WorkerBuffers(ReleaseTable(1), 0)
+    hidden = buffers.empty((100,), torch.uint8)
+    message = Opaque(hidden)
+    assert buffers.lend(message) is message  # sent as it is, nothing to release
+    assert buffers.empty((100,), torch.uint8).untyped_storage().data_ptr() != hidden.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("extra", [0, 3])
+def test_a_message_of_more_tensors_than_slots_gets_memory_of_its_own(extra: int) -> None:
+    buffers = WorkerBuffers(ReleaseTable(1), 0)
+    tensors = [buffers.empty((8,), torch.float64) for _ in range(SLOTS + extra)]
+    for n, tensor in enumerate(tensors):
+        tensor.fill_(n)
+    lent = buffers.lend(tensors)
+    assert len(lent.slots) == SLOTS and [float(t[0]) for t in lent.message] == list(range(SLOTS + extra))
+
+
+def test_a_released_buffer_no_message_needs_lately_is_let_go() -> None:
+    table = ReleaseTable(1)
+    buffers = WorkerBuffers(table, 0)
+    large = table.watch(received(buffers.lend({"x": buffers.empty((1 << 20,), torch.uint8)})))
+    del large  # released, then only small messages come
+    for _ in range(SLOTS + 1):
+        small = table.watch(received(buffers.lend({"y": buffers.empty((16,), torch.int64)})))
+        del small
+    made = buffers.allocations
+    buffers.empty((1 << 20,), torch.uint8)
+    assert buffers.allocations == made + 1  # the large one was let go meanwhile, not kept idle
