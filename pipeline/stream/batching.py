@@ -129,6 +129,12 @@ def drop_short_tail(messages: Iterator[Columns], batch_size: int) -> Iterator[Co
             yield {name: value[:keep] for name, value in message.items()}
 
 
+class FinishedBatches(list):
+    """A message of batches a transform finished (not columns to cut into batches): a type of
+    its own, since DataLoader's conversions and pinning turn tuples (``as_tuple`` messages)
+    into lists, and keep a list's type."""
+
+
 def split_message(message: Any, batch_size: int) -> Iterator[Any]:
     """The batches of a message (views, no copy): a dict or tuple of tensors and lists."""
     if isinstance(message, dict):

@@ -43,7 +43,7 @@ from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
 from . import message_buffers
 from .allocator import fix_mmap_threshold
-from .batching import drop_short_tail, gather, messages_from_windows, split_message, to_torch
+from .batching import FinishedBatches, drop_short_tail, gather, messages_from_windows, split_message, to_torch
 from .foreign import ForeignStream
 from .images import Images
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
@@ -296,7 +296,7 @@ class ShardDataset(IterableDataset):
                     continue
                 message = self._finish_unit(unit)
                 if buffers is not None:
-                    message = buffers.lend(message)
+                    message = buffers.lend(message, reuse=self.sample_transform is None and self.batch_transform is None)
                 unit = None  # hold no unit while this one is handed over and the next one read: a unit's memory each
                 handed = time.perf_counter()
                 yield message
@@ -305,6 +305,8 @@ class ShardDataset(IterableDataset):
         finally:
             units = None
             process_pool().trim()  # the epoch's read buffers, given back to the system between epochs
+            if buffers is not None:
+                buffers.trim()
 
     def _indexed_units(self, worker: int, workers: int) -> Iterator[Columns]:
         """The units this worker reads, each gathered in emission order (into shared memory in a
@@ -373,7 +375,7 @@ class ShardDataset(IterableDataset):
         if self.sample_transform is None and self.batch_transform is None:
             out = to_torch(unit)
             return tuple(out[name] for name in self.as_tuple) if self.as_tuple is not None else out
-        return [self._finish(batch) for batch in split_message(unit, self.batch_size)]
+        return FinishedBatches(self._finish(batch) for batch in split_message(unit, self.batch_size))
 
     def _finish(self, batch: Columns) -> Any:
         if self.sample_transform is not None:

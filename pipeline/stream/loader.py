@@ -14,8 +14,9 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
+from torch.utils.data._utils.collate import default_convert
 
-from .batching import split_message
+from .batching import FinishedBatches, split_message
 from .dataset import ShardDataset
 from .message_buffers import Lent, ReleaseTable
 from .plan import Leg
@@ -35,6 +36,15 @@ _PLAN_KEYS = ("sources", "seed", "batch_size", "drop_last", "remainder", "shuffl
               "chunk_samples")
 #: Of those, what may change at an epoch boundary.
 _BETWEEN_EPOCHS = ("batch_size", "drop_last", "remainder", "shuffle_buffer", "samples", "chunk_samples", "sources")
+
+
+def convert_keeping_tuples(item: Any) -> Any:
+    """DataLoader's conversion of what a dataset yields (arrays to tensors), but for a tuple,
+    which it would make a list: an ``as_tuple`` batch stays a tuple, and a worker's tuple
+    message is not taken for a list of batches."""
+    if type(item) is tuple:
+        return tuple(default_convert(value) for value in item)
+    return default_convert(item)
 
 
 def _seed_numpy_in_worker(worker_id: int) -> None:
@@ -62,6 +72,7 @@ class ShardLoader(DataLoader):
         if num_workers:  # workers send a unit a message, and errors as messages, which this loader handles
             self._released = ReleaseTable(num_workers)
             kwargs["worker_init_fn"] = LoaderWorker(kwargs.get("worker_init_fn"), self._released)
+        kwargs.setdefault("collate_fn", convert_keeping_tuples)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self._epoch = dataset.epoch
         self._legs: list[Leg] = []  # stretches of this epoch run on other world sizes
@@ -91,6 +102,8 @@ class ShardLoader(DataLoader):
             # an earlier one, which would replay it), or one of them died
             self._stop_workers(self._iterator)
         self._workers_resumed = resumed
+        if self.num_workers and hasattr(self, "_released"):
+            self._released.fit(self.num_workers)
         iterator = super().__iter__()
         if self.num_workers:
             translate_worker_deaths()
@@ -128,7 +141,7 @@ class ShardLoader(DataLoader):
             return (message,)
         if isinstance(message, Lent):
             message = self._released.watch(message)
-        if isinstance(message, list):
+        if isinstance(message, FinishedBatches):
             return message
         return split_message(message, self.dataset.batch_size)  # type: ignore[attr-defined]
 

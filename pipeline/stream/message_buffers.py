@@ -52,6 +52,12 @@ class ReleaseTable:
     def __init__(self, workers: int) -> None:
         self.tickets = torch.zeros((workers, SLOTS), dtype=torch.int64).share_memory_()
 
+    def fit(self, workers: int) -> None:
+        """Rows for ``workers`` workers (``num_workers`` may change between iterations; messages
+        still out write into the table they were watched in)."""
+        if len(self.tickets) < workers:
+            self.tickets = torch.zeros((workers, SLOTS), dtype=torch.int64).share_memory_()
+
     def watch(self, lent: Lent) -> Any:
         """The message of ``lent``, each reused buffer's ticket to be written back once the main
         process holds no view of it: now if what came is a pinned copy, else when the storage of
@@ -103,10 +109,17 @@ class WorkerBuffers:
         self._pending.append(slot)
         return torch.empty(0, dtype=dtype).set_(buffer.storage, 0, shape)
 
-    def lend(self, message: Any) -> Any:
+    def lend(self, message: Any, reuse: bool = True) -> Any:
         """``message`` as a :class:`Lent` naming the buffers taken for it, which are not reused
         before the main process releases them. A buffer it does not hold (a transform dropped
-        it, or hid it in an object of its own) is forgotten: it may still be sent inside."""
+        it, or hid it in an object of its own) is forgotten: it may still be sent inside. So is
+        every buffer without ``reuse``: for a message a transform made, which may hold one where
+        no walk finds it and DataLoader's pinning does not copy it."""
+        if not reuse:
+            for slot in self._pending:
+                self._buffers[slot] = None
+            self._pending = []
+            return message
         found = {}
         wanted = {self._buffers[slot].storage.data_ptr(): slot for slot in self._pending}  # type: ignore[union-attr]
         for path, tensor in _tensors(message):
@@ -124,6 +137,16 @@ class WorkerBuffers:
         self._pending = []
         return Lent(message, self.worker, tuple(slots)) if slots else message
 
+    def trim(self) -> None:
+        """Let go of the buffers not out (a worker done with an epoch: it may idle a while)."""
+        for slot, buffer in enumerate(self._buffers):
+            if buffer is not None and slot not in self._pending and self._reusable(slot, buffer):
+                self._buffers[slot] = None
+
+    def _reusable(self, slot: int, buffer: _Buffer) -> bool:
+        """Whether the main process released ``buffer`` and nothing in this process holds it."""
+        return int(self._released[slot]) == buffer.ticket and _only_holder(buffer.storage)
+
     def _free_slot(self, size: int) -> int | None:
         """The slot of the smallest released buffer that holds ``size`` bytes and not much more;
         else an empty slot; else that of a buffer let go: released but of the wrong size, or,
@@ -136,7 +159,7 @@ class WorkerBuffers:
                 empty = slot if empty is None else empty
             elif slot in self._pending:
                 continue
-            elif buffer.ticket and int(self._released[slot]) != buffer.ticket:
+            elif not self._reusable(slot, buffer):
                 out.append(slot)
             elif buffer.taken < self._takes - SLOTS:
                 self._buffers[slot] = None
@@ -153,6 +176,13 @@ class WorkerBuffers:
         if slot is not None:
             self._buffers[slot] = None
         return slot
+
+
+def _only_holder(storage: torch.UntypedStorage) -> bool:
+    """Whether no tensor of this process is on ``storage`` (only the pool's reference is left);
+    ``False`` where torch cannot tell, so that nothing is reused then."""
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    return use_count is not None and use_count(storage._cdata) == 1
 
 
 def _tensors(message: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], torch.Tensor]]:

@@ -145,6 +145,16 @@ def test_remainder_drop_last_fields_and_tuples(shards: Path) -> None:
         ShardDataset(shards, fields=["nope"])
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_tuples_are_batches_with_and_without_workers(shards: Path, workers: int) -> None:
+    loader = make_loader(shards, num_workers=workers, batch_size=100, as_tuple=["i", "x"])
+    batches = list(loader)
+    assert all(type(b) is tuple and len(b) == 2 and len(b[0]) == len(b[1]) <= 100 for b in batches)
+    ids = np.concatenate([b[0].numpy() for b in batches])
+    assert np.array_equal(np.sort(ids), np.arange(pipeline.load_index(shards).samples))
+    assert all(torch.equal(x[:, 0], 2 * i.float()) for i, x in batches)
+
+
 def test_sample_and_batch_transforms_run_in_the_workers(shards: Path) -> None:
     loader = make_loader(shards, num_workers=2, batch_size=10,
                          sample_transform=lambda s: {"i": s["i"], "double": s["i"] * 2},

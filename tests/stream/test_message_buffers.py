@@ -44,6 +44,38 @@ def test_worker_messages_reuse_memory_the_main_process_let_go_and_no_other(tmp_p
     assert len(files) <= 24  # 6 epochs of 12 messages each came in a few files, again and again
 
 
+class KeepsBatches:
+    """A batch transform that keeps its last 40 batches (a memory bank, say) and checks that
+    none of them changes meanwhile."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[dict, dict]] = []
+
+    def __call__(self, batch: dict) -> dict:
+        self.kept.append((batch, {name: value.clone() for name, value in batch.items()}))
+        if len(self.kept) > 40:
+            old, copy = self.kept.pop(0)
+            if not all(torch.equal(old[name], copy[name]) for name in copy):
+                raise AssertionError("a batch the transform kept changed")
+        return batch
+
+
+def test_batches_a_transform_keeps_in_the_worker_never_change(tmp_path: Path) -> None:
+    shards = uneven_shards(tmp_path, [1500, 1500], pack=16)
+    loader = pipeline.make_loader(shards, num_workers=1, batch_size=64, shuffle_buffer=256, seed=0,
+                                  batch_transform=KeepsBatches())
+    for _ in range(2):
+        ids = np.concatenate([batch["i"].numpy() for batch in loader])
+        assert np.array_equal(np.sort(ids), np.arange(3000))
+
+
+def test_more_workers_than_the_loader_was_made_with(tmp_path: Path) -> None:
+    loader = pipeline.make_loader(uneven_shards(tmp_path, [600, 600]), num_workers=1, batch_size=50,
+                                  persistent_workers=False)
+    loader.num_workers = 2
+    assert np.array_equal(np.sort(np.concatenate([batch["i"].numpy() for batch in loader])), np.arange(1200))
+
+
 def received(lent: Lent) -> Lent:
     """``lent`` as the main process gets it: its tensors on storages of their own (the main
     process maps the worker's memory anew; in one process the worker's storage would be kept)."""
@@ -57,14 +89,26 @@ def test_a_buffer_is_reused_only_after_its_release() -> None:
     lent = buffers.lend({"x": first})
     assert isinstance(lent, Lent) and lent.slots[0][0] == ("x",)
     address = first.untyped_storage().data_ptr()
+    sent = received(lent)
+    del first, lent  # sent: the worker holds it no more
     second = buffers.empty((1000,), torch.float32)  # the first is still out
     assert second.untyped_storage().data_ptr() != address
     buffers.lend({"x": second})
-    batch = table.watch(received(lent))["x"][:10]  # a view keeps its storage, and the buffer, out
+    del second
+    batch = table.watch(sent)["x"][:10]  # a view keeps its storage, and the buffer, out
+    del sent
     assert buffers.empty((1000,), torch.float32).untyped_storage().data_ptr() != address
     buffers.lend({})  # taken, not sent: forgotten
     del batch  # the last view of it gone: released
     assert buffers.empty((990,), torch.float32).untyped_storage().data_ptr() == address
+
+
+def test_a_buffer_a_tensor_of_the_worker_is_on_is_not_reused() -> None:
+    table = ReleaseTable(1)
+    buffers = WorkerBuffers(table, 0)
+    kept = buffers.empty((100,), torch.int32)[:5]  # a view the worker keeps (a transform's, say)
+    del table.watch(received(buffers.lend({"x": kept})))["x"]  # released by the main process
+    assert buffers.empty((100,), torch.int32).untyped_storage().data_ptr() != kept.untyped_storage().data_ptr()
 
 
 def test_a_late_release_from_a_dead_worker_frees_nothing_of_its_replacement() -> None:
@@ -75,7 +119,7 @@ def test_a_late_release_from_a_dead_worker_frees_nothing_of_its_replacement() ->
     tensor = new.empty((100,), torch.int64)
     address = tensor.untyped_storage().data_ptr()
     new.lend({"x": tensor})
-    del stale  # released after the replacement started: its ticket is not the new one's
+    del tensor, stale  # released after the replacement started: its ticket is not the new one's
     assert new.empty((100,), torch.int64).untyped_storage().data_ptr() != address
 
 
@@ -112,3 +156,15 @@ def test_a_released_buffer_no_message_needs_lately_is_let_go() -> None:
     made = buffers.allocations
     buffers.empty((1 << 20,), torch.uint8)
     assert buffers.allocations == made + 1  # the large one was let go meanwhile, not kept idle
+
+
+def test_trim_lets_go_of_the_buffers_not_out() -> None:
+    table = ReleaseTable(1)
+    buffers = WorkerBuffers(table, 0)
+    released = table.watch(received(buffers.lend({"x": buffers.empty((1000,), torch.uint8)})))
+    out = table.watch(received(buffers.lend({"x": buffers.empty((1000,), torch.uint8)})))
+    del released
+    buffers.trim()
+    made = buffers.allocations
+    buffers.empty((1000,), torch.uint8)  # the released one is gone, the other still out
+    assert buffers.allocations == made + 1 and out["x"].shape == (1000,)
