@@ -50,9 +50,11 @@ def stop_job(pid: int, ask_for_stacks: bool) -> None:
     """Kill torchrun ``pid`` and every process of its job. torchrun starts each rank in a session
     of its own, so the sessions are collected, and every process in one of them is killed (one
     a rank started meanwhile too)."""
-    if ask_for_stacks:
-        signal_all(descendants(pid), signal.SIGUSR1)
-        time.sleep(2)
+    if ask_for_stacks:  # one process at a time: dumps written at once into the one stderr interleave
+        for process in descendants(pid):
+            signal_all([process], signal.SIGUSR1)
+            time.sleep(0.3)
+        time.sleep(1)
     sessions = {pid, *(session_of(child) for child in descendants(pid))} - {None, session_of(os.getpid())}
     for _ in range(50):  # until none is left, or 5 s
         members = [p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if session_of(p) in sessions]
