@@ -32,8 +32,9 @@ def shared_empty(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
     the main process is done with (:mod:`.message_buffers`)."""
     torch_type = torch_dtype(dtype)
     buffers = message_buffers.installed()
-    if buffers is not None:
-        return buffers.empty(shape, torch_type)
+    reused = None if buffers is None else buffers.empty(shape, torch_type)
+    if reused is not None:
+        return reused
     new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
     if new_shared is None:
         return torch.empty(shape, dtype=torch_type).share_memory_()

@@ -296,7 +296,7 @@ class ShardDataset(IterableDataset):
                     continue
                 message = self._finish_unit(unit)
                 if buffers is not None:
-                    message = buffers.lend(message, reuse=self.sample_transform is None and self.batch_transform is None)
+                    message = buffers.lend(message)
                 unit = None  # hold no unit while this one is handed over and the next one read: a unit's memory each
                 handed = time.perf_counter()
                 yield message
@@ -369,10 +369,15 @@ class ShardDataset(IterableDataset):
         seconds spent in each stage of reading (see :mod:`.stats`)."""
         return self.read_stats.totals()
 
+    @property
+    def plain_messages(self) -> bool:
+        """Whether a worker's messages are a unit's columns as gathered (no transform made them)."""
+        return self.sample_transform is None and self.batch_transform is None
+
     def _finish_unit(self, unit: Columns) -> Any:
         """What a worker sends of a unit: its columns as one message (the loader cuts batches), or,
         when a transform may make a batch anything, its finished batches."""
-        if self.sample_transform is None and self.batch_transform is None:
+        if self.plain_messages:
             out = to_torch(unit)
             return tuple(out[name] for name in self.as_tuple) if self.as_tuple is not None else out
         return FinishedBatches(self._finish(batch) for batch in split_message(unit, self.batch_size))

@@ -69,6 +69,7 @@ class ShardLoader(DataLoader):
         if kwargs.get("in_order") is False:
             raise ValueError("in_order=False lets workers' batches come in any order, which no state can resume: "
                              "the loader keeps DataLoader's in-order delivery")
+        self._released: ReleaseTable | None = None
         if num_workers:  # workers send a unit a message, and errors as messages, which this loader handles
             self._released = ReleaseTable(num_workers)
             kwargs["worker_init_fn"] = LoaderWorker(kwargs.get("worker_init_fn"), self._released)
@@ -102,7 +103,7 @@ class ShardLoader(DataLoader):
             # an earlier one, which would replay it), or one of them died
             self._stop_workers(self._iterator)
         self._workers_resumed = resumed
-        if self.num_workers and hasattr(self, "_released"):
+        if self.num_workers and self._released is not None:
             self._released.fit(self.num_workers)
         iterator = super().__iter__()
         if self.num_workers:
@@ -140,7 +141,7 @@ class ShardLoader(DataLoader):
         if not self.num_workers:
             return (message,)
         if isinstance(message, Lent):
-            message = self._released.watch(message)
+            message = self._released.watch(message)  # type: ignore[union-attr]
         if isinstance(message, FinishedBatches):
             return message
         return split_message(message, self.dataset.batch_size)  # type: ignore[attr-defined]

@@ -94,12 +94,14 @@ class WorkerBuffers:
         self._takes = 0
         self.allocations = 0  # buffers made: a steady worker makes none after its first messages
 
-    def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """An uninitialised tensor in shared memory: a released buffer's, when one fits."""
+    def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+        """An uninitialised tensor in shared memory: a released buffer's, when one fits, else a
+        new buffer's; ``None`` when every slot is taken for this message (it then needs memory
+        of its own)."""
         size = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
         slot = self._free_slot(size)
-        if slot is None:  # every slot is taken for this message: memory of its own
-            return torch.empty(0, dtype=dtype).set_(torch.UntypedStorage._new_shared(size), 0, shape)
+        if slot is None:
+            return None
         buffer = self._buffers[slot]
         if buffer is None:
             buffer = self._buffers[slot] = _Buffer(torch.UntypedStorage._new_shared(size + size // _SLACK))
@@ -109,17 +111,10 @@ class WorkerBuffers:
         self._pending.append(slot)
         return torch.empty(0, dtype=dtype).set_(buffer.storage, 0, shape)
 
-    def lend(self, message: Any, reuse: bool = True) -> Any:
+    def lend(self, message: Any) -> Any:
         """``message`` as a :class:`Lent` naming the buffers taken for it, which are not reused
-        before the main process releases them. A buffer it does not hold (a transform dropped
-        it, or hid it in an object of its own) is forgotten: it may still be sent inside. So is
-        every buffer without ``reuse``: for a message a transform made, which may hold one where
-        no walk finds it and DataLoader's pinning does not copy it."""
-        if not reuse:
-            for slot in self._pending:
-                self._buffers[slot] = None
-            self._pending = []
-            return message
+        before the main process releases them. A buffer it does not hold is forgotten: it may
+        still be sent inside."""
         found = {}
         wanted = {self._buffers[slot].storage.data_ptr(): slot for slot in self._pending}  # type: ignore[union-attr]
         for path, tensor in _tensors(message):

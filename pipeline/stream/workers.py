@@ -104,7 +104,10 @@ class LoaderWorker:
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]
             info.dataset.unit_messages = True  # type: ignore[union-attr]
-            install(WorkerBuffers(self.released, worker_id))
+            if info.dataset.plain_messages:  # type: ignore[union-attr]
+                # not under transforms: a transform may hide a buffer in an object of its own,
+                # which no walk finds and DataLoader's pinning does not copy
+                install(WorkerBuffers(self.released, worker_id))
         if self.then is not None:
             self.then(worker_id)
 

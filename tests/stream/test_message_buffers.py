@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import pipeline
+from pipeline.stream import message_buffers
+from pipeline.stream.batching import shared_empty
 from pipeline.stream.message_buffers import SLOTS, Lent, ReleaseTable, WorkerBuffers
 
 from .shardsets import uneven_shards
@@ -138,7 +140,11 @@ def test_a_buffer_the_message_hides_is_never_reused() -> None:
 @pytest.mark.parametrize("extra", [0, 3])
 def test_a_message_of_more_tensors_than_slots_gets_memory_of_its_own(extra: int) -> None:
     buffers = WorkerBuffers(ReleaseTable(1), 0)
-    tensors = [buffers.empty((8,), torch.float64) for _ in range(SLOTS + extra)]
+    message_buffers.install(buffers)  # as a worker's: shared_empty takes the buffers
+    try:
+        tensors = [shared_empty((8,), np.dtype(np.float64)) for _ in range(SLOTS + extra)]
+    finally:
+        message_buffers._installed.clear()
     for n, tensor in enumerate(tensors):
         tensor.fill_(n)
     lent = buffers.lend(tensors)
