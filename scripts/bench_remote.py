@@ -8,8 +8,9 @@ how close to local the loader gets, and how much of the raw client's bandwidth i
 also checks, decodes, shuffles and batches. Every reader runs in the same process tree, one after
 the other, on the same shards, ``--runs`` times each (the best run counts: noise on a shared
 machine only adds time). A loader row also gives the requests an epoch took (``stats()``). HTTP
-and S3 are read by the loader once per client its ranges can go through (urllib3 or boto3, and
-obstore in the workers, ``PIPELINE_OBSTORE=workers``, when installed); S3 also through ``cache_dir`` (its first epoch fills the
+and S3 are read by the loader once per client its ranges can go through (urllib3; over S3
+presigned URLs on urllib3, the default, and boto3; and obstore in the workers,
+``PIPELINE_OBSTORE=workers``, when installed); S3 also through ``cache_dir`` (its first epoch fills the
 cache, the row is of later epochs: what days of training see). Each source ends with bare ranged
 GETs of 512 KB through each client (in a child process), with the CPU spent on each request.
 
@@ -137,45 +138,50 @@ def loader_row(source: str, location: str, runs: int, workers: int, client: str 
                requests=epoch.requests, peak_pss=epoch.peak_pss)
 
 
-def range_clients(python_client: str, workers: int) -> list[tuple[str, str]]:
-    """``(client, PIPELINE_OBSTORE)`` for each way ranges can be read here: the Python client, and
-    obstore when it is installed (in the DataLoader workers; without workers, in this process)."""
+def range_clients(source: str, workers: int) -> list[tuple[str, dict[str, str]]]:
+    """``(client, environment)`` for each way the ranges of ``source`` can be read here: over
+    HTTP urllib3; over S3 presigned URLs on urllib3 (the default) and boto3; and obstore when it
+    is installed (in the DataLoader workers; without workers, in this process)."""
+    never = {"PIPELINE_OBSTORE": "never"}
+    clients = [("urllib3", never)] if source == "http" else [
+        ("presigned URLs, urllib3", never | {"PIPELINE_S3_PRESIGNED": "1"}),
+        ("boto3", never | {"PIPELINE_S3_PRESIGNED": "0"})]
     try:
         import obstore  # noqa: F401
     except ImportError:
-        return [(python_client, "never")]
-    return [(python_client, "never"), ("obstore", "workers" if workers else "always")]
+        return clients
+    return clients + [("obstore", {"PIPELINE_OBSTORE": "workers" if workers else "always"})]
 
 
 @contextlib.contextmanager
-def obstore_env(mode: str) -> Iterator[None]:
-    """``PIPELINE_OBSTORE`` set for the loader made inside (its workers inherit it)."""
-    before = os.environ.get("PIPELINE_OBSTORE")
-    os.environ["PIPELINE_OBSTORE"] = mode
+def client_env(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set for the loader made inside (its workers inherit it)."""
+    before = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     try:
         yield
     finally:
-        os.environ.pop("PIPELINE_OBSTORE")
-        if before is not None:
-            os.environ["PIPELINE_OBSTORE"] = before
+        for name, value in before.items():
+            os.environ.pop(name)
+            if value is not None:
+                os.environ[name] = value
 
 
-def client_rows(source: str, location: str, python_client: str, runs: int, workers: int) -> list[dict]:
+def client_rows(source: str, location: str, runs: int, workers: int) -> list[dict]:
     """The loader's row once per client its ranges can go through."""
     rows = []
-    for client, mode in range_clients(python_client, workers):
-        with obstore_env(mode):
+    for client, env in range_clients(source, workers):
+        with client_env(env):
             rows.append(loader_row(source, location, runs, workers, client=client))
     return rows
 
 
-def ranged_rows(source: str, url: str, size: int, python_client: str, runs: int) -> list[dict]:
+def ranged_rows(source: str, url: str, size: int, runs: int) -> list[dict]:
     """:func:`ranged_row` per client, each in a child process: obstore used here would keep the
     workers of later loaders from it (it is not fork-safe)."""
     rows = []
-    for client, _ in range_clients(python_client, 1):
-        with obstore_env("never" if client == python_client else "always"), \
-                multiprocessing.get_context("fork").Pool(1) as pool:
+    for client, env in range_clients(source, 0):
+        with client_env(env), multiprocessing.get_context("fork").Pool(1) as pool:
             rows.append(pool.apply(ranged_row, (source, url, size, client, runs)))
     return rows
 
@@ -213,9 +219,9 @@ def bench_http(folder: Path, names: list[str], runs: int, workers: int) -> list[
     SERVERS.add(process.pid)
     try:
         rows = [row("http", "curl", *best_of(runs, curl_all([f"{url}/data/{n}" for n in names], workers)))]
-        rows += client_rows("http", f"{url}/data/index.json", "urllib3", runs, workers)
+        rows += client_rows("http", f"{url}/data/index.json", runs, workers)
         shard = folder / "data" / names[0]
-        return rows + ranged_rows("http", f"{url}/data/{names[0]}", shard.stat().st_size, "urllib3", runs)
+        return rows + ranged_rows("http", f"{url}/data/{names[0]}", shard.stat().st_size, runs)
     finally:
         stop(process)
 
@@ -239,10 +245,10 @@ def bench_s3(folder: Path, names: list[str], runs: int, workers: int) -> list[di
             client.upload_file(str(path), "bench", f"emb/{path.name}")
         rows = [row("s3", "boto3 get_object().read()",
                     *best_of(runs, boto3_all("bench", [f"emb/{n}" for n in names], workers)))]
-        rows += client_rows("s3", "s3://bench/emb/", "boto3", runs, workers)
+        rows += client_rows("s3", "s3://bench/emb/", runs, workers)
         rows.append(loader_row("s3", "s3://bench/emb/", runs, workers, cache_dir=folder / "cache"))
         shard = folder / "data" / names[0]
-        return rows + ranged_rows("s3", f"s3://bench/emb/{names[0]}", shard.stat().st_size, "boto3", runs)
+        return rows + ranged_rows("s3", f"s3://bench/emb/{names[0]}", shard.stat().st_size, runs)
     finally:
         stop(process)
 

@@ -5,7 +5,7 @@ A pooled connection must never go back to its pool with part of a response unrea
 (2.x) hands it to the next request as it is, ``release_conn()`` whatever is left, and that
 request then fails (http.client's ``ResponseNotReady``, or the old body read as a status line),
 costing a retry that nothing was wrong with. So a response we do not use is read to its end
-when short, else closed (:func:`_discard`); a body read to its end goes back to the pool by
+when short, else closed (:func:`discard`); a body read to its end goes back to the pool by
 itself; a body given up early (closed by the stream) or broken (urllib3 closes it when a read
 fails) takes its connection down with it.
 """
@@ -39,7 +39,7 @@ def map_error(url: str, offset: int, exc: BaseException) -> SourceError:
     return TransientError(url, offset, f"{type(exc).__name__}: {exc}")
 
 
-def _discard(response: Any) -> None:
+def discard(response: Any) -> None:
     """Let go of a response we will not read (an error status, a 200 where a 206 was wanted)
     without leaving its body on a pooled connection: a short one is read off, keeping the
     connection alive (a 503 storm should not cost a new connection per retry); a long or
@@ -52,29 +52,41 @@ def _discard(response: Any) -> None:
     response.release_conn()
 
 
+def delivers(status: int, start: int) -> bool:
+    """Whether a response of ``status`` to a GET of the bytes from ``start`` holds them."""
+    return status == 206 or (status == 200 and start == 0)  # the stream stops at ``stop`` itself
+
+
+def request_range(pool: urllib3.PoolManager, url: str, start: int, stop: int | None, policy: RetryPolicy,
+                  named: str) -> Any:
+    """The response of ``pool`` to a GET of bytes ``[start, stop)`` of ``url``, whatever its
+    status; a request that cannot be sent raises, naming ``named`` (``url``, or what it stands
+    for: a presigned URL's object)."""
+    headers = {}
+    if start or stop is not None:
+        headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
+    whole = start == 0 and stop is None  # a range is of the object's own bytes, not of a Content-Encoding's decoding
+    try:
+        return pool.request("GET", url, headers=headers, preload_content=False, decode_content=whole, redirect=True,
+                            retries=False, timeout=urllib3.Timeout(connect=policy.connect_timeout,
+                                                                   read=policy.read_timeout))
+    except urllib3.exceptions.LocationValueError as exc:
+        raise SourceError(named, start, f"not a valid URL: {exc}") from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise TransientError(named, start, f"{type(exc).__name__}: {exc}") from None
+
+
 def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> Response:
     """A GET of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end), whose body the
     caller reads; a status that does not deliver them raises (see :func:`status_error`). A range
     of a chunk's size goes through obstore where it may (:mod:`.obstore_ranges`)."""
     if obstore_ranges.serves(start, stop) and obstore_ranges.takes_http(url):
         return obstore_ranges.open_http_range(url, start, stop, policy)
-    headers = {}
-    if start or stop is not None:
-        headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
-    whole = start == 0 and stop is None  # a range is of the object's own bytes, not of a Content-Encoding's decoding
-    try:
-        response: Any = _pool().request(
-            "GET", url, headers=headers, preload_content=False, decode_content=whole, redirect=True, retries=False,
-            timeout=urllib3.Timeout(connect=policy.connect_timeout, read=policy.read_timeout))
-    except urllib3.exceptions.LocationValueError as exc:
-        raise SourceError(url, start, f"not a valid URL: {exc}") from None
-    except urllib3.exceptions.HTTPError as exc:
-        raise TransientError(url, start, f"{type(exc).__name__}: {exc}") from None
-    status = response.status
-    if status == 206 or (status == 200 and start == 0):  # the stream stops at ``stop`` itself
+    response = request_range(_pool(), url, start, stop, policy, url)
+    if delivers(response.status, start):
         return response
-    _discard(response)
-    raise status_error(url, start, status)
+    discard(response)
+    raise status_error(url, start, response.status)
 
 
 def status_error(url: str, start: int, status: int) -> SourceError:

@@ -9,7 +9,7 @@ import os
 import threading
 from typing import Any, Callable, TypeVar
 
-from . import obstore_ranges
+from . import obstore_ranges, s3_presigned
 from .errors import SourceError, TransientError
 from .retry import RetryPolicy, with_retries
 from .streams import Response
@@ -72,8 +72,10 @@ def client(policy: RetryPolicy) -> Any:
             # AWS_RETRY_MODE and config files; in "standard" mode every retry condition is gated by
             # that count, and no retry quota or client-side rate limiting ("adaptive") comes in. What
             # botocore still re-sends by itself is no retry: a request redirected to another region.
+            # SigV4 for presigned URLs too (boto3 would sign those with the old V2 by default).
             config = Config(connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout,
-                            retries={"total_max_attempts": 1, "mode": "standard"}, s3={"addressing_style": "path"})
+                            retries={"total_max_attempts": 1, "mode": "standard"}, s3={"addressing_style": "path"},
+                            signature_version="s3v4")
             _clients[key] = boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
         return _clients[key]
 
@@ -118,7 +120,8 @@ class _Body:
 
 def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> Response:
     """A GET of bytes ``[start, stop)`` (``stop=None``: to the end): through obstore for a
-    range of a chunk's size where it may (:mod:`.obstore_ranges`), else through boto3."""
+    range of a chunk's size where it may (:mod:`.obstore_ranges`), else to its presigned URL
+    (:mod:`.s3_presigned`), and through boto3 where that does not take it or is refused."""
     bucket, key = split_url(url)
     if obstore_ranges.serves(start, stop) and obstore_ranges.plain_path(key):
         return obstore_ranges.open_s3_range(url, bucket, key, start, stop, policy)
@@ -126,7 +129,16 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
     if start or stop is not None:
         arguments["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
     try:
-        return _Body(client(policy).get_object(**arguments)["Body"])
+        s3 = client(policy)
+        presigned = s3_presigned.takes(s3, bucket, key)
+        if presigned:
+            response = s3_presigned.open_range(s3, url, bucket, key, start, stop, policy)
+            if response is not None:
+                return response
+        body = _Body(s3.get_object(**arguments)["Body"])
+        if presigned:  # boto3 read what the presigned URL was refused
+            s3_presigned.refused(s3, bucket)
+        return body
     except SourceError:
         raise
     except Exception as exc:  # noqa: BLE001 - sorted by map_error

@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -121,11 +122,16 @@ def start_seaweedfs(data: Path) -> tuple[str, subprocess.Popen]:
 class FaultProxy:
     """Forwards each HTTP request to ``upstream`` on a connection of its own, and breaks some
     responses on purpose: ``cut`` closes after some bytes, ``stall`` stops sending (longer than
-    the client's read timeout), ``trickle`` sends a byte at a time, ``503`` answers at once."""
+    the client's read timeout), ``trickle`` sends a byte at a time, ``503`` answers at once.
+    It keeps each request's head (``heads``: its request line and headers), and answers a
+    request whose head ``refuse`` returns True for with an S3 ``403 AccessDenied``."""
 
     def __init__(self, upstream_port: int, faults: dict[str, float], seed: int = 0,
-                 stall_seconds: float = 3.0, fail_after: int | None = None) -> None:
+                 stall_seconds: float = 3.0, fail_after: int | None = None,
+                 refuse: Callable[[bytes], bool] | None = None) -> None:
         self.upstream_port = upstream_port
+        self.refuse = refuse
+        self.heads: list[bytes] = []
         self.fail_after = fail_after  # answer 503 to every request after this many
         self.faults = faults
         self.rng = random.Random(seed)
@@ -172,6 +178,13 @@ class FaultProxy:
                 if not data:
                     return
                 request += data
+            with self.lock:
+                self.heads.append(request.partition(b"\r\n\r\n")[0])
+            if self.refuse is not None and self.refuse(self.heads[-1]):
+                body = b"<Error><Code>AccessDenied</Code><Message>refused</Message></Error>"
+                client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\nContent-Length: "
+                               + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+                return
             fault = self._choose()
             if fault == "503":
                 client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")

@@ -259,8 +259,11 @@ def test_cuts_that_make_progress_do_not_use_up_the_budget(scripted, blob: bytes,
     assert (server.requests, count.value) == (6, 5)
 
 
+@pytest.mark.parametrize("presigned", ["1", "0"])
 def test_over_s3_botocore_makes_no_attempt_of_its_own(counts_bucket: str, seaweedfs: str, fast_retries,
-                                                      monkeypatch) -> None:
+                                                      monkeypatch, presigned: str) -> None:
+    """Nor does the presigned path: every 503 is one of our retries, through either."""
+    monkeypatch.setenv("PIPELINE_S3_PRESIGNED", presigned)
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "3")
     proxy = FaultProxy(_port_of(seaweedfs), {}, fail_after=0)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)

@@ -89,9 +89,10 @@ def test_the_remote_benchmark_runs_local_http_and_s3(tmp_path: Path) -> None:
         ("local", "this loader (2 workers)"), ("http", "curl"), ("http", "this loader (2 workers, urllib3)"),
         ("http", "this loader (2 workers, obstore)"), ("http", "ranged GETs of 512 KB, 8 threads, urllib3"),
         ("http", "ranged GETs of 512 KB, 8 threads, obstore"), ("s3", "boto3 get_object().read()"),
-        ("s3", "this loader (2 workers, boto3)"), ("s3", "this loader (2 workers, obstore)"),
-        ("s3", "this loader (2 workers, cache_dir, epochs 2+)"), ("s3", "ranged GETs of 512 KB, 8 threads, boto3"),
-        ("s3", "ranged GETs of 512 KB, 8 threads, obstore")]
+        ("s3", "this loader (2 workers, presigned URLs, urllib3)"), ("s3", "this loader (2 workers, boto3)"),
+        ("s3", "this loader (2 workers, obstore)"), ("s3", "this loader (2 workers, cache_dir, epochs 2+)"),
+        ("s3", "ranged GETs of 512 KB, 8 threads, presigned URLs, urllib3"),
+        ("s3", "ranged GETs of 512 KB, 8 threads, boto3"), ("s3", "ranged GETs of 512 KB, 8 threads, obstore")]
     assert all(r["cpu_ms_per_request"] > 0 for r in rows if r["reader"].startswith("ranged"))
     requests = [r["requests"] for r in rows if r["reader"].startswith("this loader")]
     assert requests[0] == requests[-1] == 0 and min(requests[1:-1]) > 0  # local, and from the cache: none

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 from pathlib import Path
 
@@ -260,3 +262,18 @@ def test_skip_policy_counts_lost_samples_and_keeps_batch_counts(tmp_path: Path) 
     assert set(ids) == set(range(400)) | set(range(700, 1200))
     stats = loader.stats()
     assert stats["replaced_samples"] == 300 and stats["skipped_pieces"] >= 1
+
+
+def _note_frozen(folder: Path, worker_id: int) -> None:
+    (folder / f"worker-{worker_id}").write_text(str(gc.get_freeze_count()))
+
+
+def test_workers_leave_what_they_inherited_out_of_their_garbage_collections(shards: Path, tmp_path: Path) -> None:
+    """A collection in a worker writes to every object it visits, copying the training process's
+    heap into the worker page by page: the inherited objects are frozen before anything else."""
+    inherited = [[n, str(n)] for n in range(200_000)]  # the training process's own objects (a labels list)
+    loader = pipeline.ShardLoader(ShardDataset(shards, batch_size=64), num_workers=2,
+                                  worker_init_fn=functools.partial(_note_frozen, tmp_path))
+    assert sorted(np.concatenate(epoch_ids(loader)).tolist()) == list(range(pipeline.load_index(shards).samples))
+    frozen = [int((tmp_path / f"worker-{n}").read_text()) for n in range(2)]
+    assert min(frozen) > len(inherited), frozen  # every list of the list, at least, is out of the collector's reach
