@@ -43,7 +43,6 @@ from .retry import RetryPolicy
 
 MAX_RANGE = 4 << 20  # longer ranges stream through the Python clients, whose stall check runs per read
 log = logging.getLogger("pipeline.storage")
-_CODE = re.compile(r"<Code>([^<]+)</Code>")
 _STATUS = re.compile(r"status code: (\d{3})")
 _OTHER_RANGE = re.compile(r"Requested \d+\.\.\d+, got")
 _stores: dict[tuple, Any] = {}
@@ -147,8 +146,8 @@ def _s3_store(bucket: str, policy: RetryPolicy, limit: float) -> Any:
 
 
 def plain_path(path: str) -> bool:
-    """Whether obstore sends ``path`` (an S3 key, a URL's path) as it is: no empty, ``.`` or
-    ``..`` segment, no encoded ``/``."""
+    """Whether obstore (or urllib3, for a presigned URL) sends ``path`` (an S3 key, a URL's
+    path) as it is: no empty, ``.`` or ``..`` segment, no encoded ``/``."""
     return all(part not in ("", ".", "..") for part in path.split("/")) and "%2f" not in path.lower()
 
 
@@ -192,12 +191,10 @@ def open_s3_range(url: str, bucket: str, key: str, start: int, stop: int, policy
     """Bytes ``[start, stop)`` of ``s3://bucket/key`` (a :func:`plain_path`) in one GET (at most
     :data:`MAX_RANGE`); errors sorted by their S3 code (or HTTP status) as
     :func:`.s3.map_error` sorts boto3's."""
-    from .s3 import described_error
+    from .s3 import body_error
 
     def sort(text: str, status: int | None) -> SourceError | None:
-        code = _CODE.search(text)
-        return described_error(url, start, code.group(1) if code else str(status), status) \
-            if code or status else None
+        return body_error(url, start, text, status)
 
     limit = _time_limit(policy, stop - start)
     return _get(url, lambda: _s3_store(bucket, policy, limit), key, start, stop, sort)

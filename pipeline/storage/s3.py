@@ -6,6 +6,7 @@ transient failures."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 from typing import Any, Callable, TypeVar
 
@@ -23,6 +24,7 @@ _DESCRIBED = {"NoSuchKey": "no such key", "NoSuchBucket": "no such bucket", "Acc
               "SignatureDoesNotMatch": "signature does not match (bad credentials)",
               "InvalidRange": "range not satisfiable (the object is shorter than expected)",
               "404": "not found", "403": "forbidden"}
+_CODE = re.compile(r"<Code>([^<]+)</Code>")
 _clients: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
@@ -86,6 +88,15 @@ def described_error(url: str, offset: int, code: str, status: int | None, messag
     if code in _TRANSIENT_CODES or (status is not None and (status >= 500 or status == 429)):
         return TransientError(url, offset, f"S3 {code or status}")
     return SourceError(url, offset, f"S3 {code}: {_DESCRIBED.get(code, message or 'error')}")
+
+
+def body_error(url: str, offset: int, text: str, status: int | None) -> SourceError | None:
+    """The error an S3 error body (XML naming its ``<Code>``) and the HTTP status describe, as
+    :func:`described_error` sorts it; ``None`` when neither says anything."""
+    code = _CODE.search(text)
+    if not code and not status:
+        return None
+    return described_error(url, offset, code.group(1) if code else str(status), status)
 
 
 def map_error(url: str, offset: int, exc: BaseException) -> SourceError:

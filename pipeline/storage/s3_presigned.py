@@ -23,7 +23,6 @@ also picks up refreshed credentials (botocore refreshes temporary ones well befo
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import urllib.request
@@ -31,8 +30,7 @@ from typing import Any
 
 import urllib3
 
-from . import http
-from .errors import TransientError
+from . import http, obstore_ranges
 from .per_process import per_process
 from .retry import RetryPolicy
 from .streams import Response
@@ -40,7 +38,6 @@ from .streams import Response
 VALID_SECONDS = 3600
 RESIGN_SECONDS = 300
 KEEP_SIGNED = 1024  # URLs kept; past that the stale ones go, then all (a worker reads a few shards at a time)
-_CODE = re.compile(rb"<Code>([^<]+)</Code>")
 _signed: dict[tuple, tuple[str, float]] = {}  # (client, bucket, key) -> (URL, when signed)
 _on_boto3: set[tuple[int, str]] = set()  # (client, bucket) answered by boto3 where the URL was refused
 _lock = threading.Lock()
@@ -70,9 +67,7 @@ def takes(client: Any, bucket: str, key: str) -> bool:
     """Whether a range of ``bucket/key`` is read here (see the module's docstring)."""
     if os.environ.get("PIPELINE_S3_PRESIGNED", "1") == "0" or urllib.request.getproxies():
         return False
-    if (id(client), bucket) in _on_boto3 or "%2f" in key.lower():
-        return False
-    return all(part not in ("", ".", "..") for part in key.split("/"))
+    return (id(client), bucket) not in _on_boto3 and obstore_ranges.plain_path(key)
 
 
 def _signed_url(client: Any, bucket: str, key: str) -> str:
@@ -99,11 +94,13 @@ def open_range(client: Any, url: str, bucket: str, key: str, start: int, stop: i
     response = http.request_range(_pool(), _signed_url(client, bucket, key), start, stop, policy, url)
     if http.delivers(response.status, start):
         return response
+    from .s3 import body_error
+
     status = response.status
     if status == 429 or status >= 500:
-        code = _CODE.search(response.read(64 << 10))  # an S3 error body is short; the rest, discard's
+        text = response.read(64 << 10).decode(errors="replace")  # an S3 error body is short; the rest, discard's
         http.discard(response)
-        raise TransientError(url, start, f"S3 {code.group(1).decode() if code else status}")
+        raise body_error(url, start, text, status)  # type: ignore[misc]  # never None: a status is given
     http.discard(response)
     return None
 
