@@ -14,6 +14,7 @@ import numpy as np
 
 from ..format.codec import KEYS_FIELD, ROWS_FIELD
 from ..format.errors import ShardError
+from ..format.fixed_runs import RunLayouts
 from ..format.index import Schema, ShardInfo
 from ..format.tar import open_archive
 from ..format.walk import WalkedRecord, walk_shard
@@ -158,7 +159,7 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
               wanted: set[str] | None = None, reader: RangeReader = _read_range,
               schema: Schema | None = None, check_records: bool = True,
               fill: Mapping[str, Any] | None = None, on_lost: LostRecordHandler | None = None,
-              join: bool = True) -> Columns | list[Columns | int] | None:
+              join: bool = True, layouts: RunLayouts | None = None) -> Columns | list[Columns | int] | None:
     """Rows ``[row_start, row_stop)`` of an indexed shard, with one ranged read (through
     ``reader``: a cache, for instance); every record is checked against the index (its start,
     its checksum unless ``check_records`` is false, its rows, the ``schema``), and a field a
@@ -167,13 +168,19 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     others read on from where the index says they start: damage costs the damaged record only.
     ``None`` when every record of the range was lost. With ``join`` false, the records' columns
     and lost rows are left as parts for :func:`stand_in` (that of a larger read, joining pieces
-    of many ranges, then copies each row once, not twice)."""
+    of many ranges, then copies each row once, not twice). ``layouts``: what this reader learnt of
+    records laid out alike (:mod:`pipeline.format.fixed_runs`), to check runs of them in bulk."""
     if wanted is None and schema:  # every field of the schema, filled in where a record lacks it
         wanted = set(schema)
     first, last = row_start // pack, -(-row_stop // pack)
     start = int(shard.offsets[first])
     stop = int(shard.offsets[last]) if last < shard.records else shard.bytes
     view = memoryview(reader(url, start, stop, shard))  # members are views of it: no copies
+    learn = layouts is not None and pack == 1
+    if learn:
+        fixed = _fixed_run(layouts, view, shard, first, last, wanted, check_records)  # type: ignore[arg-type]
+        if fixed is not None:
+            return fixed if join else [fixed]
     collector = _RowCollector(shard, pack, row_start, row_stop)
     done = first  # the records before this one are read, or reported lost
 
@@ -200,6 +207,9 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
                                                         f"the index says {expected}"), walked.number)
                     continue
                 collector.add(_record_columns(walked.fields, walked.rows, wanted, fill or {}), walked.number)
+                if learn:  # the first record walked here shows how the next runs may be laid out
+                    layouts.learn(walked, view[walked.offset - start:walked.end - start])  # type: ignore[union-attr]
+                    learn = False
                 done = walked.number + 1
             missing = done == attempt if one_by_one else done < last  # the bytes ran out before the record
             if missing:
@@ -212,6 +222,22 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
                 continue
             lose(exc, done)
     return collector.columns() if join else collector.unjoined()
+
+
+def _fixed_run(layouts: RunLayouts, view: memoryview, shard: ShardInfo, first: int, last: int,
+               wanted: set[str] | None, check_records: bool) -> Columns | None:
+    """Records ``[first, last)`` (in ``view``) as columns if they form a run of a layout learnt,
+    every check passed in bulk; ``None`` when they are to be walked."""
+    if not layouts.by_size:
+        return None
+    base = int(shard.offsets[first])
+    starts = np.asarray(shard.offsets[first:last], np.int64) - base
+    checksums = np.asarray(shard.checksum[first:last]) if check_records else None
+    fields = layouts.read(view, starts, checksums)
+    if fields is None or (wanted is not None and not wanted <= fields.keys()):
+        return None
+    return {name: list(column) if column.nbytes >= LARGE_SAMPLE_BYTES * len(column) else column
+            for name, column in fields.items() if wanted is None or name in wanted}
 
 
 class _TimedReads:

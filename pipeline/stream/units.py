@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 import numpy as np
 
 from ..format.errors import SampleError, ShardError
+from ..format.fixed_runs import RunLayouts
 from ..format.index import ShardInfo
 from ..format.packing import sample_keys
 from ..format.walk import walk_shard
@@ -59,6 +60,7 @@ class UnitReader:
         self.stats = stats
         self.remote = any(shards.remote for shards in sources.shards)
         self.spare: Columns | None = None  # rows of the last unit read: stand-ins when a whole unit fails
+        self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
 
     def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
              blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
@@ -179,7 +181,7 @@ class UnitReader:
         try:
             return read_rows(url, shards.shards[shard], shards.index.pack, start, stop, self.wanted,
                              timed_reader, shards.index.fields or None, self.check_records, self.fill,
-                             lost if self.skip else None, join=False)
+                             lost if self.skip else None, join=False, layouts=self.layouts[source])
         except (ShardError, SourceError) as exc:
             if not self.skip:
                 raise

@@ -32,7 +32,9 @@ from .library import environment
 
 SPEEDUP_GOALS = {2: {"tabular": 20.0, "embeddings": 15.0, "images": 1.7},
                  0: {"tabular": 100.0, "embeddings": 50.0, "images": 5.0}}
-MEMMAP_GOAL = {2: 0.9}
+#: This loader against the memmap gather: 90%, and 1.2x for large samples (the gather copies each
+#: twice, into its batch and into shared memory; this loader once, from the page cache to the batch).
+MEMMAP_GOALS = {2: {"tabular": 0.9, "embeddings": 0.9, "images": 1.2}}
 
 
 def find(rows: list[Row], shape: str, loader: str, workers: int | None) -> Row | None:
@@ -54,12 +56,11 @@ def throughput_targets(rows: list[Row]) -> list[Target]:
             value = ratio(rows, ours, WDS)
             out.append(Target(f"{shape}, {workers} workers: this loader / webdataset", value, f">= {goal:g}x",
                               value >= goal))
-        for shape in goals if workers in MEMMAP_GOAL else ():
+        for shape, goal in MEMMAP_GOALS.get(workers, {}).items():
             ours = find(rows, shape, OURS, workers)
             if ours is None or find(rows, shape, MEMMAP, workers) is None:
                 continue
             value = ratio(rows, ours, MEMMAP)
-            goal = MEMMAP_GOAL[workers]
             out.append(Target(f"{shape}, {workers} workers: this loader / memmap gather", value, f">= {goal:.0%}",
                               value >= goal))
     return out

@@ -1,0 +1,183 @@
+"""Runs of records alike but for their key and array bytes, checked with NumPy instead of one
+by one: the reading side of :mod:`pipeline.write.fixed_records`.
+
+Why: walking a record costs about a hundred Python calls (its tar header, its msgpack map, every
+array's header, the schema, the checksum), tens of microseconds however small the record. With
+``pack=1`` and large samples (images as arrays, say) that is most of a reader's time, far more
+than copying the sample's bytes. But records written from fixed-shape array columns share every
+byte except their key, their header checksum and their arrays' data. So once one record has been
+walked with every check, a run of records of its size is checked in bulk: the bytes they must
+share compared with one NumPy comparison per range, the keys (plain ASCII, distinct) and header
+checksums computed as arrays, each record's data against the index's checksum, and the arrays
+handed out as strided views of the bytes read.
+
+A run that differs from the layout in any byte it must share, or fails any check, is not read
+here at all: the caller walks it one record at a time, so every error, and what the skip policy
+keeps, is exactly what the walk says.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import xxhash
+
+from .tar import BLOCK
+from .walk import WalkedRecord
+
+_SUFFIX = b".msgpack"
+_CHECKSUM_DIGITS = (148, 154)  # then NUL and space, bytes the records share
+#: Bytes a key may hold here (else the walk reads the run): ASCII letters, digits, ``-`` and ``_``.
+_KEY_BYTES = np.zeros(256, dtype=bool)
+for _allowed in (b"0123456789", b"abcdefghijklmnopqrstuvwxyz", b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"-_"):
+    _KEY_BYTES[np.frombuffer(_allowed, np.uint8)] = True
+#: The value of each byte as an octal digit, -1 for bytes that are not one.
+_OCTAL_VALUE = np.full(256, -1, dtype=np.int64)
+_OCTAL_VALUE[np.frombuffer(b"01234567", np.uint8)] = np.arange(8)
+_OCTAL_POWERS = 8 ** np.arange(5, -1, -1, dtype=np.int64)
+#: Layouts kept per reader: one per record size seen (a mix of a few shapes), then all forgotten.
+KEEP_LAYOUTS = 8
+
+
+@dataclass(frozen=True)
+class ArrayPlace:
+    """Where one field's array lies in a record, and what it is."""
+
+    name: str
+    offset: int  # of its first byte, from the record's first byte
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """What every record of a run must share with a record walked with every check."""
+
+    record_bytes: int  # header, member and padding
+    shared: np.ndarray  # the positions of the bytes every record must share with it
+    expected: np.ndarray  # its bytes there
+    key_bytes: int  # the key is the first ``key_bytes`` of the tar name
+    checksum_base: int  # the header's checksum less its key's bytes
+    member: tuple[int, int]  # the byte range of the member's data (what the index checksums)
+    arrays: tuple[ArrayPlace, ...]
+
+
+def run_layout(walked: WalkedRecord, record: memoryview) -> RunLayout | None:
+    """The layout of ``walked``, whose bytes (header to padding) are ``record``; ``None`` when
+    records like it cannot be checked in bulk: not one ``.msgpack`` member after one plain ustar
+    header, a key of other bytes than ASCII letters, digits, ``-`` and ``_``, or a field that is
+    not a non-empty array viewing the record's bytes (bfloat16 arrays are copies, numbers and
+    strings have bytes of their own in each record)."""
+    members = walked.record.members
+    if set(members) != {"msgpack"} or len(record) < BLOCK or not all(
+            isinstance(value, np.ndarray) and value.flags.c_contiguous and value.nbytes
+            for value in walked.fields.values()):
+        return None  # (before anything costs: a reader of records unlike these asks for each read)
+    header = bytes(record[:BLOCK])
+    name = header[:100].split(b"\0", 1)[0]
+    key = name[:-len(_SUFFIX)]
+    if header[156:157] != b"0" or not name.endswith(_SUFFIX) or not key or not _KEY_BYTES[
+            np.frombuffer(key, np.uint8)].all():
+        return None
+    if header[148:154].strip(b"01234567") or header[154:156] != b"\0 ":
+        return None  # a checksum not written as six octal digits, NUL, space
+    base = _address(record)
+    data = members["msgpack"]
+    member_start = _address(data) - base
+    if member_start != BLOCK or len(record) != BLOCK + len(data) + (-len(data) % BLOCK):
+        return None
+    arrays = []
+    for field, value in walked.fields.items():
+        start = _address(value) - base
+        if not member_start <= start <= start + value.nbytes <= member_start + len(data):
+            return None
+        arrays.append(ArrayPlace(field, start, value.dtype, value.shape))
+    holes = sorted([(0, len(key)), _CHECKSUM_DIGITS] +
+                   [(place.offset, place.offset + math.prod(place.shape) * place.dtype.itemsize) for place in arrays])
+    shared, position = [], 0
+    for start, stop in holes + [(len(record), len(record))]:
+        if start < position:
+            return None  # arrays that overlap (a hostile record can claim so): walk each
+        shared.append(np.arange(position, start))
+        position = stop
+    sums = np.frombuffer(header, np.uint8).astype(np.int64)
+    checksum_base = int(sums.sum() - sums[148:156].sum() + 8 * ord(" ") - sums[:len(key)].sum())
+    positions = np.concatenate(shared)
+    return RunLayout(len(record), positions, np.frombuffer(record, np.uint8)[positions], len(key), checksum_base,
+                     (member_start, member_start + len(data)), tuple(arrays))
+
+
+def _address(buffer: memoryview | np.ndarray) -> int:
+    array = buffer if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8)
+    return int(array.__array_interface__["data"][0])
+
+
+def read_run(layout: RunLayout, data: memoryview, starts: np.ndarray, checksums: np.ndarray | None
+             ) -> dict[str, np.ndarray] | None:
+    """The fields of the records that start at ``starts`` (from ``data``'s first byte, which is
+    the first record's) as arrays with a row per record, viewing ``data``; ``None`` unless every
+    record is laid out as ``layout`` says, with distinct keys and sound header checksums, and,
+    given the index's ``checksums``, member data that matches them."""
+    size, count = layout.record_bytes, len(starts)
+    if not count or len(data) < count * size or not np.array_equal(starts, np.arange(count) * size):
+        return None
+    records = np.frombuffer(data, np.uint8, count * size).reshape(count, size)
+    if not (records[:, layout.shared] == layout.expected).all():
+        return None
+    keys = records[:, :layout.key_bytes]
+    if not _KEY_BYTES[keys].all():
+        return None
+    if count > 1 and len(set(np.ascontiguousarray(keys).view(f"S{layout.key_bytes}").ravel().tolist())) < count:
+        return None  # (no key byte is NUL, so none is lost to the bytes dtype)
+    digits = _OCTAL_VALUE[records[:, 148:154]]
+    if (digits < 0).any() or not np.array_equal(digits @ _OCTAL_POWERS,
+                                                  layout.checksum_base + keys.sum(axis=1, dtype=np.int64)):
+        return None
+    if checksums is not None:
+        first, last = layout.member
+        found = [xxhash.xxh3_64_intdigest(row) & 0xFFFFFFFF for row in records[:, first:last]]
+        if not np.array_equal(np.asarray(found, np.int64), checksums.astype(np.int64)):
+            return None
+    return {place.name: np.ndarray((count, *place.shape), place.dtype, data, place.offset,
+                                   (size, *_c_strides(place.shape, place.dtype.itemsize)))
+            for place in layout.arrays}
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+class RunLayouts:
+    """The layouts one reader has learnt, by record size."""
+
+    def __init__(self) -> None:
+        self.by_size: dict[int, RunLayout] = {}  # replaced, never changed: reader threads share it
+
+    def read(self, data: memoryview, starts: np.ndarray, checksums: np.ndarray | None
+             ) -> dict[str, np.ndarray] | None:
+        """:func:`read_run` with the layout of the run's record size, if one was learnt (a
+        single record, which may be followed by the end of its archive, with any that fits)."""
+        by_size = self.by_size
+        if len(starts) > 1:
+            layouts = [by_size.get(int(starts[1] - starts[0]))]
+        else:
+            layouts = [layout for size, layout in by_size.items() if size <= len(data)]
+        for layout in layouts:
+            fields = None if layout is None else read_run(layout, data, starts, checksums)
+            if fields is not None:
+                return fields
+        return None
+
+    def learn(self, walked: WalkedRecord, record: memoryview) -> None:
+        """Keep the layout of a record walked with every check (replacing one of its size)."""
+        layout = run_layout(walked, record)
+        if layout is None:
+            return
+        full = len(self.by_size) >= KEEP_LAYOUTS and layout.record_bytes not in self.by_size
+        self.by_size = {**({} if full else self.by_size), layout.record_bytes: layout}
