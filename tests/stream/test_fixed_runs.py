@@ -48,7 +48,7 @@ def shards(pristine: Path, tmp_path: Path) -> Path:
 
 
 def read(folder: Path, shard: int, start: int, stop: int, layouts: RunLayouts | None, skip: bool = False,
-         check_records: bool = True, offsets: list[int] | None = None) -> Any:
+         check_records: bool = True, offsets: list[int] | None = None, wanted: set[str] | None = None) -> Any:
     """What ``read_rows`` gives for rows ``[start, stop)`` (of an index whose shard has the
     record ``offsets`` given): columns as plain arrays, the error's text, and under ``skip`` the
     losses reported."""
@@ -57,7 +57,7 @@ def read(folder: Path, shard: int, start: int, stop: int, layouts: RunLayouts | 
     if offsets is not None:
         info.offsets = offsets
     try:
-        columns = read_rows(str(folder / info.url), info, 1, start, stop, None,
+        columns = read_rows(str(folder / info.url), info, 1, start, stop, wanted,
                             lambda url, a, b, _: map_range(url, a, b), index.fields, check_records,
                             on_lost=(lambda exc, rows: lost.append((str(exc), rows))) if skip else None,
                             layouts=layouts)
@@ -89,6 +89,10 @@ def test_every_run_read_in_bulk_is_what_walking_it_gives(pristine: Path) -> None
                 assert bulk is not None, (shard, start, stop)  # the run is read in bulk, not walked
                 walked = read(pristine, shard, start, stop, None)
                 assert read(pristine, shard, start, stop, layouts) == walked
+                for wanted in ({"y"}, {"x", "z"}):
+                    part = read(pristine, shard, start, stop, layouts, wanted=wanted)
+                    assert part == read(pristine, shard, start, stop, None, wanted=wanted)
+                    assert part[0] == {name: walked[0][name] for name in wanted}
                 assert {name: col.tolist() for name, col in bulk.items()} == walked[0]
                 first = shard * PER_SHARD
                 assert walked[0]["y"] == list(range(first + start, first + stop))
