@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
+from .codec import ROWS_FIELD
 from .tar import BLOCK
 from .walk import WalkedRecord
 
@@ -62,6 +63,8 @@ class RunLayout:
     checksum_base: int  # the header's checksum less its key's bytes
     member: tuple[int, int]  # the byte range of the member's data (what the index checksums)
     arrays: tuple[ArrayPlace, ...]
+    rows: int  # samples a record holds
+    packed: bool  # whether it holds them as columns (and ``__rows__``, whose bytes the records share)
 
 
 def run_layout(walked: WalkedRecord, record: memoryview) -> RunLayout | None:
@@ -69,11 +72,12 @@ def run_layout(walked: WalkedRecord, record: memoryview) -> RunLayout | None:
     records like it cannot be checked in bulk: not one ``.msgpack`` member after one plain ustar
     header, a key of other bytes than ASCII letters, digits, ``-`` and ``_``, or a field that is
     not a non-empty array viewing the record's bytes (bfloat16 arrays are copies, numbers and
-    strings have bytes of their own in each record)."""
+    strings have bytes of their own in each record; a packed record's ``__rows__`` is the same
+    in each, and its ``__keys__``, given keys, are not arrays)."""
     members = walked.record.members
+    columns = {name: value for name, value in walked.fields.items() if name != ROWS_FIELD}
     if set(members) != {"msgpack"} or len(record) < BLOCK or not all(
-            isinstance(value, np.ndarray) and value.flags.c_contiguous and value.nbytes
-            for value in walked.fields.values()):
+            isinstance(value, np.ndarray) and value.flags.c_contiguous and value.nbytes for value in columns.values()):
         return None  # (before anything costs: a reader of records unlike these asks for each read)
     header = bytes(record[:BLOCK])
     name = header[:100].split(b"\0", 1)[0]
@@ -89,7 +93,7 @@ def run_layout(walked: WalkedRecord, record: memoryview) -> RunLayout | None:
     if member_start != BLOCK or len(record) != BLOCK + len(data) + (-len(data) % BLOCK):
         return None
     arrays = []
-    for field, value in walked.fields.items():
+    for field, value in columns.items():
         start = _address(value) - base
         if not member_start <= start <= start + value.nbytes <= member_start + len(data):
             return None
@@ -106,7 +110,8 @@ def run_layout(walked: WalkedRecord, record: memoryview) -> RunLayout | None:
     checksum_base = int(sums.sum() - sums[148:156].sum() + 8 * ord(" ") - sums[:len(key)].sum())
     positions = np.concatenate(shared)
     return RunLayout(len(record), positions, np.frombuffer(record, np.uint8)[positions], len(key), checksum_base,
-                     (member_start, member_start + len(data)), tuple(arrays))
+                     (member_start, member_start + len(data)), tuple(arrays), walked.rows,
+                     ROWS_FIELD in walked.fields)
 
 
 def _address(buffer: memoryview | np.ndarray) -> int:
@@ -160,9 +165,10 @@ class RunLayouts:
         self.by_size: dict[int, RunLayout] = {}  # replaced, never changed: reader threads share it
 
     def read(self, data: memoryview, starts: np.ndarray, checksums: np.ndarray | None
-             ) -> dict[str, np.ndarray] | None:
+             ) -> tuple[RunLayout, dict[str, np.ndarray]] | None:
         """:func:`read_run` with the layout of the run's record size, if one was learnt (a
-        single record, which may be followed by the end of its archive, with any that fits)."""
+        single record, which may be followed by the end of its archive, with any that fits),
+        and that layout."""
         by_size = self.by_size
         if len(starts) > 1:
             layouts = [by_size.get(int(starts[1] - starts[0]))]
@@ -171,7 +177,7 @@ class RunLayouts:
         for layout in layouts:
             fields = None if layout is None else read_run(layout, data, starts, checksums)
             if fields is not None:
-                return fields
+                return layout, fields
         return None
 
     def learn(self, walked: WalkedRecord, record: memoryview) -> None:

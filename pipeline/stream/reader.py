@@ -176,11 +176,11 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     start = int(shard.offsets[first])
     stop = int(shard.offsets[last]) if last < shard.records else shard.bytes
     view = memoryview(reader(url, start, stop, shard))  # members are views of it: no copies
-    learn = layouts is not None and pack == 1
+    learn = layouts is not None
     if learn:
-        fixed = _fixed_run(layouts, view, shard, first, last, wanted, check_records)  # type: ignore[arg-type]
+        fixed = _fixed_run(layouts, view, shard, pack, row_start, row_stop, wanted, check_records)  # type: ignore[arg-type]
         if fixed is not None:
-            return fixed if join else [fixed]
+            return stand_in(fixed) if join else fixed
     collector = _RowCollector(shard, pack, row_start, row_stop)
     done = first  # the records before this one are read, or reported lost
 
@@ -224,20 +224,31 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     return collector.columns() if join else collector.unjoined()
 
 
-def _fixed_run(layouts: RunLayouts, view: memoryview, shard: ShardInfo, first: int, last: int,
-               wanted: set[str] | None, check_records: bool) -> Columns | None:
-    """Records ``[first, last)`` (in ``view``) as columns if they form a run of a layout learnt,
-    every check passed in bulk; ``None`` when they are to be walked."""
+def _fixed_run(layouts: RunLayouts, view: memoryview, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
+               wanted: set[str] | None, check_records: bool) -> list[Columns] | None:
+    """Rows ``[row_start, row_stop)`` (whose records are in ``view``) as parts for
+    :func:`stand_in`, if their records form a run of a layout learnt, every check passed in bulk
+    (the rows of each as the index says); ``None`` when they are to be walked."""
     if not layouts.by_size:
         return None
+    first, last = row_start // pack, -(-row_stop // pack)
     base = int(shard.offsets[first])
     starts = np.asarray(shard.offsets[first:last], np.int64) - base
     checksums = np.asarray(shard.checksum[first:last]) if check_records else None
-    fields = layouts.read(view, starts, checksums)
-    if fields is None or (wanted is not None and not wanted <= fields.keys()):
+    run = layouts.read(view, starts, checksums)
+    if run is None or (wanted is not None and not wanted <= run[1].keys()):
         return None
-    return {name: list(column) if column.nbytes >= LARGE_SAMPLE_BYTES * len(column) else column
-            for name, column in fields.items() if wanted is None or name in wanted}
+    layout, found = run
+    if not (np.minimum(pack, shard.samples - np.arange(first, last) * pack) == layout.rows).all():
+        return None  # records of other rows than the index says: the walk says which
+    fields = {name: column for name, column in found.items() if wanted is None or name in wanted}
+    if pack == 1:  # one part: large samples as views each, until their batch is gathered
+        fields = {name: column[:, 0] for name, column in fields.items()} if layout.packed else fields
+        return [{name: list(column) if column.nbytes >= LARGE_SAMPLE_BYTES * len(column) else column
+                 for name, column in fields.items()}]
+    lo, hi = row_start - first * pack, row_stop - (last - 1) * pack  # of the first and the last record
+    return [{name: column[i, lo if i == 0 else 0:hi if i == len(starts) - 1 else pack]
+             for name, column in fields.items()} for i in range(len(starts))]
 
 
 class _TimedReads:
