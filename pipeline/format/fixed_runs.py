@@ -4,10 +4,11 @@ by one: the reading side of :mod:`pipeline.write.fixed_records`.
 Why: walking a record costs about a hundred Python calls (its tar header, its msgpack map, every
 array's header, the schema, the checksum), tens of microseconds however small the record. With
 ``pack=1`` and large samples (images as arrays, say) that is most of a reader's time, far more
-than copying the sample's bytes. But records written from fixed-shape array columns share every
-byte except their key, their header checksum and their arrays' data. So once one record has been
-walked with every check, a run of records of its size is checked in bulk: the bytes they must
-share compared with one NumPy comparison per range, the keys (plain ASCII, distinct) and header
+than copying the sample's bytes; packed records of small samples pay it once a record too. But
+records written from fixed-shape array columns share every byte except their key, their header
+checksum and their arrays' data. So once one record has been walked with every check, a run of
+records of its size is checked in bulk: the bytes they must share compared in one NumPy
+comparison, the keys (plain ASCII, distinct) and header
 checksums computed as arrays, each record's data against the index's checksum, and the arrays
 handed out as strided views of the bytes read.
 
@@ -18,7 +19,6 @@ keeps, is exactly what the walk says.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +50,8 @@ class ArrayPlace:
     offset: int  # of its first byte, from the record's first byte
     dtype: np.dtype
     shape: tuple[int, ...]
+    strides: tuple[int, ...]  # C order, as the walked record's array had them
+    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,8 @@ def run_layout(walked: WalkedRecord, record: memoryview) -> RunLayout | None:
         start = _address(value) - base
         if not member_start <= start <= start + value.nbytes <= member_start + len(data):
             return None
-        arrays.append(ArrayPlace(field, start, value.dtype, value.shape))
-    holes = sorted([(0, len(key)), _CHECKSUM_DIGITS] +
-                   [(place.offset, place.offset + math.prod(place.shape) * place.dtype.itemsize) for place in arrays])
+        arrays.append(ArrayPlace(field, start, value.dtype, value.shape, value.strides, value.nbytes))
+    holes = sorted([(0, len(key)), _CHECKSUM_DIGITS] + [(place.offset, place.offset + place.nbytes) for place in arrays])
     shared, position = [], 0
     for start, stop in holes + [(len(record), len(record))]:
         if start < position:
@@ -145,17 +146,8 @@ def read_run(layout: RunLayout, data: memoryview, starts: np.ndarray, checksums:
         found = [xxhash.xxh3_64_intdigest(row) & 0xFFFFFFFF for row in records[:, first:last]]
         if not np.array_equal(np.asarray(found, np.int64), checksums.astype(np.int64)):
             return None
-    return {place.name: np.ndarray((count, *place.shape), place.dtype, data, place.offset,
-                                   (size, *_c_strides(place.shape, place.dtype.itemsize)))
+    return {place.name: np.ndarray((count, *place.shape), place.dtype, data, place.offset, (size, *place.strides))
             for place in layout.arrays}
-
-
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for dim in reversed(shape):
-        strides.append(step)
-        step *= dim
-    return tuple(reversed(strides))
 
 
 class RunLayouts:

@@ -176,11 +176,11 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     start = int(shard.offsets[first])
     stop = int(shard.offsets[last]) if last < shard.records else shard.bytes
     view = memoryview(reader(url, start, stop, shard))  # members are views of it: no copies
-    learn = layouts is not None
-    if learn:
-        fixed = _fixed_run(layouts, view, shard, pack, row_start, row_stop, wanted, check_records)  # type: ignore[arg-type]
+    if layouts is not None:
+        fixed = _fixed_run(layouts, view, shard, pack, first, last, row_start, row_stop, wanted, check_records)
         if fixed is not None:
             return stand_in(fixed) if join else fixed
+    learn = layouts is not None
     collector = _RowCollector(shard, pack, row_start, row_stop)
     done = first  # the records before this one are read, or reported lost
 
@@ -224,14 +224,13 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     return collector.columns() if join else collector.unjoined()
 
 
-def _fixed_run(layouts: RunLayouts, view: memoryview, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
-               wanted: set[str] | None, check_records: bool) -> list[Columns] | None:
-    """Rows ``[row_start, row_stop)`` (whose records are in ``view``) as parts for
+def _fixed_run(layouts: RunLayouts, view: memoryview, shard: ShardInfo, pack: int, first: int, last: int,
+               row_start: int, row_stop: int, wanted: set[str] | None, check_records: bool) -> list[Columns] | None:
+    """Rows ``[row_start, row_stop)`` (of records ``[first, last)``, which are in ``view``) as parts for
     :func:`stand_in`, if their records form a run of a layout learnt, every check passed in bulk
     (the rows of each as the index says); ``None`` when they are to be walked."""
     if not layouts.by_size:
         return None
-    first, last = row_start // pack, -(-row_stop // pack)
     base = int(shard.offsets[first])
     starts = np.asarray(shard.offsets[first:last], np.int64) - base
     checksums = np.asarray(shard.checksum[first:last]) if check_records else None
