@@ -22,6 +22,7 @@ from .message_buffers import Lent, ReleaseTable
 from .plan import Leg
 from .workers import (
     LoaderWorker,
+    WatchedWorkersIterator,
     WorkerError,
     WorkerFailure,
     exited_workers,
@@ -80,6 +81,14 @@ class ShardLoader(DataLoader):
         self._batches = 0  # batches of this rank delivered in the current stretch
         self._workers_resumed = False  # whether persistent workers hold a plan from the middle of an epoch
         self._waited = self._stepped = 0.0  # seconds the training loop waited for batches, and ran its body
+
+    def _get_iterator(self) -> Any:
+        """DataLoader's iterator, with workers one that checks them while it waits (see
+        :class:`WatchedWorkersIterator`)."""
+        if not self.num_workers:
+            return super()._get_iterator()
+        self.check_worker_number_rationality()
+        return WatchedWorkersIterator(self)
 
     @property
     def epoch(self) -> int:

@@ -12,8 +12,13 @@ Two things go wrong in a worker, and PyTorch reports both badly:
   handler raises a bare ``RuntimeError`` in whatever the main thread runs, and the main process
   may first see the death as a broken pipe (``ConnectionResetError`` while receiving a tensor
   from the dying worker). :func:`translate_worker_deaths` makes the handler's error a
-  :class:`WorkerError`; :func:`exited_workers` tells whether an unexplained error from the
-  loader's queue is a death; :func:`stop_workers` takes the workers' pids out of the handler's
+  :class:`WorkerError`. The signal cannot be the only watch: it may land on another thread of
+  the process (the main thread's wait for a batch then goes on), or raise in code that drops
+  the error (a step's ``except Exception``, a ``weakref.finalize`` callback, where the handler
+  leaves it to the loader instead of printing it); PyTorch then finds the death when its wait times
+  out, after 5 s, which :class:`WatchedWorkersIterator` cuts to :data:`WATCH_S`.
+  :func:`exited_workers` tells whether an unexplained error from the loader's queue is a death;
+  :func:`stop_workers` takes the workers' pids out of the handler's
   watch before shutting them down, so that a second death signal cannot interrupt the shutdown.
 """
 
@@ -26,15 +31,21 @@ import pickle
 import signal
 import threading
 import traceback
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
 from torch.utils.data import get_worker_info
 from torch.utils.data._utils import signal_handling
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from .message_buffers import ReleaseTable, WorkerBuffers, install
 
 _TORCH_DEATH = "DataLoader worker (pid"
+#: Seconds between two checks that the workers live while the loader waits for a batch.
+WATCH_S = 0.25
+#: The code of the frame a ``weakref.finalize`` callback runs in, where a raised error is dropped.
+_FINALIZER = weakref.finalize.__call__.__code__
 
 
 class WorkerError(RuntimeError):
@@ -119,6 +130,15 @@ class LoaderWorker:
             self.then(worker_id)
 
 
+class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
+    """DataLoader's iterator over worker processes, its wait for a batch cut into slices of
+    :data:`WATCH_S`, each ending in PyTorch's check that the workers live (a ``timeout`` given
+    to the loader is kept: it is passed in)."""
+
+    def _try_get_data(self, timeout: float = WATCH_S) -> tuple[bool, Any]:
+        return super()._try_get_data(timeout)
+
+
 def translate_worker_deaths() -> None:
     """Make the RuntimeError that PyTorch's SIGCHLD handler raises for a dead worker a
     :class:`WorkerError`, wherever it surfaces (in a training step as often as in the loader).
@@ -135,6 +155,8 @@ def translate_worker_deaths() -> None:
             previous(signum, frame)
         except RuntimeError as exc:
             if type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH):
+                if frame is not None and frame.f_code is _FINALIZER:
+                    return  # the error would be printed and dropped: the loader's watch reports the death
                 raise WorkerError(f"{str(exc).strip()} {WorkerError.advice}") from exc
             raise
 

@@ -10,9 +10,12 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 import pytest
+import torch
+from torch.utils.data import get_worker_info
 
 from pipeline import WorkerError, make_loader
 from pipeline.stream.loader import ShardLoader
@@ -110,6 +113,82 @@ def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_st
     assert done - len(delivered) in (0, 1)  # the error may come between a batch and its step
     assert delivered == reference[:len(delivered)]
     assert ids(loader) == reference[done:]  # new workers replace the broken ones
+
+
+class HangInFirstWorker:
+    """A batch transform that hangs worker 0 at its ``at``-th batch, once it said so in ``marker``
+    (the worker then has nothing in flight: all it sent can be received)."""
+
+    def __init__(self, marker: Path, at: int) -> None:
+        self.marker, self.at, self.calls = marker, at, 0
+
+    def __call__(self, batch: dict) -> dict:
+        info = get_worker_info()
+        self.calls += 1
+        if info is not None and info.id == 0 and self.calls == self.at:
+            self.marker.write_text(str(os.getpid()))
+            time.sleep(600)
+        return batch
+
+
+def test_a_death_the_signal_does_not_report_is_found_by_the_loader_within_a_second(shards: Path, tmp_path: Path) -> None:
+    """The death signal may never raise in the loader: it lands on another thread of the process
+    (the main thread's wait goes on), or its error is raised in code that drops errors (a step's
+    ``except Exception``, a ``weakref.finalize`` callback). The loader's own watch of its workers
+    must then find the death, and not in PyTorch's 5 s. Here the signal is ignored, and the
+    worker is killed while the main thread waits for its next batch."""
+    marker = tmp_path / "hanging"
+    reference = ids(make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300,
+                                batch_transform=HangInFirstWorker(marker, at=10**9)))
+    before = set(child_pids(os.getpid()))
+    loader = make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300,
+                         batch_transform=HangInFirstWorker(marker, at=30))
+    iterator = iter(loader)
+    head = ids([next(iterator)])
+    killed = []
+
+    def kill_once_hanging() -> None:
+        while not marker.exists():
+            time.sleep(0.01)
+        time.sleep(0.3)  # the main thread waits for the worker's batch by now
+        killed.append(time.monotonic())
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+
+    watched = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        threading.Thread(target=kill_once_hanging, daemon=True).start()
+        with pytest.raises(WorkerError, match=r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly"):
+            for batch in iterator:
+                head.append(batch["i"].tolist())
+        assert time.monotonic() - killed[0] < 2
+    finally:
+        signal.signal(signal.SIGCHLD, watched)
+    assert started_since(before) == []
+    assert head == reference[:len(head)]
+
+
+def test_a_death_signal_handled_in_a_finalizer_leaves_the_error_to_the_loader(shards: Path, monkeypatch) -> None:
+    """The main process releases each worker buffer in a ``weakref.finalize`` callback; an error
+    raised there is printed and dropped. The death is then left to the loader's watch."""
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", dropped.append)
+    before = set(child_pids(os.getpid()))
+    loader = new_loader(shards)
+    iterator = iter(loader)
+    head = ids(next(iterator) for _ in range(10))
+    victim = started_since(before)[0]
+    watched = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.kill(victim, signal.SIGKILL)
+    os.waitid(os.P_PID, victim, os.WEXITED | os.WNOWAIT)
+    signal.signal(signal.SIGCHLD, watched)
+    held = torch.zeros(1)
+    weakref.finalize(held, signal.raise_signal, signal.SIGCHLD)
+    del held  # the handler runs in the finalizer: PyTorch's finds the death
+    assert dropped == []
+    with pytest.raises(WorkerError, match=rf"DataLoader worker \(pid(\(s\))? {victim}\)"):
+        for batch in iterator:
+            head.append(batch["i"].tolist())
+    assert started_since(before) == []
 
 
 def test_a_loop_that_breaks_and_iterates_again_continues_the_epoch(shards: Path) -> None:
