@@ -48,12 +48,13 @@ from .foreign import ForeignStream
 from .images import Images
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
 from .progress import delivered_per_source
+from .read_ahead import read_ahead
 from .reader import LARGE_SAMPLE_BYTES, Columns
 from .shards import ForeignShards, IndexedShards, resolve_shards
 from .sources import SourceSet, mixed_sources, single_source
 from .stats import Count, ReadStats
 from .unit_images import ImageDecoding, check_image_fields
-from .units import UnitReader, read_ahead
+from .units import UnitReader
 from .workers import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20

@@ -12,11 +12,9 @@ batches), logged and counted.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -39,9 +37,6 @@ from .sources import SourceSet
 from .stats import Count, ReadStats
 
 REQUESTS_IN_FLIGHT = 8  # ranged requests a worker keeps open at once for remote shards
-T = TypeVar("T")
-R = TypeVar("R")
-_END = object()  # what the read-ahead thread sends after the last result
 log = logging.getLogger("pipeline.stream")
 
 
@@ -220,48 +215,6 @@ class UnitReader:
         out = process_pool().take(stop - start)
         read_range_into(url, start, out, self.policy, stats=self.stats)
         return out.toreadonly()  # read-only, as a local shard's mapped pages are
-
-
-def read_ahead(items: Iterator[T], read: Callable[[T], R], depth: int) -> Iterator[R]:
-    """``read(item)`` of each item, in order, with the next ``depth`` reads running meanwhile in a
-    thread of their own (none when ``depth`` is 0). Why: the caller's work on a unit (gathering
-    it, handing it over, or, without workers, the training step) overlaps the reading of the
-    next: reads and checks, NumPy's copies and the network release the GIL. An error of a read
-    is raised where its result would have been, after every unit before it."""
-    if depth <= 0:
-        yield from map(read, items)
-        return
-    slots = threading.Semaphore(depth)  # reads started (or done) that the caller has not taken yet
-    results: queue.SimpleQueue = queue.SimpleQueue()
-    stopped = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                slots.acquire()
-                if stopped.is_set():
-                    return
-                results.put((True, read(item)))
-            results.put((True, _END))
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller, where the result would be
-            results.put((False, exc))
-
-    # a daemon: a read under way when the caller stops (a break, an error) must not hold up the
-    # interpreter's exit; it ends on its own, and no read starts after it
-    threading.Thread(target=produce, name="read-ahead", daemon=True).start()
-    try:
-        while True:
-            ok, value = results.get()
-            if not ok:
-                raise value
-            if value is _END:
-                return
-            slots.release()
-            yield value
-            value = None  # hold no unit while the next one is read
-    finally:
-        stopped.set()
-        slots.release()  # wakes a producer waiting for a slot, to see that it is stopped
 
 
 #: Threads that read remote pieces of a block at once, one pool per process (a pool does not
