@@ -61,6 +61,7 @@ class BufferPool:
         with self._lock:
             self._collect()
             buffer = self._fitting(size)
+            self._let_go_beyond_need()  # after the fitting buffer is out: the one needed now never goes
             if buffer is None:
                 buffer = np.empty(max(-(-(size + size // 8) // GRAIN), 1) * GRAIN, np.uint8)
                 self.allocations += 1
@@ -84,7 +85,7 @@ class BufferPool:
             return self._lent_bytes + self._idle_bytes
 
     def _collect(self) -> None:
-        """Buffers whose exporter is gone become idle; idle ones beyond the recent need go."""
+        """Buffers whose exporter is gone become idle."""
         still = []
         for buffer, exporter in self._lent:
             if exporter() is not None:
@@ -94,6 +95,12 @@ class BufferPool:
             self._idle_bytes += buffer.nbytes
             self._lent_bytes -= buffer.nbytes
         self._lent = still
+
+    def _let_go_beyond_need(self) -> None:
+        """Idle buffers beyond the most lent at once recently go, the largest first. Asked after
+        the buffer of a loan is taken out: units of one size and a last one smaller (an epoch's
+        end) each keep theirs. (Before, the large one went whenever the small one came back,
+        and every unit of the next epoch made its buffer anew.)"""
         keep = max(self._recent, default=0)
         while self._idle_bytes > keep:
             self._idle_bytes -= self._idle.pop().nbytes

@@ -38,13 +38,13 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..storage import is_remote, obstore_ranges
-from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
 from . import message_buffers
 from .allocator import fix_mmap_threshold
 from .batching import FinishedBatches, drop_short_tail, gather, messages_from_windows, split_message, to_torch
 from .foreign import ForeignStream
+from .idle_trim import idle_trim
 from .images import Images
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
 from .progress import delivered_per_source
@@ -290,6 +290,7 @@ class ShardDataset(IterableDataset):
         units = self._indexed_units(worker, workers) if self.sources is not None else \
             self._foreign_units(worker, workers)
         buffers = message_buffers.installed()
+        idle_trim().started()
         try:
             for unit in units:
                 if not self.unit_messages:
@@ -305,9 +306,7 @@ class ShardDataset(IterableDataset):
                 self.read_stats.spent(Count.HANDOVER, time.perf_counter() - handed)
         finally:
             units = None
-            process_pool().trim()  # the epoch's read buffers, given back to the system between epochs
-            if buffers is not None:
-                buffers.trim()
+            idle_trim().ended()  # the reused buffers given back to the system if no epoch follows soon
 
     def _indexed_units(self, worker: int, workers: int) -> Iterator[Columns]:
         """The units this worker reads, each gathered in emission order (into shared memory in a

@@ -65,6 +65,20 @@ def test_a_steady_reader_allocates_nothing_after_the_first_unit() -> None:
     assert pool.held_bytes == pool.peak_lent <= 40 * (530 << 10) * 9 // 8 + 40 * GRAIN
 
 
+def test_units_of_one_size_and_a_smaller_last_one_keep_both_buffers() -> None:
+    """An epoch's blocks of one size, one at a time, then a last one too small for their buffer:
+    both buffers stay, so later epochs make none (the large one went each time the small one
+    came back, and every block of the next epoch made its buffer anew)."""
+    pool = BufferPool()
+    made = []
+    for _ in range(4):
+        for size in [1300 << 10] * 5 + [600 << 10]:
+            view = pool.take(size)
+            del view
+        made.append(pool.allocations)
+    assert made == [2, 2, 2, 2]
+
+
 def test_ranges_of_any_sizes_and_lifetimes_get_their_own_bytes_and_bounded_memory() -> None:
     """Random sizes, each range kept for a random while: a range lent is never another's while
     it lives (each keeps the bytes written into it), and idle buffers beyond the most lent at
