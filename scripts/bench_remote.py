@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import pipeline  # noqa: E402
+from pipeline.measure.cpu import tree_cpu_seconds  # noqa: E402
 from pipeline.measure.memory import TreeMemory  # noqa: E402
 from tests.storage.servers import ACCESS_KEY, SECRET_KEY, start_nginx, start_seaweedfs, stop  # noqa: E402
 
@@ -69,26 +70,37 @@ def best_of(runs: int, action: Callable[[], int]) -> tuple[float, int]:
 SERVERS: set[int] = set()  # the servers' processes, left out of the loader's memory
 
 
+def server_cpu_seconds() -> float:
+    """CPU seconds the servers have run so far."""
+    return sum(tree_cpu_seconds(pid) for pid in SERVERS)
+
+
 class LoaderEpoch:
     """One epoch of a loader that has already played one (its workers are up, its connections
-    open): the steady state a training run sees. Counts the requests of its last epoch, and the
-    peak PSS of the loader's processes (this one and its workers) over its epochs."""
+    open): the steady state a training run sees. Counts the requests of its last epoch, the
+    peak PSS of the loader's processes (this one and its workers) over its epochs, and the least
+    CPU seconds an epoch took of the loader's processes and of the servers (noise only adds)."""
 
     def __init__(self, source: str, workers: int, **options: Any) -> None:
         self.loader = pipeline.make_loader(source, num_workers=workers, batch_size=256, fields=["x", "y"], **options)
         self.index = pipeline.load_index(source)
         self.requests = self.peak_pss = 0
+        self.loader_cpu = self.server_cpu = float("inf")
         self()
-        self.peak_pss = 0  # the warm-up's (workers starting, connections opening) is not the steady state's
+        # the warm-up's (workers starting, connections opening) is not the steady state's
+        self.peak_pss, self.loader_cpu, self.server_cpu = 0, float("inf"), float("inf")
 
     def __call__(self) -> int:
         before = self.loader.stats()["requests"]
         memory = TreeMemory(os.getpid(), pss=True, skip=SERVERS)
+        loader_cpu, server_cpu = tree_cpu_seconds(os.getpid(), SERVERS), server_cpu_seconds()
         memory.start()
         try:
             samples = sum(len(batch["y"]) for batch in self.loader)
         finally:
             memory.stop()
+        self.loader_cpu = min(self.loader_cpu, tree_cpu_seconds(os.getpid(), SERVERS) - loader_cpu)
+        self.server_cpu = min(self.server_cpu, server_cpu_seconds() - server_cpu)
         assert samples == self.index.samples, (samples, self.index.samples)
         self.requests = self.loader.stats()["requests"] - before
         self.peak_pss = max(self.peak_pss, memory.peak_pss)
@@ -125,9 +137,11 @@ READ_AHEAD: int | None = None  # the loader's read_ahead, set by --read-ahead
 
 
 def row(source: str, reader: str, seconds: float, moved: int, requests: int | None = None,
-        peak_pss: int | None = None) -> dict:
+        peak_pss: int | None = None, cpu: tuple[float, float] | None = None) -> dict:
+    """A row of the table; ``cpu``: the loader's and the servers' CPU seconds an epoch."""
     return {"source": source, "reader": reader, "seconds": seconds, "mb_per_s": moved / seconds / 1e6,
-            "requests": requests, "peak_pss_mb": None if peak_pss is None else peak_pss / 1e6}
+            "requests": requests, "peak_pss_mb": None if peak_pss is None else peak_pss / 1e6,
+            "loader_cpu_s": None if cpu is None else cpu[0], "server_cpu_s": None if cpu is None else cpu[1]}
 
 
 def loader_row(source: str, location: str, runs: int, workers: int, client: str = "", **options: Any) -> dict:
@@ -135,7 +149,7 @@ def loader_row(source: str, location: str, runs: int, workers: int, client: str 
     cached = ", cache_dir, epochs 2+" if "cache_dir" in options else ""
     timed = best_of(runs, epoch)
     return row(source, f"this loader ({workers} workers{cached}{', ' + client if client else ''})", *timed,
-               requests=epoch.requests, peak_pss=epoch.peak_pss)
+               requests=epoch.requests, peak_pss=epoch.peak_pss, cpu=(epoch.loader_cpu, epoch.server_cpu))
 
 
 def range_clients(source: str, workers: int) -> list[tuple[str, dict[str, str]]]:
@@ -253,6 +267,38 @@ def bench_s3(folder: Path, names: list[str], runs: int, workers: int) -> list[di
         stop(process)
 
 
+def blank(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def print_table(rows: list[dict]) -> None:
+    """The rows as a Markdown table (each one's ratios added to it), then what the CPU of an
+    epoch allows each remote loader row at most on this machine's cores."""
+    print("| source | reader | best (s) | MB/s | vs local loader | vs raw client | requests an epoch | peak PSS (MB) "
+          "| loader CPU an epoch (s) | server CPU an epoch (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    local = rows[0]
+    raw: dict[str, float] = {}
+    for r in rows:
+        raw.setdefault(r["source"], r["mb_per_s"])  # each source's first row is its raw client
+        r["vs_local"], r["vs_raw"] = r["mb_per_s"] / local["mb_per_s"], r["mb_per_s"] / raw[r["source"]]
+        vs_raw = "" if r["source"] == "local" else f"{r['vs_raw']:.0%}"
+        print(f"| {r['source']} | {r['reader']} | {r['seconds']:.2f} | {r['mb_per_s']:,.0f} | {r['vs_local']:.0%} | "
+              f"{vs_raw} | {blank(r['requests'], 'd')} | {blank(r['peak_pss_mb'], ',.0f')} | "
+              f"{blank(r['loader_cpu_s'], '.2f')} | {blank(r['server_cpu_s'], '.2f')} |")
+    cores = len(os.sched_getaffinity(0))
+    print(f"\nCPU ceilings on these {cores} cores, which the loader shares with the servers: an epoch cannot take "
+          "less wall time than (loader CPU + server CPU) / cores.")
+    for r in rows[1:]:
+        if r["loader_cpu_s"] is None or r["server_cpu_s"] is None:
+            continue
+        ceiling = min(1.0, local["seconds"] * cores / max(r["loader_cpu_s"] + r["server_cpu_s"], 1e-9))
+        r["cpu_ceiling_vs_local"] = ceiling
+        print(f"- {r['source']}, {r['reader']}: loader {r['loader_cpu_s']:.2f} s (local {local['loader_cpu_s']:.2f}) "
+              f"+ server {r['server_cpu_s']:.2f} s of CPU an epoch: at most {ceiling:.0%} of the local loader, "
+              f"reached {r['vs_local']:.0%}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", choices=["http", "s3", "both"], default="both")
@@ -279,17 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_s3(folder, names, args.runs, args.workers)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print("| source | reader | best (s) | MB/s | vs local loader | vs raw client | requests an epoch | peak PSS (MB) |")
-    print("|---|---|---|---|---|---|---|---|")
-    local = rows[0]["mb_per_s"]
-    raw: dict[str, float] = {}
-    for r in rows:
-        raw.setdefault(r["source"], r["mb_per_s"])  # each source's first row is its raw client
-        r["vs_local"], r["vs_raw"] = r["mb_per_s"] / local, r["mb_per_s"] / raw[r["source"]]
-        vs_raw = "" if r["source"] == "local" else f"{r['vs_raw']:.0%}"
-        print(f"| {r['source']} | {r['reader']} | {r['seconds']:.2f} | {r['mb_per_s']:,.0f} | {r['vs_local']:.0%} | "
-              f"{vs_raw} | {'' if r['requests'] is None else r['requests']} | "
-              f"{'' if r['peak_pss_mb'] is None else format(r['peak_pss_mb'], ',.0f')} |")
+    print_table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_remote.json").write_text(json.dumps({"config": vars(args) | {"out": str(args.out)},
                                                             "rows": rows}, indent=1))

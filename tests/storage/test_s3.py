@@ -94,5 +94,9 @@ def test_the_remote_benchmark_runs_local_http_and_s3(tmp_path: Path) -> None:
         ("s3", "ranged GETs of 512 KB, 8 threads, presigned URLs, urllib3"),
         ("s3", "ranged GETs of 512 KB, 8 threads, boto3"), ("s3", "ranged GETs of 512 KB, 8 threads, obstore")]
     assert all(r["cpu_ms_per_request"] > 0 for r in rows if r["reader"].startswith("ranged"))
-    requests = [r["requests"] for r in rows if r["reader"].startswith("this loader")]
+    loaders = [r for r in rows if r["reader"].startswith("this loader")]
+    requests = [r["requests"] for r in loaders]
     assert requests[0] == requests[-1] == 0 and min(requests[1:-1]) > 0  # local, and from the cache: none
+    assert all(r["loader_cpu_s"] > 0 and r["server_cpu_s"] >= 0 for r in loaders)
+    assert all(0 < r["cpu_ceiling_vs_local"] <= 1 for r in loaders[1:])
+    assert "CPU ceilings on these" in result.stdout
