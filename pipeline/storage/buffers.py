@@ -36,22 +36,27 @@ from .per_process import per_process
 GRAIN = 16 << 10
 #: Joins smaller than this are left to NumPy: glibc serves them from the heap's free blocks.
 SMALL = 128 << 10
-#: Idle buffers are kept up to the most lent at once over this many recent loans.
+#: An idle buffer not lent over this many loans goes; so do the ones idle longest while the pool
+#: holds more than twice the most lent at once over as many.
 RECENT = 256
 
 
 class BufferPool:
     """Writable buffers of at least the size asked for. The buffers lent and idle are this
-    pool's memory; idle ones beyond the most lent at once over the last :data:`RECENT` loans are
-    let go (the largest first), so a steady reader holds about what it needs at once, and a
-    burst is given back once it is over."""
+    pool's memory; an idle one not lent again over :data:`RECENT` loans is let go, and so are
+    the ones idle longest while the pool holds more than twice the most lent at once over as
+    many. So a steady reader keeps the buffers its units take turns with (of several sizes:
+    an epoch's last block is smaller than the others), and a burst is given back once it is over."""
 
     def __init__(self) -> None:
         self.peak_lent = 0  # the most bytes lent at once, ever
         self.allocations = 0  # buffers made: a steady reader makes none after its first units
         self._lent: list[tuple[np.ndarray, weakref.ref]] = []
         self._lent_bytes = 0
-        self._idle: list[np.ndarray] = []  # smallest first
+        # (bytes, order of coming back, loans made by then, buffer), smallest first
+        self._idle: list[tuple[int, int, int, np.ndarray]] = []
+        self._returns = 0
+        self._loans = 0
         self._idle_bytes = 0
         self._recent: deque[int] = deque(maxlen=RECENT)  # bytes lent at each recent loan
         self._lock = threading.Lock()
@@ -61,15 +66,17 @@ class BufferPool:
         with self._lock:
             self._collect()
             buffer = self._fitting(size)
-            self._let_go_beyond_need()  # after the fitting buffer is out: the one needed now never goes
+            capacity = max(-(-(size + size // 8) // GRAIN), 1) * GRAIN if buffer is None else buffer.nbytes
+            self._let_go_beyond_need(capacity)  # after the fitting buffer is out: the one needed now never goes
             if buffer is None:
-                buffer = np.empty(max(-(-(size + size // 8) // GRAIN), 1) * GRAIN, np.uint8)
+                buffer = np.empty(capacity, np.uint8)
                 self.allocations += 1
             exporter = (ctypes.c_ubyte * size).from_buffer(buffer)
             self._lent.append((buffer, weakref.ref(exporter)))
             self._lent_bytes += buffer.nbytes
             self.peak_lent = max(self.peak_lent, self._lent_bytes)
             self._recent.append(self._lent_bytes)
+            self._loans += 1
             return memoryview(exporter).cast("B")
 
     def trim(self) -> None:
@@ -91,27 +98,37 @@ class BufferPool:
             if exporter() is not None:
                 still.append((buffer, exporter))
                 continue
-            bisect.insort(self._idle, buffer, key=lambda b: b.nbytes)
+            self._returns += 1
+            bisect.insort(self._idle, (buffer.nbytes, self._returns, self._loans, buffer))
             self._idle_bytes += buffer.nbytes
             self._lent_bytes -= buffer.nbytes
         self._lent = still
 
-    def _let_go_beyond_need(self) -> None:
-        """Idle buffers beyond the most lent at once recently go, the largest first. Asked after
-        the buffer of a loan is taken out: units of one size and a last one smaller (an epoch's
-        end) each keep theirs. (Before, the large one went whenever the small one came back,
-        and every unit of the next epoch made its buffer anew.)"""
-        keep = max(self._recent, default=0)
-        while self._idle_bytes > keep:
-            self._idle_bytes -= self._idle.pop().nbytes
+    def _let_go_beyond_need(self, lending: int) -> None:
+        """Idle buffers not lent again over :data:`RECENT` loans go, and the ones idle longest
+        while the pool would hold more than twice the most lent at once (``lending`` more bytes
+        lent now). Asked after the buffer of a loan is taken out, so that the one needed now
+        never goes. (Idle ones beyond the most lent at once went before, the largest first: the
+        buffer a unit's rows are joined in went whenever buffers of other sizes waited beside
+        it, and every unit made its own anew.)"""
+        lent = self._lent_bytes + lending  # with the loan under way
+        keep = 2 * max(max(self._recent, default=0), lent)
+        while self._idle:
+            oldest = min(range(len(self._idle)), key=lambda i: self._idle[i][1])
+            size, _, returned, _ = self._idle[oldest]
+            if returned > self._loans - RECENT and self._idle_bytes + lent <= keep:
+                return
+            del self._idle[oldest]
+            self._idle_bytes -= size
 
     def _fitting(self, size: int) -> np.ndarray | None:
         """The smallest idle buffer that holds ``size`` bytes and not much more."""
-        i = bisect.bisect_left(self._idle, size, key=lambda b: b.nbytes)
-        if i == len(self._idle) or self._idle[i].nbytes * 4 > (size + GRAIN) * 5:
+        i = bisect.bisect_left(self._idle, (size,))
+        if i == len(self._idle) or self._idle[i][0] * 4 > (size + GRAIN) * 5:
             return None
-        self._idle_bytes -= self._idle[i].nbytes
-        return self._idle.pop(i)
+        nbytes, _, _, buffer = self._idle.pop(i)
+        self._idle_bytes -= nbytes
+        return buffer
 
 
 #: This process's pool (a forked worker starts with none of its parent's buffers).

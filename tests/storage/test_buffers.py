@@ -79,6 +79,23 @@ def test_units_of_one_size_and_a_smaller_last_one_keep_both_buffers() -> None:
     assert made == [2, 2, 2, 2]
 
 
+def test_the_buffer_a_unit_is_joined_in_stays_beside_ranges_of_many_sizes() -> None:
+    """Each unit: ranges of many sizes lent at once, its rows joined into one large buffer, the
+    ranges let go, then the join. Every unit joins in the buffer the first one made, and the
+    ranges soon find buffers of earlier units."""
+    pool, rng = BufferPool(), np.random.default_rng(2)
+    joins_made, made = 0, []
+    for _ in range(30):
+        ranges = [pool.take(int(size)) for size in rng.integers(50 << 10, 1200 << 10, 30)]
+        before = pool.allocations
+        join = pool.take(30 << 20)
+        joins_made += pool.allocations - before
+        del ranges, join
+        made.append(pool.allocations)
+    assert joins_made == 1
+    assert made[-1] - made[9] < 30  # of the 600 ranges after the first 300: nearly all in buffers made before
+
+
 def test_ranges_of_any_sizes_and_lifetimes_get_their_own_bytes_and_bounded_memory() -> None:
     """Random sizes, each range kept for a random while: a range lent is never another's while
     it lives (each keeps the bytes written into it), and idle buffers beyond the most lent at
