@@ -79,7 +79,8 @@ class LoaderEpoch:
     """One epoch of a loader that has already played one (its workers are up, its connections
     open): the steady state a training run sees. Counts the requests of its last epoch, the
     peak PSS of the loader's processes (this one and its workers) over its epochs, and the least
-    CPU seconds an epoch took of the loader's processes and of the servers (noise only adds)."""
+    CPU seconds an epoch took of the loader's processes and of the servers (noise only adds).
+    The loader's CPU includes that of the memory sampler's thread in this process."""
 
     def __init__(self, source: str, workers: int, **options: Any) -> None:
         self.loader = pipeline.make_loader(source, num_workers=workers, batch_size=256, fields=["x", "y"], **options)
@@ -237,6 +238,7 @@ def bench_http(folder: Path, names: list[str], runs: int, workers: int) -> list[
         shard = folder / "data" / names[0]
         return rows + ranged_rows("http", f"{url}/data/{names[0]}", shard.stat().st_size, runs)
     finally:
+        SERVERS.discard(process.pid)
         stop(process)
 
 
@@ -264,10 +266,13 @@ def bench_s3(folder: Path, names: list[str], runs: int, workers: int) -> list[di
         shard = folder / "data" / names[0]
         return rows + ranged_rows("s3", f"s3://bench/emb/{names[0]}", shard.stat().st_size, runs)
     finally:
+        SERVERS.discard(process.pid)
         stop(process)
 
 
 def blank(value: float | None, spec: str) -> str:
+    """A table cell: ``value`` formatted, or empty where there is none (the raw clients have no
+    loader CPU or requests)."""
     return "" if value is None else format(value, spec)
 
 

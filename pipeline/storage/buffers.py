@@ -108,9 +108,8 @@ class BufferPool:
         """Idle buffers not lent again over :data:`RECENT` loans go, and the ones idle longest
         while the pool would hold more than twice the most lent at once (``lending`` more bytes
         lent now). Asked after the buffer of a loan is taken out, so that the one needed now
-        never goes. (Idle ones beyond the most lent at once went before, the largest first: the
-        buffer a unit's rows are joined in went whenever buffers of other sizes waited beside
-        it, and every unit made its own anew.)"""
+        never goes: buffers of other sizes waiting beside it must not cost a unit the buffer its
+        rows are joined in."""
         lent = self._lent_bytes + lending  # with the loan under way
         keep = 2 * max(max(self._recent, default=0), lent)
         while self._idle:
@@ -122,10 +121,14 @@ class BufferPool:
             self._idle_bytes -= size
 
     def _fitting(self, size: int) -> np.ndarray | None:
-        """The smallest idle buffer that holds ``size`` bytes and not much more."""
+        """The smallest idle buffer that holds ``size`` bytes and not much more; of several that
+        size, the one back last. Why the last: a steady reader then takes turns with the few it
+        needs, and a burst's surplus stays idle until it ages out (taking the one idle longest
+        would cycle through every buffer and keep them all young)."""
         i = bisect.bisect_left(self._idle, (size,))
         if i == len(self._idle) or self._idle[i][0] * 4 > (size + GRAIN) * 5:
             return None
+        i = bisect.bisect_left(self._idle, (self._idle[i][0] + 1,)) - 1  # the last of that size
         nbytes, _, _, buffer = self._idle.pop(i)
         self._idle_bytes -= nbytes
         return buffer

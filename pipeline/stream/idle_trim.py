@@ -32,6 +32,7 @@ class IdleTrim:
         self._reading = 0
         self._generation = 0  # changes whenever a reading starts: a trim asked for before is off
         self._timer: threading.Timer | None = None
+        self._stopped = False  # at exit: no trim is asked for after
 
     def started(self) -> None:
         """A reading starts: no trim until every reading has ended."""
@@ -43,16 +44,23 @@ class IdleTrim:
         """A reading ended: trim :data:`IDLE_S` from now, unless another starts meanwhile."""
         with self._lock:
             self._reading -= 1
-            if self._reading:
+            if self._reading or self._stopped:
                 return
             self._timer = threading.Timer(IDLE_S, self._trim, (self._generation,))
             self._timer.daemon = True  # waited for by nothing at exit (see stop, for a trim under way)
             self._timer.start()
 
-    def stop(self) -> None:
-        """Call off any trim asked for (at exit: a trim under way is waited for, so that no thread
-        frees memory while the interpreter finalizes)."""
+    def call_off(self) -> None:
+        """Call off any trim asked for; a reading that ends later asks for one again."""
         with self._lock:
+            self._call_off()
+
+    def stop(self) -> None:
+        """At exit: call off any trim asked for, and any asked for later (a reading that ends
+        after this starts no timer). A trim under way is waited for, so that no thread frees
+        memory while the interpreter finalizes."""
+        with self._lock:
+            self._stopped = True
             self._call_off()
 
     def _call_off(self) -> None:

@@ -48,13 +48,25 @@ class _Reader:
                 self.results.put((True, _END))
         except BaseException as exc:  # noqa: BLE001 - raised in the caller, where the result would be
             self.results.put((False, exc))
-        if self.stopped.is_set():  # nobody takes what was read: free it now, not when the table lets go
-            while not self.results.empty():
-                self.results.get()
+        if self.stopped.is_set():  # put after the caller's stop emptied the queue
+            self._drop_results()
 
     def stop(self) -> None:
+        """No read starts after this, and what was read but not taken is freed now (by the
+        caller, and by the thread for a read it ends after this): a unit read ahead must not
+        wait in the queue until the table lets go of its reader."""
         self.stopped.set()
         self.slots.release()  # wakes a reader waiting for a slot, to see that it is stopped
+        self._drop_results()
+
+    def _drop_results(self, empty: type[Exception] = queue.Empty) -> None:
+        """(``empty`` bound here: a generator left to the interpreter's end stops its reader
+        after the module's globals are gone.)"""
+        while True:
+            try:
+                self.results.get_nowait()
+            except empty:
+                return
 
 
 _readers: list[_Reader] = []  # started ones the main thread has not yet seen ended

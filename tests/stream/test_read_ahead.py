@@ -7,12 +7,14 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pipeline import ShardDataset, make_loader
+from pipeline.stream import read_ahead as read_ahead_module
 from pipeline.stream.read_ahead import EXIT_WAIT_S, read_ahead
 from tests.stream.shardsets import random_sizes, uneven_shards
 
@@ -49,6 +51,27 @@ def test_reads_run_in_a_thread_of_their_own_and_stop_when_the_loop_does() -> Non
     assert all(name.startswith("read-ahead") for _, name in started)
 
 
+def test_what_was_read_ahead_is_freed_when_the_loop_stops_after_the_thread_ended() -> None:
+    """The last units read ahead, their thread ended: a loop that stops frees them at once, not
+    when the next read_ahead lets go of the ended thread."""
+    class Unit:
+        pass
+
+    made: list[weakref.ref] = []
+
+    def read(n: int) -> Unit:
+        unit = Unit()
+        made.append(weakref.ref(unit))
+        return unit
+
+    reads = read_ahead(iter(range(3)), read, depth=3)
+    first = next(reads)
+    read_ahead_module._readers[-1].thread.join(10)  # every item read, the end sent
+    reads.close()
+    del first
+    assert len(made) == 3 and all(ref() is None for ref in made)
+
+
 def test_a_read_under_way_when_the_loop_stops_holds_up_the_exit_a_few_seconds_at_most() -> None:
     script = ("import time\nfrom pipeline.stream.read_ahead import read_ahead\n"
               "reads = read_ahead(iter(range(5)), lambda n: time.sleep(0 if n == 0 else 60) or n, depth=1)\n"
@@ -63,6 +86,7 @@ def test_a_read_under_way_when_the_loop_stops_holds_up_the_exit_a_few_seconds_at
 # ("terminate called without an active exception") after the script had ended without an error.
 EXIT_DURING_A_READ = """
 import threading, time, torch
+from pipeline.stream import read_ahead as read_ahead_module
 from pipeline.stream.read_ahead import EXIT_WAIT_S, read_ahead
 
 reading = threading.Event()
