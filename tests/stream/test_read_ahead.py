@@ -86,7 +86,6 @@ def test_a_read_under_way_when_the_loop_stops_holds_up_the_exit_a_few_seconds_at
 # ("terminate called without an active exception") after the script had ended without an error.
 EXIT_DURING_A_READ = """
 import threading, time, torch
-from pipeline.stream import read_ahead as read_ahead_module
 from pipeline.stream.read_ahead import EXIT_WAIT_S, read_ahead
 
 reading = threading.Event()
