@@ -79,10 +79,11 @@ def test_a_mix_of_http_and_s3_sources_yields_the_batches_of_the_same_mix_on_disk
     assert sum(map(len, remote)) == 2 * total_samples  # an epoch of a mix: the sources' sizes together
 
 
-def test_the_remote_benchmark_runs_local_http_and_s3(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", ["embeddings", "images"])
+def test_the_remote_benchmark_runs_local_http_and_s3(tmp_path: Path, shape: str) -> None:
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_remote.py"
-    result = subprocess.run([sys.executable, str(script), "--quick", "--out", str(tmp_path)], capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run([sys.executable, str(script), "--quick", "--shape", shape, "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads((tmp_path / "bench_remote.json").read_text())["rows"]
     assert [(r["source"], r["reader"].split(":")[0]) for r in rows] == [
@@ -99,4 +100,7 @@ def test_the_remote_benchmark_runs_local_http_and_s3(tmp_path: Path) -> None:
     assert requests[0] == requests[-1] == 0 and min(requests[1:-1]) > 0  # local, and from the cache: none
     assert all(r["loader_cpu_s"] > 0 and r["server_cpu_s"] >= 0 for r in loaders)
     assert all(0 < r["cpu_ceiling_vs_local"] <= 1 for r in loaders[1:])
+    # each remote loader is compared with the local epochs it took turns with
+    assert all(r["vs_local"] == pytest.approx(r["local_seconds"] / r["seconds"]) for r in loaders[1:])
+    assert "local_seconds" not in loaders[0]
     assert "CPU ceilings on these" in result.stdout
