@@ -35,19 +35,19 @@ import json
 import multiprocessing
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchlib.raw_clients import RANGE_BYTES, RANGE_THREADS, best_of, boto3_all, curl_all, ranged_gets  # noqa: E402
 
 import pipeline  # noqa: E402
 from pipeline.measure.cpu import tree_cpu_seconds  # noqa: E402
@@ -82,16 +82,6 @@ def build_shards(folder: Path, shape: str, rows: int, pack: int) -> list[str]:
     index = pipeline.write_shards(folder, {"x": x, "y": np.arange(rows)}, prefix=shape, pack=pack,
                                   shard_bytes=64 << 20, quiet=True)
     return [s.url for s in index.shards]
-
-
-def best_of(runs: int, action: Callable[[], int]) -> tuple[float, int]:
-    """Best wall time of ``runs`` runs of ``action`` (which returns bytes moved)."""
-    best, moved = float("inf"), 0
-    for _ in range(runs):
-        started = time.perf_counter()
-        moved = action()
-        best = min(best, time.perf_counter() - started)
-    return best, moved
 
 
 SERVERS: set[int] = set()  # the servers' processes, left out of the loader's memory
@@ -158,32 +148,6 @@ def taking_turns(runs: int, local: LoaderEpoch, remote: LoaderEpoch) -> tuple[fl
         best_remote = min(best_remote, seconds)
     local.aside = set()
     return best_local, best_remote, moved
-
-
-def curl_all(urls: list[str], parallel: int) -> Callable[[], int]:
-    def fetch(url: str) -> int:
-        out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{size_download}", url],
-                             check=True, capture_output=True, text=True).stdout
-        return int(float(out))
-
-    def run() -> int:
-        with ThreadPoolExecutor(max(parallel, 1)) as pool:
-            return sum(pool.map(fetch, urls))
-    return run
-
-
-def boto3_all(bucket: str, keys: list[str], parallel: int) -> Callable[[], int]:
-    import boto3
-
-    client = boto3.client("s3")
-
-    def fetch(key: str) -> int:
-        return len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-
-    def run() -> int:
-        with ThreadPoolExecutor(max(parallel, 1)) as pool:
-            return sum(pool.map(fetch, keys))
-    return run
 
 
 READ_AHEAD: int | None = None  # the loader's read_ahead, set by --read-ahead
@@ -266,32 +230,11 @@ def ranged_rows(source: str, url: str, size: int, runs: int) -> list[dict]:
     return rows
 
 
-def ranged_row(source: str, url: str, size: int, client: str, runs: int, chunk: int = 512 << 10,
-               threads: int = 8) -> dict:
-    """Ranged GETs of ``chunk`` bytes at random places of one object, ``threads`` at a time, into
-    reused buffers (the loader's reads, without its decoding): their rate, and the CPU this process
-    spent on each (what caps a worker's requests on a fast network)."""
-    from pipeline.storage.buffers import process_pool
-    from pipeline.storage.opener import read_range_into
-
-    starts = np.random.default_rng(0).permutation(max(size // chunk, 1))[:200] * chunk
-
-    def read(start: int) -> int:
-        out = process_pool().take(min(start + chunk, size) - start)
-        read_range_into(url, start, out)
-        return len(out)
-
-    def run() -> int:
-        with ThreadPoolExecutor(threads) as pool:
-            return sum(pool.map(read, starts.tolist()))
-
-    before = os.times()
-    result = row(source, "", *best_of(runs, run), requests=len(starts))
-    after = os.times()
-    cpu_ms = (after.user + after.system - before.user - before.system) / (runs * len(starts)) * 1e3
-    result["reader"] = f"ranged GETs of {chunk >> 10} KB, {threads} threads, {client}: {cpu_ms:.2f} ms CPU a request"
-    result["cpu_ms_per_request"] = cpu_ms
-    return result
+def ranged_row(source: str, url: str, size: int, client: str, runs: int) -> dict:
+    """The row of bare ranged GETs through ``client`` (:func:`ranged_gets`)."""
+    seconds, moved, requests, cpu_ms = ranged_gets(url, size, runs)
+    reader = f"ranged GETs of {RANGE_BYTES >> 10} KB, {RANGE_THREADS} threads, {client}: {cpu_ms:.2f} ms CPU a request"
+    return row(source, reader, seconds, moved, requests=requests) | {"cpu_ms_per_request": cpu_ms}
 
 
 def bench_http(folder: Path, names: list[str], runs: int, local: LoaderEpoch) -> list[dict]:
