@@ -80,7 +80,7 @@ def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
         if scheduler is None:
             cluster = stack.enter_context(LocalCluster(
                 n_workers=max(workers, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=None))
+                dashboard_address=":0"))  # any free port: 8787 may be another cluster's
             client = stack.enter_context(Client(cluster))
         else:
             client = stack.enter_context(Client(scheduler))

@@ -24,7 +24,7 @@ OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
 def cluster():
     """Two worker processes of one thread each, on loopback, shared by the tests of this module."""
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None) as local:
+                                  dashboard_address=":0") as local:
         yield local
 
 
