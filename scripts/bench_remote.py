@@ -165,10 +165,10 @@ def loader_label(workers: int, how: str = "") -> str:
     return f"this loader ({workers} workers{', ' + how if how else ''})"
 
 
-def local_row(local: LoaderEpoch, runs: int, workers: int) -> dict:
+def local_row(local: LoaderEpoch, runs: int) -> dict:
     """The row of the loader on local files, measured on its own."""
     seconds, moved = best_of(runs, local)
-    return row("local", loader_label(workers), seconds, moved, requests=local.requests, peak_pss=local.peak_pss,
+    return row("local", loader_label(local.loader.num_workers), seconds, moved, requests=local.requests, peak_pss=local.peak_pss,
                cpu=(local.loader_cpu, local.server_cpu))
 
 
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         names = build_shards(folder / "data", args.shape, args.rows, args.pack)
         local = LoaderEpoch(str(folder / "data"), args.workers, read_ahead=READ_AHEAD)
-        rows: list[dict] = [local_row(local, args.runs, args.workers)]
+        rows: list[dict] = [local_row(local, args.runs)]
         if args.source in ("http", "both"):
             rows += bench_http(folder, names, args.runs, local)
         if args.source in ("s3", "both"):
