@@ -15,6 +15,7 @@ import torch
 
 import pipeline
 from pipeline import ShardError, SourceError
+from pipeline.stream.workers import stop_workers
 from tests.helpers import child_pids
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -107,7 +108,10 @@ def test_the_dataset_of_a_loader_still_raises_as_usual_in_a_plain_dataloader(pri
     dataset = pipeline.ShardDataset(pristine, batch_size=50, batch_transform=transform)
     with pytest.raises(KeyError):
         next(iter(pipeline.make_loader(dataset, num_workers=2)))
-    plain = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+    plain = iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
     with pytest.raises(KeyError, match="Caught KeyError in DataLoader worker process"):
         for _ in plain:  # PyTorch's own way: no batch, and no message of ours, stands in for the error
             pass
+    # stopped here: the error's traceback holds the iterator in a reference cycle, and PyTorch's
+    # shutdown run by a garbage collection (in some later test) waits 5 s per worker
+    stop_workers(plain)

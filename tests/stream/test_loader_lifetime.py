@@ -1,0 +1,72 @@
+"""A loader's workers stop, cleanly and at once, when the loader is freed: by its last reference,
+or by a garbage collection of a reference cycle that holds it (an exception's traceback holding
+the training loop's frame makes one). A collection used to run the loader's shutdown after its
+queues had stopped sending, and the shutdown then waited 5 s per worker and killed them."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline import ShardDataset
+from pipeline.stream.loader import ShardLoader
+from tests.helpers import child_pids
+from tests.stream.shardsets import random_sizes, uneven_shards
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    return uneven_shards(tmp_path_factory.mktemp("lifetime"), random_sizes(4, 200, 400, seed=3), pack=4)
+
+
+def note_termination(folder: Path, worker_id: int) -> None:
+    """A worker's ``worker_init_fn``: a SIGTERM (the shutdown's last resort for a worker that did
+    not stop when asked) leaves a file in ``folder`` before the worker exits."""
+    def terminated(signum: int, frame: Any) -> None:
+        (folder / f"terminated-{os.getpid()}").touch()
+        os._exit(1)
+    signal.signal(signal.SIGTERM, terminated)
+
+
+def started_workers(loader: ShardLoader, before: set[int], how: str) -> tuple[Any, list[int]]:
+    """Iterate ``loader`` as ``how`` says; what is left of the loop, and the workers started."""
+    if how == "mid-epoch":
+        loop = iter(loader)
+        next(loop)
+    else:
+        loop = None
+        assert sum(len(batch["i"]) for batch in loader) == loader.dataset.samples
+    workers = [pid for pid in child_pids(os.getpid()) if pid not in before]
+    assert len(workers) == 2
+    return loop, workers
+
+
+@pytest.mark.parametrize("how", ["after an epoch", "mid-epoch"])
+@pytest.mark.parametrize("freed_by", ["its last reference", "a collection of its cycle"])
+def test_a_freed_loader_stops_its_workers_without_killing_them(shards: Path, tmp_path: Path, how: str,
+                                                               freed_by: str) -> None:
+    before = set(child_pids(os.getpid()))
+    gc.collect()
+    gc.disable()  # the collection happens where the test says
+    try:
+        loader = ShardLoader(ShardDataset(shards, batch_size=32, seed=1, shuffle_buffer=100), num_workers=2,
+                             persistent_workers=True, worker_init_fn=functools.partial(note_termination, tmp_path))
+        loop, workers = started_workers(loader, before, how)
+        if freed_by == "a collection of its cycle":
+            held = [loader, loop]
+            held.append(held)
+            del held
+        del loader, loop
+        if freed_by == "a collection of its cycle":
+            assert [pid for pid in child_pids(os.getpid()) if pid in workers] == workers  # the cycle holds them
+            gc.collect()
+    finally:
+        gc.enable()
+    assert [pid for pid in child_pids(os.getpid()) if pid in workers] == []
+    assert list(tmp_path.glob("terminated-*")) == []  # each stopped when asked, none killed
