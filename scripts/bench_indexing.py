@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
@@ -31,6 +30,8 @@ import webdataset as wds
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchlib.common import best_of  # noqa: E402
 
 import pipeline  # noqa: E402
 from pipeline.format.tar import iter_members  # noqa: E402
@@ -54,16 +55,6 @@ def write_shards(folder: Path, samples: int, sample_bytes: int, shards: int) -> 
     return paths
 
 
-def seconds(action) -> float:
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
-
-
-def best(runs: int, action) -> float:
-    return min(seconds(action) for _ in range(runs))
-
-
 def index_command(*args: str) -> None:
     """``pipeline index`` as a user runs it (its start-up and worker processes included)."""
     subprocess.run([sys.executable, "-m", "pipeline", "index", *args, "--workers", "2", "--overwrite", "--quiet"],
@@ -73,15 +64,16 @@ def index_command(*args: str) -> None:
 def speed(folder: Path, paths: list[Path], nginx: str | None, runs: int) -> list[dict]:
     total = sum(p.stat().st_size for p in paths)
     rows = []
-    raw_local = best(runs, lambda: subprocess.run(["cat", *map(str, paths)], stdout=subprocess.DEVNULL, check=True))
-    ours_local = best(runs, lambda: index_command(*map(str, paths)))
+    cat = ["cat", *map(str, paths)]
+    raw_local = best_of(runs, lambda: subprocess.run(cat, stdout=subprocess.DEVNULL, check=True))[0]
+    ours_local = best_of(runs, lambda: index_command(*map(str, paths)))[0]
     rows.append({"source": "local", "gb": total / 1e9, "raw_s": raw_local, "index_s": ours_local})
     if nginx is not None:
         urls = [f"{nginx}/{folder.name}/{p.name}" for p in paths]
         curl = ["curl", "-s", *(part for url in urls for part in ("-o", "/dev/null", url))]
-        raw_http = best(runs, lambda: subprocess.run(curl, check=True))
+        raw_http = best_of(runs, lambda: subprocess.run(curl, check=True))[0]
         out = folder.parent / "http-index"
-        ours_http = best(runs, lambda: index_command(*urls, "--output", str(out)))
+        ours_http = best_of(runs, lambda: index_command(*urls, "--output", str(out)))[0]
         rows.append({"source": "http", "gb": total / 1e9, "raw_s": raw_http, "index_s": ours_http})
     for row in rows:
         row["raw_gb_s"] = row["gb"] / row["raw_s"]

@@ -47,7 +47,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchlib.raw_clients import RANGE_BYTES, RANGE_THREADS, best_of, boto3_all, curl_all, ranged_gets  # noqa: E402
+from benchlib.common import best_of  # noqa: E402
+from benchlib.raw_clients import RANGE_BYTES, RANGE_THREADS, boto3_all, curl_all, ranged_gets  # noqa: E402
 
 import pipeline  # noqa: E402
 from pipeline.measure.cpu import tree_cpu_seconds  # noqa: E402

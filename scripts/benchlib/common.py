@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 MB = 1e6
 
 
@@ -125,3 +127,14 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def best_of(runs: int, action: Callable[[], T]) -> tuple[float, T]:
+    """The best wall time of ``runs`` runs of ``action``, and what its last run returned (the
+    bytes it moved, say): the least-disturbed run on a shared machine."""
+    best, result = float("inf"), None
+    for _ in range(runs):
+        started = time.perf_counter()
+        result = action()
+        best = min(best, time.perf_counter() - started)
+    return best, result  # type: ignore[return-value]

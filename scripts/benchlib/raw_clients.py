@@ -6,21 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 
-
-def best_of(runs: int, action: Callable[[], int]) -> tuple[float, int]:
-    """Best wall time of ``runs`` runs of ``action`` (which returns bytes moved)."""
-    best, moved = float("inf"), 0
-    for _ in range(runs):
-        started = time.perf_counter()
-        moved = action()
-        best = min(best, time.perf_counter() - started)
-    return best, moved
+from .common import best_of
 
 
 def curl_all(urls: list[str], parallel: int) -> Callable[[], int]:
