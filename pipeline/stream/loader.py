@@ -8,6 +8,7 @@ rank (every rank yields the same number of batches), so rank 0 saves it with the
 
 from __future__ import annotations
 
+import sys
 import time
 import weakref
 from typing import Any, Iterator, Mapping
@@ -67,6 +68,11 @@ class ShardLoader(DataLoader):
     the samples the old run had not, each once, in equal numbers of batches. Continuing
     mid-epoch starts new workers (persistent ones hold a copy of the dataset from before).
     """
+
+    #: Whether the interpreter is finalizing: a loop left under way is closed then, when this
+    #: module's names may be gone (a class attribute keeps this one), and PyTorch's exit handlers
+    #: stop the workers.
+    _finalizing = staticmethod(sys.is_finalizing)
 
     def __init__(self, dataset: ShardDataset, num_workers: int = 0, **kwargs: Any) -> None:
         if kwargs.get("in_order") is False:
@@ -136,7 +142,8 @@ class ShardLoader(DataLoader):
                     self._stepped += time.perf_counter() - handed
                 asked = time.perf_counter()
         except GeneratorExit:  # the loop stopped early: a break, or an error in its body (a worker's
-            self._stop_workers(iterator)  # death in a training step among them); the next one restarts
+            if not self._finalizing():  # death in a training step among them); the next one restarts
+                self._stop_workers(iterator)
             raise
         except Exception as exc:
             death = self._death_after(iterator, exc)

@@ -9,6 +9,8 @@ import functools
 import gc
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +72,22 @@ def test_a_freed_loader_stops_its_workers_without_killing_them(shards: Path, tmp
         gc.enable()
     assert [pid for pid in child_pids(os.getpid()) if pid in workers] == []
     assert list(tmp_path.glob("terminated-*")) == []  # each stopped when asked, none killed
+
+
+LEFT_AT_EXIT = """
+import sys
+from pipeline import make_loader
+loader = make_loader(sys.argv[1], num_workers={workers}, batch_size=32, persistent_workers={persistent})
+loop = iter(loader)
+next(loop)
+"""
+
+
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_a_script_that_ends_with_a_loop_under_way_exits_without_a_word(shards: Path, workers: int,
+                                                                      persistent: bool) -> None:
+    """The loop's generator is closed as the interpreter finalizes, when the loader's modules
+    have lost their names: stopping workers then is left to PyTorch's exit handlers."""
+    script = LEFT_AT_EXIT.format(workers=workers, persistent=persistent)
+    run = subprocess.run([sys.executable, "-c", script, str(shards)], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stderr) == (0, "")
