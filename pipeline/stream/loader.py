@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import time
-import weakref
 from typing import Any, Iterator, Mapping
 
 import numpy as np
@@ -23,7 +22,6 @@ from .dataset import ShardDataset
 from .message_buffers import Lent, ReleaseTable
 from .plan import Leg
 from .workers import (
-    LiveIterators,
     LoaderWorker,
     WatchedWorkersIterator,
     WorkerError,
@@ -82,8 +80,6 @@ class ShardLoader(DataLoader):
         if num_workers:  # workers send a unit a message, and errors as messages, which this loader handles
             self._released = ReleaseTable(num_workers)
             kwargs["worker_init_fn"] = LoaderWorker(kwargs.get("worker_init_fn"), self._released)
-        self._live = LiveIterators()  # its worker iterators, stopped when the loader is freed (even in a cycle)
-        weakref.finalize(self, self._live.stop_all).atexit = False  # at exit, PyTorch's own handler
         kwargs.setdefault("collate_fn", convert_keeping_tuples)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self._epoch = dataset.epoch
@@ -98,7 +94,7 @@ class ShardLoader(DataLoader):
         if not self.num_workers:
             return super()._get_iterator()
         self.check_worker_number_rationality()
-        return WatchedWorkersIterator(self, self._live)
+        return WatchedWorkersIterator(self)
 
     @property
     def epoch(self) -> int:

@@ -21,15 +21,15 @@ Two things go wrong in a worker, and PyTorch reports both badly:
   :func:`stop_workers` takes the workers' pids out of the handler's
   watch before shutting them down, so that a second death signal cannot interrupt the shutdown.
 
-And one thing goes wrong when nothing fails: **a loader freed by the garbage collector.** A
+And one thing goes wrong when nothing fails: **an iterator freed by the garbage collector.** A
 loader in a reference cycle (an exception's traceback holds the training loop's frame, and the
 loader with it) is freed by a collection, which first runs the weakref callbacks of everything
 in the cycle, among them the one by which each of the iterator's multiprocessing queues stops
 the thread that feeds its pipe, and only then ``__del__``: DataLoader's shutdown then puts its
 stop message on queues that send nothing any more, and waits 5 s per worker before killing
-them, in whatever thread the collection ran. :class:`LiveIterators` holds a loader's worker
-iterators outside the loader, so that they are never part of its cycle, and the loader's
-finalizer stops them while their queues still work.
+them, in whatever thread the collection ran. :class:`WatchedWorkersIterator` keeps its queues
+in a table of this module until its workers are stopped, so that they are never part of such
+a cycle (the iterator itself is not kept: it goes when its loader and loop let go of it).
 """
 
 from __future__ import annotations
@@ -140,31 +140,20 @@ class LoaderWorker:
             self.then(worker_id)
 
 
-class LiveIterators:
-    """The worker iterators of one loader whose workers have not been stopped: held here, where
-    a collection of the loader's cycle cannot reach them (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.iterators: set[Any] = set()
-
-    def stop_all(self) -> None:
-        """Stop the workers of every iterator held (the loader's finalizer)."""
-        if os.getpid() != self.pid:
-            return  # a forked worker's copy: those workers are not its children
-        for iterator in list(self.iterators):
-            stop_workers(iterator)
+#: The queues of each worker iterator whose workers run, by ``id`` of the iterator: held here
+#: (see the module docstring) from the start of its workers to their stop.
+_QUEUES: dict[int, list[Any]] = {}
 
 
 class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     """DataLoader's iterator over worker processes, its wait for a batch cut into slices of
     :data:`WATCH_S`, each ending in PyTorch's check that the workers live (a ``timeout`` given
-    to the loader is kept: it is passed in). Held in ``live`` until its workers are stopped."""
+    to the loader is kept: it is passed in). Its queues are held in :data:`_QUEUES` until its
+    workers are stopped."""
 
-    def __init__(self, loader: Any, live: LiveIterators) -> None:
-        self._live = live
+    def __init__(self, loader: Any) -> None:
         super().__init__(loader)
-        live.iterators.add(self)
+        _QUEUES[id(self)] = [*self._index_queues, self._worker_result_queue]
 
     def _try_get_data(self, timeout: float = WATCH_S) -> tuple[bool, Any]:
         return super()._try_get_data(timeout)
@@ -173,7 +162,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         try:
             super()._shutdown_workers()
         finally:
-            self._live.iterators.discard(self)
+            _QUEUES.pop(id(self), None)
 
 
 def translate_worker_deaths() -> None:

@@ -36,20 +36,12 @@ def note_termination(folder: Path, worker_id: int) -> None:
     signal.signal(signal.SIGTERM, terminated)
 
 
-def started_workers(loader: ShardLoader, before: set[int], how: str) -> tuple[Any, list[int]]:
-    """Iterate ``loader`` as ``how`` says; what is left of the loop, and the workers started."""
-    if how == "mid-epoch":
-        loop = iter(loader)
-        next(loop)
-    else:
-        loop = None
-        assert sum(len(batch["i"]) for batch in loader) == loader.dataset.samples
-    workers = [pid for pid in child_pids(os.getpid()) if pid not in before]
-    assert len(workers) == 2
-    return loop, workers
+def workers_since(before: set[int]) -> list[int]:
+    return [pid for pid in child_pids(os.getpid()) if pid not in before]
 
 
-@pytest.mark.parametrize("how", ["after an epoch", "mid-epoch"])
+@pytest.mark.parametrize("how", ["after an epoch", "mid-epoch", "mid-epoch, workers not persistent",
+                                 "interrupted while waiting for a batch"])
 @pytest.mark.parametrize("freed_by", ["its last reference", "a collection of its cycle"])
 def test_a_freed_loader_stops_its_workers_without_killing_them(shards: Path, tmp_path: Path, how: str,
                                                                freed_by: str) -> None:
@@ -58,8 +50,18 @@ def test_a_freed_loader_stops_its_workers_without_killing_them(shards: Path, tmp
     gc.disable()  # the collection happens where the test says
     try:
         loader = ShardLoader(ShardDataset(shards, batch_size=32, seed=1, shuffle_buffer=100), num_workers=2,
-                             persistent_workers=True, worker_init_fn=functools.partial(note_termination, tmp_path))
-        loop, workers = started_workers(loader, before, how)
+                             persistent_workers="not persistent" not in how,
+                             worker_init_fn=functools.partial(note_termination, tmp_path))
+        loop = iter(loader)
+        if how == "after an epoch":
+            assert sum(len(batch["i"]) for batch in loop) == loader.dataset.samples
+        else:
+            next(loop)
+        workers = workers_since(before)
+        assert len(workers) == 2
+        if how == "interrupted while waiting for a batch":
+            with pytest.raises(KeyboardInterrupt):
+                loop.throw(KeyboardInterrupt)  # (Ctrl-C in the loader's wait ends its loop so)
         if freed_by == "a collection of its cycle":
             held = [loader, loop]
             held.append(held)
@@ -72,6 +74,24 @@ def test_a_freed_loader_stops_its_workers_without_killing_them(shards: Path, tmp
         gc.enable()
     assert [pid for pid in child_pids(os.getpid()) if pid in workers] == []
     assert list(tmp_path.glob("terminated-*")) == []  # each stopped when asked, none killed
+
+
+def test_an_interrupted_loop_lets_its_workers_go_while_the_loader_stays(shards: Path, tmp_path: Path) -> None:
+    """Workers that do not persist belong to their loop: Ctrl-C while it waits for a batch, the
+    loop let go, and they stop, however long the loader is kept (in a notebook, say)."""
+    before = set(child_pids(os.getpid()))
+    loader = ShardLoader(ShardDataset(shards, batch_size=32, seed=1, shuffle_buffer=100), num_workers=2,
+                         persistent_workers=False, worker_init_fn=functools.partial(note_termination, tmp_path))
+    loop = iter(loader)
+    head = next(loop)["i"].tolist()
+    workers = workers_since(before)
+    with pytest.raises(KeyboardInterrupt):
+        loop.throw(KeyboardInterrupt)
+    del loop
+    assert [pid for pid in child_pids(os.getpid()) if pid in workers] == []
+    assert list(tmp_path.glob("terminated-*")) == []
+    rest = [i for batch in loader for i in batch["i"].tolist()]  # and the loader goes on with new workers
+    assert sorted(head + rest) == list(range(loader.dataset.samples))
 
 
 LEFT_AT_EXIT = """
@@ -89,5 +109,6 @@ def test_a_script_that_ends_with_a_loop_under_way_exits_without_a_word(shards: P
     """The loop's generator is closed as the interpreter finalizes, when the loader's modules
     have lost their names: stopping workers then is left to PyTorch's exit handlers."""
     script = LEFT_AT_EXIT.format(workers=workers, persistent=persistent)
-    run = subprocess.run([sys.executable, "-c", script, str(shards)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(shards)], capture_output=True, text=True,
+                         timeout=120)
     assert (run.returncode, run.stderr) == (0, "")
