@@ -68,8 +68,8 @@ class ShardLoader(DataLoader):
     """
 
     #: Whether the interpreter is finalizing: a loop left under way is closed then, when this
-    #: module's names may be gone (a class attribute keeps this one), and PyTorch's exit handlers
-    #: stop the workers.
+    #: module's names may be gone (a class attribute keeps this one), and the exit handlers have
+    #: already stopped the workers (multiprocessing's ends daemonic children, as workers are).
     _finalizing = staticmethod(sys.is_finalizing)
 
     def __init__(self, dataset: ShardDataset, num_workers: int = 0, **kwargs: Any) -> None:

@@ -107,7 +107,7 @@ next(loop)
 def test_a_script_that_ends_with_a_loop_under_way_exits_without_a_word(shards: Path, workers: int,
                                                                       persistent: bool) -> None:
     """The loop's generator is closed as the interpreter finalizes, when the loader's modules
-    have lost their names: stopping workers then is left to PyTorch's exit handlers."""
+    have lost their names: stopping the workers is the exit handlers' work by then."""
     script = LEFT_AT_EXIT.format(workers=workers, persistent=persistent)
     run = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(shards)], capture_output=True, text=True,
                          timeout=120)
