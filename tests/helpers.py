@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pipeline
@@ -32,6 +33,12 @@ def child_pids(pid: int) -> list[int]:
         except FileNotFoundError:  # a thread that has just ended
             continue
     return sorted(children)
+
+
+def started_since(before: set[int]) -> list[int]:
+    """Children of this process started since ``before`` (its children then) was taken: a
+    loader's workers, not the servers other tests started."""
+    return [pid for pid in child_pids(os.getpid()) if pid not in before]
 
 
 def index_content(index: pipeline.DatasetIndex) -> tuple:

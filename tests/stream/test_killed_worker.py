@@ -19,7 +19,7 @@ from torch.utils.data import get_worker_info
 
 from pipeline import WorkerError, make_loader
 from pipeline.stream.loader import ShardLoader
-from tests.helpers import child_pids
+from tests.helpers import child_pids, started_since
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -34,12 +34,6 @@ def shards(tmp_path_factory) -> Path:
 def new_loader(shards: Path) -> ShardLoader:
     # one batch per worker message keeps a worker's output small next to the epoch
     return make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300)
-
-
-def started_since(before: set[int]) -> list[int]:
-    """Children of this process started since ``before`` was taken: the loader's workers, not
-    the servers other tests started."""
-    return [pid for pid in child_pids(os.getpid()) if pid not in before]
 
 
 def ids(batches) -> list[list[int]]:

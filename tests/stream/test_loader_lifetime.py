@@ -18,7 +18,7 @@ import pytest
 
 from pipeline import ShardDataset
 from pipeline.stream.loader import ShardLoader
-from tests.helpers import child_pids
+from tests.helpers import child_pids, started_since
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 
@@ -36,8 +36,9 @@ def note_termination(folder: Path, worker_id: int) -> None:
     signal.signal(signal.SIGTERM, terminated)
 
 
-def workers_since(before: set[int]) -> list[int]:
-    return [pid for pid in child_pids(os.getpid()) if pid not in before]
+def loader_noting_terminations(shards: Path, folder: Path, persistent: bool) -> ShardLoader:
+    return ShardLoader(ShardDataset(shards, batch_size=32, seed=1, shuffle_buffer=100), num_workers=2,
+                       persistent_workers=persistent, worker_init_fn=functools.partial(note_termination, folder))
 
 
 @pytest.mark.parametrize("how", ["after an epoch", "mid-epoch", "mid-epoch, workers not persistent",
@@ -49,15 +50,13 @@ def test_a_freed_loader_stops_its_workers_without_killing_them(shards: Path, tmp
     gc.collect()
     gc.disable()  # the collection happens where the test says
     try:
-        loader = ShardLoader(ShardDataset(shards, batch_size=32, seed=1, shuffle_buffer=100), num_workers=2,
-                             persistent_workers="not persistent" not in how,
-                             worker_init_fn=functools.partial(note_termination, tmp_path))
+        loader = loader_noting_terminations(shards, tmp_path, persistent="not persistent" not in how)
         loop = iter(loader)
         if how == "after an epoch":
             assert sum(len(batch["i"]) for batch in loop) == loader.dataset.samples
         else:
             next(loop)
-        workers = workers_since(before)
+        workers = started_since(before)
         assert len(workers) == 2
         if how == "interrupted while waiting for a batch":
             with pytest.raises(KeyboardInterrupt):
@@ -68,11 +67,11 @@ def test_a_freed_loader_stops_its_workers_without_killing_them(shards: Path, tmp
             del held
         del loader, loop
         if freed_by == "a collection of its cycle":
-            assert [pid for pid in child_pids(os.getpid()) if pid in workers] == workers  # the cycle holds them
+            assert started_since(before) == workers  # the cycle holds them
             gc.collect()
     finally:
         gc.enable()
-    assert [pid for pid in child_pids(os.getpid()) if pid in workers] == []
+    assert started_since(before) == []
     assert list(tmp_path.glob("terminated-*")) == []  # each stopped when asked, none killed
 
 
@@ -80,15 +79,14 @@ def test_an_interrupted_loop_lets_its_workers_go_while_the_loader_stays(shards: 
     """Workers that do not persist belong to their loop: Ctrl-C while it waits for a batch, the
     loop let go, and they stop, however long the loader is kept (in a notebook, say)."""
     before = set(child_pids(os.getpid()))
-    loader = ShardLoader(ShardDataset(shards, batch_size=32, seed=1, shuffle_buffer=100), num_workers=2,
-                         persistent_workers=False, worker_init_fn=functools.partial(note_termination, tmp_path))
+    loader = loader_noting_terminations(shards, tmp_path, persistent=False)
     loop = iter(loader)
     head = next(loop)["i"].tolist()
-    workers = workers_since(before)
+    assert len(started_since(before)) == 2
     with pytest.raises(KeyboardInterrupt):
         loop.throw(KeyboardInterrupt)
     del loop
-    assert [pid for pid in child_pids(os.getpid()) if pid in workers] == []
+    assert started_since(before) == []
     assert list(tmp_path.glob("terminated-*")) == []
     rest = [i for batch in loader for i in batch["i"].tolist()]  # and the loader goes on with new workers
     assert sorted(head + rest) == list(range(loader.dataset.samples))

@@ -16,7 +16,7 @@ import torch
 import pipeline
 from pipeline import ShardError, SourceError
 from pipeline.stream.workers import stop_workers
-from tests.helpers import child_pids
+from tests.helpers import child_pids, started_since
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -81,7 +81,7 @@ def test_a_users_transform_error_keeps_its_type_and_the_workers_stop(pristine: P
     error = first_error(pristine, 2, batch_transform=transform)
     assert type(error) is KeyError and "no such column" in str(error)
     assert "Raised in DataLoader worker" in "\n".join(error.__notes__)
-    assert [pid for pid in child_pids(os.getpid()) if pid not in before] == []
+    assert started_since(before) == []
 
 
 class Unpicklable(Exception):
