@@ -290,7 +290,8 @@ class ShardDataset(IterableDataset):
         units = self._indexed_units(worker, workers) if self.sources is not None else \
             self._foreign_units(worker, workers)
         buffers = message_buffers.installed()
-        idle_trim().started()
+        trim = idle_trim()  # held: a loop closed as the interpreter finalizes finds this module's names gone
+        trim.started()
         try:
             for unit in units:
                 if not self.unit_messages:
@@ -306,7 +307,7 @@ class ShardDataset(IterableDataset):
                 self.read_stats.spent(Count.HANDOVER, time.perf_counter() - handed)
         finally:
             units = None
-            idle_trim().ended()  # the reused buffers given back to the system if no epoch follows soon
+            trim.ended()  # the reused buffers given back to the system if no epoch follows soon
 
     def _indexed_units(self, worker: int, workers: int) -> Iterator[Columns]:
         """The units this worker reads, each gathered in emission order (into shared memory in a

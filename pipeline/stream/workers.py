@@ -149,11 +149,14 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     """DataLoader's iterator over worker processes, its wait for a batch cut into slices of
     :data:`WATCH_S`, each ending in PyTorch's check that the workers live (a ``timeout`` given
     to the loader is kept: it is passed in). Its queues are held in :data:`_QUEUES` until its
-    workers are stopped."""
+    workers are stopped: through a class attribute, which the interpreter's finalization, when
+    a loader left alive by a script goes, does not clear as it clears module names."""
+
+    _held_queues = _QUEUES
 
     def __init__(self, loader: Any) -> None:
         super().__init__(loader)
-        _QUEUES[id(self)] = [*self._index_queues, self._worker_result_queue]
+        self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
 
     def _try_get_data(self, timeout: float = WATCH_S) -> tuple[bool, Any]:
         return super()._try_get_data(timeout)
@@ -162,7 +165,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         try:
             super()._shutdown_workers()
         finally:
-            _QUEUES.pop(id(self), None)
+            self._held_queues.pop(id(self), None)
 
 
 def translate_worker_deaths() -> None:

@@ -94,19 +94,21 @@ def test_an_interrupted_loop_lets_its_workers_go_while_the_loader_stays(shards: 
 
 LEFT_AT_EXIT = """
 import sys
-from pipeline import make_loader
-loader = make_loader(sys.argv[1], num_workers={workers}, batch_size=32, persistent_workers={persistent})
-loop = iter(loader)
-next(loop)
+import pipeline
+loader = pipeline.make_loader(sys.argv[1], num_workers={workers}, batch_size=32, persistent_workers={persistent})
+{ending}
 """
+ENDINGS = {"a loop under way": "loop = iter(loader)\nnext(loop)", "an epoch done": "for batch in loader:\n    pass"}
 
 
+@pytest.mark.parametrize("ending", ENDINGS)
 @pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
-def test_a_script_that_ends_with_a_loop_under_way_exits_without_a_word(shards: Path, workers: int,
-                                                                      persistent: bool) -> None:
-    """The loop's generator is closed as the interpreter finalizes, when the loader's modules
-    have lost their names: stopping the workers is the exit handlers' work by then."""
-    script = LEFT_AT_EXIT.format(workers=workers, persistent=persistent)
+def test_a_script_that_ends_with_its_loader_alive_exits_without_a_word(shards: Path, workers: int,
+                                                                      persistent: bool, ending: str) -> None:
+    """The loader, and a loop's generator, go as the interpreter finalizes, when the loader's
+    modules have lost their names: stopping the workers is the exit handlers' work by then, and
+    what the worker iterator runs then must need no module name."""
+    script = LEFT_AT_EXIT.format(workers=workers, persistent=persistent, ending=ENDINGS[ending])
     run = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(shards)], capture_output=True, text=True,
                          timeout=120)
     assert (run.returncode, run.stderr) == (0, "")
