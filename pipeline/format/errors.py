@@ -35,6 +35,15 @@ def redact_text(text: str) -> str:
     return _TARGET_QUERY.sub(r"\1?<redacted>", _URL.sub(lambda match: redact(match.group()), text))
 
 
+def explain(exc: BaseException) -> str:
+    """Another library's exception in one line, for a message of ours: its type (with its module
+    unless built in: ``struct.error``) and its message's first line, when it has one."""
+    kind = type(exc)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    text = str(exc).strip()
+    return f"{name}: {text.splitlines()[0]}" if text else name
+
+
 class FormatError(Exception):
     """Base class of every error the shard format raises."""
 

@@ -68,6 +68,9 @@ def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any
     ``labels`` (``{ID: label}``) and ``partition`` (``{split: [IDs]}``) are mappings or paths
     of JSON files. Every split is checked before the first shard is written.
     """
+    if "validation" in options:
+        raise TypeError("build_sample_files takes its splits from the partition: there is no validation=; "
+                        "list the validation IDs under a split of the partition")
     sources = partition_sources(root, labels, partition)
     return {split: build_shards(source, join(os.fspath(out_dir), split), split, **options)
             for split, source in sources.items()}

@@ -45,8 +45,9 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
     if not destination.exists(index_name):
         return []
     if not overwrite:
-        raise OutputExistsError(f"{destination.url(index_name)} already exists; "
-                                f"pass overwrite=True (--overwrite) to replace it")
+        raise OutputExistsError(f"{destination.url(index_name)} already exists; pass overwrite=True (--overwrite) "
+                                f"to replace it, or, to finish a local build that stopped part way (one split of "
+                                f"several, say), resume=True (--resume) to keep what it wrote")
     try:
         old = list(index_shard_names(destination.read(index_name), destination.url(index_name)))
     except IndexFormatError:

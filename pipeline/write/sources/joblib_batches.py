@@ -1,7 +1,7 @@
 """The "batches saved with joblib" layout: ``x_<B>.job`` and ``y_<B>.job`` files.
 
 Each file holds an array, a list of per-batch arrays (concatenated), or a list of per-sample
-arrays (stacked); what ``B`` means is told apart by :class:`JoblibBatchSource`. joblib files are pickles: loading one can run arbitrary code,
+arrays (stacked), NumPy arrays or torch tensors; what ``B`` means is told apart by :class:`JoblibBatchSource`. joblib files are pickles: loading one can run arbitrary code,
 so convert only files you trust, and each file is loaded whole into RAM (its size is the
 memory a build needs per worker). The point of converting is that the shards never need
 either again.
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ...format.errors import SampleError
+from ...format.errors import SampleError, explain
 from ..rows import RowBlock
 from ..source import Source
 
@@ -25,11 +25,33 @@ _NAME = re.compile(r"^([xy])_(\d+)\.job$")
 
 
 def _load(path: Path) -> Any:
+    """What one file holds, torch tensors (what a DataLoader yields, so what the recipe often
+    dumps) as NumPy arrays; a file that cannot be unpickled is an error naming it."""
     try:
         import joblib
     except ImportError:
         raise ImportError("reading joblib batch files needs joblib: pip install 'pipeline[joblib]'") from None
-    return joblib.load(path)
+    try:
+        obj = joblib.load(path)
+    except MemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in whatever its unpickling meets
+        raise SampleError(f"{path}: cannot load with joblib ({explain(exc)}); if the file is "
+                          f"truncated or damaged, save it again") from None
+    if isinstance(obj, (list, tuple)):
+        return [_as_array(v, path) for v in obj]
+    return _as_array(obj, path)
+
+
+def _as_array(value: Any, path: Path) -> Any:
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.dtype == torch.bfloat16:
+        raise SampleError(f"{path}: holds bfloat16 tensors, which NumPy cannot hold: convert them (.float()) "
+                          f"and dump them again, or write the shards with pipeline.ShardWriter")
+    return value.detach().cpu().numpy()
 
 
 def _label_rows(obj: Any, path: Path) -> np.ndarray:
@@ -92,7 +114,8 @@ class JoblibBatchSource(Source):
                  batch_size: int | None = None) -> None:
         self.folder = Path(folder)
         if not self.folder.is_dir():
-            raise FileNotFoundError(f"{self.folder}: no such folder")
+            hint = " (it is a file: pass the folder that holds it)" if self.folder.is_file() else ""
+            raise FileNotFoundError(f"{self.folder}: no such folder{hint}")
         found: dict[str, dict[int, Path]] = {"x": {}, "y": {}}
         for path in self.folder.iterdir():
             match = _NAME.match(path.name)

@@ -2,7 +2,9 @@
 ``{ID: label}`` and a partition ``{"train": [IDs], "validation": [IDs]}``.
 
 Each split becomes its own shard set. Every ID is checked before anything is written: a
-partition ID without a file or without a label is an error naming it, never a silent skip.
+partition ID without a file or without a label is an error naming it, never a silent skip. A
+file's contents are loaded as its shard is written: one that cannot be loaded stops the build
+with an error naming it (``--resume`` goes on once it is mended).
 ``.pt`` files are read with ``torch.load(weights_only=True)``, which refuses pickled code.
 """
 
@@ -10,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...format.errors import SampleError
+from ...format.errors import SampleError, explain
 from ..rows import RowBlock, check_key
 from ..source import FileRowsSource
 
@@ -24,18 +27,48 @@ SAMPLE_SUFFIXES = (".pt", ".npy")
 
 
 def load_sample_file(path: Path) -> Any:
-    """The array or tensor stored in one sample file."""
+    """The array or tensor stored in one sample file; a file that cannot be loaded, or that holds
+    something else (a dict of tensors, a string), is an error naming it and saying what to do."""
     if path.suffix == ".npy":
-        return np.load(path, allow_pickle=False)
+        try:
+            return np.load(path, allow_pickle=False)
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - NumPy raises ValueError, EOFError, OSError...
+            raise SampleError(f"{path}: cannot load with np.load ({explain(exc)}); if the file is truncated or "
+                              f"damaged, save it again") from None
     import torch
 
     try:
         value = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ...
-        raise SampleError(f"{path}: cannot load with torch.load(weights_only=True): {exc}") from None
-    if isinstance(value, torch.Tensor) and value.dtype != torch.bfloat16:
-        return value.numpy()
-    return value
+    except MemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError...
+        raise SampleError(f"{path}: {_torch_load_failure(exc)}") from None
+    if isinstance(value, torch.Tensor):
+        return value if value.dtype == torch.bfloat16 else value.numpy()
+    if isinstance(value, (bool, int, float, np.ndarray, np.generic)):
+        return value
+    raise SampleError(f"{path}: holds a {type(value).__name__}, not a tensor: this layout stores each file's one "
+                      f"tensor or array as field x and its label as y; save one tensor per file "
+                      f"(torch.save(tensor, path)), or write samples of several fields with pipeline.ShardWriter")
+
+
+def _torch_load_failure(exc: Exception) -> str:
+    """Why ``torch.load(weights_only=True)`` failed, and what to do, in a line."""
+    refused = _REFUSED_GLOBAL.search(str(exc))
+    if refused is None:
+        return (f"cannot load with torch.load(weights_only=True) ({explain(exc)}); if the file is truncated or "
+                f"damaged, save it again")
+    if refused.group(1).startswith("numpy"):
+        return ("holds NumPy data, which torch.load(weights_only=True) refuses to unpickle: save the array "
+                "with np.save as <ID>.npy, or as a tensor with torch.save(torch.from_numpy(array), path)")
+    return (f"holds a pickled object ({refused.group(1)}) that torch.load(weights_only=True) refuses to load, "
+            f"as it refuses any code: save one tensor per file (torch.save(tensor, path))")
+
+
+#: How ``torch.load(weights_only=True)`` names the global it refuses to unpickle.
+_REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 
 
 def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -71,24 +104,25 @@ class SampleFileSource(FileRowsSource):
     row_lists = ("ids", "paths", "labels", "sizes")
 
     def __init__(self, root: str | os.PathLike[str], ids: Sequence[str], labels: Mapping[str, Any],
-                 split: str = "samples", fields: tuple[str, str] = ("x", "y")) -> None:
+                 split: str = "samples", fields: tuple[str, str] = ("x", "y"), listed_in: str | None = None) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"{self.root}: no such folder")
+        named = f"split {split!r}" + (f" of {listed_in}" if listed_in else "")
         ids = [str(i) for i in ids]
         repeated = [i for i, n in Counter(ids).items() if n > 1]
         if repeated:
-            raise SampleError(f"split {split!r}: IDs appear more than once, e.g. {repeated[:3]}")
+            raise SampleError(f"{named}: IDs appear more than once, e.g. {repeated[:3]}")
         for sample_id in ids:
             check_key(sample_id)
         no_label = [i for i in ids if i not in labels]
         if no_label:
-            raise SampleError(f"split {split!r}: {len(no_label)} IDs have no label, e.g. {no_label[:3]}")
+            raise SampleError(f"{named}: {len(no_label)} IDs have no label, e.g. {no_label[:3]}")
         paths = [_find_file(self.root, i) for i in ids]
         no_file = [i for i, p in zip(ids, paths) if p is None]
         if no_file:
             raise FileNotFoundError(
-                f"split {split!r}: {len(no_file)} IDs have no file {self.root}/<ID>.pt or .npy, "
+                f"{named}: {len(no_file)} IDs have no file {self.root}/<ID>.pt or .npy, "
                 f"e.g. {no_file[:3]}"
             )
         self.ids = ids
@@ -123,6 +157,10 @@ def check_partition(splits: Mapping[str, Sequence[Any]], labels: Mapping[str, An
         check_key(split)
         for sample_id in ids:
             where.setdefault(str(sample_id), []).append(split)
+    repeated = [i for i, found in where.items() if len(found) > len(set(found))]
+    if repeated:
+        raise SampleError(f"{partition_name}: {len(repeated)} IDs are listed twice in one split: "
+                          f"{_examples(repeated, {i: f'split {where[i][0]!r}' for i in repeated})}")
     shared = [i for i, found in where.items() if len(set(found)) > 1]
     if shared:
         raise SampleError(f"{partition_name}: {len(shared)} IDs are in more than one split: "
@@ -132,6 +170,22 @@ def check_partition(splits: Mapping[str, Sequence[Any]], labels: Mapping[str, An
     if unlabelled:
         raise SampleError(f"{labels_name} has no label for {len(unlabelled)} IDs of {partition_name}: "
                           f"{_examples(unlabelled, {i: f'split {where[i][0]!r}' for i in unlabelled})}")
+    not_numbers = [i for i in where if not _numeric(labels[i])]
+    if not_numbers:
+        raise SampleError(f"{labels_name}: {len(not_numbers)} labels are not numbers: "
+                          f"{_examples(not_numbers, {i: repr(labels[i])[:40] for i in not_numbers})}; a model "
+                          f"trains on numbers: map each class name to an integer (its position in "
+                          f"sorted(set(labels.values())), say) and save the labels again")
+
+
+def _numeric(label: Any) -> bool:
+    """Whether a label is a number or an array of numbers (a class, a target, a multi-hot row)."""
+    if isinstance(label, (bool, int, float)):
+        return True
+    try:
+        return np.asarray(label).dtype.kind in "biuf"
+    except (TypeError, ValueError):  # a ragged list
+        return False
 
 
 def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[str] | Mapping[str, Any],
@@ -141,8 +195,10 @@ def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[st
     splits = load_mapping(partition, "partition")
     if not splits:
         raise SampleError(f"{_name(partition, 'the partition')} has no splits")
-    check_partition(splits, label_map, _name(partition, "the partition"), _name(labels, "the labels mapping"))
-    return {split: SampleFileSource(root, ids, label_map, split) for split, ids in splits.items()}
+    partition_name = _name(partition, "the partition")
+    check_partition(splits, label_map, partition_name, _name(labels, "the labels mapping"))
+    return {split: SampleFileSource(root, ids, label_map, split, listed_in=partition_name)
+            for split, ids in splits.items()}
 
 
 def _name(value: Any, default: str) -> str:

@@ -1,0 +1,149 @@
+"""The inputs of the classic recipes as users have them, damaged or not quite as the layout says:
+each is an error naming the file and saying what to do, or, where the intent is plain (tensors
+dumped with joblib), a build of exactly what the files hold."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import joblib
+import numpy as np
+import pytest
+import torch
+
+import pipeline
+from pipeline import SampleError
+from tests.write.test_converters import make_sample_files
+
+
+def cut_to(size: int) -> Callable[[Path], None]:
+    return lambda path: os.truncate(path, size)
+
+
+def save_as(value: Any) -> Callable[[Path], None]:
+    return lambda path: torch.save(value, path)
+
+
+SAMPLE_FILE_DAMAGE = {
+    "a .pt cut short": (".pt", cut_to(100), r"cannot load with torch\.load\(weights_only=True\) \(RuntimeError: "
+                                            r".*\); if the file is truncated or damaged, save it again"),
+    "an empty .pt": (".pt", cut_to(0), r"cannot load with torch\.load\(weights_only=True\) \(EOFError\); if the "
+                                       r"file is truncated or damaged, save it again"),
+    "a .pt of a NumPy array": (".pt", save_as(np.zeros(3)), r"holds NumPy data, which torch\.load\(weights_only=True\) "
+                                                            r"refuses to unpickle: save the array with np\.save as "
+                                                            r"<ID>\.npy, or as a tensor with torch\.save\(torch\.from_numpy"),
+    "a .pt of a dict of tensors": (".pt", save_as({"x": torch.zeros(2), "mask": torch.ones(2)}),
+                                   r"holds a dict, not a tensor: .* save one tensor per file \(torch\.save\(tensor, "
+                                   r"path\)\), or write samples of several fields with pipeline\.ShardWriter"),
+    "an .npy cut short": (".npy", cut_to(140), r"cannot load with np\.load \(ValueError: .*\); if the file is "
+                                               r"truncated or damaged, save it again"),
+    "an empty .npy": (".npy", cut_to(0), r"cannot load with np\.load \(EOFError: No data left in file\)"),
+}
+
+
+@pytest.mark.parametrize("damage", SAMPLE_FILE_DAMAGE)
+def test_a_sample_file_that_cannot_be_used_is_an_error_naming_it(tmp_path: Path, damage: str) -> None:
+    suffix, spoil, message = SAMPLE_FILE_DAMAGE[damage]
+    make_sample_files(tmp_path / "data", ["a", "b", "c"], suffix=suffix)
+    spoil(tmp_path / "data" / f"b{suffix}")
+    with pytest.raises(SampleError, match=re.escape(str(tmp_path / "data" / f"b{suffix}")) + ": " + message):
+        pipeline.build_sample_files(tmp_path / "data", {"a": 0, "b": 1, "c": 2}, {"train": ["a", "b", "c"]},
+                                    tmp_path / "out", quiet=True)
+
+
+def test_labels_that_are_not_numbers_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    make_sample_files(tmp_path / "data", ["a", "b", "c"])
+    (tmp_path / "labels.json").write_text(json.dumps({"a": "cat", "b": "dog", "c": 2}))
+    with pytest.raises(SampleError, match=re.escape(f"{tmp_path / 'labels.json'}: 2 labels are not numbers: "
+                                                    "'a' ('cat'), 'b' ('dog'); a model trains on numbers: map each "
+                                                    "class name to an integer")):
+        pipeline.build_sample_files(tmp_path / "data", tmp_path / "labels.json", {"train": ["a", "b", "c"]},
+                                    tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+    multi_hot = {"a": [0, 1], "b": [1, 0], "c": [1.0, 1.0]}  # arrays of numbers are labels too
+    pipeline.build_sample_files(tmp_path / "data", multi_hot, {"train": ["a", "b", "c"]}, tmp_path / "out", quiet=True)
+    assert [list(s["y"]) for _, s in pipeline.iter_samples(tmp_path / "out" / "train")] == [[0, 1], [1, 0], [1.0, 1.0]]
+
+
+def test_problems_of_the_partition_name_its_file(tmp_path: Path) -> None:
+    make_sample_files(tmp_path / "data", ["a", "b"])
+    partition = tmp_path / "partition.json"
+    partition.write_text(json.dumps({"train": ["a", "b", "a"]}))
+    with pytest.raises(SampleError, match=re.escape(f"{partition}: 1 IDs are listed twice in one split: 'a' "
+                                                    f"(split 'train')")):
+        pipeline.build_sample_files(tmp_path / "data", {"a": 0, "b": 1}, partition, tmp_path / "out", quiet=True)
+    partition.write_text(json.dumps({"train": ["a"], "validation": ["b", "z"]}))
+    with pytest.raises(FileNotFoundError, match=re.escape(f"split 'validation' of {partition}: 1 IDs have no file")):
+        pipeline.build_sample_files(tmp_path / "data", {"a": 0, "b": 1, "z": 2}, partition, tmp_path / "out",
+                                    quiet=True)
+    with pytest.raises(TypeError, match="build_sample_files takes its splits from the partition"):
+        pipeline.build_sample_files(tmp_path / "data", {"a": 0, "b": 1}, {"train": ["a", "b"]}, tmp_path / "out",
+                                    validation=0.5)
+
+
+def test_a_build_stopped_by_a_bad_file_in_its_second_split_resumes_once_the_file_is_mended(tmp_path: Path) -> None:
+    ids = [f"id-{n}" for n in range(8)]
+    make_sample_files(tmp_path / "data", ids)
+    bad = tmp_path / "data" / "id-6.pt"
+    good = bad.read_bytes()
+    bad.write_bytes(b"")
+    labels, partition = {i: n for n, i in enumerate(ids)}, {"train": ids[:5], "validation": ids[5:]}
+    with pytest.raises(SampleError, match=re.escape(str(bad))):
+        pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", quiet=True)
+    assert pipeline.load_index(tmp_path / "out" / "train").samples == 5
+    bad.write_bytes(good)
+    with pytest.raises(pipeline.OutputExistsError, match=r"train/index\.json already exists; pass overwrite=True "
+                                                         r"\(--overwrite\) to replace it, or, to finish a local build "
+                                                         r"that stopped part way .*resume=True \(--resume\)"):
+        pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", quiet=True)
+    built = pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", quiet=True,
+                                        resume=True)
+    assert {split: index.samples for split, index in built.items()} == {"train": 5, "validation": 3}
+    values = [float(s["x"][0, 0]) for _, s in pipeline.iter_samples(tmp_path / "out" / "validation")]
+    assert values == [5.0, 6.0, 7.0]
+
+
+def dump_pairs(folder: Path, xs: list[Any], ys: list[Any], batch: int = 4) -> Path:
+    folder.mkdir()
+    joblib.dump(xs, folder / f"x_{batch}.job")
+    joblib.dump(ys, folder / f"y_{batch}.job")
+    return folder
+
+
+def test_joblib_files_of_tensors_build_exactly_what_they_hold(tmp_path: Path) -> None:
+    """Batches straight from a DataLoader are tensors: as a list of batches, or one batch a file."""
+    x = torch.arange(40, dtype=torch.float32).reshape(10, 4)
+    y = torch.arange(10) % 3
+    batched = dump_pairs(tmp_path / "batched", list(x.split(4)), list(y.split(4)))
+    index = pipeline.build_joblib(batched, tmp_path / "out", quiet=True)
+    samples = [s for _, s in pipeline.iter_samples(tmp_path / "out")]
+    assert index.samples == 10 and np.array_equal(np.stack([s["x"] for s in samples]), x.numpy())
+    assert [int(s["y"]) for s in samples] == y.tolist()
+    one_a_file = tmp_path / "one"
+    one_a_file.mkdir()
+    for n, (xb, yb) in enumerate(zip(x.split(4), y.split(4))):
+        joblib.dump(xb, one_a_file / f"x_{n}.job")
+        joblib.dump(yb, one_a_file / f"y_{n}.job")
+    pipeline.build_joblib(one_a_file, tmp_path / "out-one", quiet=True)
+    assert [s["x"].tolist() for _, s in pipeline.iter_samples(tmp_path / "out-one")] == x.tolist()
+
+
+def test_joblib_files_that_cannot_be_used_are_errors_naming_them(tmp_path: Path) -> None:
+    x, y = [np.ones((4, 2))] * 3, [np.arange(4)] * 3
+    for name in ("x_4.job", "y_4.job"):
+        folder = dump_pairs(tmp_path / name, x, y)
+        os.truncate(folder / name, 300)
+        with pytest.raises(SampleError, match=re.escape(f"{folder / name}: cannot load with joblib (") + r".*\); if "
+                                              r"the file is truncated or damaged, save it again"):
+            pipeline.build_joblib(folder, tmp_path / "out", quiet=True, overwrite=True)
+    folder = dump_pairs(tmp_path / "bf16", [torch.ones(4, 2, dtype=torch.bfloat16)], [torch.arange(4)])
+    with pytest.raises(SampleError, match=re.escape(f"{folder / 'x_4.job'}: holds bfloat16 tensors, which NumPy "
+                                                    f"cannot hold: convert them (.float())")):
+        pipeline.build_joblib(folder, tmp_path / "out", quiet=True, overwrite=True)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{folder / 'x_4.job'}: no such folder (it is a file: pass "
+                                                          f"the folder that holds it)")):
+        pipeline.build_joblib(folder / "x_4.job", tmp_path / "out", quiet=True, overwrite=True)
