@@ -91,7 +91,8 @@ def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None
     parser.add_argument("--shard-samples", type=_positive, metavar="N", help="most samples per shard")
     parser.add_argument("--pack", type=_pack, default="auto", metavar="K",
                         help="samples per record; 'auto' (default) fills records of about 64 KiB with "
-                             "fixed-shape samples, one sample per record when larger")
+                             "fixed-shape samples, one sample per record when larger or when samples may "
+                             "differ in shape (one file per sample, folders, images)")
     parser.add_argument("--dtype", type=_pair("FIELD=DTYPE"), action="append", default=[], metavar="FIELD=DTYPE",
                         help="store FIELD as DTYPE, e.g. x=float32 to halve float64 data (repeatable)")
     if splits:
@@ -207,9 +208,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _command(commands: Any, name: str, help: str, epilog: str) -> argparse.ArgumentParser:
-    """A subcommand whose ``--help`` ends with examples."""
-    return commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
-                               epilog="examples:\n" + epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """A subcommand whose ``--help`` ends with examples (and whose own usage, not the top-level
+    one, goes with an option it does not take: see :func:`main`)."""
+    sub = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                              epilog="examples:\n" + epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.set_defaults(command_parser=sub)
+    return sub
 
 
 def _table_command(sub: argparse.ArgumentParser, inputs: str, run: Callable[[argparse.Namespace], None]) -> None:
@@ -393,7 +397,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     run: Callable[[argparse.Namespace], int | None] = args.run
     try:
         return run(args) or 0

@@ -41,7 +41,10 @@ def split_location(data: str, split: str, option: str) -> str:
     found = sorted(p.parent.name for p in root.glob("*/index.json")) if root.is_dir() else []
     if not found:
         raise UnusableData(f"{data}: no shard sets (no {data}/<split>/index.json); build some first")
-    raise UnusableData(f"{data} has no split {split!r}; it has {', '.join(map(repr, found))}: choose one with {option}")
+    build_one = (" or build one (--validation 0.1 holds out 10% of the samples; for one file per sample, a "
+                 "'validation' list in the partition)") if option == "--validation-split" else ""
+    raise UnusableData(f"{data} has no split {split!r}; it has {', '.join(map(repr, found))}: choose another with "
+                       f"{option}{build_one}")
 
 
 @dataclass(frozen=True)

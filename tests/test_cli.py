@@ -70,7 +70,7 @@ def test_building_over_an_existing_index_needs_overwrite(built: Path, tmp_path: 
     args = ["build", "arrays", str(built), "--array", f"x={tmp_path / 'x.npy'}", "--quiet"]
     result = run_cli(*args)
     assert result.returncode == 1 and "already exists; pass overwrite=True (--overwrite)" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "resume=True (--resume) to keep what it wrote" in result.stderr and "Traceback" not in result.stderr
     assert run_cli(*args, "--overwrite").returncode == 0
 
 
@@ -81,6 +81,27 @@ def test_bad_input_is_one_line_error_not_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     result = run_cli("build", "arrays", str(tmp_path / "out"), "--array", "x")
     assert result.returncode == 2 and "expected NAME=PATH" in result.stderr
+
+
+def test_a_folder_of_splits_given_for_a_shard_set_is_an_error_naming_its_splits(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((20, 2), np.float32))
+    assert run_cli("build", "arrays", str(tmp_path / "out"), "--array", f"x={tmp_path / 'x.npy'}", "--validation",
+                   "0.2", "--quiet").returncode == 0
+    splits = f"{tmp_path / 'out'} holds the shard sets 'train', 'validation' (one per split): pass one of them, " \
+             f"e.g. {tmp_path / 'out' / 'train'}"
+    for command in (["inspect"], ["verify"], ["tune", "--workers", "0"]):
+        result = run_cli(*command, str(tmp_path / "out"))
+        assert (result.returncode, result.stderr) == (1, f"error: {tmp_path / 'out' / 'index.json'}: no such index "
+                                                         f"file; {splits}\n"), command
+    with pytest.raises(pipeline.IndexFormatError, match=re.escape(f"valid: no such shard or folder; {splits}")):
+        pipeline.make_loader(tmp_path / "out" / "valid")
+
+
+def test_an_option_of_another_command_is_refused_with_the_usage_of_this_one(tmp_path: Path) -> None:
+    result = run_cli("build", "files", "data", "out", "--labels", "l.json", "--partition", "p.json",
+                     "--validation", "0.1")
+    assert result.returncode == 2 and result.stderr.startswith("usage: pipeline build files ")
+    assert result.stderr.endswith("pipeline build files: error: unrecognized arguments: --validation 0.1\n")
 
 
 def test_build_files_and_folder_from_the_cli(tmp_path: Path) -> None:

@@ -93,7 +93,7 @@ def test_seed_2_one_pt_file_per_sample_with_its_own_split_names(tmp_path: Path) 
     assert built.returncode == 0, built.stderr
     run, _ = train(tmp_path / "shards")
     assert run.returncode == 1 and "Traceback" not in run.stderr
-    assert "has no split 'train'; it has 'entrainement', 'validation': choose one with --train-split" in run.stderr
+    assert "has no split 'train'; it has 'entrainement', 'validation': choose another with --train-split" in run.stderr
     run, result = train(tmp_path / "shards", "--train-split", "entrainement", "--lr", "0.01")
     assert run.returncode == 0, run.stderr
     assert "task: classification into 4 classes (labels y: int" in run.stderr

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from ..stream.shards import resolve_shards
 from .throughput import Measured, Setting, measure
 
 NEAR = 0.05
@@ -135,6 +136,7 @@ def tune(data: str, *, batch_size: int = 256, workers: Sequence[int] | None = No
         raise ValueError(f"numbers of workers must be >= 0, got {list(workers)}")
     if prefetch is not None and any(n < 1 for n in prefetch):
         raise ValueError(f"prefetch factors must be >= 1, got {list(prefetch)}")
+    resolve_shards(data)  # data that is not there is told as itself, before a measuring process starts
     options = {"batch_size": batch_size, **(options or {})}
     rows: list[Measured] = []
 

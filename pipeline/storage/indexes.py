@@ -110,6 +110,27 @@ def index_url(location: str | os.PathLike[str]) -> str:
     return text if urlsplit(text).path.endswith(".json") else join(text, INDEX_NAME)
 
 
+def _shard_sets_in(folder: str) -> list[str]:
+    """The subfolders of a local folder that hold an index: the splits a build wrote there."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+    except OSError:
+        return []
+    return [name for name in names if os.path.isfile(os.path.join(folder, name, INDEX_NAME))]
+
+
+def shard_sets_hint(path: str) -> str:
+    """What to pass instead of a local ``path`` that holds no shard set, when it or its folder
+    holds the splits of a build (``OUT/train``, ``OUT/validation``); ``""`` when neither does."""
+    for folder in (path, os.path.dirname(os.path.normpath(path)) or "."):
+        names = _shard_sets_in(folder)
+        if names:
+            listed = ", ".join(repr(name) for name in names)
+            return (f"; {folder} holds the shard sets {listed} (one per split): pass one of them, "
+                    f"e.g. {os.path.join(folder, names[0])}")
+    return ""
+
+
 def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | None) -> bytes:
     if is_remote(url):
         try:
@@ -120,7 +141,8 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
         with open(url, "rb") as file:
             return file.read()
     except FileNotFoundError:
-        raise NoIndexError(url, None, f"no such index file; {_WHAT_TO_PASS}") from None
+        hint = shard_sets_hint(os.path.dirname(url))
+        raise NoIndexError(url, None, f"no such index file{hint or '; ' + _WHAT_TO_PASS}") from None
     except OSError as exc:
         raise IndexSourceError(url, None, f"cannot read index: {exc.strerror or exc}") from None
 

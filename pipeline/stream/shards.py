@@ -19,7 +19,7 @@ from braceexpand import braceexpand
 from ..format.errors import IndexFormatError
 from ..format.index import DatasetIndex
 from ..storage import is_remote, parent, scheme
-from ..storage.indexes import IndexedShards, NoIndexError, open_index
+from ..storage.indexes import IndexedShards, NoIndexError, open_index, shard_sets_hint
 from ..storage.retry import RetryPolicy, RetrySink
 
 
@@ -84,5 +84,5 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             return IndexedShards(subset, indexed.base)
     for url in urls:
         if not is_remote(url) and not Path(url).is_file():
-            raise IndexFormatError(f"{url}: no such shard")
+            raise IndexFormatError(f"{url}: no such shard or folder{shard_sets_hint(url)}")
     return ForeignShards(tuple(urls))
