@@ -9,6 +9,8 @@ that disagree with the index, and foreign shards.)
 from __future__ import annotations
 
 import io
+import logging
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -84,6 +86,19 @@ def test_a_shard_cut_at_every_block_boundary(shards: Path) -> None:
             read_all(urls)
         ids, stats = read_all(urls, on_error="skip")  # the records before the cut, then the end
         assert ids == list(range(len(ids))) and 6 <= len(ids) < 12 and stats["skipped_pieces"] == 1
+
+
+def test_a_shard_cut_short_is_warned_of_once_and_every_piece_it_lost_is_counted(tmp_path: Path, caplog) -> None:
+    shards = build(tmp_path / "set", [3000, 3000], shape=(16,))
+    damaged = shards / DAMAGED
+    os.truncate(damaged, damaged.stat().st_size // 3)
+    caplog.set_level(logging.DEBUG, logger="pipeline.stream")
+    ids, stats = read_all(shards, on_error="skip")
+    skips = [r for r in caplog.records if r.getMessage().startswith("skipping ")]
+    assert len(ids) == 6000 and stats["skipped_pieces"] == len(skips) > 10
+    assert [r.levelno for r in skips] == [logging.WARNING] + [logging.DEBUG] * (len(skips) - 1)
+    assert str(damaged) in skips[0].getMessage() and "later skips in this shard are logged at DEBUG level" in \
+        skips[0].getMessage()
 
 
 @pytest.fixture(scope="module")
