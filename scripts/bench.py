@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import signal
 import sys
 import tempfile
@@ -84,6 +83,7 @@ from benchlib.data import wds_sample_bytes
 from benchlib.library import snapshot_library
 from benchlib.readers import child_main
 from benchlib.report import report
+from benchlib.runs import check_free_space
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -134,13 +134,6 @@ def disk_needed(cfg: Config) -> int:
     if not cfg.skip_memory:
         peaks.append(int(cfg.memory_rows * (MEMORY_DIM * 4 + LABEL_BYTES) * 1.05))
     return max(peaks, default=0) + (256 << 20)
-
-
-def check_free_space(folder: Path, needed: int) -> None:
-    free = shutil.disk_usage(folder).free
-    if free < needed:
-        raise SystemExit(f"{folder}: {free / 1e9:.1f} GB free, this run needs ~{needed / 1e9:.1f} GB; "
-                         f"use --tmp elsewhere or smaller sizes")
 
 
 def main(cfg: Config) -> None:

@@ -52,27 +52,19 @@ import argparse
 import json
 import os
 import platform
-import resource
-import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-from benchlib.common import Target
-from benchlib.data import write_npy
+from benchlib.build_cases import Case, Dataset, build_case, cases_table, child_main, make_dataset
+from benchlib.common import ROOT, Target, targets_table
+from benchlib.runs import check_free_space
 
-ROOT = Path(__file__).resolve().parent.parent
-MB = 1e6
 FEATURES = 10
 DIM = 768
-CLASSES = 1000
-_CHUNK_BYTES = 64 << 20
 
 QUICK = dict(tabular_rows=50_000, embedding_rows=5_000, big_gb=0.05, wds_rows=2_000, repeats=1,
              workers_shard_mb=2)
@@ -134,219 +126,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
                   tmp=args.tmp, out=args.out)
 
 
-# -- generated data --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """Features ``x`` and labels ``y`` as ``.npy`` files."""
-
-    x: Path
-    y: Path
-    rows: int
-    features: int
-
-    @property
-    def raw_bytes(self) -> int:
-        """Bytes of the arrays themselves: float32 features and an int64 label per row."""
-        return self.rows * (self.features * 4 + 8)
-
-    def paths(self) -> dict[str, str]:
-        return {"x": str(self.x), "y": str(self.y)}
-
-    def remove(self) -> None:
-        self.x.unlink(missing_ok=True)
-        self.y.unlink(missing_ok=True)
-
-
-def make_dataset(folder: Path, name: str, rows: int, features: int, seed: int) -> Dataset:
-    """Random float32 features (normal) and int64 labels, written, synced and read back
-    once so that they are in the page cache."""
-    rng = np.random.default_rng(seed)
-    x = write_npy(folder / f"{name}-x.npy", (rows, features), np.float32,
-                  lambda n: rng.standard_normal((n, features), dtype=np.float32))
-    y = write_npy(folder / f"{name}-y.npy", (rows,), np.int64,
-                  lambda n: rng.integers(0, CLASSES, n, dtype=np.int64))
-    os.sync()
-    for path in (x, y):
-        warm_page_cache(path)
-    return Dataset(x, y, rows, features)
-
-
-def warm_page_cache(path: Path) -> None:
-    buffer = bytearray(_CHUNK_BYTES)
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buffer):
-            pass
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
-def check_free_space(folder: Path, needed: int) -> None:
-    free = shutil.disk_usage(folder).free
-    if free < needed:
-        raise SystemExit(f"{folder}: {free / 1e9:.1f} GB free, this run needs ~{needed / 1e9:.1f} GB; "
-                         f"use --tmp elsewhere, smaller sizes, or --skip-big")
-
-
-# -- one run, in a fresh process ---------------------------------------------------------------
-
-
-def child_main(spec: dict[str, Any]) -> None:
-    """Run one case described by ``spec`` and print its result as a JSON line."""
-    run = {"build": child_build, "webdataset": child_webdataset, "cp": child_cp}[spec["kind"]]
-    result = run(spec)
-    result["peak_rss_mb"] = peak_rss_mb()
-    result["children_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / MB
-    print(json.dumps(result))
-
-
-def _proc_status_mb(field: str) -> float | None:
-    """A ``VmXXX`` line of ``/proc/self/status`` in MB (Linux), None elsewhere."""
-    try:
-        with open("/proc/self/status") as f:
-            line = next(line for line in f if line.startswith(field + ":"))
-    except (OSError, StopIteration):
-        return None
-    return int(line.split()[1]) * 1024 / MB
-
-
-def peak_rss_mb() -> float:
-    """This process's peak RSS. ``VmHWM`` rather than ``ru_maxrss``: Linux carries
-    ``ru_maxrss`` across ``exec``, so a fresh child would report at least the peak of the
-    process that started it."""
-    hwm = _proc_status_mb("VmHWM")
-    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB
-
-
-def current_rss_mb() -> float | None:
-    return _proc_status_mb("VmRSS")
-
-
-def load_inputs(paths: dict[str, str], mode: str) -> dict[str, Any]:
-    """The arrays as the build gets them: ``.npy`` paths, loaded arrays, or memmaps."""
-    if mode == "path":
-        return dict(paths)
-    if mode == "memory":
-        return {name: np.load(path) for name, path in paths.items()}
-    if mode == "mmap":
-        return {name: np.load(path, mmap_mode="r") for name, path in paths.items()}
-    raise ValueError(f"unknown input mode {mode!r}")
-
-
-def synced_seconds(work: Callable[[], Any]) -> float:
-    """Seconds from a clean page cache (``sync``) to ``work`` done and durable (``sync``)."""
-    os.sync()
-    start = time.perf_counter()
-    work()
-    os.sync()
-    return time.perf_counter() - start
-
-
-def child_build(spec: dict[str, Any]) -> dict[str, Any]:
-    import pipeline
-
-    arrays = load_inputs(spec["inputs"], spec["input_mode"])
-    rss_before = current_rss_mb()
-    indexes = []
-    seconds = synced_seconds(lambda: indexes.append(pipeline.write_shards(
-        spec["dest"], arrays, prefix="bench", shard_bytes=spec["shard_bytes"], pack=spec["pack"],
-        workers=spec["workers"], engine=spec.get("engine", "local"), scheduler=spec.get("scheduler"),
-        overwrite=True, quiet=True)))
-    return {"seconds": seconds, "samples": indexes[0].samples, "shards": len(indexes[0].shards),
-            "rss_before_mb": rss_before, "pipeline_version": pipeline.__version__,
-            "pipeline_path": str(Path(pipeline.__file__).parent)}
-
-
-def child_webdataset(spec: dict[str, Any]) -> dict[str, Any]:
-    import webdataset as wds
-
-    data = load_inputs(spec["inputs"], "memory")
-    rows = spec["rows"]
-    x, y = data["x"][:rows], data["y"][:rows]
-    pattern = str(Path(spec["dest"]) / "wds-%06d.tar")
-    Path(spec["dest"]).mkdir(parents=True, exist_ok=True)
-
-    def write() -> None:
-        with wds.ShardWriter(pattern, maxcount=1 << 62, maxsize=spec["shard_bytes"], verbose=0) as sink:
-            for i in range(rows):
-                sink.write({"__key__": f"{i:012d}", "npy": x[i], "cls": int(y[i])})
-
-    seconds = synced_seconds(write)
-    shards = len(list(Path(spec["dest"]).glob("wds-*.tar")))
-    return {"seconds": seconds, "samples": rows, "shards": shards, "rss_before_mb": current_rss_mb()}
-
-
-def child_cp(spec: dict[str, Any]) -> dict[str, Any]:
-    Path(spec["dest"]).mkdir(parents=True, exist_ok=True)
-    sources = list(spec["inputs"].values())
-    seconds = synced_seconds(lambda: subprocess.run(["cp", *sources, spec["dest"]], check=True))
-    return {"seconds": seconds, "samples": spec["rows"], "shards": 0, "rss_before_mb": None}
-
-
-# -- cases and their results -----------------------------------------------------------------
-
-
-@dataclass
-class Case:
-    """One measured configuration; ``data_bytes`` are the raw bytes it processes (for MB/s)."""
-
-    name: str
-    spec: dict[str, Any]
-    data_bytes: int
-    runs: list[dict[str, Any]] = field(default_factory=list)
-
-    def run(self, work_dir: Path) -> None:
-        dest = work_dir / "out" / self.name
-        shutil.rmtree(dest, ignore_errors=True)
-        spec = {**self.spec, "dest": str(dest)}
-        proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"case {self.name} failed (exit {proc.returncode}):\n{proc.stderr}")
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
-        result["bytes_on_disk"] = folder_bytes(dest)
-        shutil.rmtree(dest)
-        self.runs.append(result)
-        print(f"  {self.name}: {result['seconds']:.2f} s, peak RSS {result['peak_rss_mb']:.0f} MB",
-              file=sys.stderr, flush=True)
-
-    @property
-    def seconds(self) -> float:
-        """The best time of the runs (see the module docstring)."""
-        return min(r["seconds"] for r in self.runs)
-
-    @property
-    def samples(self) -> int:
-        return self.runs[0]["samples"]
-
-    def summary(self) -> dict[str, Any]:
-        last = self.runs[-1]
-        return {
-            "case": self.name,
-            "samples": self.samples,
-            "shards": last["shards"],
-            "seconds": self.seconds,
-            "median_seconds": statistics.median(r["seconds"] for r in self.runs),
-            "samples_per_s": self.samples / self.seconds,
-            "data_mb_per_s": self.data_bytes / self.seconds / MB,
-            "bytes_on_disk": last["bytes_on_disk"],
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in self.runs),
-            "children_peak_rss_mb": max(r["children_peak_rss_mb"] for r in self.runs),
-            "rss_before_build_mb": last["rss_before_mb"],
-            "all_seconds": [r["seconds"] for r in self.runs],
-            "spec": {k: v for k, v in self.spec.items() if k != "inputs"},
-        }
-
-
-def build_case(name: str, data: Dataset, mode: str, pack: int, shard_mb: int, workers: int = 1) -> Case:
-    spec = {"kind": "build", "inputs": data.paths(), "input_mode": mode, "pack": pack,
-            "shard_bytes": shard_mb << 20, "workers": workers}
-    return Case(name, spec, data.raw_bytes)
-
-
 def timed_cases(cfg: Config, tabular: Dataset, emb: Dataset) -> dict[str, Case]:
     """Every case but memory, in the order they run (baselines next to what they judge)."""
     wds_rows = min(cfg.wds_rows, tabular.rows)
@@ -401,33 +180,6 @@ def targets(cfg: Config, cases: dict[str, Case], big: Case | None) -> list[Targe
 
 
 # -- report ----------------------------------------------------------------------------------
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def cases_table(summaries: list[dict[str, Any]]) -> str:
-    header = ["case", "samples", "shards", "best (s)", "median (s)", "samples/s", "data MB/s",
-              "on disk (MB)", "peak RSS (MB)", "workers' peak RSS (MB)"]
-    return markdown_table(header, [case_row(s) for s in summaries])
-
-
-def case_row(s: dict[str, Any]) -> list[str]:
-    rate = s["data_mb_per_s"]
-    workers = s["spec"].get("workers", 1)
-    return [s["case"], f"{s['samples']:,}", str(s["shards"]), f"{s['seconds']:.2f}",
-            f"{s['median_seconds']:.2f}", f"{s['samples_per_s']:,.0f}", f"{rate:.{0 if rate >= 10 else 1}f}",
-            f"{s['bytes_on_disk'] / MB:.1f}", f"{s['peak_rss_mb']:.0f}",
-            f"{s['children_peak_rss_mb']:.0f}" if workers > 1 else "-"]
-
-
-def targets_table(rows: list[Target]) -> str:
-    verdict = {True: "yes", False: "**NO**", None: ""}
-    return markdown_table(["metric", "value", "target", "met"],
-                          [[t.metric, f"{t.value:,.2f}", t.goal, verdict[t.met]] for t in rows])
 
 
 def environment(cases: dict[str, Case]) -> dict[str, Any]:
@@ -493,7 +245,7 @@ def run_big(cfg: Config, work: Path) -> Case:
 def main(cfg: Config) -> None:
     with tempfile.TemporaryDirectory(prefix="bench_build-", dir=cfg.tmp) as tmp:
         work = Path(tmp)
-        check_free_space(work, disk_needed(cfg))
+        check_free_space(work, disk_needed(cfg), "use --tmp elsewhere, smaller sizes, or --skip-big")
         cases = run_timed(cfg, work)
         big = None if cfg.skip_big else run_big(cfg, work)
     summaries = [c.summary() for c in cases.values()] + ([big.summary()] if big else [])

@@ -19,7 +19,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from bench_build import DIM, Case, build_case, cases_table, make_dataset
+from bench_build import DIM
+from benchlib.build_cases import Case, build_case, cases_table, make_dataset
 
 
 def parse_args() -> argparse.Namespace:

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from benchlib.cases import Row, run_child
-from benchlib.common import ROOT, Target, fmt, log, markdown_table
+from benchlib.common import ROOT, Target, fmt, log, markdown_table, targets_table
 from benchlib.images import SIZE, prepare_images
 from benchlib.library import environment, snapshot_library
 
@@ -101,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     found = targets(rows)
     if found:
-        print("\n" + markdown_table(["target", "value", "goal", "met"],
-                                    [[t.metric, f"{t.value:.2f}", t.goal, str(t.met)] for t in found]))
+        print("\n" + targets_table(found))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "bench_images.json"
     path.write_text(json.dumps({"command": " ".join(sys.argv), "environment": environment(revision),

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_build import current_rss_mb, peak_rss_mb
+from benchlib.runs import current_rss_mb, peak_rss_mb
 
 SAMPLES_PER_SHARD = 1000
 RECORD_BYTES = 4096

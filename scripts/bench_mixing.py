@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -39,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchlib.runs import peak_rss_mb, workers_peak_rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 256
@@ -78,11 +78,8 @@ def child(case: str, paths: dict[str, str], samples: int) -> dict:
     seconds = time.perf_counter() - started
     del loader  # its persistent workers exit and are waited for: RUSAGE_CHILDREN then counts them
     gc.collect()
-    from bench_build import peak_rss_mb
-
     return {"case": case, "seconds": seconds, "samples_per_s": samples / seconds, "shares": np.array(shares).tolist(),
-            "peak_rss_mb": peak_rss_mb(),
-            "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+            "peak_rss_mb": peak_rss_mb(), "worker_peak_rss_mb": workers_peak_rss_mb()}
 
 
 def shuffled_std(shares: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -45,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_build import check_free_space, markdown_table, peak_rss_mb, synced_seconds, warm_page_cache
+from benchlib.common import markdown_table
+from benchlib.runs import check_free_space, peak_rss_mb, synced_seconds, warm_page_cache, workers_peak_rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1e6
@@ -135,7 +135,7 @@ def child_build(spec: dict[str, Any]) -> dict[str, Any]:
 def child_main(spec: dict[str, Any]) -> None:
     result = {"read": child_read, "build": child_build}[spec["kind"]](spec)
     result["peak_rss_mb"] = peak_rss_mb()
-    result["workers_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / MB
+    result["workers_peak_rss_mb"] = workers_peak_rss_mb()
     print(json.dumps(result))
 
 

@@ -35,7 +35,8 @@ from .common import (
     log,
     shapes_of,
 )
-from .data import Layouts, permutation_stats, prepare_shape, prepare_sorted, warm_page_cache, write_memory_shards
+from .data import Layouts, permutation_stats, prepare_shape, prepare_sorted, write_memory_shards
+from .runs import warm_page_cache
 
 
 def run_child(spec: dict[str, Any], pss: bool = False) -> dict[str, Any]:

@@ -125,6 +125,12 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def targets_table(targets: list[Target]) -> str:
+    verdict = {True: "met", False: "**not met**", None: ""}
+    return markdown_table(["target", "value", "goal", "result"],
+                          [[t.metric, f"{t.value:,.2f}", t.goal, verdict[t.met]] for t in targets])
+
+
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 

@@ -4,7 +4,6 @@ set of the shuffle case and the shards of the memory case."""
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from .common import (
     log,
 )
 from .readers import label_stats
+from .runs import warm_page_cache
 
 
 @dataclass(frozen=True)
@@ -171,17 +171,6 @@ def build_pt(where: Layouts, rows: int) -> None:
     for i in range(rows):
         torch.save(torch.from_numpy(np.array(x[i])), where.pt / f"{i}.pt")
     np.save(where.pt / "labels.npy", np.array(y[:rows]))
-
-
-def warm_page_cache(folder: Path) -> None:
-    """Sync, then read every file once, so that every reader starts from the page cache."""
-    os.sync()
-    buffer = bytearray(_CHUNK_BYTES)
-    for path in folder.rglob("*"):
-        if path.is_file():
-            with open(path, "rb", buffering=0) as f:
-                while f.readinto(buffer):
-                    pass
 
 
 def prepare_shape(cfg: Config, shape: Shape, where: Layouts, seed: int) -> None:

@@ -27,6 +27,7 @@ from .common import (
     fmt,
     log,
     markdown_table,
+    targets_table,
 )
 from .library import environment
 
@@ -111,12 +112,6 @@ def memory_table(m: dict[str, Any]) -> str:
         f"{m['buffer_per_worker_mb']:.0f}", f"{m['budget_mb']:.0f}", f"{m['peak_rss_mb']:.0f}",
         f"{m['peak_rss_first_half_mb']:.0f} / {m['peak_rss_second_half_mb']:.0f}",
         f"{m['peak_pss_mb']:.0f}", f"{m['floor_rss_mb']:.0f} / {m['floor_pss_mb']:.0f}"]])
-
-
-def targets_table(targets: list[Target]) -> str:
-    verdict = {True: "met", False: "**not met**", None: ""}
-    return markdown_table(["target", "value", "goal", "result"],
-                          [[t.metric, f"{t.value:,.2f}", t.goal, verdict[t.met]] for t in targets])
 
 
 def save_chart(rows: list[Row], path: Path) -> bool:
