@@ -398,9 +398,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:  # told with the usage of the command they follow
+        after_command = argv.index(unknown[0]) > argv.index(args.command)
+        (args.command_parser if after_command else parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     run: Callable[[argparse.Namespace], int | None] = args.run
     try:
         return run(args) or 0

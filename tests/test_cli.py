@@ -102,6 +102,8 @@ def test_an_option_of_another_command_is_refused_with_the_usage_of_this_one(tmp_
                      "--validation", "0.1")
     assert result.returncode == 2 and result.stderr.startswith("usage: pipeline build files ")
     assert result.stderr.endswith("pipeline build files: error: unrecognized arguments: --validation 0.1\n")
+    result = run_cli("--bogus", "inspect", "out")
+    assert result.returncode == 2 and result.stderr.endswith("pipeline: error: unrecognized arguments: --bogus\n")
 
 
 def test_build_files_and_folder_from_the_cli(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ stopped early, and the recommendation the table and the call come down to."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -58,6 +59,15 @@ def test_a_setting_measures_the_samples_of_its_time_and_its_stages(shards: Path)
     assert row.samples_per_s < 100 / 0.002  # the simulated step bounds it
     assert row.profile["decode_s"] > 0 and row.profile["step_s"] >= 0.002 * row.samples / 100
     assert row.sample_bytes == pipeline.load_index(shards).bytes // 6000
+
+
+def test_a_mix_is_tuned_and_a_missing_source_of_one_is_named_before_any_measuring(shards: Path,
+                                                                                  tmp_path: Path) -> None:
+    result = pipeline.tune({"a": str(shards), "b": str(shards)}, workers=[0], batch_size=100, seconds=0.3,
+                           warmup=0.1)
+    assert [r.setting.num_workers for r in result.rows] == [0] and result.rows[0].samples > 0
+    with pytest.raises(pipeline.IndexFormatError, match=re.escape(f"{tmp_path / 'nowhere'}: no such shard or folder")):
+        pipeline.tune({"a": str(shards), "b": str(tmp_path / "nowhere")}, workers=[0], seconds=30)
 
 
 def test_bad_data_is_an_error_that_names_it(tmp_path: Path) -> None:

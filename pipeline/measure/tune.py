@@ -119,7 +119,7 @@ def stage_shares(profile: Mapping[str, float]) -> str:
     return " / ".join(f"{s / total:.0%}" for s in stages) if total else "-"
 
 
-def tune(data: str, *, batch_size: int = 256, workers: Sequence[int] | None = None,
+def tune(data: str | Mapping[str, Any], *, batch_size: int = 256, workers: Sequence[int] | None = None,
          prefetch: Sequence[int] | None = None, step_ms: float = 0.0, seconds: float = 3.0, warmup: float = 0.5,
          memory_mb: float | None = None, options: Mapping[str, Any] | None = None,
          progress: Callable[[str], None] | None = None) -> TuneResult:
@@ -136,7 +136,8 @@ def tune(data: str, *, batch_size: int = 256, workers: Sequence[int] | None = No
         raise ValueError(f"numbers of workers must be >= 0, got {list(workers)}")
     if prefetch is not None and any(n < 1 for n in prefetch):
         raise ValueError(f"prefetch factors must be >= 1, got {list(prefetch)}")
-    resolve_shards(data)  # data that is not there is told as itself, before a measuring process starts
+    for location in data.values() if isinstance(data, Mapping) else [data]:  # a mix: each of its sources
+        resolve_shards(location)  # data that is not there is told as itself, before a measuring process starts
     options = {"batch_size": batch_size, **(options or {})}
     rows: list[Measured] = []
 

@@ -19,10 +19,11 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from ..format.errors import ShardError
-from ..storage import SourceError, redact
+from ..storage import SourceError
 from ..storage.retry import RetryPolicy
 from .material import Draw, rng_for
 from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
+from .skip_log import log_skip
 from .stats import Count, ReadStats
 
 _COUNT_EVERY = 64  # records read between two additions to the profile
@@ -70,7 +71,7 @@ class ForeignStream:
         """The rows of one shard; under the skip policy, a bad record is left out and a broken
         shard ends there: logged, counted."""
         def lost(exc: ShardError, samples: int) -> None:
-            log.warning("skipping a record of %s: %s", redact(url), exc)
+            log_skip(log, url, "a record", exc)
             self.stats.skipped(0)  # without an index, what it held is not known
 
         waited = busy = 0.0  # seconds waiting for the shard's bytes, and reading its records in all, not counted yet
@@ -104,7 +105,7 @@ class ForeignStream:
         except (ShardError, SourceError) as exc:
             if not self.skip:
                 raise
-            log.warning("skipping the rest of %s: %s", redact(url), exc)
+            log_skip(log, url, "the rest", exc)
             self.stats.skipped(0)
         finally:
             rows.close()  # an epoch left early closes the shard's connection now

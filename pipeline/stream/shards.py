@@ -19,7 +19,7 @@ from braceexpand import braceexpand
 from ..format.errors import IndexFormatError
 from ..format.index import DatasetIndex
 from ..storage import is_remote, parent, scheme
-from ..storage.indexes import IndexedShards, NoIndexError, open_index, shard_sets_hint
+from ..storage.indexes import IndexedShards, NoIndexError, index_url, open_index, shard_sets_hint
 from ..storage.retry import RetryPolicy, RetrySink
 
 
@@ -47,8 +47,11 @@ def _index_beside(urls: list[str], policy: RetryPolicy | None, stats: RetrySink 
     folders = {parent(u) for u in urls}
     if len(folders) != 1:
         return None
+    folder = folders.pop()
+    if not is_remote(folder) and not os.path.isfile(index_url(folder)):
+        return None  # no index there: foreign shards
     try:
-        return open_index(folders.pop(), policy, stats)
+        return open_index(folder, policy, stats)
     except NoIndexError:
         return None  # no index there: foreign shards (a broken index is an error)
 
@@ -84,5 +87,6 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             return IndexedShards(subset, indexed.base)
     for url in urls:
         if not is_remote(url) and not Path(url).is_file():
-            raise IndexFormatError(f"{url}: no such shard or folder{shard_sets_hint(url)}")
+            hint = "" if url.endswith(".tar") else shard_sets_hint(url)  # a split's name, misspelt?
+            raise IndexFormatError(f"{url}: no such shard or folder{hint}")
     return ForeignShards(tuple(urls))

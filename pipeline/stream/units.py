@@ -33,6 +33,7 @@ from .batching import gather
 from .material import Material, locate
 from .plan import RankSequence, block_range
 from .reader import Columns, read_rows, repeat_rows, stand_in
+from .skip_log import log_skip
 from .sources import SourceSet
 from .stats import Count, ReadStats
 
@@ -56,7 +57,6 @@ class UnitReader:
         self.remote = any(shards.remote for shards in sources.shards)
         self.spare: Columns | None = None  # rows of the last unit read: stand-ins when a whole unit fails
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
-        self.damaged: set[str] = set()  # shards this process has skipped samples of: warned of once each
 
     def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
              blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
@@ -163,11 +163,7 @@ class UnitReader:
         started, waited = time.perf_counter(), 0.0
 
         def lost(exc: ShardError | SourceError, samples: int) -> None:
-            first = url not in self.damaged
-            self.damaged.add(url)
-            log.log(logging.WARNING if first else logging.DEBUG, "skipping %d samples of %s: %s%s", samples,
-                    redact(url), exc, "; later skips in this shard are logged at DEBUG level (stats() counts "
-                    "them all)" if first else "")
+            log_skip(log, url, f"{samples} samples", exc)
             self.stats.skipped(samples)
 
         def timed_reader(url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:

@@ -66,7 +66,9 @@ def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any
     """One shard set per split, in ``out_dir/<split>/`` with shards ``<split>-000000.tar``.
 
     ``labels`` (``{ID: label}``) and ``partition`` (``{split: [IDs]}``) are mappings or paths
-    of JSON files. Every split is checked before the first shard is written.
+    of JSON files. Every split is checked before the first shard is written. Labels that are
+    class names are stored as their positions in the sorted names, kept in each index's
+    ``metadata["classes"]``.
     """
     if "validation" in options:
         raise TypeError("build_sample_files takes its splits from the partition: there is no validation=; "

@@ -34,8 +34,10 @@ def shard_name(prefix: str, number: int) -> str:
     return f"{check_prefix(prefix)}-{number:06d}.tar"
 
 
-def prepare_output(destination: Destination, overwrite: bool, index_name: str = INDEX_NAME) -> list[str]:
-    """Make the destination ready; refuse an existing index unless ``overwrite``.
+def prepare_output(destination: Destination, overwrite: bool, index_name: str = INDEX_NAME,
+                   resumable: bool = False) -> list[str]:
+    """Make the destination ready; refuse an existing index unless ``overwrite`` (and say that
+    ``resume`` finishes a stopped build, where the caller has one: ``resumable``).
 
     With ``overwrite`` the old index is removed first (so that, if this build fails, no index
     names a mix of old and new shards) and the old shard names are returned, for
@@ -45,9 +47,10 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
     if not destination.exists(index_name):
         return []
     if not overwrite:
+        resume = (", or, to finish a local build that stopped part way (one split of several, say), resume=True "
+                  "(--resume) to keep what it wrote") if resumable else ""
         raise OutputExistsError(f"{destination.url(index_name)} already exists; pass overwrite=True (--overwrite) "
-                                f"to replace it, or, to finish a local build that stopped part way (one split of "
-                                f"several, say), resume=True (--resume) to keep what it wrote")
+                                f"to replace it{resume}")
     try:
         old = list(index_shard_names(destination.read(index_name), destination.url(index_name)))
     except IndexFormatError:

@@ -233,7 +233,7 @@ def build_shards(
                 remove_temporary_files(target, names, index_name)
                 _say(quiet, f"{target.url(index_name)} is already complete ({len(planned)} shards); nothing to resume")
                 return done
-        old_shards = prepare_output(target, overwrite, index_name)
+        old_shards = prepare_output(target, overwrite, index_name, resumable=True)
         if not resume:
             remove_planned_shards(target, f"{prefix}-", names)
         rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0

@@ -39,6 +39,12 @@ SAMPLE_FILE_DAMAGE = {
     "a .pt of a dict of tensors": (".pt", save_as({"x": torch.zeros(2), "mask": torch.ones(2)}),
                                    r"holds a dict, not a tensor: .* save one tensor per file \(torch\.save\(tensor, "
                                    r"path\)\), or write samples of several fields with pipeline\.ShardWriter"),
+    "a .pt of garbage": (".pt", lambda path: path.write_bytes(b"garbage!" * 20),
+                         r"cannot load with torch\.load\(weights_only=True\) \(Unsupported operand 103\); if the file "
+                         r"is truncated or damaged, save it again"),
+    "an .npy of Python objects": (".npy", lambda path: np.save(path, np.array([{}, 1], dtype=object)),
+                                  r"holds an array of Python objects, which only pickle could load: save a numeric "
+                                  r"array"),
     "an .npy cut short": (".npy", cut_to(140), r"cannot load with np\.load \(ValueError: .*\); if the file is "
                                                r"truncated or damaged, save it again"),
     "an empty .npy": (".npy", cut_to(0), r"cannot load with np\.load \(EOFError: No data left in file\)"),
@@ -55,26 +61,45 @@ def test_a_sample_file_that_cannot_be_used_is_an_error_naming_it(tmp_path: Path,
                                     tmp_path / "out", quiet=True)
 
 
-def test_labels_that_are_not_numbers_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+def test_class_names_as_labels_are_numbered_as_imagefolder_numbers_classes(tmp_path: Path) -> None:
+    make_sample_files(tmp_path / "data", ["a", "b", "c", "d"])
+    labels, partition = {"a": "dog", "b": "cat", "c": "emu", "d": "cat"}, {"train": ["a", "b", "c"], "validation": ["d"]}
+    built = pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", quiet=True)
+    assert [index.metadata["classes"] for index in built.values()] == [["cat", "dog", "emu"]] * 2
+    assert [int(s["y"]) for _, s in pipeline.iter_samples(tmp_path / "out" / "train")] == [1, 0, 2]
+    assert [int(s["y"]) for _, s in pipeline.iter_samples(tmp_path / "out" / "validation")] == [0]
+
+
+@pytest.mark.parametrize("labels,shown", [({"a": "cat", "b": 1, "c": 2}, "'a' ('cat'), 'b' (1), 'c' (2)"),
+                                          ({"a": 0, "b": None, "c": {"k": 1}}, "'b' (None), 'c' ({'k': 1})")])
+def test_labels_of_mixed_or_unusable_kinds_are_refused_before_anything_is_written(tmp_path: Path, labels: dict,
+                                                                                    shown: str) -> None:
     make_sample_files(tmp_path / "data", ["a", "b", "c"])
-    (tmp_path / "labels.json").write_text(json.dumps({"a": "cat", "b": "dog", "c": 2}))
-    with pytest.raises(SampleError, match=re.escape(f"{tmp_path / 'labels.json'}: 2 labels are not numbers: "
-                                                    "'a' ('cat'), 'b' ('dog'); a model trains on numbers: map each "
-                                                    "class name to an integer")):
+    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    with pytest.raises(SampleError, match=re.escape(f"{tmp_path / 'labels.json'}: a label is a number (or an array of "
+                                                    f"numbers) or the name of a class, the same kind for every ID; "
+                                                    f"{shown}")):
         pipeline.build_sample_files(tmp_path / "data", tmp_path / "labels.json", {"train": ["a", "b", "c"]},
                                     tmp_path / "out", quiet=True)
     assert not (tmp_path / "out").exists()
-    multi_hot = {"a": [0, 1], "b": [1, 0], "c": [1.0, 1.0]}  # arrays of numbers are labels too
-    pipeline.build_sample_files(tmp_path / "data", multi_hot, {"train": ["a", "b", "c"]}, tmp_path / "out", quiet=True)
-    assert [list(s["y"]) for _, s in pipeline.iter_samples(tmp_path / "out" / "train")] == [[0, 1], [1, 0], [1.0, 1.0]]
+
+
+def test_arrays_of_numbers_are_labels_and_files_may_hold_lists_of_numbers(tmp_path: Path) -> None:
+    make_sample_files(tmp_path / "data", ["a", "b"])
+    torch.save([1.5, 2.5, 3.5], tmp_path / "data" / "b.pt")
+    torch.save([0.5, 1.5, 2.5], tmp_path / "data" / "a.pt")
+    multi_hot = {"a": [0, 1], "b": [1, 0]}
+    pipeline.build_sample_files(tmp_path / "data", multi_hot, {"train": ["a", "b"]}, tmp_path / "out", quiet=True)
+    samples = [s for _, s in pipeline.iter_samples(tmp_path / "out" / "train")]
+    assert [list(s["y"]) for s in samples] == [[0, 1], [1, 0]] and [list(s["x"]) for s in samples] == [[0.5, 1.5, 2.5], [1.5, 2.5, 3.5]]
 
 
 def test_problems_of_the_partition_name_its_file(tmp_path: Path) -> None:
     make_sample_files(tmp_path / "data", ["a", "b"])
     partition = tmp_path / "partition.json"
-    partition.write_text(json.dumps({"train": ["a", "b", "a"]}))
-    with pytest.raises(SampleError, match=re.escape(f"{partition}: 1 IDs are listed twice in one split: 'a' "
-                                                    f"(split 'train')")):
+    partition.write_text(json.dumps({"train": ["b"], "validation": ["a", "a"]}))
+    with pytest.raises(SampleError, match=re.escape(f"split 'validation' of {partition}: 1 IDs are listed more than "
+                                                    f"once, e.g. ['a']")):
         pipeline.build_sample_files(tmp_path / "data", {"a": 0, "b": 1}, partition, tmp_path / "out", quiet=True)
     partition.write_text(json.dumps({"train": ["a"], "validation": ["b", "z"]}))
     with pytest.raises(FileNotFoundError, match=re.escape(f"split 'validation' of {partition}: 1 IDs have no file")):
@@ -147,3 +172,11 @@ def test_joblib_files_that_cannot_be_used_are_errors_naming_them(tmp_path: Path)
     with pytest.raises(FileNotFoundError, match=re.escape(f"{folder / 'x_4.job'}: no such folder (it is a file: pass "
                                                           f"the folder that holds it)")):
         pipeline.build_joblib(folder / "x_4.job", tmp_path / "out", quiet=True, overwrite=True)
+
+
+def test_a_tensor_saved_while_it_required_grad_builds(tmp_path: Path) -> None:
+    make_sample_files(tmp_path / "data", ["a", "b"])
+    torch.save(torch.full((2, 3), 7.0, requires_grad=True), tmp_path / "data" / "b.pt")
+    pipeline.build_sample_files(tmp_path / "data", {"a": 0, "b": 1}, {"train": ["a", "b"]}, tmp_path / "out", quiet=True)
+    assert [s["x"].tolist() for _, s in pipeline.iter_samples(tmp_path / "out" / "train")] == [[[0.0] * 3] * 2,
+                                                                                              [[7.0] * 3] * 2]

@@ -141,6 +141,10 @@ def test_an_existing_index_is_refused_unless_overwrite_and_stale_shards_go(tmp_p
     pipeline.write_shards(tmp_path, {"v": np.arange(100)}, shard_samples=10, quiet=True)
     with pytest.raises(OutputExistsError, match="index.json already exists"):
         pipeline.write_shards(tmp_path, {"v": np.arange(100)}, quiet=True)
+    with pytest.raises(OutputExistsError, match=r"index\.json already exists; pass overwrite=True \(--overwrite\) "
+                                                r"to replace it$"):  # a ShardWriter has nothing to resume
+        with pipeline.ShardWriter(tmp_path, "shard"):
+            pass
     pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
     assert sorted(p.name for p in tmp_path.glob("*.tar")) == [f"shard-{i:06d}.tar" for i in range(3)]
     assert read_back(tmp_path)[1]["v"] == list(range(30))
@@ -152,6 +156,10 @@ def test_overwriting_a_version_1_index_deletes_the_shards_it_named(tmp_path: Pat
     (tmp_path / "index.json").write_text(json.dumps({"format": "pipeline-shards", "version": 1, "shards": old}))
     for shard in old:
         (tmp_path / shard["url"]).write_bytes(b"old")
+    with pytest.raises(OutputExistsError, match=r"index\.json already exists; pass overwrite=True \(--overwrite\) "
+                                                r"to replace it$"):  # a ShardWriter has nothing to resume
+        with pipeline.ShardWriter(tmp_path, "shard"):
+            pass
     pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
     assert sorted(p.name for p in tmp_path.glob("*.tar")) == [f"shard-{i:06d}.tar" for i in range(3)]
 

@@ -44,6 +44,7 @@ def _load(path: Path) -> Any:
 
 
 def _as_array(value: Any, path: Path) -> Any:
+    """A tensor as a NumPy array (the rows of a file are joined with NumPy); anything else as it is."""
     import torch
 
     if not isinstance(value, torch.Tensor):

@@ -4,7 +4,8 @@
 Each split becomes its own shard set. Every ID is checked before anything is written: a
 partition ID without a file or without a label is an error naming it, never a silent skip. A
 file's contents are loaded as its shard is written: one that cannot be loaded stops the build
-with an error naming it (``--resume`` goes on once it is mended).
+with an error naming it (``--resume`` goes on once it is mended). Labels are numbers, or class
+names numbered by their sorted position (the names kept in the index's metadata).
 ``.pt`` files are read with ``torch.load(weights_only=True)``, which refuses pickled code.
 """
 
@@ -35,6 +36,9 @@ def load_sample_file(path: Path) -> Any:
         except MemoryError:
             raise
         except Exception as exc:  # noqa: BLE001 - NumPy raises ValueError, EOFError, OSError...
+            if "allow_pickle" in str(exc):
+                raise SampleError(f"{path}: holds an array of Python objects, which only pickle could load: save "
+                                  f"a numeric array") from None
             raise SampleError(f"{path}: cannot load with np.load ({explain(exc)}); if the file is truncated or "
                               f"damaged, save it again") from None
     import torch
@@ -45,30 +49,38 @@ def load_sample_file(path: Path) -> Any:
         raise
     except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError...
         raise SampleError(f"{path}: {_torch_load_failure(exc)}") from None
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor):  # bfloat16, which NumPy lacks, is stored as such by the codec
+        value = value.detach().cpu()
         return value if value.dtype == torch.bfloat16 else value.numpy()
     if isinstance(value, (bool, int, float, np.ndarray, np.generic)):
         return value
+    if isinstance(value, (list, tuple)) and numeric(value):
+        return np.asarray(value)
     raise SampleError(f"{path}: holds a {type(value).__name__}, not a tensor: this layout stores each file's one "
                       f"tensor or array as field x and its label as y; save one tensor per file "
                       f"(torch.save(tensor, path)), or write samples of several fields with pipeline.ShardWriter")
 
 
+#: How ``torch.load(weights_only=True)`` names the global it refuses to unpickle, and where its
+#: message says what went wrong (its first lines say to load with ``weights_only=False``: unsafe).
+_REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+_UNPICKLER_ERROR = "WeightsUnpickler error:"
+
+
 def _torch_load_failure(exc: Exception) -> str:
     """Why ``torch.load(weights_only=True)`` failed, and what to do, in a line."""
-    refused = _REFUSED_GLOBAL.search(str(exc))
+    text = str(exc)
+    refused = _REFUSED_GLOBAL.search(text)
     if refused is None:
-        return (f"cannot load with torch.load(weights_only=True) ({explain(exc)}); if the file is truncated or "
+        detail = text.split(_UNPICKLER_ERROR, 1)[1].strip().splitlines()[0] if _UNPICKLER_ERROR in text else \
+            explain(exc)
+        return (f"cannot load with torch.load(weights_only=True) ({detail}); if the file is truncated or "
                 f"damaged, save it again")
     if refused.group(1).startswith("numpy"):
         return ("holds NumPy data, which torch.load(weights_only=True) refuses to unpickle: save the array "
                 "with np.save as <ID>.npy, or as a tensor with torch.save(torch.from_numpy(array), path)")
     return (f"holds a pickled object ({refused.group(1)}) that torch.load(weights_only=True) refuses to load, "
             f"as it refuses any code: save one tensor per file (torch.save(tensor, path))")
-
-
-#: How ``torch.load(weights_only=True)`` names the global it refuses to unpickle.
-_REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 
 
 def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -104,7 +116,8 @@ class SampleFileSource(FileRowsSource):
     row_lists = ("ids", "paths", "labels", "sizes")
 
     def __init__(self, root: str | os.PathLike[str], ids: Sequence[str], labels: Mapping[str, Any],
-                 split: str = "samples", fields: tuple[str, str] = ("x", "y"), listed_in: str | None = None) -> None:
+                 split: str = "samples", fields: tuple[str, str] = ("x", "y"), listed_in: str | None = None,
+                 classes: list[str] | None = None) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"{self.root}: no such folder")
@@ -112,7 +125,7 @@ class SampleFileSource(FileRowsSource):
         ids = [str(i) for i in ids]
         repeated = [i for i, n in Counter(ids).items() if n > 1]
         if repeated:
-            raise SampleError(f"{named}: IDs appear more than once, e.g. {repeated[:3]}")
+            raise SampleError(f"{named}: {len(repeated)} IDs are listed more than once, e.g. {repeated[:3]}")
         for sample_id in ids:
             check_key(sample_id)
         no_label = [i for i in ids if i not in labels]
@@ -131,6 +144,7 @@ class SampleFileSource(FileRowsSource):
         self.fields = fields
         self.sizes = [p.stat().st_size for p in self.paths]
         self.description = f"{split} ({self.root})"
+        self.metadata = None if classes is None else {"classes": classes}
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -157,10 +171,6 @@ def check_partition(splits: Mapping[str, Sequence[Any]], labels: Mapping[str, An
         check_key(split)
         for sample_id in ids:
             where.setdefault(str(sample_id), []).append(split)
-    repeated = [i for i, found in where.items() if len(found) > len(set(found))]
-    if repeated:
-        raise SampleError(f"{partition_name}: {len(repeated)} IDs are listed twice in one split: "
-                          f"{_examples(repeated, {i: f'split {where[i][0]!r}' for i in repeated})}")
     shared = [i for i, found in where.items() if len(set(found)) > 1]
     if shared:
         raise SampleError(f"{partition_name}: {len(shared)} IDs are in more than one split: "
@@ -170,15 +180,15 @@ def check_partition(splits: Mapping[str, Sequence[Any]], labels: Mapping[str, An
     if unlabelled:
         raise SampleError(f"{labels_name} has no label for {len(unlabelled)} IDs of {partition_name}: "
                           f"{_examples(unlabelled, {i: f'split {where[i][0]!r}' for i in unlabelled})}")
-    not_numbers = [i for i in where if not _numeric(labels[i])]
-    if not_numbers:
-        raise SampleError(f"{labels_name}: {len(not_numbers)} labels are not numbers: "
-                          f"{_examples(not_numbers, {i: repr(labels[i])[:40] for i in not_numbers})}; a model "
-                          f"trains on numbers: map each class name to an integer (its position in "
-                          f"sorted(set(labels.values())), say) and save the labels again")
+    odd = [i for i in where if not (numeric(labels[i]) or isinstance(labels[i], str))]
+    names = [i for i in where if isinstance(labels[i], str)]
+    if odd or 0 < len(names) < len(where):
+        shown = odd or [*names[:2], *(i for i in where if not isinstance(labels[i], str))][:4]
+        raise SampleError(f"{labels_name}: a label is a number (or an array of numbers) or the name of a class, the "
+                          f"same kind for every ID; {_examples(shown, {i: repr(labels[i])[:40] for i in shown})}")
 
 
-def _numeric(label: Any) -> bool:
+def numeric(label: Any) -> bool:
     """Whether a label is a number or an array of numbers (a class, a target, a multi-hot row)."""
     if isinstance(label, (bool, int, float)):
         return True
@@ -186,6 +196,15 @@ def _numeric(label: Any) -> bool:
         return np.asarray(label).dtype.kind in "biuf"
     except (TypeError, ValueError):  # a ragged list
         return False
+
+
+def class_positions(labels: Mapping[str, Any], ids: Sequence[str]) -> list[str] | None:
+    """The sorted class names when the labels of ``ids`` are names (``"cat"``): each is stored
+    as its position in that list, as torchvision's ImageFolder numbers its class folders;
+    ``None`` when they are numbers."""
+    if not ids or not isinstance(labels[ids[0]], str):
+        return None
+    return sorted({labels[i] for i in ids})
 
 
 def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[str] | Mapping[str, Any],
@@ -197,7 +216,11 @@ def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[st
         raise SampleError(f"{_name(partition, 'the partition')} has no splits")
     partition_name = _name(partition, "the partition")
     check_partition(splits, label_map, partition_name, _name(labels, "the labels mapping"))
-    return {split: SampleFileSource(root, ids, label_map, split, listed_in=partition_name)
+    classes = class_positions(label_map, [str(i) for ids in splits.values() for i in ids])
+    if classes is not None:
+        position = {name: n for n, name in enumerate(classes)}
+        label_map = {i: position[label] for i, label in label_map.items() if isinstance(label, str)}
+    return {split: SampleFileSource(root, ids, label_map, split, listed_in=partition_name, classes=classes)
             for split, ids in splits.items()}
 
 
