@@ -87,6 +87,7 @@ class ShardLoader(DataLoader):
         self._batches = 0  # batches of this rank delivered in the current stretch
         self._workers_resumed = False  # whether persistent workers hold a plan from the middle of an epoch
         self._waited = self._stepped = 0.0  # seconds the training loop waited for batches, and ran its body
+        self._generation = 0  # changed by set_epoch and load_state_dict: a loop begun before then is stale
 
     def _get_iterator(self) -> Any:
         """DataLoader's iterator, with workers one that checks them while it waits (see
@@ -101,8 +102,23 @@ class ShardLoader(DataLoader):
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its beginning at the next iteration."""
-        self._epoch, self._legs, self._batches = int(epoch), [], 0
+        """Play ``epoch`` at the next iteration: from where this loader stands in it when it is
+        the current epoch (resumed by ``load_state_dict``, or left by a loop that stopped early),
+        so that the usual ``set_epoch(e)`` before each epoch continues a resumed run rather than
+        replaying what it had trained on; else from its beginning. A loop under way ends (its next
+        step stops it) rather than going on from where the loader no longer stands."""
+        self._generation += 1
+        if int(epoch) != self._epoch:
+            self._epoch, self._legs, self._batches = int(epoch), [], 0
+
+    def give_back(self, batches: int) -> None:
+        """Count the last ``batches`` delivered as not delivered: the next iteration plays them
+        again. For a prefetcher whose loop ended while it held batches fetched ahead (call it once
+        that loop, and this loader's, have ended)."""
+        if not 0 <= batches <= self._batches:
+            raise ValueError(f"cannot give back {batches} batches: {self._batches} were delivered since the "
+                             f"epoch (or its last leg) began")
+        self._batches -= batches
 
     def __len__(self) -> int:
         """Batches still to come in the current epoch on this rank."""
@@ -123,7 +139,7 @@ class ShardLoader(DataLoader):
         iterator = super().__iter__()
         if self.num_workers:
             translate_worker_deaths()
-        failure = None
+        failure, generation = None, self._generation
         try:
             asked = time.perf_counter()
             for message in iterator:
@@ -136,6 +152,9 @@ class ShardLoader(DataLoader):
                     handed = time.perf_counter()
                     yield batch
                     self._stepped += time.perf_counter() - handed
+                    if self._generation != generation:  # set_epoch or load_state_dict since: where this
+                        self._stop_workers(iterator)  # loop stood is no longer where the loader stands
+                        return
                 asked = time.perf_counter()
         except GeneratorExit:  # the loop stopped early: a break, or an error in its body (a worker's
             if not self._finalizing():  # death in a training step among them); the next one restarts
@@ -243,6 +262,7 @@ class ShardLoader(DataLoader):
             dataset.resume(int(state["epoch"]), legs, batches)
         self._epoch, self._legs, self._batches = int(state["epoch"]), legs, batches
         self._workers_resumed = True  # persistent workers hold the dataset as it was: start new ones
+        self._generation += 1  # a loop under way ends at its next step
 
 
 def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:

@@ -77,16 +77,23 @@ class DevicePrefetcher:
                 return _to_device(batch, self.device)
 
         self._upcoming = fetch()
-        while self._upcoming is not None:
-            batch = self._upcoming
-            if stream is not None:
-                current = torch.cuda.current_stream(self.device)
-                current.wait_stream(stream)
-                _record_stream(batch, current)
-            self._upcoming = fetch()  # the next copy overlaps the step on this batch
-            self.batches += 1
-            self.elapsed = time.perf_counter() - start
-            yield batch
+        try:
+            while self._upcoming is not None:
+                batch = self._upcoming
+                if stream is not None:
+                    current = torch.cuda.current_stream(self.device)
+                    current.wait_stream(stream)
+                    _record_stream(batch, current)
+                self._upcoming = fetch()  # the next copy overlaps the step on this batch
+                self.batches += 1
+                self.elapsed = time.perf_counter() - start
+                yield batch
+        except GeneratorExit:  # the loop stopped early, holding a batch fetched ahead: the loader's
+            iterator.close()  # loop ends, and the next one delivers that batch again
+            if self._upcoming is not None and hasattr(self.loader, "give_back"):
+                self.loader.give_back(1)
+            self._upcoming = None
+            raise
         self.elapsed = time.perf_counter() - start
 
     def state_dict(self) -> dict[str, Any]:
