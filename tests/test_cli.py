@@ -97,6 +97,18 @@ def test_a_folder_of_splits_given_for_a_shard_set_is_an_error_naming_its_splits(
         pipeline.make_loader(tmp_path / "out" / "valid")
 
 
+def test_a_folder_of_shards_without_an_index_is_an_error_that_says_how_to_index_them(tmp_path: Path) -> None:
+    pipeline.write_shards(tmp_path / "sets" / "other", {"x": np.zeros(4)}, quiet=True)  # a set beside it: no split
+    pipeline.write_shards(tmp_path / "sets" / "bare", {"x": np.zeros(8)}, shard_samples=4, quiet=True)
+    for name in ("index.json", "index.bin"):
+        (tmp_path / "sets" / "bare" / name).unlink()
+    bare = tmp_path / "sets" / "bare"
+    with pytest.raises(pipeline.IndexFormatError, match=re.escape(
+            f"{bare} holds 2 .tar shard(s) without an index: index them in place with 'pipeline index {bare}'")):
+        pipeline.make_loader(bare)
+    assert run_cli("index", str(bare), "--quiet").returncode == 0 and pipeline.load_index(bare).samples == 8
+
+
 def test_an_option_of_another_command_is_refused_with_the_usage_of_this_one(tmp_path: Path) -> None:
     result = run_cli("build", "files", "data", "out", "--labels", "l.json", "--partition", "p.json",
                      "--validation", "0.1")

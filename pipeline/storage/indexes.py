@@ -120,15 +120,23 @@ def _shard_sets_in(folder: str) -> list[str]:
 
 
 def shard_sets_hint(path: str) -> str:
-    """What to pass instead of a local ``path`` that holds no shard set, when it or its folder
-    holds the splits of a build (``OUT/train``, ``OUT/validation``); ``""`` when neither does."""
-    for folder in (path, os.path.dirname(os.path.normpath(path)) or "."):
-        names = _shard_sets_in(folder)
-        if names:
-            listed = ", ".join(repr(name) for name in names)
-            return (f"; {folder} holds the shard sets {listed} (one per split): pass one of them, "
-                    f"e.g. {os.path.join(folder, names[0])}")
-    return ""
+    """What to pass instead of a local ``path`` that holds no shard set: its splits, when it holds
+    those of a build (``OUT/train``, ``OUT/validation``); the way to index its shards, when it
+    holds shards without an index; the splits beside it, when it does not exist (a split's name
+    misspelt); else ``""``."""
+    if os.path.isdir(path):
+        shards = sum(1 for entry in os.scandir(path) if entry.name.endswith(".tar"))
+        if shards:
+            return (f"; {path} holds {shards} .tar shard(s) without an index: index them in place with "
+                    f"'pipeline index {path}', or pass their paths (a pattern such as {path}/name-{{000000..000009}}.tar)")
+        folder = path
+    else:
+        folder = os.path.dirname(os.path.normpath(path)) or "."
+    names = _shard_sets_in(folder)
+    if not names:
+        return ""
+    listed = ", ".join(repr(name) for name in names)
+    return f"; {folder} holds the shard sets {listed} (one per split): pass one of them, e.g. {os.path.join(folder, names[0])}"
 
 
 def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | None) -> bytes:

@@ -43,9 +43,10 @@ from ..storage.retry import RetryPolicy
 from . import message_buffers
 from .allocator import fix_mmap_threshold
 from .batching import FinishedBatches, drop_short_tail, gather, messages_from_windows, split_message, to_torch
-from .foreign import ForeignStream
+from .foreign import ForeignStream, reference_fields
 from .idle_trim import idle_trim
 from .images import Images
+from .options import check_dataset_options, check_tuple_fields
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
 from .progress import delivered_per_source
 from .read_ahead import read_ahead
@@ -115,12 +116,7 @@ class ShardDataset(IterableDataset):
         images: Mapping[str, Images] | None = None,
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if remainder not in ("drop", "pad", "keep"):
-            raise ValueError(f"remainder must be 'drop', 'pad' or 'keep', got {remainder!r}")
+        check_dataset_options(batch_size, on_error, remainder, read_ahead, fields, as_tuple)
         self.read_stats = ReadStats()  # skips and retries, counted in every worker
         self.policy = RetryPolicy.from_env()  # read once: the workers get it with the dataset
         default_rank, default_world = distributed_rank_and_world()
@@ -135,13 +131,13 @@ class ShardDataset(IterableDataset):
         self.sample_transform, self.batch_transform = sample_transform, batch_transform
         self.on_error = on_error
         self.check_records = check_records  # each record read against its checksum in the index
-        if read_ahead is not None and read_ahead < 0:
-            raise ValueError(f"read_ahead must be >= 0, got {read_ahead}")
         self.read_ahead = read_ahead  # units read ahead in a thread (None: see _read_ahead)
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify, self.policy,
                                                                self.read_stats)
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven)
+        self.foreign_fields = None if self.sources is not None else reference_fields(
+            self.shards.urls, self._wanted(), self.fill, on_error == "skip", self.policy, self.read_stats)
         self.image_decoding = None if not images else ImageDecoding(
             check_image_fields(images, None if self.sources is None else self.sources.schema(self.fields)), seed,
             on_error == "skip", self.read_stats)
@@ -159,6 +155,8 @@ class ShardDataset(IterableDataset):
               epoch_samples: int | None, allow_uneven: bool) -> tuple[Any, SourceSet | None]:
         """The shards to read, and the indexed sources of the plan (``None`` without an index)."""
         if isinstance(source, Mapping):
+            if not source:
+                raise ValueError("an empty mapping mixes no source: give {name: index} for each source to mix")
             opened = {name: resolve_shards(location, self.policy, self.read_stats) for name, location in source.items()}
             foreign = [name for name, shards in opened.items() if not isinstance(shards, IndexedShards)]
             if foreign:
@@ -184,6 +182,7 @@ class ShardDataset(IterableDataset):
         unknown = sorted(set(self.fill) - set(schema))
         if unknown and schema:
             raise ValueError(f"fill keys {unknown} are not in the index (it has {sorted(schema)})")
+        check_tuple_fields(self.as_tuple, schema, not self.plain_messages)
         return sources.shards[0], sources
 
     # -- configuration -------------------------------------------------------------------------
@@ -335,7 +334,7 @@ class ShardDataset(IterableDataset):
     def _foreign_units(self, worker: int, workers: int) -> Iterator[Columns]:
         assert isinstance(self.shards, ForeignShards)
         stream = ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer, self._wanted(),
-                               self.fill, self.on_error == "skip", self.policy, self.read_stats)
+                               self.fill, self.on_error == "skip", self.policy, self.read_stats, self.foreign_fields)
         consumer = self.rank * workers + worker
         windows = stream.windows(self.epoch, consumer, self.world_size * workers)
         unit_rows = max(self.shuffle_buffer // self.batch_size, 1) * self.batch_size

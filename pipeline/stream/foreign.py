@@ -19,7 +19,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from ..format.errors import ShardError
-from ..storage import SourceError
+from ..storage import SourceError, redact
 from ..storage.retry import RetryPolicy
 from .material import Draw, rng_for
 from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
@@ -28,6 +28,25 @@ from .stats import Count, ReadStats
 
 _COUNT_EVERY = 64  # records read between two additions to the profile
 log = logging.getLogger("pipeline.stream")
+
+
+def reference_fields(urls: tuple[str, ...], wanted: set[str] | None, fill: Mapping[str, Any], skip: bool,
+                     policy: RetryPolicy, stats: ReadStats) -> set[str] | None:
+    """The fields every epoch reads shards without an index with: those of the first record of the
+    first shard, in the order given (the first record each consumer read, in a shuffled order,
+    gave other fields from one epoch to another), or ``wanted``, which that record must hold
+    unless ``fill`` has a value (a misspelt name is an error now, not in some later epoch).
+    ``None`` when the first shard holds no record. A ``fill`` key for a field not read is an error
+    (it would be ignored)."""
+    for columns in iter_foreign_rows(urls[0], wanted, None, policy=policy, stats=stats, fill=fill,
+                                     on_lost=(lambda exc, samples: None) if skip else None):
+        fields = set(columns)  # the stream closes after this: one record read
+        unused = sorted(set(fill) - fields)
+        if unused:
+            raise ValueError(f"fill keys {unused} are not among the fields read, {sorted(fields)} (those of the first "
+                             f"record of {redact(urls[0])}, or fields=): name them in fields= too")
+        return fields
+    return None
 
 
 @dataclass
@@ -43,6 +62,7 @@ class ForeignStream:
     skip: bool  # on_error="skip"
     policy: RetryPolicy
     stats: ReadStats
+    fields: set[str] | None = None  # those every record is read with (see reference_fields)
 
     def windows(self, epoch: int, consumer: int, consumers: int) -> Iterator[tuple[Columns, np.ndarray]]:
         """The windows of consumer ``consumer`` of ``consumers`` in ``epoch``: columns, and the
@@ -55,7 +75,7 @@ class ForeignStream:
                           f"read nothing; index them with `pipeline index` for exact epochs", stacklevel=3)
         pending: list[Columns] = []
         rows = window = 0
-        fields = None  # those of the first record: the others are read with the same fields
+        fields = self.fields  # or, when unknown, those of this consumer's first record
         for url in urls[consumer::consumers]:
             for columns in self._rows(url, fields):
                 fields = set(columns) if fields is None else fields

@@ -20,7 +20,9 @@ from torch.utils.data._utils.collate import default_convert
 from .batching import FinishedBatches, split_message
 from .dataset import ShardDataset
 from .message_buffers import Lent, ReleaseTable
+from .options import check_loader_options
 from .plan import Leg
+from .shards import IndexedShards
 from .workers import (
     LoaderWorker,
     WatchedWorkersIterator,
@@ -246,6 +248,7 @@ class ShardLoader(DataLoader):
         """Continue from ``state``; refuse a state whose plan this loader cannot continue."""
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
         state = _upgraded(state)
+        _check_mix_kind(dataset, state)
         legs = [Leg(int(w), int(b)) for w, b in state["legs"]]
         batches = int(state["batches"])
         middle = bool(legs or batches)
@@ -274,6 +277,10 @@ def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:
                 f"shuffle_buffer and chunks_per_buffer)")
     if key == "sources":
         names = dataset.sources.names if dataset.sources else []
+        if names == [""]:  # one source, unnamed
+            where = dataset.shards.base if isinstance(dataset.shards, IndexedShards) else "the shards"
+            return (f"{where} holds other data than when the checkpoint was taken (its shards' sample counts or "
+                    f"sha256 differ): resume on the shards the checkpoint was taken on")
         changed = [n for n, a, b in zip(names, theirs or [], mine) if a != b] or names
         return (f"source(s) {changed} hold other data than when the checkpoint was taken (their shards' sample "
                 f"counts or sha256 differ)")
@@ -290,15 +297,19 @@ def _upgraded(state: Mapping[str, Any]) -> Mapping[str, Any]:
     return state
 
 
-def _continue_mix(dataset: ShardDataset, state: Mapping[str, Any], middle: bool) -> None:
-    """Carry a mix's stream positions over from ``state``: its sources must be the same; their
-    shares may change at an epoch boundary only."""
+def _check_mix_kind(dataset: ShardDataset, state: Mapping[str, Any]) -> None:
+    """A checkpoint of a mix resumes a mix, one of a single source a single source."""
     mix = state.get("mix")
-    sources = dataset.sources
-    mixed = bool(sources and sources.mixed)
+    mixed = bool(dataset.sources and dataset.sources.mixed)
     if (mix is None) != (not mixed):
         raise ValueError("cannot resume: the checkpoint was taken " + ("with" if mix else "without") +
                          " a mix of sources, this loader reads " + ("one source" if not mixed else "a mix"))
+
+
+def _continue_mix(dataset: ShardDataset, state: Mapping[str, Any], middle: bool) -> None:
+    """Carry a mix's stream positions over from ``state``: its sources must be the same; their
+    shares may change at an epoch boundary only."""
+    mix, sources = state.get("mix"), dataset.sources
     if mix is None or sources is None:
         return
     if list(mix["names"]) != sources.names:
@@ -343,6 +354,8 @@ def make_loader(
     """A :class:`ShardLoader` with sensible defaults: persistent workers, prefetching, per-worker
     NumPy seeds, and pinned memory when CUDA is present. ``dataset`` is a ShardDataset or what
     ShardDataset takes as source (then ``dataset_options`` are its options)."""
+    check_loader_options(num_workers, prefetch_factor)
+    loader_options = {"in_order": dataset_options.pop("in_order")} if "in_order" in dataset_options else {}
     if not isinstance(dataset, ShardDataset):
         dataset = ShardDataset(dataset, **dataset_options)
     elif dataset_options:
@@ -350,6 +363,7 @@ def make_loader(
     workers = num_workers > 0
     return ShardLoader(
         dataset,
+        **loader_options,
         num_workers=num_workers,
         prefetch_factor=prefetch_factor if workers else None,
         persistent_workers=workers if persistent_workers is None else persistent_workers and workers,

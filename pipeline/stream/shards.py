@@ -1,7 +1,7 @@
 """What a dataset reads: an indexed shard set, or a list of foreign shards without an index.
 
-``resolve_shards`` accepts an index (file or folder, local or a URL; an ``s3://bucket/prefix``
-finds the ``index.json`` under it), a brace pattern (``shards/train/train-{000000..000031}.tar``,
+``resolve_shards`` accepts an index (file or folder, local or a URL; an ``s3://bucket/prefix``,
+or an ``http(s)`` URL whose last name has no suffix, finds the ``index.json`` under it), a brace pattern (``shards/train/train-{000000..000031}.tar``,
 local or URLs) or a list of shard URLs. A pattern or list whose
 shards are all named by the ``index.json`` beside them is read through that index (exact
 epochs); otherwise the shards are *foreign* and stream without one.
@@ -10,15 +10,17 @@ epochs); otherwise the shards are *foreign* and stream without one.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import urlsplit
 
 from braceexpand import braceexpand
 
 from ..format.errors import IndexFormatError
 from ..format.index import DatasetIndex
-from ..storage import is_remote, parent, scheme
+from ..storage import is_remote, parent, redact, scheme
 from ..storage.indexes import IndexedShards, NoIndexError, index_url, open_index, shard_sets_hint
 from ..storage.retry import RetryPolicy, RetrySink
 
@@ -60,7 +62,11 @@ def _is_index_location(text: str) -> bool:
     if text.endswith(".json") or text.endswith("/"):
         return True
     if is_remote(text):
-        return scheme(text) == "s3" and not text.endswith(".tar") and "{" not in text
+        if "{" in text:
+            return False
+        if scheme(text) in ("http", "https"):  # a folder: no name with a suffix at its end
+            return "." not in urlsplit(text).path.rsplit("/", 1)[-1]
+        return scheme(text) == "s3" and not text.endswith(".tar")
     return Path(text).is_dir()
 
 
@@ -89,4 +95,10 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         if not is_remote(url) and not Path(url).is_file():
             hint = "" if url.endswith(".tar") else shard_sets_hint(url)  # a split's name, misspelt?
             raise IndexFormatError(f"{url}: no such shard or folder{hint}")
+    if indexed is not None:
+        unknown = [u for u, i in zip(urls, wanted) if i is None]
+        warnings.warn(f"{len(unknown)} of the {len(urls)} shards given are not in the index beside them "
+                      f"({redact(index_url(indexed.base))}), e.g. {redact(unknown[0])}: all {len(urls)} stream without "
+                      f"it (no len(), no checksums, no exact resume); index them with the others (pipeline index), "
+                      f"or leave them out", stacklevel=3)
     return ForeignShards(tuple(urls))

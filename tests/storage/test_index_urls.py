@@ -186,6 +186,13 @@ def test_load_index_by_folder_url_index_url_and_prefix(served: Served, web_root:
         assert index_content(pickle.loads(pickle.dumps(index))) == local  # for workers started with spawn
 
 
+def test_a_loader_streams_a_set_by_every_spelling_of_its_url(served: Served) -> None:
+    samples = pipeline.load_index(served.url("intact")).samples
+    for url in served.spellings("intact"):  # an HTTP folder without its slash, too (nginx would redirect it)
+        dataset = pipeline.ShardDataset(url, batch_size=64, shuffle=False)
+        assert sum(len(next(iter(batch.values()))) for batch in dataset) == samples, url
+
+
 def test_a_missing_shard_table_is_an_index_error_naming_its_url(nginx: str, web_root: Path) -> None:
     folder = _copy(web_root, "index-urls-no-table")
     (folder / "index.bin").unlink()

@@ -154,10 +154,10 @@ def test_s3_errors_never_show_the_secret_key(s3_env: str, web_root: Path, leaks:
     assert read_range("s3://secrets/part-000000.tar", 0, 10)
     leaks.error(lambda: read_range("s3://secrets/nope.tar", 0, 10))
     leaks.error(lambda: read_range("s3://no-such-bucket-here/x.tar", 0, 10))
+    loader = make_loader(["s3://secrets/part-000000.tar"], num_workers=2, batch_size=64)  # reads a record now
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRONG_SECRET)
     error = leaks.error(lambda: read_range("s3://secrets/part-000000.tar", 0, 10))
     assert "SignatureDoesNotMatch" in str(error)
-    loader = make_loader(["s3://secrets/part-000000.tar"], num_workers=2, batch_size=64)
     leaks.error(lambda: [batch for batch in loader])
     leaks.texts += [repr(loader.state_dict()), repr(loader.stats())]
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "not-" + ACCESS_KEY)

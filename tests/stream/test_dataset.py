@@ -224,6 +224,26 @@ def test_foreign_webdataset_shards_stream_without_an_index(tmp_path: Path) -> No
     assert sorted(int(c) for b in ShardDataset(pattern, batch_size=7) for c in b["cls"]) == list(range(200))
 
 
+def test_foreign_shards_stream_the_fields_of_the_first_record_of_the_first_shard_every_epoch(tmp_path: Path) -> None:
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    for s in range(4):  # every 7th sample lacks its caption, the very first among them
+        with wds.TarWriter(str(folder / f"w-{s}.tar")) as sink:
+            for i in range(s * 20, s * 20 + 20):
+                sink.write({"__key__": f"k{i:03d}", "cls": i, **({"txt": f"caption {i}"} if i % 7 else {})})
+    pattern = str(folder / "w-{0..3}.tar")
+    loader = make_loader(pattern, num_workers=2, batch_size=8, seed=1)
+    assert [{key for batch in loader for key in batch} for _ in range(4)] == [{"cls"}] * 4
+    with pytest.raises(ShardError, match=r"the first record, 'k000', has no field \['txt'\]"):
+        make_loader(pattern, fields=["cls", "txt"])  # said when it is made, not in some later epoch
+    with pytest.raises(ValueError, match=r"fill keys \['txt'\] are not among the fields read, \['cls'\]"):
+        make_loader(pattern, fill={"txt": None})  # it would be ignored
+    loader = make_loader(pattern, num_workers=2, batch_size=8, seed=1, fields=["cls", "txt"], fill={"txt": None})
+    for _ in range(3):
+        captions = {int(c): t for batch in loader for c, t in zip(batch["cls"], batch["txt"])}
+        assert captions == {i: f"caption {i}" if i % 7 else None for i in range(80)}
+
+
 def test_foreign_shards_under_ddp_are_refused_unless_uneven_ranks_are_allowed(tmp_path: Path) -> None:
     urls = webdataset_shards(tmp_path / "wds", count=1, per_shard=10)
     with pytest.raises(ValueError, match=r"1 shards without an index, under DDP \(world size 2\): ranks would get "

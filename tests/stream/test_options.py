@@ -1,0 +1,83 @@
+"""Wrong options of a dataset or a loader are errors when it is made, naming the option and what
+it may be, and wrong checkpoints say which data they came from: not an exception of NumPy or
+PyTorch at the first batch, in a worker."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline import make_loader
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("options") / "set"
+    pipeline.write_shards(out, {"x": np.zeros((200, 3), np.float32), "y": np.arange(200)}, shard_samples=50,
+                          quiet=True)
+    return out
+
+
+BAD_OPTIONS = [
+    ({"as_tuple": ("x", "q")}, "as_tuple names ['q'], which are not in the index (it has ['x', 'y'])"),
+    ({"as_tuple": ("x", "y"), "fields": ["x"]}, "as_tuple names ['y'], which fields= leaves out"),
+    ({"fields": []}, "fields=[] names no field: name at least one, or leave fields out"),
+    ({"fields": "x"}, "fields is a list of field names, e.g. fields=['x', 'y'], got the string 'x'"),
+    ({"batch_size": None}, "batch_size must be an integer >= 1, got None"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+    ({"num_workers": -1}, "num_workers must be an integer >= 0 (0: read in the training process), got -1"),
+    ({"prefetch_factor": 0}, "prefetch_factor must be >= 1 (messages each worker keeps ready), got 0"),
+    ({"in_order": False}, "in_order=False lets workers' batches come in any order, which no state can resume"),
+]
+
+
+@pytest.mark.parametrize("options,message", BAD_OPTIONS, ids=[str(o) for o, _ in BAD_OPTIONS])
+def test_a_wrong_option_is_an_error_naming_it_when_the_loader_is_made(shards: Path, options: dict,
+                                                                     message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make_loader(shards, **options)
+
+
+def test_a_transform_may_make_the_fields_as_tuple_names(shards: Path) -> None:
+    loader = make_loader(shards, num_workers=0, batch_size=50, as_tuple=("y", "z"),
+                         sample_transform=lambda s: {**s, "z": s["y"] * 2})
+    y, z = next(iter(loader))
+    assert z.tolist() == (2 * y).tolist() and len(z) == 50
+
+
+def test_an_empty_mix_is_an_error() -> None:
+    with pytest.raises(ValueError, match=re.escape("an empty mapping mixes no source: give {name: index}")):
+        make_loader({})
+
+
+def test_a_checkpoint_of_other_data_or_of_a_mix_says_so(shards: Path, tmp_path: Path) -> None:
+    loader = make_loader(shards, num_workers=0, batch_size=16)
+    next(iter(loader))
+    state = loader.state_dict()
+    other = Path(shutil.copytree(shards, tmp_path / "other"))
+    pipeline.write_shards(other, {"x": np.ones((200, 3), np.float32), "y": np.arange(200)}, shard_samples=50,
+                          quiet=True, overwrite=True)
+    with pytest.raises(ValueError, match=re.escape(f"cannot resume: {other} holds other data than when the "
+                                                   f"checkpoint was taken")):
+        make_loader(other, num_workers=0, batch_size=16).load_state_dict(state)
+    mixed = make_loader({"a": shards, "b": other}, num_workers=0, batch_size=16)
+    next(iter(mixed))
+    with pytest.raises(ValueError, match="cannot resume: the checkpoint was taken with a mix of sources, this "
+                                         "loader reads one source"):
+        loader.load_state_dict(mixed.state_dict())
+
+
+def test_a_pattern_with_a_shard_the_index_lacks_warns_that_it_streams_without_the_index(shards: Path,
+                                                                                          tmp_path: Path) -> None:
+    folder = Path(shutil.copytree(shards, tmp_path / "more"))
+    shutil.copy(folder / "shard-000003.tar", folder / "shard-000004.tar")  # not in the index
+    pattern = str(folder / "shard-{000000..000004}.tar")
+    with pytest.warns(UserWarning, match=re.escape(f"1 of the 5 shards given are not in the index beside them "
+                                                   f"({folder / 'index.json'}), e.g. {folder / 'shard-000004.tar'}")):
+        dataset = pipeline.ShardDataset(pattern, batch_size=50, shuffle=False)
+    assert sum(len(batch["y"]) for batch in dataset) == 250
