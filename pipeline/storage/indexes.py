@@ -26,6 +26,8 @@ from .retry import RetryPolicy, RetrySink
 REMOTE_BLOCK_BYTES = 1 << 18
 
 _WHAT_TO_PASS = "pass an index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)"
+#: How a remote store says that nothing is at a location (then what to pass is the advice).
+_NOT_THERE = ("not found", "no such key", "no such bucket", "gone")
 
 
 class IndexSourceError(IndexFormatError, SourceError):
@@ -144,7 +146,10 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
         try:
             return read_bytes(url, policy, stats=stats)
         except SourceError as exc:
-            raise NoIndexError(url, None, f"cannot read index file ({exc.reason or exc}); {_WHAT_TO_PASS}") from None
+            reason = str(exc.reason or exc)
+            where = any(word in reason for word in _NOT_THERE)  # else the reason says what to do (credentials...)
+            raise NoIndexError(url, None, f"cannot read index file ({reason})" + (f"; {_WHAT_TO_PASS}" if where else "")
+                               ) from None
     try:
         with open(url, "rb") as file:
             return file.read()

@@ -200,3 +200,12 @@ def test_a_missing_shard_table_is_an_index_error_naming_its_url(nginx: str, web_
                        match=rf"{nginx}/index-urls-no-table/index\.bin at byte 0: cannot read shard table: "
                              r"HTTP 404 not found"):
         pipeline.load_index(f"{nginx}/index-urls-no-table")
+
+
+def test_an_index_refused_for_bad_credentials_says_so_without_advice_on_what_to_pass(bucket: str,
+                                                                                     monkeypatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    with pytest.raises(pipeline.IndexFormatError) as refused:
+        pipeline.load_index(f"s3://{bucket}/intact")
+    assert str(refused.value) == (f"s3://{bucket}/intact/index.json: cannot read index file (S3 SignatureDoesNotMatch: "
+                                  f"signature does not match (bad credentials))")

@@ -271,7 +271,9 @@ def test_skip_policy_counts_lost_samples_and_keeps_batch_counts(tmp_path: Path) 
     folder = uneven_shards(tmp_path / "skip", [400, 300, 500], pack=4)
     (folder / "part-000001.tar").unlink()  # one shard lost after the build
     strict = make_loader(folder, num_workers=2, batch_size=32)
-    with pytest.raises(pipeline.SourceError, match=r"part-000001\.tar at byte \d+: cannot open"):
+    with pytest.raises(pipeline.SourceError, match=r"part-000001\.tar at byte \d+: cannot open: No such file or "
+                                                  r"directory; the shard set is missing a shard its index names "
+                                                  r"\('pipeline verify' lists what is missing\)"):
         for _ in strict:
             pass
     loader = make_loader(folder, num_workers=2, batch_size=32, on_error="skip")
