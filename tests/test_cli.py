@@ -104,7 +104,7 @@ def test_a_folder_of_shards_without_an_index_is_an_error_that_says_how_to_index_
         (tmp_path / "sets" / "bare" / name).unlink()
     bare = tmp_path / "sets" / "bare"
     with pytest.raises(pipeline.IndexFormatError, match=re.escape(
-            f"{bare} holds 2 .tar shard(s) without an index: index them in place with 'pipeline index {bare}'")):
+            f"{bare} holds 2 shard(s) without an index: index them in place with 'pipeline index {bare}'")):
         pipeline.make_loader(bare)
     assert run_cli("index", str(bare), "--quiet").returncode == 0 and pipeline.load_index(bare).samples == 8
 

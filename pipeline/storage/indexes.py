@@ -11,6 +11,7 @@ when remote, so opening a set of a million shards reads only its per-shard part.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,8 +27,10 @@ from .retry import RetryPolicy, RetrySink
 REMOTE_BLOCK_BYTES = 1 << 18
 
 _WHAT_TO_PASS = "pass an index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)"
-#: How a remote store says that nothing is at a location (then what to pass is the advice).
-_NOT_THERE = ("not found", "no such key", "no such bucket", "gone")
+#: How a remote store says that nothing is at a location (then what to pass is the advice); S3
+#: also says "access denied" for a key that is not there to credentials that may not list the bucket.
+_NOT_THERE = ("not found", "no such key", "no such bucket", "gone", "access denied")
+_SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 
 
 class IndexSourceError(IndexFormatError, SourceError):
@@ -121,24 +124,24 @@ def _shard_sets_in(folder: str) -> list[str]:
     return [name for name in names if os.path.isfile(os.path.join(folder, name, INDEX_NAME))]
 
 
-def shard_sets_hint(path: str) -> str:
+def location_hint(path: str) -> str:
     """What to pass instead of a local ``path`` that holds no shard set: its splits, when it holds
     those of a build (``OUT/train``, ``OUT/validation``); the way to index its shards, when it
     holds shards without an index; the splits beside it, when it does not exist (a split's name
     misspelt); else ``""``."""
     if os.path.isdir(path):
-        shards = sum(1 for entry in os.scandir(path) if entry.name.endswith(".tar"))
+        shards = sum(1 for entry in os.scandir(path) if entry.name.endswith(_SHARD_SUFFIXES))
         if shards:
-            return (f"; {path} holds {shards} .tar shard(s) without an index: index them in place with "
-                    f"'pipeline index {path}', or pass their paths (a pattern such as {path}/name-{{000000..000009}}.tar)")
+            return (f"; {path} holds {shards} shard(s) without an index: index them in place with 'pipeline "
+                    f"index {shlex.quote(path)}', or pass their paths (a pattern: {path}/name-{{000000..000009}}.tar)")
         folder = path
     else:
         folder = os.path.dirname(os.path.normpath(path)) or "."
     names = _shard_sets_in(folder)
     if not names:
         return ""
-    listed = ", ".join(repr(name) for name in names)
-    return f"; {folder} holds the shard sets {listed} (one per split): pass one of them, e.g. {os.path.join(folder, names[0])}"
+    return (f"; {folder} holds the shard sets {', '.join(map(repr, names))} (one per split): pass one of them, "
+            f"e.g. {os.path.join(folder, names[0])}")
 
 
 def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | None) -> bytes:
@@ -154,7 +157,7 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
         with open(url, "rb") as file:
             return file.read()
     except FileNotFoundError:
-        hint = shard_sets_hint(os.path.dirname(url))
+        hint = location_hint(os.path.dirname(url))
         raise NoIndexError(url, None, f"no such index file{hint or '; ' + _WHAT_TO_PASS}") from None
     except OSError as exc:
         raise IndexSourceError(url, None, f"cannot read index: {exc.strerror or exc}") from None

@@ -69,10 +69,6 @@ def _open_local(url: str, start: int) -> int:
     """A read-only descriptor of a local file; a failure names the URL and the offset wanted."""
     try:
         return os.open(local_path(url), os.O_RDONLY)
-    except FileNotFoundError as exc:  # read by range: a shard an index names
-        raise SourceError(url, start, f"cannot open: {exc.strerror}; the shard set is missing a shard its index "
-                                      f"names ('pipeline verify' lists what is missing): restore it, or rebuild "
-                                      f"the set") from None
     except OSError as exc:
         raise SourceError(url, start, f"cannot open: {exc.strerror}") from None
 

@@ -46,7 +46,7 @@ from .batching import FinishedBatches, drop_short_tail, gather, messages_from_wi
 from .foreign import ForeignStream, reference_fields
 from .idle_trim import idle_trim
 from .images import Images
-from .options import check_dataset_options, check_tuple_fields
+from .options import check_dataset_options, check_read_fields
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
 from .progress import delivered_per_source
 from .read_ahead import read_ahead
@@ -116,7 +116,8 @@ class ShardDataset(IterableDataset):
         images: Mapping[str, Images] | None = None,
     ) -> None:
         super().__init__()
-        check_dataset_options(batch_size, on_error, remainder, read_ahead, fields, as_tuple)
+        check_dataset_options(batch_size, on_error, remainder, read_ahead, fields, as_tuple,
+                              sample_transform is not None or batch_transform is not None)
         self.read_stats = ReadStats()  # skips and retries, counted in every worker
         self.policy = RetryPolicy.from_env()  # read once: the workers get it with the dataset
         default_rank, default_world = distributed_rank_and_world()
@@ -138,6 +139,9 @@ class ShardDataset(IterableDataset):
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven)
         self.foreign_fields = None if self.sources is not None else reference_fields(
             self.shards.urls, self._wanted(), self.fill, on_error == "skip", self.policy, self.read_stats)
+        if self.foreign_fields is not None:
+            check_read_fields(self.as_tuple, self.fill, self.foreign_fields, not self.plain_messages,
+                              "the fields read (those of the shards' first record, or fields=)")
         self.image_decoding = None if not images else ImageDecoding(
             check_image_fields(images, None if self.sources is None else self.sources.schema(self.fields)), seed,
             on_error == "skip", self.read_stats)
@@ -178,11 +182,7 @@ class ShardDataset(IterableDataset):
                         f"(DDP join(), say)")
                 return shards, None
             sources = single_source(shards)
-        schema = sources.schema(self.fields)
-        unknown = sorted(set(self.fill) - set(schema))
-        if unknown and schema:
-            raise ValueError(f"fill keys {unknown} are not in the index (it has {sorted(schema)})")
-        check_tuple_fields(self.as_tuple, schema, not self.plain_messages)
+        check_read_fields(self.as_tuple, self.fill, sources.schema(self.fields), not self.plain_messages, "the index")
         return sources.shards[0], sources
 
     # -- configuration -------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from ..format.errors import ShardError
-from ..storage import SourceError, redact
+from ..storage import SourceError
 from ..storage.retry import RetryPolicy
 from .material import Draw, rng_for
 from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
@@ -33,19 +33,19 @@ log = logging.getLogger("pipeline.stream")
 def reference_fields(urls: tuple[str, ...], wanted: set[str] | None, fill: Mapping[str, Any], skip: bool,
                      policy: RetryPolicy, stats: ReadStats) -> set[str] | None:
     """The fields every epoch reads shards without an index with: those of the first record of the
-    first shard, in the order given (the first record each consumer read, in a shuffled order,
-    gave other fields from one epoch to another), or ``wanted``, which that record must hold
-    unless ``fill`` has a value (a misspelt name is an error now, not in some later epoch).
-    ``None`` when the first shard holds no record. A ``fill`` key for a field not read is an error
-    (it would be ignored)."""
-    for columns in iter_foreign_rows(urls[0], wanted, None, policy=policy, stats=stats, fill=fill,
-                                     on_lost=(lambda exc, samples: None) if skip else None):
-        fields = set(columns)  # the stream closes after this: one record read
-        unused = sorted(set(fill) - fields)
-        if unused:
-            raise ValueError(f"fill keys {unused} are not among the fields read, {sorted(fields)} (those of the first "
-                             f"record of {redact(urls[0])}, or fields=): name them in fields= too")
-        return fields
+    first shard, in the order given, that holds one (the first record each consumer read, in a
+    shuffled order, gave other fields from one epoch to another), or ``wanted``, which that
+    record must hold unless ``fill`` has a value (a misspelt name is an error now, not in some
+    later epoch). Under ``skip``, a shard that cannot be read is passed over, as streaming would
+    pass it over. ``None`` when no shard holds a record."""
+    for url in urls:
+        try:
+            for columns in iter_foreign_rows(url, wanted, None, policy=policy, stats=stats, fill=fill,
+                                             on_lost=(lambda exc, samples: None) if skip else None):
+                return set(columns)  # the stream closes here: one record read
+        except (ShardError, SourceError):
+            if not skip:
+                raise
     return None
 
 

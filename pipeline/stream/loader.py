@@ -90,6 +90,7 @@ class ShardLoader(DataLoader):
         self._workers_resumed = False  # whether persistent workers hold a plan from the middle of an epoch
         self._waited = self._stepped = 0.0  # seconds the training loop waited for batches, and ran its body
         self._generation = 0  # changed by set_epoch and load_state_dict: a loop begun before then is stale
+        self._loaded = False  # whether the position is one load_state_dict set, no loop having run from it yet
 
     def _get_iterator(self) -> Any:
         """DataLoader's iterator, with workers one that checks them while it waits (see
@@ -103,20 +104,26 @@ class ShardLoader(DataLoader):
     def epoch(self) -> int:
         return self._epoch
 
+    @property
+    def generation(self) -> int:
+        """Changes whenever ``set_epoch`` or ``load_state_dict`` moves the loader: a batch fetched
+        ahead before then is not from where it stands."""
+        return self._generation
+
     def set_epoch(self, epoch: int) -> None:
-        """Play ``epoch`` at the next iteration: from where this loader stands in it when it is
-        the current epoch (resumed by ``load_state_dict``, or left by a loop that stopped early),
-        so that the usual ``set_epoch(e)`` before each epoch continues a resumed run rather than
-        replaying what it had trained on; else from its beginning. A loop under way ends (its next
-        step stops it) rather than going on from where the loader no longer stands."""
+        """Play ``epoch`` from its beginning at the next iteration; but the epoch a checkpoint
+        loaded by ``load_state_dict`` stands in goes on from there, so that the usual
+        ``set_epoch(e)`` before each epoch of a resumed run replays nothing. A loop under way ends
+        (its next step stops it) rather than going on from where the loader no longer stands."""
         self._generation += 1
-        if int(epoch) != self._epoch:
+        if int(epoch) != self._epoch or not self._loaded:
             self._epoch, self._legs, self._batches = int(epoch), [], 0
 
     def give_back(self, batches: int) -> None:
         """Count the last ``batches`` delivered as not delivered: the next iteration plays them
-        again. For a prefetcher whose loop ended while it held batches fetched ahead (call it once
-        that loop, and this loader's, have ended)."""
+        again. For a prefetcher whose loop ended while it held batches fetched ahead: call it once
+        that loop, and this loader's, have ended, and only if :attr:`generation` is what it was
+        when the batches were fetched."""
         if not 0 <= batches <= self._batches:
             raise ValueError(f"cannot give back {batches} batches: {self._batches} were delivered since the "
                              f"epoch (or its last leg) began")
@@ -128,6 +135,7 @@ class ShardLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
+        self._loaded = False
         resumed = bool(self._legs or self._batches)
         dataset.resume(self._epoch, self._legs, self._batches) if resumed else dataset.set_epoch(self._epoch)
         if self._iterator is not None and (resumed or self._workers_resumed or not all(
@@ -266,6 +274,7 @@ class ShardLoader(DataLoader):
         self._epoch, self._legs, self._batches = int(state["epoch"]), legs, batches
         self._workers_resumed = True  # persistent workers hold the dataset as it was: start new ones
         self._generation += 1  # a loop under way ends at its next step
+        self._loaded = True
 
 
 def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:

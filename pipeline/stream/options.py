@@ -19,8 +19,9 @@ def _names(option: str, names: Sequence[str] | None) -> None:
 
 
 def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_ahead: int | None,
-                          fields: Sequence[str] | None, as_tuple: Sequence[str] | None) -> None:
-    """The options of a :class:`~pipeline.stream.dataset.ShardDataset` that need no shards to check."""
+                          fields: Sequence[str] | None, as_tuple: Sequence[str] | None, transformed: bool) -> None:
+    """The options of a :class:`~pipeline.stream.dataset.ShardDataset` that need no shards to check
+    (``transformed``: a transform runs, and may make fields of its own)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if on_error not in ("raise", "skip"):
@@ -31,15 +32,23 @@ def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_a
         raise ValueError(f"read_ahead must be >= 0, got {read_ahead}")
     _names("fields", fields)
     _names("as_tuple", as_tuple)
-    if fields is not None and as_tuple is not None and set(as_tuple) - set(fields):
+    if fields is not None and as_tuple is not None and set(as_tuple) - set(fields) and not transformed:
         raise ValueError(f"as_tuple names {sorted(set(as_tuple) - set(fields))}, which fields= leaves out")
 
 
-def check_tuple_fields(as_tuple: Sequence[str] | None, schema: Mapping[str, Any], transformed: bool) -> None:
-    """``as_tuple``'s names against the fields in the index (a transform may make others)."""
-    unknown = sorted(set(as_tuple or ()) - set(schema))
-    if unknown and schema and not transformed:
-        raise ValueError(f"as_tuple names {unknown}, which are not in the index (it has {sorted(schema)})")
+def check_read_fields(as_tuple: Sequence[str] | None, fill: Mapping[str, Any], fields: Any, transformed: bool,
+                      where: str) -> None:
+    """``as_tuple``'s names (unless a transform runs: it may make others) and ``fill``'s keys
+    against the ``fields`` read, those of ``where``: a name that is not among them would fail at
+    the first batch, or be ignored."""
+    if not fields:
+        return  # an empty set: nothing to check against
+    unknown = sorted(set(as_tuple or ()) - set(fields))
+    if unknown and not transformed:
+        raise ValueError(f"as_tuple names {unknown}, which are not in {where} (it has {sorted(fields)})")
+    unused = sorted(set(fill) - set(fields))
+    if unused:
+        raise ValueError(f"fill keys {unused} are not in {where} (it has {sorted(fields)})")
 
 
 def check_loader_options(num_workers: Any, prefetch_factor: int | None) -> None:

@@ -9,6 +9,14 @@ from typing import Any, Iterator, Mapping
 import torch
 
 
+def _close(iterator: Iterator[Any]) -> None:
+    """End a loader's loop now (a ShardLoader's stops its workers); a plain DataLoader's iterator
+    has nothing to close."""
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
+
+
 def _to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
@@ -45,6 +53,7 @@ class DevicePrefetcher:
         self.elapsed = 0.0
         self.batches = 0
         self._upcoming: Any = None
+        self._fetched_at: int | None = None  # the loader's generation when the batch held was fetched
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -76,27 +85,37 @@ class DevicePrefetcher:
             with torch.cuda.stream(stream):
                 return _to_device(batch, self.device)
 
-        self._upcoming = fetch()
+        self._upcoming, self._fetched_at = fetch(), self._loader_generation()
         try:
-            while self._upcoming is not None:
+            while self._held():
                 batch = self._upcoming
                 if stream is not None:
                     current = torch.cuda.current_stream(self.device)
                     current.wait_stream(stream)
                     _record_stream(batch, current)
-                self._upcoming = fetch()  # the next copy overlaps the step on this batch
+                self._upcoming, self._fetched_at = fetch(), self._loader_generation()  # overlaps the step on batch
                 self.batches += 1
                 self.elapsed = time.perf_counter() - start
                 yield batch
-        except GeneratorExit:  # the loop stopped early, holding a batch fetched ahead: the loader's
-            iterator.close()  # loop ends, and the next one delivers that batch again
-            if self._upcoming is not None and hasattr(self.loader, "give_back"):
+        except BaseException:  # the loop stopped early (a break, an error in its body or in a worker) holding a
+            _close(iterator)  # batch fetched ahead: the loader's loop ends, and the next one delivers that batch
+            if self._held() and hasattr(self.loader, "give_back"):
                 self.loader.give_back(1)
-            self._upcoming = None
             raise
+        finally:
+            self._upcoming = None  # nothing held; a batch fetched before the loader moved is dropped
+        _close(iterator)
         self.elapsed = time.perf_counter() - start
+
+    def _loader_generation(self) -> int | None:
+        return getattr(self.loader, "generation", None)
+
+    def _held(self) -> bool:
+        """Whether a batch fetched ahead is held, from where the loader still stands: one fetched
+        before ``set_epoch`` or ``load_state_dict`` moved it is not (the loader's loop ends)."""
+        return self._upcoming is not None and self._fetched_at == self._loader_generation()
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state as of the last batch handed to the training loop (the batch
         fetched ahead is not counted, so resuming replays it)."""
-        return self.loader.state_dict(in_flight=int(self._upcoming is not None))
+        return self.loader.state_dict(in_flight=int(self._held()))

@@ -21,7 +21,7 @@ from braceexpand import braceexpand
 from ..format.errors import IndexFormatError
 from ..format.index import DatasetIndex
 from ..storage import is_remote, parent, redact, scheme
-from ..storage.indexes import IndexedShards, NoIndexError, index_url, open_index, shard_sets_hint
+from ..storage.indexes import IndexedShards, NoIndexError, index_url, location_hint, open_index
 from ..storage.retry import RetryPolicy, RetrySink
 
 
@@ -64,10 +64,17 @@ def _is_index_location(text: str) -> bool:
     if is_remote(text):
         if "{" in text:
             return False
-        if scheme(text) in ("http", "https"):  # a folder: no name with a suffix at its end
-            return "." not in urlsplit(text).path.rsplit("/", 1)[-1]
+        if scheme(text) in ("http", "https"):  # maybe a folder: no query, no name with a suffix at its end
+            parts = urlsplit(text)
+            return not parts.query and "." not in parts.path.rsplit("/", 1)[-1]
         return scheme(text) == "s3" and not text.endswith(".tar")
     return Path(text).is_dir()
+
+
+def _maybe_a_shard(text: str) -> bool:
+    """Whether a location read as a folder, with no index under it, may be a shard itself: an
+    HTTP(S) URL whose last name has no suffix (``https://host/data/shard-000001``)."""
+    return scheme(text) in ("http", "https") and not text.endswith(("/", ".json"))
 
 
 def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: RetryPolicy | None = None,
@@ -77,7 +84,11 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
     if isinstance(source, (str, os.PathLike)):
         text = os.fspath(source)
         if _is_index_location(text):
-            return open_index(text, policy, stats)
+            try:
+                return open_index(text, policy, stats)
+            except NoIndexError:
+                if not _maybe_a_shard(text):
+                    raise
         urls = list(braceexpand(text))
     else:
         urls = [os.fspath(u) for u in source]
@@ -93,7 +104,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             return IndexedShards(subset, indexed.base)
     for url in urls:
         if not is_remote(url) and not Path(url).is_file():
-            hint = "" if url.endswith(".tar") else shard_sets_hint(url)  # a split's name, misspelt?
+            hint = "" if url.endswith(".tar") else location_hint(url)  # a split's name, misspelt?
             raise IndexFormatError(f"{url}: no such shard or folder{hint}")
     if indexed is not None:
         unknown = [u for u, i in zip(urls, wanted) if i is None]

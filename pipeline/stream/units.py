@@ -12,6 +12,7 @@ batches), logged and counted.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Mapping
@@ -26,7 +27,7 @@ from ..format.walk import walk_shard
 from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
-from ..storage.opener import has_ranged_reads, map_range, read_range_into
+from ..storage.opener import has_ranged_reads, local_path, map_range, read_range_into
 from ..storage.per_process import per_process
 from ..storage.retry import RetryPolicy
 from .batching import gather
@@ -180,7 +181,10 @@ class UnitReader:
                              lost if self.skip else None, join=False, layouts=self.layouts[source])
         except (ShardError, SourceError) as exc:
             if not self.skip:
-                raise
+                missing = _missing_shard(exc, url)
+                if missing is None:
+                    raise
+                raise missing from None
             lost(exc, stop - start)
             return None
         finally:
@@ -221,3 +225,11 @@ class UnitReader:
 #: Threads that read remote pieces of a block at once, one pool per process (a pool does not
 #: survive a fork).
 _request_pool = per_process(lambda: ThreadPoolExecutor(REQUESTS_IN_FLIGHT, thread_name_prefix="shard-read"))
+
+
+def _missing_shard(exc: ShardError | SourceError, url: str) -> SourceError | None:
+    """For a local shard of the index that is not there, an error that says what that means."""
+    if is_remote(url) or os.path.exists(local_path(url)):
+        return None
+    return SourceError(url, getattr(exc, "offset", None), f"{getattr(exc, 'reason', None) or exc}; the shard set is missing a shard its "
+                               f"index names ('pipeline verify' lists what is missing): restore it, or rebuild the set")

@@ -209,3 +209,13 @@ def test_an_index_refused_for_bad_credentials_says_so_without_advice_on_what_to_
         pipeline.load_index(f"s3://{bucket}/intact")
     assert str(refused.value) == (f"s3://{bucket}/intact/index.json: cannot read index file (S3 SignatureDoesNotMatch: "
                                   f"signature does not match (bad credentials))")
+
+
+def test_a_shard_url_without_a_suffix_streams_as_a_shard(nginx: str, web_root: Path) -> None:
+    """Read first as a folder (no index under it), then as what it is."""
+    bare = web_root / "suffixless"
+    bare.mkdir(exist_ok=True)
+    shutil.copy(web_root / "data" / "part-000000.tar", bare / "part-000000")
+    expected = pipeline.load_index(web_root / "data").shards.samples[0]
+    dataset = pipeline.ShardDataset(f"{nginx}/suffixless/part-000000", batch_size=64, shuffle=False)
+    assert sum(len(batch["i"]) for batch in dataset) == expected

@@ -159,6 +159,7 @@ def test_s3_errors_never_show_the_secret_key(s3_env: str, web_root: Path, leaks:
     error = leaks.error(lambda: read_range("s3://secrets/part-000000.tar", 0, 10))
     assert "SignatureDoesNotMatch" in str(error)
     leaks.error(lambda: [batch for batch in loader])
+    leaks.error(lambda: make_loader(["s3://secrets/part-000000.tar"], num_workers=0))  # its first record read
     leaks.texts += [repr(loader.state_dict()), repr(loader.stats())]
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "not-" + ACCESS_KEY)
     error = leaks.error(lambda: read_range("s3://secrets/part-000000.tar", 0, 10))

@@ -236,7 +236,8 @@ def test_foreign_shards_stream_the_fields_of_the_first_record_of_the_first_shard
     assert [{key for batch in loader for key in batch} for _ in range(4)] == [{"cls"}] * 4
     with pytest.raises(ShardError, match=r"the first record, 'k000', has no field \['txt'\]"):
         make_loader(pattern, fields=["cls", "txt"])  # said when it is made, not in some later epoch
-    with pytest.raises(ValueError, match=r"fill keys \['txt'\] are not among the fields read, \['cls'\]"):
+    with pytest.raises(ValueError, match=r"fill keys \['txt'\] are not in the fields read \(those of the shards' "
+                                         r"first record, or fields=\) \(it has \['cls'\]\)"):
         make_loader(pattern, fill={"txt": None})  # it would be ignored
     loader = make_loader(pattern, num_workers=2, batch_size=8, seed=1, fields=["cls", "txt"], fill={"txt": None})
     for _ in range(3):

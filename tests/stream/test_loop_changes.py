@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
+import torch
 
-from pipeline import DevicePrefetcher, make_loader
+from pipeline import DevicePrefetcher, ShardDataset, make_loader
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*suggested max number of worker")
@@ -90,10 +90,71 @@ def test_a_loop_under_way_ends_when_the_loader_is_moved(shards: Path, workers: i
     assert list(loop) == [] and ids(loader) == reference[0] and ids(loader) == reference[1]
 
 
-def test_a_loader_gives_back_no_more_batches_than_it_delivered(shards: Path) -> None:
+def test_a_loop_left_early_then_set_epoch_of_that_epoch_starts_it_again(shards: Path, reference) -> None:
+    """As an evaluation loader used for its first batches, again and again, is."""
+    loader = loader_of(shards, 0)
+    for _ in range(2):
+        loader.set_epoch(0)
+        assert first(3, loader) == reference[0][:3]
+
+
+def test_a_loader_gives_back_no_more_batches_than_it_delivered(shards: Path, reference) -> None:
     loader = loader_of(shards, 0)
     first(2, loader)
     with pytest.raises(ValueError, match="cannot give back 3 batches: 2 were delivered"):
         loader.give_back(3)
     loader.give_back(2)
-    assert np.array_equal(np.concatenate(ids(loader)), np.concatenate(first(len(loader), loader_of(shards, 0))))
+    assert ids(loader) == reference[0]
+
+
+@pytest.mark.parametrize("move", ["load_state_dict", "set_epoch"])
+def test_a_prefetched_loop_that_moves_its_loader_then_stops_gives_nothing_back(shards: Path, reference,
+                                                                              move: str) -> None:
+    loader = loader_of(shards, 2)
+    first(4, loader)
+    state = loader.state_dict()
+    loader = loader_of(shards, 2)
+    prefetcher = DevicePrefetcher(loader)
+    for n, _ in enumerate(prefetcher, start=1):
+        if n == 2:
+            loader.load_state_dict(state) if move == "load_state_dict" else loader.set_epoch(1)
+            assert prefetcher.state_dict()["batches"] == (4 if move == "load_state_dict" else 0)
+            break
+    expected = reference[0][4:] if move == "load_state_dict" else reference[1]
+    assert ids(DevicePrefetcher(loader)) == expected
+
+
+def test_a_prefetched_loop_ended_by_an_error_loses_no_batch(shards: Path, reference) -> None:
+    """A worker's death (or any error from the loader) ends the loop while a batch is held."""
+    failed = []
+
+    def fail_once(sample: dict) -> dict:
+        if int(sample["i"]) == reference[0][5][0] and not failed:
+            failed.append(True)
+            raise RuntimeError("once")
+        return sample
+
+    loader = make_loader(ShardDataset(shards, batch_size=32, seed=5, shuffle_buffer=300, sample_transform=fail_once),
+                         num_workers=0)
+    head = []
+    with pytest.raises(RuntimeError, match="once"):
+        for batch in DevicePrefetcher(loader):
+            head.append(batch["i"].tolist())
+    assert head == reference[0][:4]  # batch 5 was held when fetching batch 6 failed
+    assert head + ids(DevicePrefetcher(loader)) == reference[0]
+
+
+def test_a_prefetcher_over_a_plain_dataloader_may_stop_early(shards: Path) -> None:
+    plain = torch.utils.data.DataLoader(list(range(10)), batch_size=2)
+    prefetcher = DevicePrefetcher(plain)
+    assert first_values(3, prefetcher) == [[0, 1], [2, 3], [4, 5]]
+    assert first_values(5, prefetcher) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]  # a plain loader starts over
+
+
+def first_values(n: int, batches) -> list[list[int]]:
+    out = []
+    for batch in batches:
+        out.append(batch.tolist())
+        if len(out) == n:
+            break
+    return out
