@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchlib.runs import current_rss_mb, peak_rss_mb
+from benchlib.runs import current_rss_mb, folder_bytes, peak_rss_mb
 
 SAMPLES_PER_SHARD = 1000
 RECORD_BYTES = 4096
@@ -180,7 +180,7 @@ def main() -> None:
                                   for name, share in MIX_SIZES.items())
                 else:
                     write_s = write_synthetic_index(folder, samples)
-                on_disk = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+                on_disk = folder_bytes(folder)
                 result = run_child(kind, folder) | {"kind": kind, "samples": samples, "write_s": write_s,
                                                     "bytes": on_disk}
                 rows.append(result)

@@ -52,6 +52,14 @@ class SampleError(FormatError, ValueError):
     """A sample cannot be encoded (unsupported type, bad field name) or decoded."""
 
 
+
+def unloadable(path: object, loader: str, detail: str) -> SampleError:
+    """The error for a file another library could not load: its name, the library and its
+    reason, and what to do."""
+    return SampleError(f"{path}: cannot load with {loader} ({detail}); if the file is truncated or damaged, "
+                       f"save it again")
+
+
 class LocatedError(FormatError):
     """An error at a place: a URL, the byte offset when known, and the reason.
 

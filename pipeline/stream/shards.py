@@ -1,8 +1,9 @@
 """What a dataset reads: an indexed shard set, or a list of foreign shards without an index.
 
 ``resolve_shards`` accepts an index (file or folder, local or a URL; an ``s3://bucket/prefix``,
-or an ``http(s)`` URL whose last name has no suffix, finds the ``index.json`` under it), a brace pattern (``shards/train/train-{000000..000031}.tar``,
-local or URLs) or a list of shard URLs. A pattern or list whose
+or an ``http(s)`` URL whose last name has no suffix, finds the ``index.json`` under it), a
+brace pattern (``shards/train/train-{000000..000031}.tar``, local or URLs) or a list of shard
+URLs. A pattern or list whose
 shards are all named by the ``index.json`` beside them is read through that index (exact
 epochs); otherwise the shards are *foreign* and stream without one.
 """

@@ -16,15 +16,11 @@ import numpy as np
 
 from .common import MB, ROOT, markdown_table
 from .data import write_npy
-from .runs import current_rss_mb, peak_rss_mb, synced_seconds, warm_page_cache, workers_peak_rss_mb
+from .runs import current_rss_mb, folder_bytes, peak_rss_mb, synced_seconds, warm_page_cache, workers_peak_rss_mb
 
 CLASSES = 1000
 #: The script whose ``--child`` runs one case (this module's :func:`child_main`).
 CHILD_SCRIPT = ROOT / "scripts" / "bench_build.py"
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 # -- generated data --------------------------------------------------------------------------

@@ -62,6 +62,11 @@ def warm_page_cache(path: Path) -> None:
                 pass
 
 
+def folder_bytes(folder: Path) -> int:
+    """Bytes of every file under ``folder``: what a run left on disk."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
 def check_free_space(folder: Path, needed: int, instead: str = "use --tmp elsewhere or smaller sizes") -> None:
     """Stop before a run that would fill the disk; ``instead`` says what to pass to fit."""
     free = shutil.disk_usage(folder).free

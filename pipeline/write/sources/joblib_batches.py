@@ -1,8 +1,9 @@
 """The "batches saved with joblib" layout: ``x_<B>.job`` and ``y_<B>.job`` files.
 
 Each file holds an array, a list of per-batch arrays (concatenated), or a list of per-sample
-arrays (stacked), NumPy arrays or torch tensors; what ``B`` means is told apart by :class:`JoblibBatchSource`. joblib files are pickles: loading one can run arbitrary code,
-so convert only files you trust, and each file is loaded whole into RAM (its size is the
+arrays (stacked), NumPy arrays or torch tensors; what ``B`` means is told apart by
+:class:`JoblibBatchSource`. joblib files are pickles: loading one can run arbitrary code, so
+convert only files you trust, and each file is loaded whole into RAM (its size is the
 memory a build needs per worker). The point of converting is that the shards never need
 either again.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ...format.errors import SampleError, explain
+from ...format.errors import SampleError, explain, unloadable
 from ..rows import RowBlock
 from ..source import Source
 
@@ -36,8 +37,7 @@ def _load(path: Path) -> Any:
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in whatever its unpickling meets
-        raise SampleError(f"{path}: cannot load with joblib ({explain(exc)}); if the file is "
-                          f"truncated or damaged, save it again") from None
+        raise unloadable(path, "joblib", explain(exc)) from None
     if isinstance(obj, (list, tuple)):
         return [_as_array(v, path) for v in obj]
     return _as_array(obj, path)

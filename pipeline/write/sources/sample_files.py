@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...format.errors import SampleError, explain
+from ...format.errors import SampleError, explain, unloadable
 from ..rows import RowBlock, check_key
 from ..source import FileRowsSource
 
@@ -39,8 +39,7 @@ def load_sample_file(path: Path) -> Any:
             if "allow_pickle" in str(exc):
                 raise SampleError(f"{path}: holds an array of Python objects, which only pickle could load: save "
                                   f"a numeric array") from None
-            raise SampleError(f"{path}: cannot load with np.load ({explain(exc)}); if the file is truncated or "
-                              f"damaged, save it again") from None
+            raise unloadable(path, "np.load", explain(exc)) from None
     import torch
 
     try:
@@ -48,7 +47,7 @@ def load_sample_file(path: Path) -> Any:
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError...
-        raise SampleError(f"{path}: {_torch_load_failure(exc)}") from None
+        raise _torch_load_failure(path, exc) from None
     if isinstance(value, torch.Tensor):  # bfloat16, which NumPy lacks, is stored as such by the codec
         value = value.detach().cpu()
         return value if value.dtype == torch.bfloat16 else value.numpy()
@@ -67,20 +66,20 @@ _REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 _UNPICKLER_ERROR = "WeightsUnpickler error:"
 
 
-def _torch_load_failure(exc: Exception) -> str:
-    """Why ``torch.load(weights_only=True)`` failed, and what to do, in a line."""
+def _torch_load_failure(path: Path, exc: Exception) -> SampleError:
+    """Why ``torch.load(weights_only=True)`` failed on ``path``, and what to do, in a line."""
     text = str(exc)
     refused = _REFUSED_GLOBAL.search(text)
     if refused is None:
         detail = text.split(_UNPICKLER_ERROR, 1)[1].strip().splitlines()[0] if _UNPICKLER_ERROR in text else \
             explain(exc)
-        return (f"cannot load with torch.load(weights_only=True) ({detail}); if the file is truncated or "
-                f"damaged, save it again")
+        return unloadable(path, "torch.load(weights_only=True)", detail)
     if refused.group(1).startswith("numpy"):
-        return ("holds NumPy data, which torch.load(weights_only=True) refuses to unpickle: save the array "
-                "with np.save as <ID>.npy, or as a tensor with torch.save(torch.from_numpy(array), path)")
-    return (f"holds a pickled object ({refused.group(1)}) that torch.load(weights_only=True) refuses to load, "
-            f"as it refuses any code: save one tensor per file (torch.save(tensor, path))")
+        return SampleError(f"{path}: holds NumPy data, which torch.load(weights_only=True) refuses to unpickle: "
+                           f"save the array with np.save as <ID>.npy, or as a tensor with "
+                           f"torch.save(torch.from_numpy(array), path)")
+    return SampleError(f"{path}: holds a pickled object ({refused.group(1)}) that torch.load(weights_only=True) "
+                       f"refuses to load, as it refuses any code: save one tensor per file (torch.save(tensor, path))")
 
 
 def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -> Mapping[str, Any]:
