@@ -4,11 +4,11 @@ tune a loader to the machine."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from typing import Any, Callable, Sequence
 
 from . import build_arrow, build_parquet
+from . import cli_values as values
 from .check.describe import describe
 from .check.verify import verify
 from .format.errors import FormatError
@@ -18,92 +18,28 @@ from .write.engines import ENGINES
 from .write.indexing import index_shards
 from .write.merge import merge_index_files
 from .write.output import OutputExistsError
-from .write.run import Part
-from .write.source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES
-
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """``"256MB"`` -> 256000000, ``"1GiB"`` -> 1073741824, ``"4096"`` -> 4096."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256MB, 1GiB, 4096)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _shard_bytes(text: str) -> int:
-    value = parse_size(text)
-    if value < MIN_SHARD_BYTES:
-        raise argparse.ArgumentTypeError(f"{text!r} is smaller than a shard can be ({MIN_SHARD_BYTES} bytes)")
-    return value
-
-
-def _part(text: str) -> Part:
-    try:
-        return Part.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _pack(text: str) -> int | str:
-    return "auto" if text == "auto" else _positive(text)
-
-
-def _validation(text: str) -> float | int:
-    """``0.1`` (a fraction) or ``5000`` (samples)."""
-    try:
-        return int(text) if text.isdigit() else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a fraction or a number of samples: {text!r}") from None
-
-
-def _pair(form: str) -> Callable[[str], tuple[str, str]]:
-    """A parser of ``NAME=VALUE`` arguments whose errors show ``form`` (e.g. ``NAME=PATH``)."""
-    def parse(text: str) -> tuple[str, str]:
-        name, sep, value = text.partition("=")
-        if not sep or not name or not value:
-            raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}")
-        return name, value
-    return parse
-
-
-def _image_field(text: str) -> tuple[str, int]:
-    """``FIELD=SIZE`` of ``tune --images``."""
-    field, size = _pair("FIELD=SIZE")(text)
-    return field, _positive(size)
+from .write.source import DEFAULT_SHARD_BYTES
 
 
 def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None:
-    parser.add_argument("--shard-bytes", type=_shard_bytes, default=DEFAULT_SHARD_BYTES, metavar="SIZE",
+    parser.add_argument("--shard-bytes", type=values.shard_bytes, default=DEFAULT_SHARD_BYTES, metavar="SIZE",
                         help="largest shard size, e.g. 256MiB, 1GB (default 256MiB)")
-    parser.add_argument("--shard-samples", type=_positive, metavar="N", help="most samples per shard")
-    parser.add_argument("--pack", type=_pack, default="auto", metavar="K",
+    parser.add_argument("--shard-samples", type=values.positive, metavar="N", help="most samples per shard")
+    parser.add_argument("--pack", type=values.pack, default="auto", metavar="K",
                         help="samples per record; 'auto' (default) fills records of about 64 KiB with "
                              "fixed-shape samples, one sample per record when larger or when samples may "
                              "differ in shape (one file per sample, folders, images)")
-    parser.add_argument("--dtype", type=_pair("FIELD=DTYPE"), action="append", default=[], metavar="FIELD=DTYPE",
+    parser.add_argument("--dtype", type=values.pair("FIELD=DTYPE"), action="append", default=[], metavar="FIELD=DTYPE",
                         help="store FIELD as DTYPE, e.g. x=float32 to halve float64 data (repeatable)")
     if splits:
         parser.add_argument("--prefix", help="shard name prefix: <prefix>-000000.tar (default: shard)")
-        parser.add_argument("--validation", type=_validation, metavar="FRACTION|N",
+        parser.add_argument("--validation", type=values.validation, metavar="FRACTION|N",
                             help="hold out this share (0.1) or number (5000) of samples: writes OUT/train "
                                  "and OUT/validation")
         parser.add_argument("--seed", type=int, default=0, help="seed of the --validation split (default 0)")
-    parser.add_argument("--workers", type=_positive, default=1, metavar="N",
+    parser.add_argument("--workers", type=values.positive, default=1, metavar="N",
                         help="processes writing shards in parallel (default 1)")
-    parser.add_argument("--part", type=_part, metavar="I/N",
+    parser.add_argument("--part", type=values.part, metavar="I/N",
                         help="build only part I of N (parts count from 0); join them with merge-index")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing index and its shards")
     parser.add_argument("--resume", action="store_true",
@@ -156,12 +92,6 @@ def _cmd_folder(args: argparse.Namespace) -> None:
 
 def _cmd_imagefolder(args: argparse.Namespace) -> None:
     build_imagefolder(args.root, args.out, max_side=args.max_side, quality=args.quality, **_options(args))
-
-
-def _fill(text: str) -> tuple[str, Any]:
-    """``COL=VALUE``; the value stays text: the column's type says what it becomes (a number for
-    a numeric column, the text as typed for a text one)."""
-    return _pair("COL=VALUE")(text)
 
 
 def _table_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -221,7 +151,7 @@ def _table_command(sub: argparse.ArgumentParser, inputs: str, run: Callable[[arg
     sub.add_argument("inputs", nargs="+", metavar="FILE_OR_FOLDER", help=inputs)
     sub.add_argument("out", help="output folder or s3://bucket/prefix")
     sub.add_argument("--columns", metavar="A,B", help="the columns to build, in this order (default: all of them)")
-    sub.add_argument("--fill", type=_fill, action="append", default=[], metavar="COL=VALUE",
+    sub.add_argument("--fill", type=values.fill, action="append", default=[], metavar="COL=VALUE",
                      help="store VALUE where COL is null (a number when it reads as one; repeatable); a null "
                           "without a fill is an error")
     sub.set_defaults(run=run)
@@ -237,7 +167,7 @@ def _add_build_commands(commands: Any) -> None:
                       "  pipeline build arrays shards --array x=features.npy --array y=labels.npy --validation 0.1\n"
                       "  pipeline build arrays shards --npz data.npz --dtype x=float32 --workers 4")
     arrays.add_argument("out", help="output folder or s3://bucket/prefix")
-    arrays.add_argument("--array", type=_pair("NAME=PATH"), action="append", default=[], metavar="NAME=PATH",
+    arrays.add_argument("--array", type=values.pair("NAME=PATH"), action="append", default=[], metavar="NAME=PATH",
                         help="a field and its .npy file (repeat for each field)")
     arrays.add_argument("--npz", help="an .npz file: every array in it is a field")
     arrays.set_defaults(run=_cmd_arrays)
@@ -248,7 +178,7 @@ def _add_build_commands(commands: Any) -> None:
     joblib.add_argument("folder", help="folder holding the x_<B>.job and y_<B>.job files")
     joblib.add_argument("out", help="output folder or s3://bucket/prefix")
     joblib.add_argument("--fields", default="x,y", help="names of the two fields (default x,y)")
-    joblib.add_argument("--batch-size", type=_positive, metavar="B",
+    joblib.add_argument("--batch-size", type=values.positive, metavar="B",
                         help="convert only x_B.job / y_B.job (a folder with files of several batch sizes holds "
                              "several copies of the data)")
     joblib.set_defaults(run=_cmd_joblib)
@@ -275,9 +205,9 @@ def _add_build_commands(commands: Any) -> None:
                       "  pipeline build imagefolder imagenet/ shards --max-side 512   # imagenet/train + imagenet/val")
     images.add_argument("root", help="folder of class folders, or of train/ and val/ folders of class folders")
     images.add_argument("out", help="output folder (train/ and validation/ in it for a split) or s3://bucket/prefix")
-    images.add_argument("--max-side", type=_positive, metavar="PIXELS",
+    images.add_argument("--max-side", type=values.positive, metavar="PIXELS",
                         help="shrink images whose longer side is larger, re-encoded as JPEG (default: bytes kept)")
-    images.add_argument("--quality", type=_positive, default=90, help="JPEG quality of shrunk images (default 90)")
+    images.add_argument("--quality", type=values.positive, default=90, help="JPEG quality of shrunk images (default 90)")
     images.set_defaults(run=_cmd_imagefolder)
     parquet = _command(layouts, "parquet", "from Parquet files: a row is a sample, a column a field (needs pyarrow)",
                        "  pipeline build parquet table.parquet shards --validation 0.1\n"
@@ -309,7 +239,7 @@ def make_parser() -> argparse.ArgumentParser:
     index.add_argument("shards", nargs="+", help="shard files, brace patterns, folders of .tar files, or URLs")
     index.add_argument("--output", metavar="PATH", help="the index to write: a folder or DIR/index.json (default: "
                                                        "index.json in the shards' folder)")
-    index.add_argument("--workers", type=_positive, default=1, metavar="N", help="shards scanned at once, in processes")
+    index.add_argument("--workers", type=values.positive, default=1, metavar="N", help="shards scanned at once, in processes")
     index.add_argument("--engine", choices=ENGINES, default="local",
                        help="what scans the shards: local processes (default) or a Dask cluster")
     index.add_argument("--scheduler", metavar="ADDRESS", help="with --engine dask: the cluster's scheduler")
@@ -344,33 +274,20 @@ def make_parser() -> argparse.ArgumentParser:
                     "  pipeline tune shards/train                    # about half a minute\n"
                     "  pipeline tune s3://bucket/train --step-ms 40 --plot tune.png")
     tune.add_argument("data", help="what make_loader takes: " + _INDEX_HELP)
-    tune.add_argument("--batch-size", type=_positive, default=256, metavar="N", help="as make_loader's (default 256)")
-    tune.add_argument("--workers", type=_counts(0), metavar="N,N", help="numbers of workers to try (default: 0, 1, 2, "
+    tune.add_argument("--batch-size", type=values.positive, default=256, metavar="N", help="as make_loader's (default 256)")
+    tune.add_argument("--workers", type=values.counts(0), metavar="N,N", help="numbers of workers to try (default: 0, 1, 2, "
                                                                    "4, ... up to the usable cores)")
-    tune.add_argument("--prefetch", type=_counts(1), metavar="N,N",
+    tune.add_argument("--prefetch", type=values.counts(1), metavar="N,N",
                       help="prefetch factors to try at the best number of workers (default: 1,4, besides 2)")
     tune.add_argument("--step-ms", type=float, default=0.0, help="a simulated training step per batch, in ms")
     tune.add_argument("--seconds", type=float, default=3.0, help="seconds each setting is measured (default 3)")
     tune.add_argument("--memory-mb", type=float, help="leave out settings whose peak memory is above this")
-    tune.add_argument("--shuffle-buffer", type=_positive, metavar="SAMPLES", help="as make_loader's shuffle_buffer")
-    tune.add_argument("--images", type=_image_field, action="append", default=[], metavar="FIELD=SIZE",
+    tune.add_argument("--shuffle-buffer", type=values.positive, metavar="SAMPLES", help="as make_loader's shuffle_buffer")
+    tune.add_argument("--images", type=values.image_field, action="append", default=[], metavar="FIELD=SIZE",
                       help="decode FIELD's images to SIZE x SIZE in the workers, as Images(SIZE) (repeatable)")
     tune.add_argument("--plot", metavar="FILE.png", help="also save a chart of the settings (needs matplotlib)")
     tune.set_defaults(run=_cmd_tune)
     return parser
-
-
-def _counts(least: int) -> Callable[[str], list[int]]:
-    def parse(text: str) -> list[int]:
-        try:
-            counts = [int(part) for part in text.split(",")]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-        if any(n < least for n in counts):
-            raise argparse.ArgumentTypeError(f"expected numbers >= {least}, got {text!r}")
-        return counts
-
-    return parse
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:

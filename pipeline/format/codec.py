@@ -24,9 +24,18 @@ import msgpack
 import numpy as np
 
 from .errors import SampleError
+from .msgpack_walk import (
+    BFLOAT16_EXT,
+    EXT_FIXED,
+    EXT_TYPES,
+    EXT_WIDTH,
+    NUMPY_EXT,
+    declared_length,
+    ext_code,
+    field_name,
+    object_end,
+)
 
-NUMPY_EXT = 1
-BFLOAT16_EXT = 2
 _PAYLOAD_VERSION = 2
 _ALIGN = 16
 _HEAD = struct.Struct("<BBBB")  # payload version, len(dtype str), ndim, bytes of padding
@@ -263,7 +272,7 @@ def _decode_array_payload(data: bytes | memoryview) -> tuple[bytes, tuple[int, .
 
 
 def _ext_hook(code: int, data: bytes | memoryview) -> Any:
-    if code not in (NUMPY_EXT, BFLOAT16_EXT):
+    if code not in EXT_TYPES:
         raise SampleError(f"unknown msgpack extension type {code}")
     dtype_str, shape, offset = _decode_array_payload(data)
     if code == NUMPY_EXT:
@@ -281,105 +290,14 @@ def _ext_hook(code: int, data: bytes | memoryview) -> Any:
     return arr
 
 
-_EXT_FIXED = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
-_EXT_WIDTH = {0xC7: 1, 0xC8: 2, 0xC9: 4}  # ext 8/16/32: bytes of the length
-_STR_WIDTH = {0xD9: 1, 0xDA: 2, 0xDB: 4}
-_FIXED_SIZES = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCC: 2, 0xD0: 2, 0xCD: 3, 0xD1: 3, 0xCA: 5, 0xCE: 5, 0xD2: 5,
-                0xCB: 9, 0xCF: 9, 0xD3: 9}
-
-
-def _length(view: memoryview, pos: int, size: int) -> int:
-    if pos + 1 + size > len(view):
-        raise SampleError(f"record truncated inside a length at byte {pos}")
-    return int.from_bytes(view[pos + 1:pos + 1 + size], "big")
-
-
-def _ext_code(view: memoryview, at: int) -> int:
-    """The (signed) type of the extension whose type byte is at ``at``, if it is one of ours:
-    msgpack would turn others (type -1, timestamps) into values we never wrote."""
-    if at >= len(view):
-        raise SampleError(f"record truncated inside an extension header at byte {at}")
-    code = view[at] - 256 if view[at] >= 0x80 else view[at]
-    if code not in (NUMPY_EXT, BFLOAT16_EXT):
-        raise SampleError(f"unknown msgpack extension type {code} at byte {at}")
-    return code
-
-
-def _object_end(view: memoryview, pos: int) -> int:
-    """Where the msgpack object at ``pos`` ends, walking headers only (no allocation, no
-    recursion: any depth of nesting is fine); every step consumes at least one byte, so
-    hostile lengths cannot make it loop long. Extensions other than ours are refused here."""
-    pending = 1
-    while pending:
-        if pos >= len(view):
-            raise SampleError(f"record truncated at byte {len(view)}")
-        b = view[pos]
-        pending -= 1
-        if b <= 0x7F or b >= 0xE0:
-            pos += 1
-        elif b in _FIXED_SIZES:
-            pos += _FIXED_SIZES[b]
-        elif b <= 0x8F:
-            pending, pos = pending + 2 * (b & 0x0F), pos + 1
-        elif b <= 0x9F:
-            pending, pos = pending + (b & 0x0F), pos + 1
-        elif b <= 0xBF:
-            pos += 1 + (b & 0x1F)
-        elif b in (0xC4, 0xD9):
-            pos += 2 + _length(view, pos, 1)
-        elif b in (0xC5, 0xDA):
-            pos += 3 + _length(view, pos, 2)
-        elif b in (0xC6, 0xDB):
-            pos += 5 + _length(view, pos, 4)
-        elif b in _EXT_FIXED:
-            _ext_code(view, pos + 1)
-            pos += 2 + _EXT_FIXED[b]
-        elif b in _EXT_WIDTH:
-            width = _EXT_WIDTH[b]
-            length = _length(view, pos, width)
-            _ext_code(view, pos + 1 + width)
-            pos += 2 + width + length
-        elif b in (0xDC, 0xDD):
-            width = 2 if b == 0xDC else 4
-            pending, pos = pending + _length(view, pos, width), pos + 1 + width
-        elif b in (0xDE, 0xDF):
-            width = 2 if b == 0xDE else 4
-            pending, pos = pending + 2 * _length(view, pos, width), pos + 1 + width
-        else:
-            raise SampleError(f"invalid msgpack byte 0x{b:02x} at byte {pos}")
-    if pos > len(view):
-        raise SampleError(f"record truncated: an object ends at byte {pos}, the record at {len(view)}")
-    return pos
-
-
-def _field_name(view: memoryview, pos: int) -> tuple[str, int]:
-    """The field name at ``pos`` and where it ends; names are strings (as encoding requires)."""
-    tag = view[pos] if pos < len(view) else None
-    if tag is not None and 0xA0 <= tag <= 0xBF:
-        start, end = pos + 1, pos + 1 + (tag & 0x1F)
-    elif tag in _STR_WIDTH:
-        start = pos + 1 + _STR_WIDTH[tag]
-        end = start + _length(view, pos, _STR_WIDTH[tag])
-    elif tag is None:
-        raise SampleError(f"record truncated at byte {pos}")
-    else:
-        raise SampleError(f"field names must be strings, the one at byte {pos} has msgpack type 0x{tag:02x}")
-    if end > len(view):
-        raise SampleError(f"record truncated inside a field name at byte {pos}")
-    try:
-        return str(view[start:end], "utf-8"), end
-    except UnicodeDecodeError:
-        raise SampleError(f"field name at byte {pos} is not UTF-8") from None
-
-
 def _field_value(view: memoryview, pos: int, end: int, name: str) -> Any:
     """The value in ``view[pos:end]``: an array field as a view of ``view`` itself (msgpack
     would first copy the extension's bytes), anything else through msgpack."""
     tag = view[pos]
     try:
-        if tag in _EXT_FIXED or tag in _EXT_WIDTH:
-            start = pos + 2 + _EXT_WIDTH.get(tag, 0)
-            return _ext_hook(_ext_code(view, start - 1), view[start:end])
+        if tag in EXT_FIXED or tag in EXT_WIDTH:
+            start = pos + 2 + EXT_WIDTH.get(tag, 0)
+            return _ext_hook(ext_code(view, start - 1), view[start:end])
         return msgpack.unpackb(view[pos:end], ext_hook=_ext_hook, raw=False, strict_map_key=True)
     except SampleError as exc:
         raise SampleError(f"field {name!r}: {exc}") from None
@@ -407,17 +325,17 @@ def decode_record(data: bytes | memoryview) -> dict[str, Any]:
         count, pos = first & 0x0F, 1
     elif first in (0xDE, 0xDF):
         width = 2 if first == 0xDE else 4
-        count, pos = _length(view, 0, width), 1 + width
+        count, pos = declared_length(view, 0, width), 1 + width
     elif first == 0xC1:
         raise SampleError("not a valid msgpack record" + (": it starts with byte 0xc1" if len(view) else ": empty"))
     else:
         raise SampleError(f"a record must be a msgpack map, this one starts with byte 0x{first:02x}")
     fields: dict[str, Any] = {}
     for _ in range(count):
-        name, pos = _field_name(view, pos)
+        name, pos = field_name(view, pos)
         if name in fields:
             raise SampleError(f"field {name!r} appears twice")
-        end = _object_end(view, pos)
+        end = object_end(view, pos)
         fields[name] = _field_value(view, pos, end, name)
         pos = end
     if pos != len(view):

@@ -162,3 +162,19 @@ def to_torch(batch: Columns) -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def per_sample(batch: Columns, transform: Callable[[dict[str, Any]], dict[str, Any]]) -> Columns:
+    """``transform`` applied to each sample of ``batch``, the results stacked again: tensors with
+    ``torch.stack``, arrays and numbers with ``np.stack``, anything else as a list."""
+    n = len(next(iter(batch.values())))
+    samples = [transform({k: v[i] for k, v in batch.items()}) for i in range(n)]
+    return {k: _stack([s[k] for s in samples]) for k in samples[0]}
+
+
+def _stack(values: list[Any]) -> Any:
+    if isinstance(values[0], torch.Tensor):
+        return torch.stack(values)
+    if isinstance(values[0], (np.ndarray, np.generic, int, float, bool)):
+        return np.stack([np.asarray(v) for v in values])
+    return values

@@ -33,7 +33,6 @@ import os
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -42,7 +41,15 @@ from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
 from . import message_buffers
 from .allocator import fix_mmap_threshold
-from .batching import FinishedBatches, drop_short_tail, gather, messages_from_windows, split_message, to_torch
+from .batching import (
+    FinishedBatches,
+    drop_short_tail,
+    gather,
+    messages_from_windows,
+    per_sample,
+    split_message,
+    to_torch,
+)
 from .foreign import ForeignStream, reference_fields
 from .idle_trim import idle_trim
 from .images import Images
@@ -51,8 +58,8 @@ from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worke
 from .progress import delivered_per_source
 from .read_ahead import read_ahead
 from .reader import LARGE_SAMPLE_BYTES, Columns
-from .shards import ForeignShards, IndexedShards, resolve_shards
-from .sources import SourceSet, mixed_sources, single_source
+from .shards import ForeignShards
+from .sources import SourceSet, open_sources
 from .stats import Count, ReadStats
 from .unit_images import ImageDecoding, check_image_fields
 from .units import UnitReader
@@ -158,32 +165,12 @@ class ShardDataset(IterableDataset):
     def _open(self, source: Sources, weights: Mapping[str, float] | None, samples: Mapping[str, int] | None,
               epoch_samples: int | None, allow_uneven: bool) -> tuple[Any, SourceSet | None]:
         """The shards to read, and the indexed sources of the plan (``None`` without an index)."""
-        if isinstance(source, Mapping):
-            if not source:
-                raise ValueError("an empty mapping mixes no source: give {name: index} for each source to mix")
-            opened = {name: resolve_shards(location, self.policy, self.read_stats) for name, location in source.items()}
-            foreign = [name for name, shards in opened.items() if not isinstance(shards, IndexedShards)]
-            if foreign:
-                raise ValueError(f"sources {foreign} have no index: a mix is planned from indexes; index them "
-                                 f"in place first (pipeline index SHARDS...)")
-            sources = mixed_sources(opened, weights, samples, epoch_samples)  # type: ignore[arg-type]
-        else:
-            if weights or samples or epoch_samples:
-                raise ValueError("weights=, samples= and epoch_samples= mix several sources: give them as a "
-                                 "mapping {name: index}")
-            shards = resolve_shards(source, self.policy, self.read_stats)
-            if isinstance(shards, ForeignShards):
-                if self.world_size > 1 and not allow_uneven:
-                    raise ValueError(
-                        f"{len(shards.urls)} shards without an index, under DDP (world size {self.world_size}): "
-                        f"ranks would get different numbers of samples, and DDP hangs when one runs out before the "
-                        f"others. Index them in place first (pipeline index SHARDS...: exact epochs, equal batches "
-                        f"on every rank), or pass allow_uneven=True if your loop copes with ranks that differ "
-                        f"(DDP join(), say)")
-                return shards, None
-            sources = single_source(shards)
-        check_read_fields(self.as_tuple, self.fill, sources.schema(self.fields), not self.plain_messages, "the index")
-        return sources.shards[0], sources
+        shards, sources = open_sources(source, weights, samples, epoch_samples, self.world_size, allow_uneven,
+                                       self.policy, self.read_stats)
+        if sources is not None:
+            check_read_fields(self.as_tuple, self.fill, sources.schema(self.fields), not self.plain_messages,
+                              "the index")
+        return shards, sources
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -384,9 +371,7 @@ class ShardDataset(IterableDataset):
 
     def _finish(self, batch: Columns) -> Any:
         if self.sample_transform is not None:
-            n = len(next(iter(batch.values())))
-            samples = [self.sample_transform({k: v[i] for k, v in batch.items()}) for i in range(n)]
-            batch = {k: _stack([s[k] for s in samples]) for k in samples[0]}
+            batch = per_sample(batch, self.sample_transform)
         out = to_torch(batch)
         if self.batch_transform is not None:
             return self.batch_transform(out)
@@ -394,10 +379,3 @@ class ShardDataset(IterableDataset):
             return tuple(out[name] for name in self.as_tuple)
         return out
 
-
-def _stack(values: list[Any]) -> Any:
-    if isinstance(values[0], torch.Tensor):
-        return torch.stack(values)
-    if isinstance(values[0], (np.ndarray, np.generic, int, float, bool)):
-        return np.stack([np.asarray(v) for v in values])
-    return values

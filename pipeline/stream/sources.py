@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -19,7 +20,10 @@ import numpy as np
 
 from ..format.index import Schema
 from ..storage.indexes import IndexedShards
+from ..storage.retry import RetryPolicy
 from .material import ChunkTable, Material, chunk_table, epoch_material, mix_counts
+from .shards import ForeignShards, resolve_shards
+from .stats import ReadStats
 
 
 @dataclass
@@ -146,3 +150,34 @@ def _digest(shards: IndexedShards) -> str:
 def single_source(shards: IndexedShards) -> SourceSet:
     return SourceSet([""], [shards], [shards.index.samples])
 
+
+def open_sources(source: str | os.PathLike[str] | Sequence[str] | Mapping[str, str | os.PathLike[str]],
+                 weights: Mapping[str, float] | None, samples: Mapping[str, int] | None, epoch_samples: int | None,
+                 world_size: int, allow_uneven: bool, policy: RetryPolicy, stats: ReadStats,
+                 ) -> tuple[IndexedShards | ForeignShards, SourceSet | None]:
+    """The shards a dataset reads first, and the indexed sources of its plan (``None`` for shards
+    without an index, which only a single source may be, and under DDP only when ranks may differ)."""
+    if isinstance(source, Mapping):
+        if not source:
+            raise ValueError("an empty mapping mixes no source: give {name: index} for each source to mix")
+        opened = {name: resolve_shards(location, policy, stats) for name, location in source.items()}
+        foreign = [name for name, shards in opened.items() if not isinstance(shards, IndexedShards)]
+        if foreign:
+            raise ValueError(f"sources {foreign} have no index: a mix is planned from indexes; index them "
+                             f"in place first (pipeline index SHARDS...)")
+        sources = mixed_sources(opened, weights, samples, epoch_samples)  # type: ignore[arg-type]
+        return sources.shards[0], sources
+    if weights or samples or epoch_samples:
+        raise ValueError("weights=, samples= and epoch_samples= mix several sources: give them as a "
+                         "mapping {name: index}")
+    shards = resolve_shards(source, policy, stats)
+    if isinstance(shards, ForeignShards):
+        if world_size > 1 and not allow_uneven:
+            raise ValueError(
+                f"{len(shards.urls)} shards without an index, under DDP (world size {world_size}): "
+                f"ranks would get different numbers of samples, and DDP hangs when one runs out before the "
+                f"others. Index them in place first (pipeline index SHARDS...: exact epochs, equal batches "
+                f"on every rank), or pass allow_uneven=True if your loop copes with ranks that differ "
+                f"(DDP join(), say)")
+        return shards, None
+    return shards, single_source(shards)

@@ -1,0 +1,94 @@
+"""The values the ``pipeline`` command's options take: each parser turns the text typed into the value
+the library expects, or raises ``argparse.ArgumentTypeError`` with what was expected, which argparse
+shows beside the option's name."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any, Callable
+
+from .write.run import Part
+from .write.source import MIN_SHARD_BYTES
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"256MB"`` -> 256000000, ``"1GiB"`` -> 1073741824, ``"4096"`` -> 4096."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256MB, 1GiB, 4096)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def shard_bytes(text: str) -> int:
+    value = parse_size(text)
+    if value < MIN_SHARD_BYTES:
+        raise argparse.ArgumentTypeError(f"{text!r} is smaller than a shard can be ({MIN_SHARD_BYTES} bytes)")
+    return value
+
+
+def part(text: str) -> Part:
+    try:
+        return Part.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def pack(text: str) -> int | str:
+    return "auto" if text == "auto" else positive(text)
+
+
+def validation(text: str) -> float | int:
+    """``0.1`` (a fraction) or ``5000`` (samples)."""
+    try:
+        return int(text) if text.isdigit() else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a fraction or a number of samples: {text!r}") from None
+
+
+def pair(form: str) -> Callable[[str], tuple[str, str]]:
+    """A parser of ``NAME=VALUE`` arguments whose errors show ``form`` (e.g. ``NAME=PATH``)."""
+    def parse(text: str) -> tuple[str, str]:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value:
+            raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}")
+        return name, value
+    return parse
+
+
+def image_field(text: str) -> tuple[str, int]:
+    """``FIELD=SIZE`` of ``tune --images``."""
+    field, size = pair("FIELD=SIZE")(text)
+    return field, positive(size)
+
+
+def fill(text: str) -> tuple[str, Any]:
+    """``COL=VALUE``; the value stays text: the column's type says what it becomes (a number for
+    a numeric column, the text as typed for a text one)."""
+    return pair("COL=VALUE")(text)
+
+
+def counts(least: int) -> Callable[[str], list[int]]:
+    def parse(text: str) -> list[int]:
+        try:
+            counts = [int(part) for part in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+        if any(n < least for n in counts):
+            raise argparse.ArgumentTypeError(f"expected numbers >= {least}, got {text!r}")
+        return counts
+
+    return parse
