@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from ..caller_warning import warn_caller
 from ..format.errors import ShardError
 from ..storage import SourceError
 from ..storage.retry import RetryPolicy
@@ -71,8 +71,8 @@ class ForeignStream:
         if self.shuffle:
             urls = [urls[i] for i in rng_for(Draw.SHARDS, self.seed, epoch).permutation(len(urls))]
         if len(urls) < consumers and consumer == 0:
-            warnings.warn(f"{len(urls)} shards without an index for {consumers} consumers (ranks x workers): some "
-                          f"read nothing; index them with `pipeline index` for exact epochs", stacklevel=3)
+            warn_caller(f"{len(urls)} shards without an index for {consumers} consumers (ranks x workers): some "
+                          f"read nothing; index them with `pipeline index` for exact epochs")
         pending: list[Columns] = []
         rows = window = 0
         fields = self.fields  # or, when unknown, those of this consumer's first record

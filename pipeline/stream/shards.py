@@ -11,7 +11,6 @@ epochs); otherwise the shards are *foreign* and stream without one.
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 
 from braceexpand import braceexpand
 
+from ..caller_warning import warn_caller
 from ..format.errors import IndexFormatError
 from ..format.index import DatasetIndex
 from ..storage import is_remote, parent, redact, scheme
@@ -109,8 +109,8 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             raise IndexFormatError(f"{url}: no such shard or folder{hint}")
     if indexed is not None:
         unknown = [u for u, i in zip(urls, wanted) if i is None]
-        warnings.warn(f"{len(unknown)} of the {len(urls)} shards given are not in the index beside them "
+        warn_caller(f"{len(unknown)} of the {len(urls)} shards given are not in the index beside them "
                       f"({redact(index_url(indexed.base))}), e.g. {redact(unknown[0])}: all {len(urls)} stream without "
                       f"it (no len(), no checksums, no exact resume); index them with the others (pipeline index), "
-                      f"or leave them out", stacklevel=3)
+                      f"or leave them out")
     return ForeignShards(tuple(urls))

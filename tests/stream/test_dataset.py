@@ -251,8 +251,9 @@ def test_foreign_shards_under_ddp_are_refused_unless_uneven_ranks_are_allowed(tm
                                          r"different numbers of samples.*pipeline index SHARDS.*allow_uneven=True"):
         ShardDataset(urls, batch_size=4, rank=0, world_size=2)
     dataset = ShardDataset(urls, batch_size=4, rank=0, world_size=2, allow_uneven=True)
-    with pytest.warns(UserWarning, match="1 shards without an index for 2 consumers"):
+    with pytest.warns(UserWarning, match="1 shards without an index for 2 consumers") as caught:
         assert sum(len(b["cls"]) for b in dataset) == 10
+    assert caught[0].filename == __file__
 
 
 def test_a_corrupt_shard_is_an_error_naming_it_not_a_hang(tmp_path: Path) -> None:

@@ -78,6 +78,10 @@ def test_a_pattern_with_a_shard_the_index_lacks_warns_that_it_streams_without_th
     shutil.copy(folder / "shard-000003.tar", folder / "shard-000004.tar")  # not in the index
     pattern = str(folder / "shard-{000000..000004}.tar")
     with pytest.warns(UserWarning, match=re.escape(f"1 of the 5 shards given are not in the index beside them "
-                                                   f"({folder / 'index.json'}), e.g. {folder / 'shard-000004.tar'}")):
+                                                   f"({folder / 'index.json'}), e.g. {folder / 'shard-000004.tar'}")) as caught:
         dataset = pipeline.ShardDataset(pattern, batch_size=50, shuffle=False)
+    assert caught[0].filename == __file__  # the user's line, not the library's
+    with pytest.warns(UserWarning, match="1 of the 5 shards given") as caught:
+        pipeline.make_loader(pattern, num_workers=0, batch_size=50)
+    assert caught[0].filename == __file__
     assert sum(len(batch["y"]) for batch in dataset) == 250
