@@ -45,9 +45,12 @@ _BETWEEN_EPOCHS = ("batch_size", "drop_last", "remainder", "shuffle_buffer", "sa
 def convert_keeping_tuples(item: Any) -> Any:
     """DataLoader's conversion of what a dataset yields (arrays to tensors), but for a tuple,
     which it would make a list: an ``as_tuple`` batch stays a tuple, and a worker's tuple
-    message is not taken for a list of batches."""
+    message is not taken for a list of batches; nor does a tuple a ``batch_transform`` returned
+    in a worker, so that it comes as it does without workers."""
     if type(item) is tuple:
         return tuple(default_convert(value) for value in item)
+    if isinstance(item, FinishedBatches):
+        return FinishedBatches(convert_keeping_tuples(batch) for batch in item)
     return default_convert(item)
 
 

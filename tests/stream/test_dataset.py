@@ -157,12 +157,15 @@ def test_tuples_are_batches_with_and_without_workers(shards: Path, workers: int)
     assert all(torch.equal(x[:, 0], 2 * i.float()) for i, x in batches)
 
 
-def test_sample_and_batch_transforms_run_in_the_workers(shards: Path) -> None:
-    loader = make_loader(shards, num_workers=2, batch_size=10,
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sample_and_batch_transforms_run_in_the_workers(shards: Path, workers: int) -> None:
+    loader = make_loader(shards, num_workers=workers, batch_size=10,
                          sample_transform=lambda s: {"i": s["i"], "double": s["i"] * 2},
                          batch_transform=lambda b: (b["i"], b["double"]))
-    for i, double in loader:
-        assert torch.equal(double, 2 * i)
+    batches = list(loader)
+    assert {type(batch) for batch in batches} == {tuple}  # as the transform made it, with workers or without
+    assert all(torch.equal(double, 2 * i) for i, double in batches)
+    assert sorted(torch.cat([i for i, _ in batches]).tolist()) == list(range(pipeline.load_index(shards).samples))
 
 
 def class_sorted_shards(folder: Path, classes: int = 10, per_class: int = 3000) -> Path:
