@@ -17,12 +17,13 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_convert
 
+from ..caller_warning import warn_caller
 from .batching import FinishedBatches, split_message
 from .dataset import ShardDataset
+from .loader_state import Position, loader_state, resumed_position
 from .message_buffers import Lent, ReleaseTable
 from .options import check_loader_options
 from .plan import Leg
-from .shards import IndexedShards
 from .workers import (
     LoaderWorker,
     WatchedWorkersIterator,
@@ -33,13 +34,6 @@ from .workers import (
     stop_workers,
     translate_worker_deaths,
 )
-
-STATE_VERSION = 2
-#: What the plan depends on: a checkpoint of another value cannot be continued mid-epoch.
-_PLAN_KEYS = ("sources", "seed", "batch_size", "drop_last", "remainder", "shuffle", "shuffle_buffer", "samples",
-              "chunk_samples")
-#: Of those, what may change at an epoch boundary.
-_BETWEEN_EPOCHS = ("batch_size", "drop_last", "remainder", "shuffle_buffer", "samples", "chunk_samples", "sources")
 
 
 def convert_keeping_tuples(item: Any) -> Any:
@@ -119,6 +113,10 @@ class ShardLoader(DataLoader):
         ``set_epoch(e)`` before each epoch of a resumed run replays nothing. A loop under way ends
         (its next step stops it) rather than going on from where the loader no longer stands."""
         self._generation += 1
+        if int(epoch) != self._epoch and self._loaded and (self._legs or self._batches):
+            warn_caller(f"set_epoch({int(epoch)}) leaves the position load_state_dict loaded (epoch {self._epoch}, "
+                        f"{self._batches} batches in): epoch {int(epoch)} plays from its start. To go on from the "
+                        f"checkpoint, count epochs from its epoch (set_epoch({self._epoch})), or leave set_epoch out")
         if int(epoch) != self._epoch or not self._loaded:
             self._epoch, self._legs, self._batches = int(epoch), [], 0
 
@@ -247,91 +245,19 @@ class ShardLoader(DataLoader):
         """Where the loader stands: epoch, its legs on other world sizes, and the batches
         delivered since (less ``in_flight`` batches fetched ahead by a prefetcher but not yet
         trained on)."""
-        dataset: ShardDataset = self.dataset  # type: ignore[assignment]
-        state: dict[str, Any] = {"version": STATE_VERSION, "epoch": self._epoch,
-                                 "legs": [[leg.world, leg.batches] for leg in self._legs],
-                                 "batches": self._batches - in_flight, "world_size": dataset.world_size}
-        state.update({key: _plan_value(dataset, key) for key in _PLAN_KEYS})
-        state["mix"] = dataset.sources.state(self._epoch) if dataset.sources and dataset.sources.mixed else None
-        return state
+        position = Position(self._epoch, tuple(self._legs), self._batches - in_flight)
+        return loader_state(self.dataset, position)  # type: ignore[arg-type]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``; refuse a state whose plan this loader cannot continue."""
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
-        state = _upgraded(state)
-        _check_mix_kind(dataset, state)
-        legs = [Leg(int(w), int(b)) for w, b in state["legs"]]
-        batches = int(state["batches"])
-        middle = bool(legs or batches)
-        for key in _PLAN_KEYS:
-            mine = _plan_value(dataset, key)
-            if state.get(key) != mine and (middle or key not in _BETWEEN_EPOCHS):
-                when = " (it can change only at an epoch boundary)" if key in _BETWEEN_EPOCHS else ""
-                raise ValueError(f"cannot resume: {_difference(dataset, key, state.get(key), mine)}{when}")
-        _continue_mix(dataset, state, middle)
-        if middle and int(state["world_size"]) != dataset.world_size:  # an elastic restart: a new leg
-            legs = legs + ([Leg(int(state["world_size"]), batches)] if batches else [])
-            batches = 0
-        if middle:
-            dataset.resume(int(state["epoch"]), legs, batches)
-        self._epoch, self._legs, self._batches = int(state["epoch"]), legs, batches
+        position = resumed_position(dataset, state)
+        if position.middle:
+            dataset.resume(position.epoch, position.legs, position.batches)
+        self._epoch, self._legs, self._batches = position.epoch, list(position.legs), position.batches
         self._workers_resumed = True  # persistent workers hold the dataset as it was: start new ones
         self._generation += 1  # a loop under way ends at its next step
         self._loaded = True
-
-
-def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:
-    """What differs between a checkpoint's plan and this loader's, in words."""
-    if key == "samples":
-        return f"the checkpoint's epoch holds {theirs} samples (of all its sources), this loader's {mine}"
-    if key == "chunk_samples":
-        return (f"the checkpoint cut its sources into chunks of {theirs} samples, this loader into {mine} (set by "
-                f"shuffle_buffer and chunks_per_buffer)")
-    if key == "sources":
-        names = dataset.sources.names if dataset.sources else []
-        if names == [""]:  # one source, unnamed
-            where = dataset.shards.base if isinstance(dataset.shards, IndexedShards) else "the shards"
-            return (f"{where} holds other data than when the checkpoint was taken (its shards' sample counts or "
-                    f"sha256 differ): resume on the shards the checkpoint was taken on")
-        changed = [n for n, a, b in zip(names, theirs or [], mine) if a != b] or names
-        return (f"source(s) {changed} hold other data than when the checkpoint was taken (their shards' sample "
-                f"counts or sha256 differ)")
-    return f"the checkpoint was taken with {key}={theirs!r}, this loader has {key}={mine!r}"
-
-
-def _upgraded(state: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A state of this version; one of version 1 taken at an epoch boundary reads as one."""
-    if state.get("version") == 1 and not state.get("legs"):
-        return {**state, "legs": [], "batches": 0, "shuffle_buffer": None, "mix": None}
-    if state.get("version") != STATE_VERSION:
-        raise ValueError(f"loader state version {state.get('version')!r} is not supported (this library writes "
-                         f"{STATE_VERSION}; a state of version 1 resumes at an epoch boundary only)")
-    return state
-
-
-def _check_mix_kind(dataset: ShardDataset, state: Mapping[str, Any]) -> None:
-    """A checkpoint of a mix resumes a mix, one of a single source a single source."""
-    mix = state.get("mix")
-    mixed = bool(dataset.sources and dataset.sources.mixed)
-    if (mix is None) != (not mixed):
-        raise ValueError("cannot resume: the checkpoint was taken " + ("with" if mix else "without") +
-                         " a mix of sources, this loader reads " + ("one source" if not mixed else "a mix"))
-
-
-def _continue_mix(dataset: ShardDataset, state: Mapping[str, Any], middle: bool) -> None:
-    """Carry a mix's stream positions over from ``state``: its sources must be the same; their
-    shares may change at an epoch boundary only."""
-    mix, sources = state.get("mix"), dataset.sources
-    if mix is None or sources is None:
-        return
-    if list(mix["names"]) != sources.names:
-        raise ValueError(f"cannot resume: the checkpoint mixes sources {list(mix['names'])}, this loader "
-                         f"{sources.names} (the same names, in the same order)")
-    if middle and list(mix["counts"]) != sources.counts:
-        raise ValueError(f"cannot resume: the checkpoint's epoch takes {dict(zip(sources.names, mix['counts']))} "
-                         f"samples of its sources, this loader's {dict(zip(sources.names, sources.counts))}: "
-                         f"weights and samples can change only at an epoch boundary")
-    sources.base_epoch, sources.base_offsets = int(state["epoch"]), [int(o) for o in mix["offsets"]]
 
 
 def _death_text(exc: BaseException) -> str | None:
@@ -340,18 +266,6 @@ def _death_text(exc: BaseException) -> str | None:
     if not is_worker_death(exc):
         return None
     return str(exc.__cause__ if isinstance(exc, WorkerError) and exc.__cause__ else exc).strip()
-
-
-def _plan_value(dataset: ShardDataset, key: str) -> Any:
-    if key in ("samples", "chunk_samples", "sources") and not dataset.exact:
-        return None
-    if key == "samples":
-        return dataset.samples
-    if key == "chunk_samples":
-        return [chunks.per_chunk for chunks in dataset.sources.chunks]  # type: ignore[union-attr]
-    if key == "sources":
-        return dataset.sources.fingerprints()  # type: ignore[union-attr]
-    return getattr(dataset, key)
 
 
 def make_loader(

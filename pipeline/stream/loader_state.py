@@ -1,0 +1,192 @@
+"""A loader's checkpoint: what ``state_dict`` records, and what ``load_state_dict`` checks before it
+continues one.
+
+A state is where the loader stands in the plan (the epoch, the legs of it run on other world
+sizes, the batches delivered since) plus what the plan depends on. A state that cannot be
+continued is refused with the setting that differs, and one that is not a state at all (another
+object saved under the key, a hand-edited one) with what is wrong with it: a position outside
+the epoch would otherwise replay batches, or fail later in ``len()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .plan import Leg, leg_sequences, rank_batches
+from .shards import IndexedShards
+
+if TYPE_CHECKING:
+    from .dataset import ShardDataset
+
+STATE_VERSION = 2
+#: What the plan depends on: a checkpoint of another value cannot be continued mid-epoch.
+_PLAN_KEYS = ("sources", "seed", "batch_size", "drop_last", "remainder", "shuffle", "shuffle_buffer", "samples",
+              "chunk_samples")
+#: Of those, what may change at an epoch boundary.
+_BETWEEN_EPOCHS = ("batch_size", "drop_last", "remainder", "shuffle_buffer", "samples", "chunk_samples", "sources")
+_POSITION_KEYS = ("epoch", "legs", "batches", "world_size")
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a loader stands: ``epoch``, its ``legs`` on other world sizes, and the ``batches``
+    this rank delivered since the last of them."""
+
+    epoch: int
+    legs: tuple[Leg, ...]
+    batches: int
+
+    @property
+    def middle(self) -> bool:
+        return bool(self.legs or self.batches)
+
+
+def loader_state(dataset: ShardDataset, position: Position) -> dict[str, Any]:
+    """The checkpoint of a loader over ``dataset`` standing at ``position``."""
+    state: dict[str, Any] = {"version": STATE_VERSION, "epoch": position.epoch,
+                             "legs": [[leg.world, leg.batches] for leg in position.legs],
+                             "batches": position.batches, "world_size": dataset.world_size}
+    state.update({key: _plan_value(dataset, key) for key in _PLAN_KEYS})
+    state["mix"] = dataset.sources.state(position.epoch) if dataset.sources and dataset.sources.mixed else None
+    return state
+
+
+def resumed_position(dataset: ShardDataset, state: Mapping[str, Any]) -> Position:
+    """Where a loader over ``dataset`` goes on from ``state`` (on another world size: a new leg),
+    after checking that ``state`` is a loader's state whose plan ``dataset`` can continue; a mix's
+    stream positions are carried over to ``dataset``."""
+    state = _upgraded(state)
+    saved = _saved_position(state)
+    _check_mix_kind(dataset, state)
+    _check_mix_names(dataset, state)
+    for key in _PLAN_KEYS:
+        mine = _plan_value(dataset, key)
+        if state.get(key) != mine and (saved.middle or key not in _BETWEEN_EPOCHS):
+            when = "" if key not in _BETWEEN_EPOCHS else (
+                " (other data may follow at an epoch boundary, not in the middle of an epoch)" if key == "sources"
+                else " (it can change only at an epoch boundary)")
+            raise ValueError(f"cannot resume: {_difference(dataset, key, state.get(key), mine)}{when}")
+    _continue_mix(dataset, state, saved.middle)
+    world = int(state["world_size"])
+    if saved.middle:
+        _check_inside_epoch(dataset, saved, world)
+    if saved.middle and world != dataset.world_size:  # an elastic restart: a new leg
+        return Position(saved.epoch, saved.legs + ((Leg(world, saved.batches),) if saved.batches else ()), 0)
+    return saved
+
+
+def _upgraded(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A state of this version; one of version 1 taken at an epoch boundary reads as one."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"load_state_dict takes what the loader's state_dict() returned (a dict), not a "
+                        f"{type(state).__name__}")
+    if state.get("version") == 1 and not state.get("legs"):
+        return {**state, "legs": [], "batches": 0, "shuffle_buffer": None, "mix": None}
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"loader state version {state.get('version')!r} is not supported (this library writes "
+                         f"{STATE_VERSION}; a state of version 1 resumes at an epoch boundary only)")
+    return state
+
+
+def _saved_position(state: Mapping[str, Any]) -> Position:
+    """The position ``state`` records, refused unless it is one a loader could have written."""
+    missing = [key for key in _POSITION_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"not a loader state: it lacks {missing} (give load_state_dict what the loader's "
+                         f"state_dict() returned)")
+    try:
+        epoch, batches, world = int(state["epoch"]), int(state["batches"]), int(state["world_size"])
+        legs = tuple(Leg(int(w), int(b)) for w, b in state["legs"])
+    except (TypeError, ValueError):
+        raise ValueError(f"not a loader state: epoch {state['epoch']!r}, legs {state['legs']!r}, batches "
+                         f"{state['batches']!r} and world_size {state['world_size']!r} must be whole numbers "
+                         f"(legs: pairs of them)") from None
+    if epoch < 0 or batches < 0 or world < 1 or any(leg.world < 1 or leg.batches < 0 for leg in legs):
+        raise ValueError(f"not a loader state: epoch {epoch}, legs {[[leg.world, leg.batches] for leg in legs]}, batches "
+                         f"{batches} and world_size {world} cannot be negative (nor a world size 0)")
+    return Position(epoch, legs, batches)
+
+
+def _check_inside_epoch(dataset: ShardDataset, saved: Position, world: int) -> None:
+    """Each leg of ``saved`` delivered at most the batches its ranks had in the epoch."""
+    if not dataset.exact:
+        return  # refused later: shards without an index do not resume mid-epoch
+    legs = [*saved.legs, Leg(world, saved.batches)]
+    sequences = leg_sequences(dataset.samples, dataset.plan_config, legs)
+    for leg, ranks in zip(legs, sequences):
+        most = max(rank_batches(sequence, dataset.plan_config) for sequence in ranks)
+        if leg.batches > most:
+            raise ValueError(f"cannot resume: the checkpoint says {leg.batches} batches of epoch {saved.epoch} were "
+                             f"delivered on {leg.world} rank(s), where a rank has {most} at most: it is not a state "
+                             f"of this data and batch size")
+
+
+def _check_mix_kind(dataset: ShardDataset, state: Mapping[str, Any]) -> None:
+    """A checkpoint of a mix resumes a mix, one of a single source a single source."""
+    mix = state.get("mix")
+    mixed = bool(dataset.sources and dataset.sources.mixed)
+    if (mix is None) != (not mixed):
+        raise ValueError("cannot resume: the checkpoint was taken " + ("with" if mix else "without") +
+                         " a mix of sources, this loader reads " + ("one source" if not mixed else "a mix"))
+
+
+def _check_mix_names(dataset: ShardDataset, state: Mapping[str, Any]) -> None:
+    """A mix resumes a mix of the same names in the same order (checked before the sources'
+    data, which would otherwise be found to differ, position by position)."""
+    mix, sources = state.get("mix"), dataset.sources
+    if mix is not None and sources is not None and list(mix["names"]) != sources.names:
+        raise ValueError(f"cannot resume: the checkpoint mixes sources {list(mix['names'])}, this loader "
+                         f"{sources.names} (the same names, in the same order)")
+
+
+def _continue_mix(dataset: ShardDataset, state: Mapping[str, Any], middle: bool) -> None:
+    """Carry a mix's stream positions over from ``state``; its shares may change at an epoch
+    boundary only."""
+    mix, sources = state.get("mix"), dataset.sources
+    if mix is None or sources is None:
+        return
+    if middle and list(mix["counts"]) != sources.counts:
+        raise ValueError(f"cannot resume: the checkpoint's epoch takes {dict(zip(sources.names, mix['counts']))} "
+                         f"samples of its sources, this loader's {dict(zip(sources.names, sources.counts))}: "
+                         f"weights and samples can change only at an epoch boundary")
+    sources.base_epoch, sources.base_offsets = int(state["epoch"]), [int(o) for o in mix["offsets"]]
+
+
+def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:
+    """What differs between a checkpoint's plan and this loader's, in words."""
+    if key == "samples":
+        return f"the checkpoint's epoch holds {theirs} samples (of all its sources), this loader's {mine}"
+    if key == "chunk_samples":
+        return (f"the checkpoint cut its sources into chunks of {theirs} samples, this loader into {mine} (set by "
+                f"shuffle_buffer and chunks_per_buffer)")
+    if key == "sources":
+        names = dataset.sources.names if dataset.sources else []
+        if names == [""]:  # one source, unnamed
+            where = dataset.shards.base if isinstance(dataset.shards, IndexedShards) else "the shards"
+            return (f"{where} holds other data than when the checkpoint was taken (its shards' sample counts or "
+                    f"sha256 differ): resume on the shards the checkpoint was taken on")
+        changed = [n for n, a, b in zip(names, theirs or [], mine) if a != b] or names
+        return (f"source(s) {changed} hold other data than when the checkpoint was taken (their shards' sample "
+                f"counts or sha256 differ)")
+    return f"the checkpoint was taken with {key}={theirs!r}, this loader has {key}={mine!r}"
+
+
+def plan_values(dataset: ShardDataset) -> dict[str, Any]:
+    """What the epoch plan of ``dataset`` depends on (besides the world size), a mix's shares with it."""
+    plan = {key: _plan_value(dataset, key) for key in _PLAN_KEYS}
+    if dataset.sources is not None and dataset.sources.mixed:
+        plan["mix"] = dict(zip(dataset.sources.names, dataset.sources.counts))
+    return plan
+
+
+def _plan_value(dataset: ShardDataset, key: str) -> Any:
+    if key in ("samples", "chunk_samples", "sources") and not dataset.exact:
+        return None
+    if key == "samples":
+        return dataset.samples
+    if key == "chunk_samples":
+        return [chunks.per_chunk for chunks in dataset.sources.chunks]  # type: ignore[union-attr]
+    if key == "sources":
+        return dataset.sources.fingerprints()  # type: ignore[union-attr]
+    return getattr(dataset, key)

@@ -1,0 +1,96 @@
+"""What load_state_dict refuses, and how: objects that are not a loader's state, positions outside
+the epoch, a mix whose sources come in another order, and a set_epoch that leaves a loaded
+position."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pipeline import make_loader
+from tests.stream.shardsets import uneven_shards
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("state")
+    return {"a": uneven_shards(folder / "a", [300, 200, 140]), "b": uneven_shards(folder / "b", [250, 100])}
+
+
+def loader_of(source, **options):
+    return make_loader(source, num_workers=0, batch_size=32, seed=1, shuffle_buffer=128, **options)
+
+
+def state_after(loader, batches: int) -> dict:
+    for n, _ in enumerate(loader, start=1):
+        if n == batches:
+            break
+    return loader.state_dict()
+
+
+def test_a_state_loads_and_its_batches_follow(shards) -> None:
+    whole = [batch["i"].tolist() for batch in loader_of(shards["a"])]
+    resumed = loader_of(shards["a"])
+    resumed.load_state_dict(state_after(loader_of(shards["a"]), 5))
+    assert len(whole) == 20 and len(resumed) == 15
+    assert [batch["i"].tolist() for batch in resumed] == whole[5:]
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda state: None, TypeError, "load_state_dict takes what the loader's state_dict() returned (a dict), "
+                                    "not a NoneType"),
+    (lambda state: {"version": 2}, ValueError, "not a loader state: it lacks ['epoch', 'legs', 'batches', "
+                                               "'world_size'] (give load_state_dict what the loader's "
+                                               "state_dict() returned)"),
+    (lambda state: {**state, "batches": 21}, ValueError, "cannot resume: the checkpoint says 21 batches of epoch 0 "
+                                                         "were delivered on 1 rank(s), where a rank has 20 at most"),
+    (lambda state: {**state, "legs": [[2, 11]]}, ValueError, "the checkpoint says 11 batches of epoch 0 were "
+                                                             "delivered on 2 rank(s), where a rank has 10 at most"),
+    (lambda state: {**state, "batches": -5}, ValueError, "not a loader state: epoch 0, legs [], batches -5 and "
+                                                         "world_size 1 cannot be negative"),
+    (lambda state: {**state, "epoch": "one"}, ValueError, "not a loader state: epoch 'one', legs [], batches 5 and "
+                                                          "world_size 1 must be whole numbers"),
+])
+def test_what_is_not_a_loaders_state_is_refused_at_load_time(shards, change, error, message: str) -> None:
+    state = state_after(loader_of(shards["a"]), 5)
+    loader = loader_of(shards["a"])
+    with pytest.raises(error, match=re.escape(message)):
+        loader.load_state_dict(change(state))
+    assert len(loader) == 20  # where it stood
+
+
+def test_the_last_batch_of_an_epoch_is_a_position_inside_it(shards) -> None:
+    state = state_after(loader_of(shards["a"]), 20)
+    loader = loader_of(shards["a"])
+    loader.load_state_dict({**state, "epoch": 0, "batches": 20})
+    assert len(loader) == 0 and list(loader) == [] and len(loader) == 20  # then the next epoch
+
+
+def test_a_mix_whose_sources_come_in_another_order_is_told_so(shards) -> None:
+    state = state_after(loader_of({"a": shards["a"], "b": shards["b"]}), 3)
+    swapped = loader_of({"b": shards["b"], "a": shards["a"]})
+    with pytest.raises(ValueError, match=re.escape("cannot resume: the checkpoint mixes sources ['a', 'b'], this "
+                                                   "loader ['b', 'a'] (the same names, in the same order)")):
+        swapped.load_state_dict(state)
+
+
+def test_other_data_mid_epoch_is_refused_without_contradicting_itself(shards) -> None:
+    state = state_after(loader_of(shards["a"]), 3)
+    with pytest.raises(ValueError, match=r"holds other data than when the checkpoint was taken .*resume on the "
+                                         r"shards the checkpoint was taken on \(other data may follow at an epoch "
+                                         r"boundary, not in the middle of an epoch\)"):
+        loader_of(shards["b"]).load_state_dict(state)
+
+
+def test_set_epoch_that_leaves_a_loaded_position_warns(shards) -> None:
+    state = state_after(loader_of(shards["a"]), 5)
+    loader = loader_of(shards["a"])
+    loader.load_state_dict(state)
+    loader.set_epoch(0)  # the checkpoint's epoch: goes on from it, quietly
+    assert len(loader) == 15
+    with pytest.warns(UserWarning, match=re.escape("set_epoch(1) leaves the position load_state_dict loaded "
+                                                   "(epoch 0, 5 batches in): epoch 1 plays from its start")) as caught:
+        loader.set_epoch(1)
+    assert caught[0].filename == __file__ and len(loader) == 20
