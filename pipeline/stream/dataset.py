@@ -56,6 +56,7 @@ from .images import Images
 from .options import check_dataset_options, check_read_fields
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
 from .progress import delivered_per_source
+from .rank_agreement import check_ranks_agree
 from .read_ahead import read_ahead
 from .reader import LARGE_SAMPLE_BYTES, Columns
 from .shards import ForeignShards
@@ -161,6 +162,7 @@ class ShardDataset(IterableDataset):
         # a shared tensor, so that persistent DataLoader workers see set_epoch()
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._position: tuple[int, tuple[Leg, ...], int] | None = None  # a resumed epoch: legs, batches
+        check_ranks_agree(self)
 
     def _open(self, source: Sources, weights: Mapping[str, float] | None, samples: Mapping[str, int] | None,
               epoch_samples: int | None, allow_uneven: bool) -> tuple[Any, SourceSet | None]:

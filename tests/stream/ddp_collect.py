@@ -1,5 +1,6 @@
 """Run under torchrun by test_distributed.py: each rank streams one epoch and writes the sample
-numbers of each batch it received (field ``i``, or the one given) to OUT/rank-<r>.json."""
+numbers of each batch it received (field ``i``, or the one given) to OUT/rank-<r>.json. A fifth
+argument ``seed-per-rank`` seeds each rank's loader ``5 + rank`` (a mistake the loader catches)."""
 
 import faulthandler
 import json
@@ -18,7 +19,8 @@ def main() -> None:
     field = sys.argv[4] if len(sys.argv) > 4 else "i"
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    loader = make_loader(shards, num_workers=workers, batch_size=32, seed=5, shuffle_buffer=300)
+    seed = 5 + rank if sys.argv[5:] == ["seed-per-rank"] else 5
+    loader = make_loader(shards, num_workers=workers, batch_size=32, seed=seed, shuffle_buffer=300)
     batches = [batch[field].tolist() for batch in loader]
     dist.barrier()  # every rank must get here: no rank waits for batches that never come
     (out / f"rank-{rank}.json").write_text(json.dumps({"batches": batches, "len": len(loader)}))

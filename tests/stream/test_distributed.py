@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -125,6 +126,17 @@ def test_shards_without_an_index_under_torchrun_are_an_error_not_a_hang(tmp_path
                       check=False, timeout=120)
     assert result.returncode != 0
     assert "shards without an index, under DDP (world size 2)" in result.stderr and "pipeline index" in result.stderr
+
+
+def test_ranks_seeded_apart_are_an_error_not_a_silent_loss(tmp_path: Path) -> None:
+    shards = uneven_shards(tmp_path / "shards", [300, 200], pack=4)
+    (tmp_path / "out").mkdir()
+    result = torchrun(2, str(HERE / "ddp_collect.py"), str(shards), str(tmp_path / "out"), "0", "i", "seed-per-rank",
+                      check=False, timeout=120)
+    assert result.returncode != 0 and not list((tmp_path / "out").iterdir())
+    assert re.search(r"rank ([01]) reads these shards with seed=([56]), rank ([01]) with seed=([56]): every rank must "
+                     r"plan the epoch alike", result.stderr), result.stderr[-3000:]
+    assert "seed=base, not base + rank" in result.stderr
 
 
 def test_training_example_under_torchrun_on_uneven_data(tmp_path: Path) -> None:
