@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         profile_before = train_loader.stats()
         started = time.perf_counter()
         loss_sum = samples = 0.0
+        stop = False
         bar = tqdm(total=len(train_loader), desc=f"epoch {epoch}", unit=" batches", file=sys.stderr,
                    disable=args.quiet or rank != 0 or not sys.stderr.isatty())
         for batch in prefetcher:
@@ -153,17 +154,14 @@ def main(argv: list[str] | None = None) -> int:
             samples += len(batch["x"])
             batches_run += 1
             bar.update(1)
-            stop = args.stop_after and batches_run >= args.stop_after
+            stop = bool(args.stop_after and batches_run >= args.stop_after)
+            if train_loader.epoch != epoch:
+                continue  # the epoch's last batch (the loader has moved on): the epoch's end comes first
             if args.checkpoint and rank == 0 and (stop or (args.checkpoint_every and batches_run % args.checkpoint_every == 0)):
                 save_checkpoint(args.checkpoint, module, optimizer, prefetcher.state_dict())
             if stop:
                 bar.close()
-                if rank == 0:
-                    print(f"stopped after {batches_run} batches, checkpoint in {args.checkpoint}", file=sys.stderr)
-                if world > 1:
-                    dist.barrier()
-                    dist.destroy_process_group()
-                return 0
+                return stopped(batches_run, args.checkpoint, rank, world)
         bar.close()
         elapsed = time.perf_counter() - started
         loss_sum, samples = all_sum([loss_sum, samples], device)
@@ -186,10 +184,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  input stages (s, summed over workers): {profile_line(profile)}", file=sys.stderr)
         if args.checkpoint and rank == 0:
             save_checkpoint(args.checkpoint, module, optimizer, train_loader.state_dict())
+        if stop:
+            return stopped(batches_run, args.checkpoint, rank, world)
     if rank == 0 and args.result:
         args.result.write_text(json.dumps({**metrics, "task": "classification" if task.classes else "regression",
-                                           "weights_sum": float(sum(p.double().sum() for p in module.parameters()))}))
+                                           "weights_sum": float(sum(p.detach().double().sum() for p in module.parameters()))}))
     if world > 1:
+        dist.destroy_process_group()
+    return 0
+
+
+def stopped(batches_run: int, checkpoint: Path | None, rank: int, world: int) -> int:
+    """End a run that --stop-after cut short, its checkpoint saved."""
+    if rank == 0:
+        print(f"stopped after {batches_run} batches, checkpoint in {checkpoint}", file=sys.stderr)
+    if world > 1:
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 

@@ -64,13 +64,24 @@ def assert_resume_trains_the_same_model(data: Path, tmp_path: Path, workers: str
     assert profile["decode_s"] > 0 and profile["gather_s"] > 0 and profile["wait_s"] > 0 and profile["step_s"] > 0
 
 
-@pytest.mark.parametrize("workers, stop", [("0", "13"), ("2", "45")])
+@pytest.mark.parametrize("workers, stop", [("0", "13"), ("2", "45"), ("0", "40")])  # 40: an epoch's last batch
 def test_resume_after_a_crash_trains_the_same_model(data: Path, tmp_path: Path, workers: str, stop: str) -> None:
     def stop_after(args: list[str]) -> int:
         assert train(data, tmp_path / "b", *args, "--stop-after", stop) == {}
         return 2
 
     assert_resume_trains_the_same_model(data, tmp_path, workers, stop_after)
+
+
+def test_a_stop_on_an_epochs_last_batch_ends_that_epoch_first(data: Path, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt.pt"  # 2,000 samples in batches of 50: batch 40 ends epoch 0
+    run = subprocess.run(command(data, tmp_path, 2, "--checkpoint", str(checkpoint), "--stop-after", "40"),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.startswith("epoch 0: train loss ") and "epoch 1" not in run.stdout  # validated, reported
+    assert "stopped after 40 batches" in run.stderr
+    state = torch.load(checkpoint, weights_only=True)["loader"]
+    assert (state["epoch"], state["batches"]) == (1, 0)
 
 
 def test_a_killed_worker_stops_training_with_a_message_and_resume_trains_the_same_model(
