@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..storage import is_remote, obstore_ranges
+from ..storage import is_remote, obstore_ranges, redact
 from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
 from . import message_buffers
@@ -187,6 +187,15 @@ class ShardDataset(IterableDataset):
         """About 32 MB of samples (as the workers hold them: images decoded), at least 4 batches."""
         held = self.sample_bytes() + (0 if self.image_decoding is None else self.image_decoding.decoded_bytes)
         return int(min(max(DEFAULT_BUFFER_BYTES // held, 4 * self.batch_size), 1 << 20))
+
+    @property
+    def source_text(self) -> str:
+        """The shards read, in a few words (for messages)."""
+        if self.sources is not None and self.sources.mixed:
+            return f"the mix of {self.sources.names}"
+        if isinstance(self.shards, ForeignShards):
+            return f"{len(self.shards.urls)} shards without an index"
+        return redact(str(self.shards.base))
 
     @property
     def exact(self) -> bool:

@@ -139,6 +139,10 @@ class ShardLoader(DataLoader):
         self._loaded = False
         resumed = bool(self._legs or self._batches)
         dataset.resume(self._epoch, self._legs, self._batches) if resumed else dataset.set_epoch(self._epoch)
+        if not resumed and dataset.exact and not len(self):
+            warn_caller(f"epoch {self._epoch} has no batch for rank {dataset.rank}: {dataset.samples} samples on "
+                        f"{dataset.world_size} rank(s), batch_size={dataset.batch_size}, drop_last={dataset.drop_last}, "
+                        f"remainder={dataset.remainder!r}")
         if self._iterator is not None and (resumed or self._workers_resumed or not all(
                 w.is_alive() for w in getattr(self._iterator, "_workers", ()))):
             # persistent workers hold a copy of the dataset taken before this resume (or during
@@ -216,7 +220,11 @@ class ShardLoader(DataLoader):
                      f"({type(exc).__name__}: {exc}).")
         if death is None:
             return None
-        return f"{death} Epoch {self._epoch} stopped after batch {self._batches}; {WorkerError.advice}"
+        return f"{death} {self.death_context()}{WorkerError.advice}"
+
+    def death_context(self) -> str:
+        """Where the loader stood when a worker died, for its :class:`WorkerError`."""
+        return f"Epoch {self._epoch} of the loader over {self.dataset.source_text} stopped after batch {self._batches}; "
 
     def _stop_workers(self, iterator: Any) -> None:
         """Stop the worker processes of ``iterator`` and forget them, so that the next iteration

@@ -122,6 +122,10 @@ def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, flo
     for name, value in (samples or {}).items():
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"samples= of source {name!r} must be a whole number >= 0, got {value!r}")
+    if epoch_samples is not None and (isinstance(epoch_samples, bool) or not isinstance(epoch_samples, numbers.Integral)
+                                      or epoch_samples < 1):
+        raise ValueError(f"epoch_samples= must be a whole number >= 1 (the samples of an epoch of the mix), got "
+                         f"{epoch_samples!r}")
     if epoch_samples is not None and samples and set(samples) == set(names) and sum(samples.values()) != epoch_samples:
         raise ValueError(f"samples= gives every source its count, {sum(samples.values())} in all, and epoch_samples= "
                          f"says {epoch_samples}: give one or the other")

@@ -38,6 +38,7 @@ import gc
 import multiprocessing.connection
 import os
 import pickle
+import re
 import signal
 import threading
 import traceback
@@ -143,6 +144,10 @@ class LoaderWorker:
 #: The queues of each worker iterator whose workers run, by ``id`` of the iterator: held here
 #: (see the module docstring) from the start of its workers to their stop.
 _QUEUES: dict[int, list[Any]] = {}
+#: For the pid of each running worker, its loader's ``death_context`` (a weak reference: the
+#: loader is not kept alive for it), so that a death reported by the signal, in the training
+#: step, says where the loader stood as one found by the loader does.
+_CONTEXTS: dict[int, weakref.WeakMethod] = {}
 
 
 class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
@@ -153,10 +158,13 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     a loader left alive by a script goes, does not clear as it clears module names."""
 
     _held_queues = _QUEUES
+    _contexts = _CONTEXTS
 
     def __init__(self, loader: Any) -> None:
         super().__init__(loader)
         self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
+        self._worker_pids = [worker.pid for worker in self._workers]
+        self._contexts.update((pid, weakref.WeakMethod(loader.death_context)) for pid in self._worker_pids)
 
     def _try_get_data(self, timeout: float = WATCH_S) -> tuple[bool, Any]:
         return super()._try_get_data(timeout)
@@ -166,6 +174,8 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             super()._shutdown_workers()
         finally:
             self._held_queues.pop(id(self), None)
+            for pid in getattr(self, "_worker_pids", ()):
+                self._contexts.pop(pid, None)
 
 
 def translate_worker_deaths() -> None:
@@ -186,11 +196,22 @@ def translate_worker_deaths() -> None:
             if type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH):
                 if frame is not None and frame.f_code is _FINALIZER:
                     return  # the error would be printed and dropped: the loader's watch reports the death
-                raise WorkerError(f"{str(exc).strip()} {WorkerError.advice}") from exc
+                raise WorkerError(f"{str(exc).strip()} {_death_context(str(exc))}{WorkerError.advice}") from exc
             raise
 
     handler.translates_worker_deaths = True  # type: ignore[attr-defined]
     signal.signal(signal.SIGCHLD, handler)
+
+
+def _death_context(text: str) -> str:
+    """Where the loader of the worker PyTorch's ``text`` reports dead stood, if it is known."""
+    try:
+        found = re.search(r"\(pid (\d+)\)", text)
+        context = _CONTEXTS.get(int(found.group(1))) if found else None
+        loader_context = context() if context is not None else None
+        return loader_context() if loader_context is not None else ""
+    except Exception:  # noqa: BLE001 - in a signal handler, maybe as the interpreter exits: the message goes without
+        return ""
 
 
 def _workers(iterator: Any) -> list[Any]:

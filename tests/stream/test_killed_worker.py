@@ -4,6 +4,7 @@ workers stopped, and an exact resume from the state saved before the kill."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def test_a_killed_worker_is_a_clear_error_and_the_saved_state_resumes_exactly(sh
     started = time.monotonic()
     # PyTorch's SIGCHLD handler says "is killed by signal", its queue watch "exited unexpectedly"
     with pytest.raises(WorkerError, match=rf"DataLoader worker \(pid(\(s\))? {workers[0]}\) (is killed by signal: "
-                                          r"Killed|exited unexpectedly).* Epoch 0 stopped after batch \d+; "
+                                          rf"Killed|exited unexpectedly).* Epoch 0 of the loader over "
+                                          rf"{re.escape(str(shards))} stopped after batch \d+; "
                                           r"state_dict\(\) .* resumes the epoch exactly"):
         for batch in iterator:
             head.append(batch["i"].tolist())
@@ -94,7 +96,8 @@ def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_st
     loader = new_loader(shards)
     delivered = []
     started = None
-    with pytest.raises(WorkerError, match=r"DataLoader worker \(pid(\(s\))? \d+\)") as error:
+    with pytest.raises(WorkerError, match=rf"DataLoader worker \(pid(\(s\))? \d+\).* Epoch 0 of the loader over "
+                                          rf"{re.escape(str(shards))} stopped after batch \d+; ") as error:
         for batch in loader:
             delivered.append(batch["i"].tolist())
             if len(delivered) == 10:

@@ -1,6 +1,6 @@
 """What load_state_dict refuses, and how: objects that are not a loader's state, positions outside
 the epoch, a mix whose sources come in another order, and a set_epoch that leaves a loaded
-position."""
+position; and the warning of an epoch without a batch."""
 
 from __future__ import annotations
 
@@ -94,3 +94,12 @@ def test_set_epoch_that_leaves_a_loaded_position_warns(shards) -> None:
                                                    "(epoch 0, 5 batches in): epoch 1 plays from its start")) as caught:
         loader.set_epoch(1)
     assert caught[0].filename == __file__ and len(loader) == 20
+
+
+def test_an_epoch_without_a_batch_warns_rather_than_passing_silently(tmp_path: Path) -> None:
+    tiny = uneven_shards(tmp_path / "tiny", [2])
+    loader = make_loader(tiny, num_workers=0, batch_size=4, drop_last=True, rank=1, world_size=3)
+    with pytest.warns(UserWarning, match=re.escape("epoch 0 has no batch for rank 1: 2 samples on 3 rank(s), "
+                                                   "batch_size=4, drop_last=True, remainder='pad'")) as caught:
+        assert list(loader) == []
+    assert caught[0].filename == __file__

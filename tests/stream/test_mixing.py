@@ -204,6 +204,7 @@ def test_a_changed_chunking_or_other_data_under_a_name_is_refused_mid_epoch(mix:
     ({"small": -5}, None, "samples= of source 'small' must be a whole number >= 0, got -5"),
     ({"small": 1.5}, None, "samples= of source 'small' must be a whole number >= 0, got 1.5"),
     ({"large": 10, "medium": 10, "small": 10}, 100, "30 in all, and epoch_samples= says 100: give one or the other"),
+    ({}, 0, "epoch_samples= must be a whole number >= 1 (the samples of an epoch of the mix), got 0"),
 ])
 def test_bad_sample_counts_are_refused(mix: dict[str, str], samples, epoch_samples, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
