@@ -14,7 +14,8 @@ from ..storage.destination import Destination
 
 
 class OutputExistsError(FileExistsError):
-    """The output already holds an index and ``overwrite`` was not given."""
+    """The output already holds an index, or files under the shard names a build writes, and
+    ``overwrite`` was not given."""
 
 
 _BAD_PREFIX = re.compile(r"[/\\{}\x00-\x1f\x7f]")  # braces: the index writes names as brace ranges
@@ -67,14 +68,25 @@ def remove_stale_shards(destination: Destination, old_shards: list[str], index: 
             destination.delete(name)
 
 
-def remove_planned_shards(destination: Destination, prefix: str, names: Iterable[str]) -> None:
-    """Delete the files already under the shard names a build is about to write from scratch:
-    left by an earlier build that failed or was killed (or by the build being replaced), they
-    must not pass, to a later ``resume``, for shards of this build."""
-    planned = set(names)
-    for name in destination.list(prefix):
-        if name in planned:
-            destination.delete(name)
+def clear_planned_shards(destination: Destination, prefix: str, planned: Iterable[str] | None, overwrite: bool,
+                         resumable: bool = False) -> None:
+    """Refuse, unless ``overwrite``, the files already under the shard names a build is about to
+    write from scratch (``planned``; ``None``: any ``<prefix>-NNNNNN.tar``, for a writer that does
+    not know how many it will write, and has no resume). No index names them: they may be another
+    tool's shards of the same names (``shard-000000.tar`` is webdataset's naming too), or a killed
+    build's, which are deleted (with ``overwrite``) so as not to pass, to a later ``resume``, for
+    shards of this one."""
+    pattern = re.compile(rf"{re.escape(prefix)}-\d{{6}}\.tar")
+    wanted = None if planned is None else set(planned)
+    found = [name for name in destination.list(f"{prefix}-")
+             if (pattern.fullmatch(name) if wanted is None else name in wanted)]
+    if found and not overwrite:
+        resume = "a build that stopped part way? resume=True (--resume) finishes it; " if resumable else ""
+        raise OutputExistsError(f"{destination.url(found[0])} already exists ({len(found)} file(s) under the shard "
+                                f"names this build writes), and no index names it: {resume}overwrite=True "
+                                f"(--overwrite) replaces them; or write to another folder, or another prefix")
+    for name in found if wanted is not None else ():
+        destination.delete(name)
 
 
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-\d+$")

@@ -33,8 +33,8 @@ from .casting import CastSource
 from .engines import check_engine, open_workers
 from .fixed_records import build_records, fixed_layout
 from .output import (
+    clear_planned_shards,
     prepare_output,
-    remove_planned_shards,
     remove_stale_shards,
     remove_temporary_files,
     save_index,
@@ -235,7 +235,7 @@ def build_shards(
                 return done
         old_shards = prepare_output(target, overwrite, index_name, resumable=True)
         if not resume:
-            remove_planned_shards(target, f"{prefix}-", names)
+            clear_planned_shards(target, prefix, names, overwrite, resumable=True)
         rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0
         progress = BuildProgress(rows, f"{source.description} -> {target}", quiet)
         keep = reference_schema(source, pack) if resume else None

@@ -22,7 +22,7 @@ from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.tar import END_OF_ARCHIVE, member_bytes
 from ..storage.destination import destination
 from .fixed_records import FixedLayout, build_records, fixed_layout
-from .output import check_prefix, prepare_output, remove_stale_shards, save_index, shard_name
+from .output import check_prefix, clear_planned_shards, prepare_output, remove_stale_shards, save_index, shard_name
 from .progress import BuildProgress
 from .rows import RowBlock, check_key, encode_records
 from .shard_file import ShardFile
@@ -59,6 +59,7 @@ class ShardWriter:
         self.shard_bytes = shard_bytes
         self.pack = pack
         self._old_shards = prepare_output(self.destination, overwrite)
+        clear_planned_shards(self.destination, self.prefix, None, overwrite)
         self._shard: ShardFile | None = None
         self._shards: list[ShardInfo] = []
         self._schema: Schema | None = None

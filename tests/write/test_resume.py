@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -205,8 +206,13 @@ def test_a_new_build_first_deletes_the_shards_an_earlier_build_left_under_its_na
     pipeline.write_shards(out, old, **options)
     for path in out.glob("index*"):
         path.unlink()
+    with pytest.raises(pipeline.OutputExistsError, match=re.escape(
+            f"{out / (prefix + '-000000.tar')} already exists (5 file(s) under the shard names this build writes), "
+            f"and no index names it: a build that stopped part way? resume=True (--resume) finishes it; "
+            f"overwrite=True (--overwrite) replaces them")):
+        pipeline.build_shards(pipeline.ArraySource(new), out, **options)  # they might be another tool's: not without
     with pytest.raises(RuntimeError, match="dies here"):
-        pipeline.build_shards(DiesAt(pipeline.ArraySource(new), 1000), out, **options)
+        pipeline.build_shards(DiesAt(pipeline.ArraySource(new), 1000), out, overwrite=True, **options)
     assert 0 < len(list(out.glob("*.tar"))) < len(list((tmp_path / "whole").glob("*.tar")))
     pipeline.write_shards(out, new, resume=True, **options)
     assert files(out) == files(tmp_path / "whole")

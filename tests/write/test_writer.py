@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -148,6 +149,28 @@ def test_an_existing_index_is_refused_unless_overwrite_and_stale_shards_go(tmp_p
     pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
     assert sorted(p.name for p in tmp_path.glob("*.tar")) == [f"shard-{i:06d}.tar" for i in range(3)]
     assert read_back(tmp_path)[1]["v"] == list(range(30))
+
+
+def test_tars_of_another_tool_under_the_shard_names_are_not_written_over(tmp_path: Path) -> None:
+    """A folder of webdataset shards (``shard-000000.tar`` is its naming too) and no index: a build
+    into it must not replace them unless told to."""
+    theirs = {name: os.urandom(3000) for name in ("shard-000000.tar", "shard-000005.tar")}
+    for name, data in theirs.items():
+        (tmp_path / name).write_bytes(data)
+    refusal = re.escape(f"{tmp_path / 'shard-000000.tar'} already exists (2 file(s) under the shard names this build "
+                        f"writes), and no index names it: ")
+    with pytest.raises(OutputExistsError, match=refusal + r"overwrite=True \(--overwrite\) replaces them"):
+        with pipeline.ShardWriter(tmp_path, "shard", shard_samples=10) as writer:
+            writer.write({"v": 1})
+    np.save(tmp_path / "v.npy", np.arange(50))
+    cli = subprocess.run([sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path), "--array",
+                          f"v={tmp_path / 'v.npy'}"], capture_output=True, text=True)
+    assert cli.returncode == 1 and "no index names it: a build that stopped part way? resume=True (--resume) " \
+                                   "finishes it; overwrite=True (--overwrite) replaces them" in cli.stderr
+    assert {name: (tmp_path / name).read_bytes() for name in theirs} == theirs  # untouched
+    pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
+    assert read_back(tmp_path)[1]["v"] == list(range(30))
+    assert (tmp_path / "shard-000005.tar").read_bytes() == theirs["shard-000005.tar"]  # not a name it wrote
 
 
 def test_overwriting_a_version_1_index_deletes_the_shards_it_named(tmp_path: Path) -> None:
