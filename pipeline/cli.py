@@ -54,7 +54,7 @@ def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     options = {"shard_bytes": args.shard_bytes, "shard_samples": args.shard_samples, "pack": args.pack,
-               "dtypes": dict(args.dtype), "workers": args.workers, "part": args.part,
+               "dtypes": values.named(args.dtype, "--dtype"), "workers": args.workers, "part": args.part,
                "overwrite": args.overwrite, "resume": args.resume, "engine": args.engine,
                "scheduler": args.scheduler, "quiet": args.quiet}
     if "validation" in args:
@@ -71,7 +71,7 @@ def _cmd_arrays(args: argparse.Namespace) -> None:
     if args.npz:
         build_npz(args.npz, args.out, **_options(args))
     else:
-        write_shards(args.out, dict(args.array), **_options(args))
+        write_shards(args.out, values.named(args.array, "--array"), **_options(args))
 
 
 def _cmd_joblib(args: argparse.Namespace) -> None:
@@ -96,7 +96,7 @@ def _cmd_imagefolder(args: argparse.Namespace) -> None:
 
 def _table_options(args: argparse.Namespace) -> dict[str, Any]:
     columns = args.columns.split(",") if args.columns else None
-    return {"columns": columns, "fill": dict(args.fill), **_options(args)}
+    return {"columns": columns, "fill": values.named(args.fill, "--fill"), **_options(args)}
 
 
 def _cmd_parquet(args: argparse.Namespace) -> None:
@@ -285,6 +285,8 @@ def make_parser() -> argparse.ArgumentParser:
     tune.add_argument("--shuffle-buffer", type=values.positive, metavar="SAMPLES", help="as make_loader's shuffle_buffer")
     tune.add_argument("--images", type=values.image_field, action="append", default=[], metavar="FIELD=SIZE",
                       help="decode FIELD's images to SIZE x SIZE in the workers, as Images(SIZE) (repeatable)")
+    tune.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                      help="as make_loader's on_error: skip records that fail their checks (a damaged image)")
     tune.add_argument("--plot", metavar="FILE.png", help="also save a chart of the settings (needs matplotlib)")
     tune.set_defaults(run=_cmd_tune)
     return parser
@@ -293,16 +295,18 @@ def make_parser() -> argparse.ArgumentParser:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from .measure.tune import tune
 
-    options: dict[str, Any] = {} if args.shuffle_buffer is None else {"shuffle_buffer": args.shuffle_buffer}
+    options: dict[str, Any] = {"on_error": "skip"} if args.on_error == "skip" else {}
+    if args.shuffle_buffer is not None:
+        options["shuffle_buffer"] = args.shuffle_buffer
     if args.images:
         from .stream.images import Images
 
-        options["images"] = {field: Images(size) for field, size in args.images}
+        options["images"] = {field: Images(size) for field, size in values.named(args.images, "--images").items()}
     try:
         result = tune(args.data, batch_size=args.batch_size, workers=args.workers, prefetch=args.prefetch,
                       step_ms=args.step_ms, seconds=args.seconds, memory_mb=args.memory_mb, options=options,
                       progress=lambda line: print(line, file=sys.stderr))
-    except RuntimeError as exc:  # a setting's run failed: its error output says why
+    except (RuntimeError, ValueError) as exc:  # a setting's run failed (its error output says why), or bad values
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(result.table())

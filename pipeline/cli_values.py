@@ -59,14 +59,26 @@ def validation(text: str) -> float | int:
         raise argparse.ArgumentTypeError(f"not a fraction or a number of samples: {text!r}") from None
 
 
-def pair(form: str) -> Callable[[str], tuple[str, str]]:
-    """A parser of ``NAME=VALUE`` arguments whose errors show ``form`` (e.g. ``NAME=PATH``)."""
+def pair(form: str, empty: bool = False) -> Callable[[str], tuple[str, str]]:
+    """A parser of ``NAME=VALUE`` arguments whose errors show ``form`` (e.g. ``NAME=PATH``); the
+    value may be empty only where ``empty`` says so (a fill of text: ``--fill caption=``)."""
     def parse(text: str) -> tuple[str, str]:
         name, sep, value = text.partition("=")
-        if not sep or not name or not value:
+        if not sep or not name or not (value or empty):
             raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}")
         return name, value
     return parse
+
+
+def named(pairs: list[tuple[str, Any]], option: str) -> dict[str, Any]:
+    """The ``NAME=VALUE`` pairs of a repeatable option as a mapping; a name given twice is an error
+    (the last would silently win, and one input be dropped)."""
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in out:
+            raise SystemExit(f"error: {option} {name}= is given twice ({out[name]!r} and {value!r}): give each name once")
+        out[name] = value
+    return out
 
 
 def image_field(text: str) -> tuple[str, int]:
@@ -78,7 +90,7 @@ def image_field(text: str) -> tuple[str, int]:
 def fill(text: str) -> tuple[str, Any]:
     """``COL=VALUE``; the value stays text: the column's type says what it becomes (a number for
     a numeric column, the text as typed for a text one)."""
-    return pair("COL=VALUE")(text)
+    return pair("COL=VALUE", empty=True)(text)
 
 
 def counts(least: int) -> Callable[[str], list[int]]:

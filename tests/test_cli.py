@@ -9,9 +9,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import pipeline
+from pipeline.cli import main
+from tests.helpers import read_back
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -81,6 +85,23 @@ def test_bad_input_is_one_line_error_not_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     result = run_cli("build", "arrays", str(tmp_path / "out"), "--array", "x")
     assert result.returncode == 2 and "expected NAME=PATH" in result.stderr
+
+
+def test_a_name_given_twice_is_an_error_and_a_text_fill_may_be_empty(tmp_path: Path, capsys) -> None:
+    np.save(tmp_path / "a.npy", np.arange(10.0))
+    np.save(tmp_path / "b.npy", np.arange(10))
+    twice = ["build", "arrays", str(tmp_path / "out"), "--array", f"x={tmp_path / 'a.npy'}", "--array",
+             f"x={tmp_path / 'b.npy'}"]  # the last would win, and a.npy be dropped
+    with pytest.raises(SystemExit, match=re.escape(f"error: --array x= is given twice ('{tmp_path / 'a.npy'}' and "
+                                                   f"'{tmp_path / 'b.npy'}'): give each name once")):
+        main(twice)
+    with pytest.raises(SystemExit, match=re.escape("error: --dtype x= is given twice ('float32' and 'int32')")):
+        main([*twice[:5], "--dtype", "x=float32", "--dtype", "x=int32"])
+    assert not (tmp_path / "out").exists()
+    pq.write_table(pa.table({"caption": ["a", None, "c"]}), tmp_path / "t.parquet")
+    assert main(["build", "parquet", str(tmp_path / "t.parquet"), str(tmp_path / "table"), "--fill", "caption=",
+                 "--quiet"]) == 0
+    assert read_back(tmp_path / "table")[1]["caption"] == ["a", "", "c"]
 
 
 def test_a_folder_of_splits_given_for_a_shard_set_is_an_error_naming_its_splits(tmp_path: Path) -> None:

@@ -151,3 +151,31 @@ def test_images_are_tuned_decoded_and_the_call_builds_them(tmp_path: Path) -> No
         "pipeline.Images((24, 32), crop='random', flip=True)"
     assert subprocess.run([sys.executable, "-m", "pipeline", "tune", "x", "--images", "image=big"],
                           capture_output=True, text=True).stderr.count("not a whole number: 'big'") == 1
+
+
+def test_damaged_images_are_tuned_past_with_on_error_skip(tmp_path: Path) -> None:
+    from tests.images import image_folder
+
+    written = image_folder(tmp_path / "photos", {"a": 30}, size=(60, 80), png_every=1000)
+    first = tmp_path / "photos" / next(iter(written))
+    first.write_bytes(first.read_bytes()[:300])  # a truncated JPEG: the build checks its magic bytes only
+    pipeline.build_imagefolder(tmp_path / "photos", tmp_path / "shards", quiet=True)
+    command = [sys.executable, "-m", "pipeline", "tune", str(tmp_path / "shards"), "--workers", "0", "--prefetch", "2",
+               "--seconds", "0.3", "--batch-size", "8", "--images", "image=16"]
+    failed = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert failed.returncode == 1 and "(300 bytes: truncated or damaged)" in failed.stderr and "on_error='skip'" in failed.stderr
+    run = subprocess.run([*command, "--on-error", "skip"], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    call = next(line for line in run.stdout.splitlines() if line.startswith("recommended: "))
+    assert "on_error='skip'" in call
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--seconds", "0", "seconds must be > 0, warmup and step_ms >= 0; got seconds=0.0"),
+    ("--step-ms", "-5", "seconds must be > 0, warmup and step_ms >= 0; got seconds=3.0, warmup=0.5, step_ms=-5.0"),
+])
+def test_bad_measuring_times_are_refused(shards: Path, option: str, value: str, message: str) -> None:
+    run = subprocess.run([sys.executable, "-m", "pipeline", "tune", str(shards), option, value],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and f"error: {message}" in run.stderr and "Traceback" not in run.stderr
+

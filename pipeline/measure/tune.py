@@ -132,6 +132,9 @@ def tune(data: str | Mapping[str, Any], *, batch_size: int = 256, workers: Seque
     from its first batch; ``memory_mb``: leave out settings whose peak memory (PSS of the process
     tree) is above it; ``options``: other ``make_loader`` options (``shuffle_buffer``,
     ``fields``, ``cache_dir``...). ``progress`` is told of each setting as it is measured."""
+    if not (seconds > 0 and warmup >= 0 and step_ms >= 0):
+        raise ValueError(f"seconds must be > 0, warmup and step_ms >= 0; got seconds={seconds}, warmup={warmup}, "
+                         f"step_ms={step_ms}")
     if workers is not None and any(n < 0 for n in workers):
         raise ValueError(f"numbers of workers must be >= 0, got {list(workers)}")
     if prefetch is not None and any(n < 1 for n in prefetch):
