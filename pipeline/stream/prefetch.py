@@ -59,7 +59,8 @@ class DevicePrefetcher:
         return len(self.loader)
 
     def stats(self) -> dict[str, float]:
-        """Seconds waited for data, seconds in all, and the input-bound fraction."""
+        """Seconds waited for data, seconds in all, batches and the input-bound fraction, over every
+        loop this prefetcher ran."""
         return {"waited_s": self.waited, "elapsed_s": self.elapsed, "batches": self.batches,
                 "input_bound": self.waited / self.elapsed if self.elapsed else 0.0}
 
@@ -72,40 +73,43 @@ class DevicePrefetcher:
 
     def __iter__(self) -> Iterator[Any]:
         iterator = iter(self.loader)
-        start = time.perf_counter()
+        start, before = time.perf_counter(), self.elapsed  # stats() sum every loop over this prefetcher
         stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        taken = 0  # batches taken from the loader and not yet handed to the loop: given back if it stops
 
         def fetch() -> Any:
+            nonlocal taken
             try:
                 batch = self._timed_next(iterator)
             except StopIteration:
                 return None
+            taken, self._fetched_at = taken + 1, self._loader_generation()
             if stream is None:
                 return _to_device(batch, self.device)
             with torch.cuda.stream(stream):
-                return _to_device(batch, self.device)
+                return _to_device(batch, self.device)  # may fail (out of device memory): the batch is counted
 
-        self._upcoming, self._fetched_at = fetch(), self._loader_generation()
         try:
+            self._upcoming = fetch()
             while self._held():
                 batch = self._upcoming
                 if stream is not None:
                     current = torch.cuda.current_stream(self.device)
                     current.wait_stream(stream)
                     _record_stream(batch, current)
-                self._upcoming, self._fetched_at = fetch(), self._loader_generation()  # overlaps the step on batch
-                self.batches += 1
-                self.elapsed = time.perf_counter() - start
+                self._upcoming = fetch()  # overlaps the step on batch
+                self.batches, taken = self.batches + 1, taken - 1
+                self.elapsed = before + time.perf_counter() - start
                 yield batch
-        except BaseException:  # the loop stopped early (a break, an error in its body or in a worker) holding a
-            _close(iterator)  # batch fetched ahead: the loader's loop ends, and the next one delivers that batch
-            if self._held() and hasattr(self.loader, "give_back"):
-                self.loader.give_back(1)
+        except BaseException:  # the loop stopped early (a break, an error in its body, a worker's or a copy's)
+            _close(iterator)  # holding batches: the loader's loop ends, and the next one delivers them
+            if taken and self._fetched_at == self._loader_generation() and hasattr(self.loader, "give_back"):
+                self.loader.give_back(taken)
             raise
         finally:
             self._upcoming = None  # nothing held; a batch fetched before the loader moved is dropped
         _close(iterator)
-        self.elapsed = time.perf_counter() - start
+        self.elapsed = before + time.perf_counter() - start
 
     def _loader_generation(self) -> int | None:
         return getattr(self.loader, "generation", None)

@@ -5,12 +5,14 @@ every batch of the uninterrupted run once, in its order."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from pipeline import DevicePrefetcher, ShardDataset, make_loader
+from pipeline.stream import prefetch
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*suggested max number of worker")
@@ -142,6 +144,42 @@ def test_a_prefetched_loop_ended_by_an_error_loses_no_batch(shards: Path, refere
             head.append(batch["i"].tolist())
     assert head == reference[0][:4]  # batch 5 was held when fetching batch 6 failed
     assert head + ids(DevicePrefetcher(loader)) == reference[0]
+
+
+@pytest.mark.parametrize("failing_copy", [1, 6])  # the first batch's, or one fetched ahead of the loop
+def test_a_copy_to_the_device_that_fails_loses_no_batch(shards: Path, reference, monkeypatch,
+                                                        failing_copy: int) -> None:
+    """A copy that fails (out of device memory, say) happens after the batch left the loader: it
+    is given back with the batch held, not dropped. (CUDA is not at hand here: the copy's failure
+    is made, the rest is real.)"""
+    copies = []
+
+    def copy_failing_once(batch, device):
+        copies.append(1)
+        if len(copies) == failing_copy:
+            raise torch.OutOfMemoryError("CUDA out of memory (made by the test)")
+        return batch
+
+    monkeypatch.setattr(prefetch, "_to_device", copy_failing_once)
+    loader = loader_of(shards, 0)
+    prefetcher = DevicePrefetcher(loader)
+    head = []
+    with pytest.raises(torch.OutOfMemoryError):
+        for batch in prefetcher:
+            head.append(batch["i"].tolist())
+    assert len(head) == max(failing_copy - 2, 0)  # copy k is made before batch k - 2 is handed over
+    assert head + ids(prefetcher) == reference[0]
+
+
+def test_stats_sum_every_loop_over_a_prefetcher(shards: Path, reference) -> None:
+    prefetcher = DevicePrefetcher(loader_of(shards, 0))
+    first(3, prefetcher)  # a loop left early, then the rest of its epoch and another
+    for _ in range(2):
+        for _ in prefetcher:
+            time.sleep(0.01)
+        stats = prefetcher.stats()
+        assert 0 < stats["waited_s"] < stats["elapsed_s"] and 0 < stats["input_bound"] < 1
+    assert stats["batches"] == 2 * len(reference[0]) and stats["elapsed_s"] > 0.01 * (stats["batches"] - 3)
 
 
 def test_a_prefetcher_over_a_plain_dataloader_may_stop_early(shards: Path) -> None:
