@@ -58,8 +58,7 @@ class Images:
 
     def __post_init__(self) -> None:
         # plain ints, floats and tuples (a list, or NumPy's ints, would neither hash nor go through JSON)
-        size = int(self.size) if isinstance(self.size, (int, np.integer)) else tuple(int(v) for v in self.size)
-        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "size", _size(self.size))
         for name in ("scale", "ratio"):
             object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
         object.__setattr__(self, "crop_fraction", float(self.crop_fraction))
@@ -74,6 +73,16 @@ class Images:
             raise ValueError(f"Images scale must lie in (0, 1] and ratio be positive, got {self.scale}, {self.ratio}")
         if self.backend not in BACKENDS:
             raise ValueError(f"Images backend must be one of {BACKENDS}, got {self.backend!r}")
+        for name in ("flip", "channels_last"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"Images {name} must be True or False, got {getattr(self, name)!r}")
+        unused = [name for name, crops in (("crop_fraction", ("center",)), ("scale", ("random",)),
+                                           ("ratio", ("random",))) if self.crop not in crops and
+                  getattr(self, name) != next(f.default for f in dataclasses.fields(self) if f.name == name)]
+        if unused:
+            raise ValueError(f"Images {'= and '.join(unused)}= has no effect with crop={self.crop!r}: crop_fraction "
+                             f"applies to crop='center', scale and ratio to crop='random'; leave it out, or choose "
+                             f"that crop")
         decoder(self.backend)  # a missing decoder is an error here, not in a worker
 
     def to_json(self) -> dict[str, Any]:
@@ -183,3 +192,15 @@ def row_seeds(seed: int, epoch: int, places: np.ndarray) -> np.ndarray:
     """One ``uint64`` per row from the dataset's seed, the epoch and each row's place in it."""
     base = rng_for(Draw.AUGMENT, seed, epoch).integers(0, 1 << 63, dtype=np.uint64)
     return places.astype(np.uint64) ^ base
+
+
+def _size(size: Any) -> int | tuple[int, int]:
+    """An output size as given: an int (a square) or ``(height, width)``; anything else (a string,
+    whose characters would pass for numbers, a float, three numbers) is an error, not a shape."""
+    if isinstance(size, (int, np.integer)) and not isinstance(size, (bool, np.bool_)):
+        return int(size)
+    if isinstance(size, Sequence) and not isinstance(size, (str, bytes)) and len(size) == 2 and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in size):
+        return int(size[0]), int(size[1])
+    raise ValueError(f"Images size must be an int (a square) or (height, width), two ints; got {size!r}")
+
