@@ -4,6 +4,7 @@ the killed run finished."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -20,6 +21,7 @@ import pipeline
 from pipeline.format.scan import scan_shard
 from pipeline.write.rows import RowBlock
 from pipeline.write.source import Source
+from tests.helpers import child_pids
 
 OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
 
@@ -89,6 +91,43 @@ def test_builds_killed_at_random_moments_resume_to_the_uninterrupted_result(tmp_
         assert files(out) == whole  # byte-identical, and no temporary file left
     assert len(found) >= 10
     assert any(0 < shards < total and not indexed for shards, indexed in found)  # some killed mid-build
+
+
+def test_the_workers_of_a_killed_build_stop_with_it(tmp_path: Path) -> None:
+    """SIGKILL of the build alone (not its process group) gives its pool no chance to stop: its
+    workers must notice and exit, not go on writing shards beside a resumed build."""
+    inputs = {"x": str(tmp_path / "x.npy"), "y": str(tmp_path / "y.npy")}
+    np.save(inputs["x"], np.random.default_rng(5).random((30_000, 128), dtype=np.float32))
+    np.save(inputs["y"], np.arange(30_000))
+    out = tmp_path / "out"
+    build = subprocess.Popen(build_command(out, inputs), start_new_session=True, stderr=subprocess.DEVNULL)
+    try:
+        while build.poll() is None and len(list(out.glob("*.tar"))) < 5:
+            time.sleep(0.005)
+        workers = [pid for pid in child_pids(build.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(workers) == 3
+        build.kill()
+        build.wait()
+        deadline = time.monotonic() + 10
+        while any(map(running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(running, workers))
+        written = sorted(out.glob("*.tar"))
+        time.sleep(0.5)
+        assert sorted(out.glob("*.tar")) == written  # nothing writes any more
+        subprocess.run(build_command(out, inputs, "--resume"), check=True)
+        assert pipeline.verify(out) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever is left of the job
+            os.killpg(build.pid, signal.SIGKILL)
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_resume_rewrites_damaged_and_missing_shards_and_keeps_the_others(tmp_path: Path, npy_inputs,
