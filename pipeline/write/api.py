@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence, Union
 
 from ..format.index import DatasetIndex
-from ..storage import join
 from .run import build_shards
 from .source import Source
 from .sources.arrays import ArraySource, open_npz
@@ -23,7 +22,7 @@ from .sources.image_folder import ImageFolderSource, split_folders
 from .sources.joblib_batches import JoblibBatchSource
 from .sources.sample_files import partition_sources
 from .sources.table_files import Inputs
-from .splits import build_splits
+from .splits import build_split_sets, build_splits
 
 #: One index, or one per split (``{"train": ..., "validation": ...}``) when a split was asked for.
 BuildResult = Union[DatasetIndex, dict[str, DatasetIndex]]
@@ -73,9 +72,7 @@ def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any
     if "validation" in options:
         raise TypeError("build_sample_files takes its splits from the partition: there is no validation=; "
                         "list the validation IDs under a split of the partition")
-    sources = partition_sources(root, labels, partition)
-    return {split: build_shards(source, join(os.fspath(out_dir), split), split, **options)
-            for split, source in sources.items()}
+    return build_split_sets(partition_sources(root, labels, partition), out_dir, **options)
 
 
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
@@ -104,9 +101,8 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
         raise ValueError("train/ and val/ folders make two sets named after each split (train-000000.tar); "
                          "a prefix does not apply")
     train = ImageFolderSource(folders["train"], None, max_side, quality)
-    sources = {"train": train, "validation": ImageFolderSource(folders["validation"], train.classes, max_side, quality)}
-    return {split: build_shards(source, join(os.fspath(out_dir), split), split, **options)
-            for split, source in sources.items()}
+    validation_set = ImageFolderSource(folders["validation"], train.classes, max_side, quality)
+    return build_split_sets({"train": train, "validation": validation_set}, out_dir, **options)
 
 
 def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "shard",

@@ -60,6 +60,23 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
     return old
 
 
+def clear_split_parent(destination: Destination, splits: Iterable[str], overwrite: bool) -> None:
+    """Refuse, unless ``overwrite`` (then delete it), a shard set whose index is in the folder that
+    a split build writes its splits under: a loader given that folder would go on reading the
+    old set beside the new splits."""
+    if not destination.exists(INDEX_NAME):
+        return
+    where = ", ".join(destination.url(split) for split in splits)
+    if not overwrite:
+        raise OutputExistsError(f"{destination.url(INDEX_NAME)} already exists: that folder is a shard set, and the "
+                                f"splits would go beside it ({where}) while a loader given the folder reads the old "
+                                f"set; pass overwrite=True (--overwrite) to replace it, or write the splits elsewhere")
+    old = prepare_output(destination, overwrite=True)
+    for name in [*old, table_name_for(INDEX_NAME)]:
+        if "/" not in name and not name.startswith(".."):
+            destination.delete(name)
+
+
 def remove_stale_shards(destination: Destination, old_shards: list[str], index: DatasetIndex) -> None:
     """Delete shards of a replaced build that the new index does not name."""
     keep = set(index.shards.names)

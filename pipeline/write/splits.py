@@ -9,12 +9,14 @@ keep their source order within a split, so that reads stay sequential.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..format.index import DatasetIndex
 from ..storage import join
+from ..storage.destination import destination
+from .output import clear_split_parent
 from .rows import RowBlock
 from .run import build_shards
 from .source import Source, greedy_bounds
@@ -132,7 +134,18 @@ def build_splits(source: Source, out_dir: str | os.PathLike[str], validation: fl
     ``train-000000.tar``...), ``validation`` a fraction or a number of rows chosen by ``seed``.
     ``options`` are those of :func:`~pipeline.write.run.build_shards`."""
     held_out = validation_rows(len(source), validation, seed)
-    splits = {TRAIN: RowSubset(source, held_out, TRAIN, complement=True),
-              VALIDATION: RowSubset(source, held_out, VALIDATION)}
-    return {name: build_shards(subset, join(os.fspath(out_dir), name), name, **options)
-            for name, subset in splits.items()}
+    return build_split_sets({TRAIN: RowSubset(source, held_out, TRAIN, complement=True),
+                             VALIDATION: RowSubset(source, held_out, VALIDATION)}, out_dir, **options)
+
+
+def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[str],
+                     **options: Any) -> dict[str, DatasetIndex]:
+    """Each split's source as a shard set in ``out_dir/<split>/`` (shards ``<split>-000000.tar``),
+    after refusing (or with ``overwrite``, removing) a shard set in ``out_dir`` itself."""
+    parent = destination(out_dir)
+    try:
+        clear_split_parent(parent, list(sources), bool(options.get("overwrite")))
+    finally:
+        parent.close()
+    return {name: build_shards(source, join(os.fspath(out_dir), name), name, **options)
+            for name, source in sources.items()}

@@ -173,6 +173,21 @@ def test_tars_of_another_tool_under_the_shard_names_are_not_written_over(tmp_pat
     assert (tmp_path / "shard-000005.tar").read_bytes() == theirs["shard-000005.tar"]  # not a name it wrote
 
 
+def test_splits_over_a_shard_set_replace_it_or_are_refused(tmp_path: Path) -> None:
+    """The splits go beside the old set's index, which a loader given the folder would go on reading."""
+    pipeline.write_shards(tmp_path, {"v": np.arange(100)}, shard_samples=10, quiet=True)
+    with pytest.raises(OutputExistsError, match=re.escape(
+            f"{tmp_path / 'index.json'} already exists: that folder is a shard set, and the splits would go beside "
+            f"it ({tmp_path / 'train'}, {tmp_path / 'validation'}) while a loader given the folder reads the old set; "
+            f"pass overwrite=True (--overwrite)")):
+        pipeline.write_shards(tmp_path, {"v": np.arange(50)}, validation=0.2, quiet=True)
+    assert not (tmp_path / "train").exists()
+    pipeline.write_shards(tmp_path, {"v": np.arange(50)}, validation=0.2, overwrite=True, quiet=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train", "validation"]  # the old set is gone, whole
+    train, validation = (read_back(tmp_path / split)[1]["v"] for split in ("train", "validation"))
+    assert sorted(train + validation) == list(range(50)) and len(validation) == 10
+
+
 def test_overwriting_a_version_1_index_deletes_the_shards_it_named(tmp_path: Path) -> None:
     old = [{"url": f"old-{i:06d}.tar", "samples": 1, "records": 1, "bytes": 1, "sha256": "", "offsets": [0]}
            for i in range(3)]
