@@ -17,6 +17,7 @@ from concurrent.futures import Executor, Future, as_completed
 from dataclasses import dataclass
 from typing import Callable, Mapping, NamedTuple
 
+from ..format.errors import FormatError
 from ..format.index import (
     INDEX_NAME,
     DatasetIndex,
@@ -28,6 +29,7 @@ from ..format.index import (
     part_shard_range,
 )
 from ..storage.destination import Destination, destination
+from ..storage.errors import SourceError
 from ..storage.opener import scheme
 from .casting import CastSource
 from .engines import check_engine, open_workers
@@ -132,6 +134,25 @@ def write_run(run: ShardRun, on_shard: Callable[[ShardResult], None] | None = No
     return results
 
 
+@dataclass
+class DataFailure:
+    """A run's input that cannot be written (a bad value, a damaged file: the same on every try),
+    returned by a worker rather than raised, so that a cluster does not run the task again and
+    log its traceback each time."""
+
+    error: FormatError
+
+
+def write_run_in_worker(run: ShardRun) -> list[ShardResult] | DataFailure:
+    """:func:`write_run`, its data errors returned (I/O errors, maybe passing, still raise)."""
+    try:
+        return write_run(run)
+    except FormatError as exc:
+        if isinstance(exc, SourceError):
+            raise
+        return DataFailure(exc)
+
+
 def chunk_rows_for(source: Source, pack: int) -> int:
     """Rows read at once: about 16 MB, a whole number of records."""
     row_bytes = max(source.approx_row_bytes(), 1)
@@ -165,10 +186,13 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
         return [r for task in tasks for r in write_run(task, report)]
     futures: dict[Future, int] = {}
     try:
-        futures = {executor.submit(write_run, task): i for i, task in enumerate(tasks)}
+        futures = {executor.submit(write_run_in_worker, task): i for i, task in enumerate(tasks)}
         done: list[list[ShardResult]] = [[] for _ in tasks]
         for future in as_completed(futures):
-            done[futures[future]] = future.result()
+            outcome = future.result()
+            if isinstance(outcome, DataFailure):
+                raise outcome.error
+            done[futures[future]] = outcome
             for result in done[futures[future]]:
                 report(result)
         return [r for results in done for r in results]

@@ -91,6 +91,39 @@ def test_a_task_that_fails_once_is_run_again_and_the_build_is_complete(tmp_path:
     assert pipeline.verify(tmp_path / "dask") == []
 
 
+class BadRowsPastHalf(Source):
+    """The rows of ``inner``, but a read in a Dask worker past half of them meets a bad value,
+    as a data error does: the same on every try. Each such read is logged in ``log``."""
+
+    description = "bad rows"
+
+    def __init__(self, inner: Source, log: Path) -> None:
+        self.inner, self.log = inner, log
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def approx_row_bytes(self) -> int:
+        return self.inner.approx_row_bytes()
+
+    def read(self, start: int, stop: int) -> RowBlock:
+        if stop > len(self) // 2 and _in_a_worker():
+            with open(self.log, "a") as log:
+                log.write(f"{start}\n")
+            raise pipeline.SampleError(f"rows {start}..{stop}: a bad value")
+        return self.inner.read(start, stop)
+
+
+def test_a_data_error_fails_the_build_at_once_and_is_not_run_again(tmp_path: Path, npy_inputs, cluster) -> None:
+    log = tmp_path / "reads"
+    with pytest.raises(pipeline.SampleError, match=r"rows \d+\.\.\d+: a bad value"):
+        pipeline.build_shards(BadRowsPastHalf(pipeline.ArraySource(npy_inputs), log), tmp_path / "dask",
+                              engine="dask", scheduler=cluster.scheduler_address, **OPTIONS)
+    tries = log.read_text().split()
+    assert tries and len(tries) == len(set(tries))  # no task ran again (a retry would read the same rows)
+    assert not (tmp_path / "dask" / "index.json").exists()
+
+
 def test_cli_engine_dask_starts_a_local_cluster(tmp_path: Path, npy_inputs) -> None:
     result = subprocess.run([sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "dask"),
                              "--array", f"x={npy_inputs['x']}", "--array", f"y={npy_inputs['y']}",
