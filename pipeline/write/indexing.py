@@ -55,7 +55,7 @@ def shard_urls(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
                                  f"(decompress them with gunzip), and they stream without one as they are")
             urls.extend(join(url, name) for name in names if name.endswith(".tar"))
     if not urls:
-        raise ValueError(f"no shards in {given}")
+        raise ValueError(f"no shards (.tar files) in {', '.join(map(os.fspath, given))}")
     for url in urls:
         if scheme(url) == "pipe":
             raise ValueError(f"{redact(url)}: a pipe: command cannot be indexed (an index names files to read by "

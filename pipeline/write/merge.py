@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import shlex
+from pathlib import Path
 from typing import Sequence
 
 from ..format.errors import IndexFormatError
@@ -30,8 +32,19 @@ def find_part_indexes(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Des
             raise FileNotFoundError(f"{location}: no such partial index or folder")
         found.extend((place, name) for name in place.list("index.part-") if PART_NAME.match(name))
     if not found:
-        raise IndexFormatError(f"no partial indexes (index.part-*-of-*.json) in {list(map(os.fspath, paths))}")
+        places = ", ".join(map(os.fspath, paths))
+        raise IndexFormatError(f"no partial indexes (index.part-*-of-*.json) in {places}{_splits_hint(paths)}")
     return found
+
+
+def _splits_hint(paths: Sequence[str | os.PathLike[str]]) -> str:
+    """Where the partial indexes of a split build in parts are (one set of them per split)."""
+    splits = sorted(str(folder) for location in paths if Path(location).is_dir()
+                    for folder in Path(location).iterdir()
+                    if folder.is_dir() and any(PART_NAME.match(p.name) for p in folder.iterdir()))
+    if not splits:
+        return ""
+    return f"; the splits' are in {', '.join(splits)}: merge each (pipeline merge-index {shlex.quote(splits[0])})"
 
 
 def _relative(url: str, folder: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,20 @@ def test_parts_of_different_builds_are_not_merged(tmp_path: Path, npy_inputs) ->
     pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(2, 3), **dict(OPTIONS, shard_bytes=20 << 10))
     with pytest.raises(IndexFormatError, match=r"part 2 belongs to a build of \d+ shards, part 0 to one of \d+"):
         pipeline.merge_index_files([tmp_path / "p"])
+
+
+def test_merging_a_split_build_in_parts_points_at_its_splits(tmp_path: Path, npy_inputs) -> None:
+    for i in range(2):
+        pipeline.write_shards(tmp_path / "out", npy_inputs, part=Part(i, 2), validation=0.1, **OPTIONS)
+    with pytest.raises(IndexFormatError, match=re.escape(
+            f"no partial indexes (index.part-*-of-*.json) in {tmp_path / 'out'}; the splits' are in "
+            f"{tmp_path / 'out' / 'train'}, {tmp_path / 'out' / 'validation'}: merge each (pipeline merge-index "
+            f"{tmp_path / 'out' / 'train'})")):
+        pipeline.merge_index_files([tmp_path / "out"])
+    merged = [pipeline.merge_index_files([tmp_path / "out" / split])[0] for split in ("train", "validation")]
+    assert [index.samples for index in merged] == [4500, 500]
+    with pytest.raises(ValueError, match=re.escape(f"no shards (.tar files) in {tmp_path}")):
+        pipeline.index_shards(tmp_path)
 
 
 def test_cli_part_builds_and_merge_index(tmp_path: Path, npy_inputs) -> None:
