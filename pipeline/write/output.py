@@ -60,6 +60,23 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
     return old
 
 
+def remove_unplanned_shards(destination: Destination, prefix: str, planned: Iterable[str]) -> list[str]:
+    """Delete the ``<prefix>-NNNNNN.tar`` files a resumed build does not name: a killed run's under
+    other options (more shards, smaller) that a later ``pipeline index`` of the folder would
+    otherwise take for data. Returns their names."""
+    pattern = re.compile(rf"{re.escape(prefix)}-\d{{6}}\.tar")
+    keep = set(planned)
+    stale = [name for name in destination.list(f"{prefix}-") if pattern.fullmatch(name) and name not in keep]
+    for name in stale:
+        destination.delete(name)
+    with os.scandir(destination.staging) as entries:  # and the files a killed writer left of them
+        for entry in entries:
+            match = _TEMPORARY.match(entry.name)
+            if match and pattern.fullmatch(match["name"]) and match["name"] not in keep:
+                Path(entry.path).unlink(missing_ok=True)
+    return stale
+
+
 def clear_split_parent(destination: Destination, splits: Iterable[str], overwrite: bool) -> None:
     """Refuse, unless ``overwrite`` (then delete it), a shard set whose index is in the folder that
     a split build writes its splits under: a loader given that folder would go on reading the

@@ -39,6 +39,7 @@ from .output import (
     prepare_output,
     remove_stale_shards,
     remove_temporary_files,
+    remove_unplanned_shards,
     save_index,
     shard_name,
 )
@@ -276,6 +277,9 @@ def build_shards(
         where = save_index(target, index, index_name)
         remove_stale_shards(target, old_shards, index)
         remove_temporary_files(target, names, index_name)
+        stale = remove_unplanned_shards(target, prefix, names) if resume and part is None else []
+        if stale:
+            _say(quiet, f"removed {len(stale)} shards an earlier run wrote beyond this build's ({stale[0]}, ...)")
         progress.close(where)
         return index
     finally:

@@ -21,7 +21,7 @@ import pipeline
 from pipeline.format.scan import scan_shard
 from pipeline.write.rows import RowBlock
 from pipeline.write.source import Source
-from tests.helpers import child_pids
+from tests.helpers import child_pids, read_back
 
 OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
 
@@ -159,6 +159,21 @@ def test_resume_rewrites_damaged_and_missing_shards_and_keeps_the_others(tmp_pat
     written = sum(s.samples for s in index.shards if s.url in rewritten)
     assert (f"wrote {written} samples in 4 shards and kept {len(shards) - 4} shards "
             f"({index.samples - written} samples) that an earlier run finished") in capsys.readouterr().err
+
+
+def test_a_resume_under_other_options_removes_the_shards_beyond_its_plan(tmp_path: Path, capsys) -> None:
+    """A killed build of many small shards resumed as one of fewer, larger ones: the small ones
+    past the new plan would pass, to a later ``pipeline index`` of the folder, for data."""
+    arrays = {"v": np.arange(400)}
+    pipeline.write_shards(tmp_path, arrays, shard_samples=10, quiet=True)  # 40 shards, then "killed":
+    for name in ("index.json", "index.bin"):
+        (tmp_path / name).unlink()
+    (tmp_path / ".shard-000041.tar.tmp-12345").write_bytes(b"half a shard")
+    pipeline.write_shards(tmp_path, arrays, shard_samples=100, resume=True)
+    assert "removed 36 shards an earlier run wrote beyond this build's (shard-000004.tar, ...)" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.bin", "index.json"] + [
+        f"shard-{i:06d}.tar" for i in range(4)]
+    assert read_back(tmp_path)[1]["v"] == list(range(400))
 
 
 def test_resume_of_a_finished_build_does_nothing_and_says_so(tmp_path: Path, npy_inputs) -> None:
