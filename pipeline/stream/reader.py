@@ -7,6 +7,7 @@ are columns; unpacked records are stacked once per read, never per batch.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -18,12 +19,14 @@ from ..format.fixed_runs import RunLayouts
 from ..format.index import Schema, ShardInfo
 from ..format.tar import open_archive
 from ..format.walk import WalkedRecord, walk_shard
+from ..storage import redact
 from ..storage.buffers import pooled_concatenate, pooled_stack
 from ..storage.opener import open_stream, read_range
 from ..storage.retry import RetryPolicy, RetrySink
 
 Columns = dict[str, Any]
-_RESERVED = (ROWS_FIELD, KEYS_FIELD)
+_RESERVED = frozenset((ROWS_FIELD, KEYS_FIELD))
+log = logging.getLogger("pipeline.stream")
 
 
 #: Samples at least this large stay separate arrays (views into the bytes read) until a batch
@@ -282,9 +285,16 @@ def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str]
 
     with open_stream(url, policy, stats=stats) as raw:
         stream = open_archive(raw if on_wait is None else _TimedReads(raw, on_wait), url)  # type: ignore[arg-type]
+        unread = wanted is None  # fields not chosen: warn once of a record's fields that are not read
         for walked in walk_shard(stream, url, on_bad_record=lost):
             if fields is None:
                 fields = _first_fields(walked, wanted, fill or {}, url)
+            if unread and walked.fields.keys() - fields - _RESERVED:
+                unread = False
+                log.warning("%s: record %r has fields %s that are not read (the fields read are %s, those of the "
+                            "shards' first record): pass fields= naming every field, and fill= a value for the "
+                            "records without one, to read them", redact(url), walked.key,
+                            sorted(walked.fields.keys() - fields - _RESERVED), sorted(fields))
             yield _record_columns(walked.fields, walked.rows, fields, fill or {})
         while stream.read(1 << 20):  # to the end: a gzip-compressed shard checks its checksum there
             pass

@@ -248,6 +248,24 @@ def test_foreign_shards_stream_the_fields_of_the_first_record_of_the_first_shard
         assert captions == {i: f"caption {i}" if i % 7 else None for i in range(80)}
 
 
+def test_a_record_with_fields_the_first_lacks_is_told_of_and_read_when_named(tmp_path: Path, caplog) -> None:
+    """Shards of mixed image types (``.jpg`` and ``.png`` samples): without an index, the fields
+    read are the first record's, so another record's ``png`` is not read: said, not silent."""
+    with wds.TarWriter(str(tmp_path / "a.tar")) as writer:
+        for i in range(10):
+            writer.write({"__key__": f"s{i}", "png" if i == 9 else "jpg": bytes([i]) * 8, "cls": i})
+    url = str(tmp_path / "a.tar")
+    batch = next(iter(make_loader(url, num_workers=0, batch_size=10, shuffle=False)))
+    assert batch["jpg"][9] is None and "png" not in batch
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{url}: record 's9' has fields ['png'] that are not read (the fields read are ['cls', 'jpg'], those of the "
+        f"shards' first record): pass fields= naming every field, and fill= a value for the records without one, "
+        f"to read them"]
+    named = next(iter(make_loader(url, num_workers=0, batch_size=10, shuffle=False, fields=["jpg", "png", "cls"],
+                                  fill={"png": None})))
+    assert named["png"][9] == bytes([9]) * 8 and named["png"][:9] == [None] * 9 and named["jpg"][9] is None
+
+
 def test_foreign_shards_under_ddp_are_refused_unless_uneven_ranks_are_allowed(tmp_path: Path) -> None:
     urls = webdataset_shards(tmp_path / "wds", count=1, per_shard=10)
     with pytest.raises(ValueError, match=r"1 shards without an index, under DDP \(world size 2\): ranks would get "
