@@ -3,7 +3,11 @@
 - One download per shard at a time: a per-shard lock file (``flock``) serialises fetches, and
   whoever gets the lock second finds the shard already there.
 - Nothing half-written is ever read: a shard is downloaded to ``<name>.part-<pid>-<thread>`` and renamed
-  into place when complete (and, with ``verify``, when its sha256 matches the index).
+  into place when complete (and, with ``verify``, when its sha256 matches the index). What a
+  killed process left half-written is deleted when the cache is opened or evicts.
+- A copy is of one version of a shard: its name holds the sha256 the index gives the shard, so a
+  set rebuilt at the same URLs (``--overwrite``) is downloaded again instead of read from the
+  old copies, which go once a new version of their shard is downloaded (or by eviction).
 - Least-recently-used eviction down to ``max_bytes``, which never deletes a shard being read
   (readers hold a shared lock; eviction only takes shards it can lock exclusively without
   waiting) and never deadlocks: when nothing can go, the cache stays over its limit for a while,
@@ -26,6 +30,24 @@ from .opener import open_stream
 from .retry import RetryPolicy, RetrySink
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_PARTIAL = re.compile(r"(?P<shard>.+)\.part-(?P<pid>\d+)-\d+")  # a download under way, or abandoned
+_VERSION_CHARS = 16  # of the index's sha256, in a copy's name: 64 bits tell a shard's versions apart
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's, which we may not signal, counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _url_prefix(url: str) -> str:
+    """The start of the names of every cached version of ``url``."""
+    return hashlib.sha256(url.encode()).hexdigest()[:24] + "-"
 
 
 @contextmanager
@@ -51,18 +73,21 @@ class ShardCache:
         self.verify = verify
         self.policy = policy
         self.stats = stats
-        self._paths: dict[str, Path] = {}
+        self._paths: dict[tuple[str, str | None], Path] = {}
         self._over_limit = False  # whether this process's last eviction left the cache over max_bytes
+        for partial in self.folder.glob("*.part-*"):
+            self._remove_abandoned(partial)
 
-    def path_for(self, url: str) -> Path:
-        """Where ``url`` is cached: a hash of the URL (no name from the data can leave the
-        folder) followed by a readable, sanitised base name of the redacted URL (no password
-        or signature in file names)."""
-        path = self._paths.get(url)
-        if path is None:  # asked for every piece read: worked out once per URL
-            digest = hashlib.sha256(url.encode()).hexdigest()[:24]
+    def path_for(self, url: str, sha256: str | None = None) -> Path:
+        """Where the version of ``url`` whose content has ``sha256`` (the index's) is cached: a
+        hash of the URL (no name from the data can leave the folder), the start of ``sha256``,
+        and a readable, sanitised base name of the redacted URL (no password or signature in
+        file names). Without ``sha256`` (no index says it), the URL alone."""
+        path = self._paths.get((url, sha256))
+        if path is None:  # asked for every piece read: worked out once per URL and version
+            version = "" if sha256 is None else _SAFE.sub("_", sha256[:_VERSION_CHARS]) + "-"  # hex, from an index
             base = _SAFE.sub("_", redact(url).rsplit("/", 1)[-1].split("?", 1)[0])[:80]
-            path = self._paths[url] = self.folder / f"{digest}-{base}"
+            path = self._paths[url, sha256] = self.folder / f"{_url_prefix(url)}{version}{base}"
         return path
 
     def _download(self, url: str, path: Path, size: int | None, sha256: str | None) -> None:
@@ -87,7 +112,7 @@ class ShardCache:
         """The local copy of ``url``, downloaded first if needed (once, whoever asks). A copy
         already there costs a ``utime`` (recently used) and nothing else: no lock, and no
         eviction unless the last one left the cache over its limit (a download makes it grow)."""
-        path = self.path_for(url)
+        path = self.path_for(url, sha256)
         try:
             os.utime(path)  # there (complete: copies arrive by rename): the common case
         except FileNotFoundError:
@@ -101,12 +126,43 @@ class ShardCache:
                 os.utime(path)  # recently used
             else:
                 self._download(url, path, size, sha256)
+                self._remove_other_versions(url, path)
         self.evict(keep=path)
         return path
 
-    def holds(self, url: str) -> bool:
-        """Whether a copy of ``url`` is in the cache now."""
-        return self.path_for(url).exists()
+    def _remove_other_versions(self, url: str, keep: Path) -> None:
+        """Delete the cached copies of ``url`` other than ``keep`` (just downloaded): older
+        versions of the shard, which only an index of the set before a rebuild would read. One
+        being read stays (for eviction to take later)."""
+        for path in self.folder.glob(_url_prefix(url) + "*"):
+            if path != keep and not path.name.endswith(".lock") and ".part-" not in path.name:
+                self._remove_unless_held(path, path)
+
+    def _remove_abandoned(self, partial: Path) -> None:
+        """Delete ``partial`` if the download writing it is over: its process is gone, and nobody
+        holds its shard's lock (a download holds it throughout: this spares one whose process we
+        cannot see, in another PID namespace sharing the folder)."""
+        match = _PARTIAL.fullmatch(partial.name)
+        if match is not None and not _alive(int(match["pid"])):
+            self._remove_unless_held(partial, partial.with_name(match["shard"]))
+
+    @staticmethod
+    def _remove_unless_held(path: Path, shard: Path) -> bool:
+        """Delete ``path`` if the lock of ``shard`` can be taken now (nobody reads or downloads
+        it); whether it went."""
+        with open(shard.with_name(shard.name + ".lock"), "a+b") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            path.unlink(missing_ok=True)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return True
+
+    def holds(self, url: str, sha256: str | None = None) -> bool:
+        """Whether a copy of ``url`` (of the version ``sha256``: see :meth:`path_for`) is in the
+        cache now."""
+        return self.path_for(url, sha256).exists()
 
     @contextmanager
     def reading(self, url: str, size: int | None = None, sha256: str | None = None) -> Iterator[Path]:
@@ -132,7 +188,10 @@ class ShardCache:
         with _locked(self.folder / ".evict.lock", fcntl.LOCK_EX):
             entries = []
             for path in self.folder.iterdir():
-                if path.name.startswith(".") or path.name.endswith(".lock") or ".part-" in path.name:
+                if ".part-" in path.name:
+                    self._remove_abandoned(path)
+                    continue
+                if path.name.startswith(".") or path.name.endswith(".lock"):
                     continue
                 try:
                     stat = path.stat()
@@ -144,15 +203,8 @@ class ShardCache:
             for _, size, path in sorted(entries):
                 if total <= self.max_bytes:
                     return
-                if path == keep:
-                    continue
-                with open(path.with_name(path.name + ".lock"), "a+b") as handle:
-                    try:
-                        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        continue  # being read: it stays
-                    path.unlink(missing_ok=True)
-                    fcntl.flock(handle, fcntl.LOCK_UN)
+                if path == keep or not self._remove_unless_held(path, path):
+                    continue  # being read: it stays
                 total -= size
             self._over_limit = total > self.max_bytes  # shards being read (or kept) stay: try again later
 

@@ -8,17 +8,23 @@ costing a retry that nothing was wrong with. So a response we do not use is read
 when short, else closed (:func:`discard`); a body read to its end goes back to the pool by
 itself; a body given up early (closed by the stream) or broken (urllib3 closes it when a read
 fails) takes its connection down with it.
+
+Redirects (301, 302, 303, 307, 308: a CDN, a Hugging Face ``resolve`` URL) are followed here, up
+to :data:`MAX_REDIRECTS`, and not by urllib3: its redirects come with its retries (``retries=False``
+turns both off), and retries are :mod:`.retry`'s alone, so that each is counted and budgeted once.
+A range asked again of the new location keeps its ``Range`` header.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import urllib3
 
 from . import obstore_ranges
-from .errors import RedactingFilter, SourceError, TransientError
+from .errors import RedactingFilter, SourceError, TransientError, redact
 from .per_process import per_process
 from .retry import RetryPolicy
 from .streams import Response
@@ -26,6 +32,7 @@ from .streams import Response
 _PERMANENT = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 410: "gone",
               416: "range not satisfiable (the object is shorter than expected)"}
 _DRAIN_BYTES = 64 << 10  # an unused body up to this size is read off, so its connection serves again
+MAX_REDIRECTS = 5  # a chain longer than this is a loop, or a misconfigured server
 for _name in ("urllib3.connectionpool", "urllib3.poolmanager"):  # they log request lines and redirects
     logging.getLogger(_name).addFilter(RedactingFilter())
 
@@ -60,14 +67,14 @@ def delivers(status: int, start: int) -> bool:
 def request_range(pool: urllib3.PoolManager, url: str, start: int, stop: int | None, policy: RetryPolicy,
                   named: str) -> Any:
     """The response of ``pool`` to a GET of bytes ``[start, stop)`` of ``url``, whatever its
-    status; a request that cannot be sent raises, naming ``named`` (``url``, or what it stands
-    for: a presigned URL's object)."""
+    status (a redirect too: see :func:`follow_redirects`); a request that cannot be sent raises,
+    naming ``named`` (``url``, or what it stands for: a presigned URL's object)."""
     headers = {}
     if start or stop is not None:
         headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
     whole = start == 0 and stop is None  # a range is of the object's own bytes, not of a Content-Encoding's decoding
     try:
-        return pool.request("GET", url, headers=headers, preload_content=False, decode_content=whole, redirect=True,
+        return pool.request("GET", url, headers=headers, preload_content=False, decode_content=whole, redirect=False,
                             retries=False, timeout=urllib3.Timeout(connect=policy.connect_timeout,
                                                                    read=policy.read_timeout))
     except urllib3.exceptions.LocationValueError as exc:
@@ -82,11 +89,35 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
     of a chunk's size goes through obstore where it may (:mod:`.obstore_ranges`)."""
     if obstore_ranges.serves(start, stop) and obstore_ranges.takes_http(url):
         return obstore_ranges.open_http_range(url, start, stop, policy)
-    response = request_range(_pool(), url, start, stop, policy, url)
+    response, where = follow_redirects(url, start, stop, policy)
     if delivers(response.status, start):
         return response
     discard(response)
-    raise status_error(url, start, response.status)
+    error = status_error(url, start, response.status)
+    if where == url:
+        raise error
+    # the status is the last location's: say which, or the URL given would look wrong
+    raise type(error)(url, start, f"{error.reason} (redirected to {redact(where)})")
+
+
+def follow_redirects(url: str, start: int, stop: int | None, policy: RetryPolicy) -> tuple[Any, str]:
+    """The first response to a GET of bytes ``[start, stop)`` of ``url`` that is not a redirect,
+    and the URL that gave it. A folder's URL without its ``/`` that the server redirects to the
+    folder raises, saying what to pass instead (a shard or an index in it)."""
+    where = url
+    for _ in range(MAX_REDIRECTS + 1):
+        response = request_range(_pool(), where, start, stop, policy, url)
+        location = response.get_redirect_location()
+        if not location:  # not a redirect (or one without a Location: an error status of its own)
+            return response, where
+        discard(response)
+        target = urljoin(where, location)
+        if urlsplit(target).path == urlsplit(where).path + "/":
+            raise SourceError(url, start, f"is a folder (the server redirects it to {redact(target)}): pass the "
+                              f"URL of its index.json, or of the shards in it")
+        where = target
+    raise SourceError(url, start, f"more than {MAX_REDIRECTS} redirects (the last to {redact(where)}): a redirect "
+                      f"loop? Pass the URL the data is at")
 
 
 def status_error(url: str, start: int, status: int) -> SourceError:

@@ -23,6 +23,7 @@ from ..format.errors import IndexFormatError
 from ..format.index import DatasetIndex
 from ..storage import is_remote, parent, redact, scheme
 from ..storage.indexes import IndexedShards, NoIndexError, index_url, location_hint, open_index
+from ..storage.opener import local_path
 from ..storage.retry import RetryPolicy, RetrySink
 
 
@@ -59,6 +60,12 @@ def _index_beside(urls: list[str], policy: RetryPolicy | None, stats: RetrySink 
         return None  # no index there: foreign shards (a broken index is an error)
 
 
+def _shard_key(url: str) -> str:
+    """``url`` in the form shared by every way of naming it (``file:///a/x.tar`` and ``/a/./x.tar``
+    name the same shard), to find it among an index's shards."""
+    return os.path.normpath(local_path(url))
+
+
 def _is_index_location(text: str) -> bool:
     if text.endswith(".json") or text.endswith("/"):
         return True
@@ -69,7 +76,7 @@ def _is_index_location(text: str) -> bool:
             parts = urlsplit(text)
             return not parts.query and "." not in parts.path.rsplit("/", 1)[-1]
         return scheme(text) == "s3" and not text.endswith(".tar")
-    return Path(text).is_dir()
+    return Path(local_path(text)).is_dir()  # a file:// URL names a local path too
 
 
 def _maybe_a_shard(text: str) -> bool:
@@ -97,15 +104,15 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         raise ValueError("no shards given")
     indexed = _index_beside(urls, policy, stats)
     if indexed is not None:
-        position = {os.path.normpath(indexed.url(i)): i for i in range(len(indexed.shards))}
-        wanted = [position.get(os.path.normpath(u)) for u in urls]
+        position = {_shard_key(indexed.url(i)): i for i in range(len(indexed.shards))}
+        wanted = [position.get(_shard_key(u)) for u in urls]
         if all(i is not None for i in wanted):
             subset = DatasetIndex(indexed.index.fields, indexed.shards.take(wanted), indexed.index.pack,
                                   metadata=indexed.index.metadata)  # type: ignore[arg-type]
             return IndexedShards(subset, indexed.base)
     for url in urls:
-        if not is_remote(url) and not Path(url).is_file():
-            hint = "" if url.endswith(".tar") else location_hint(url)  # a split's name, misspelt?
+        if not is_remote(url) and not Path(local_path(url)).is_file():
+            hint = "" if url.endswith(".tar") else location_hint(local_path(url))  # a split's name, misspelt?
             raise IndexFormatError(f"{url}: no such shard or folder{hint}")
     if indexed is not None:
         unknown = [u for u, i in zip(urls, wanted) if i is None]

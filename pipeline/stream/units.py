@@ -150,8 +150,13 @@ class UnitReader:
             return False
         if self.cache is None:
             return True
-        return any(self.sources.shards[source].remote and not self.cache.holds(self._url(source, shard))
+        return any(self.sources.shards[source].remote and not self.cache.holds(self._url(source, shard),
+                                                                               self._sha256(source, shard))
                    for source, shard, *_ in pieces)
+
+    def _sha256(self, source: int, shard: int) -> str:
+        """The index's sha256 of a shard (which version of it a cached copy must be)."""
+        return self.sources.shards[source].shards.sha256[shard].tobytes().hex()
 
     def _url(self, source: int, shard: int) -> str:
         return self.sources.shards[source].url(shard)

@@ -81,6 +81,11 @@ http {{
         listen 127.0.0.1:{port};
         root {root};
         location / {{ }}
+        # redirects, as CDNs answer: /moved/X -> /data/X (302); /relative/X -> /moved/X (301, a
+        # Location without scheme and host, so two hops); /loop/X -> itself, forever
+        location /moved/ {{ rewrite ^/moved/(.*)$ /data/$1 redirect; }}
+        location /relative/ {{ absolute_redirect off; rewrite ^/relative/(.*)$ /moved/$1 permanent; }}
+        location /loop/ {{ rewrite ^/loop/(.*)$ /loop/$1 redirect; }}
     }}
 }}
 """

@@ -3,10 +3,15 @@ eviction that spares shards being read and never deadlocks."""
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import pipeline
@@ -80,3 +85,58 @@ def test_a_shard_whose_sha256_differs_from_the_index_is_refused(nginx: str, web_
         all_ids(loader)
     leftovers = [p.name for p in tmp_path.glob("*part-000001.tar*") if not p.name.endswith(".lock")]
     assert leftovers == []  # nothing half-written or wrong is kept (only its lock file)
+
+
+def _rebuild(folder: Path, first: int) -> None:
+    """A set of 500 samples numbered from ``first``: as long, byte for byte, whatever ``first``."""
+    i = np.arange(first, first + 500, dtype=np.int64)
+    pipeline.write_shards(folder, {"i": i}, prefix="part", shard_samples=200, pack=1, overwrite=True, quiet=True)
+
+
+def test_a_set_rebuilt_at_the_same_urls_is_downloaded_again_not_read_from_the_old_copies(
+        nginx: str, web_root: Path, tmp_path: Path) -> None:
+    _rebuild(web_root / "rebuilt", 0)
+    cache = tmp_path / "cache"
+
+    def ids() -> list[int]:
+        return all_ids(make_loader(f"{nginx}/rebuilt/", num_workers=0, batch_size=64, cache_dir=cache))
+    assert ids() == list(range(500))
+    old = sorted(p.name for p in cache.glob("*.tar"))
+    _rebuild(web_root / "rebuilt", 1000)  # `pipeline build --overwrite`: same names and sizes, other bytes
+    assert ids() == list(range(1000, 1500))
+    new = sorted(p.name for p in cache.glob("*.tar"))
+    assert len(new) == len(old) == 3 and not set(new) & set(old)  # the old copies went with the new ones
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been waited for): no process has it now."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_downloads_a_killed_process_left_are_removed_and_those_under_way_kept(nginx: str, tmp_path: Path) -> None:
+    name = ShardCache(tmp_path, 1 << 30).path_for(f"{nginx}/data/part-000001.tar").name
+    abandoned = tmp_path / f"{name}.part-{_dead_pid()}-1"
+    under_way = tmp_path / f"{name}.part-{os.getpid()}-1"
+    for partial in (abandoned, under_way):
+        partial.write_bytes(b"half a shard")
+    ShardCache(tmp_path, 1 << 30)  # opening the cache
+    assert not abandoned.exists() and under_way.exists()
+    cache = ShardCache(tmp_path, 0)
+    abandoned.write_bytes(b"half a shard")  # killed after the cache was opened: eviction takes it
+    cache.read_range(f"{nginx}/data/part-000002.tar", 0, 100)
+    assert not abandoned.exists() and under_way.exists()
+
+
+def test_a_download_whose_process_this_one_cannot_see_is_kept_while_it_holds_its_lock(tmp_path: Path) -> None:
+    """Its process may be in another PID namespace (a container sharing the folder): the shard's
+    lock, which a download holds throughout, says it is under way."""
+    partial = tmp_path / f"0123-part-000001.tar.part-{_dead_pid()}-1"
+    partial.write_bytes(b"half a shard")
+    with open(tmp_path / "0123-part-000001.tar.lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ShardCache(tmp_path, 1 << 30)
+        assert partial.exists()
+    ShardCache(tmp_path, 1 << 30)
+    assert not partial.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -50,6 +51,41 @@ def test_missing_object_and_short_object_are_named_errors(nginx: str, web_root: 
 def test_every_sample_once_from_an_index_url(nginx: str, total_samples: int, workers: int) -> None:
     loader = make_loader(f"{nginx}/data/index.json", num_workers=workers, batch_size=64, shuffle_buffer=700)
     assert all_ids(loader) == list(range(total_samples))
+
+
+@pytest.mark.parametrize("moved", ["moved/index.json", "relative/"])
+def test_an_index_and_shards_behind_redirects_stream_every_sample_once(nginx: str, total_samples: int,
+                                                                       moved: str) -> None:
+    loader = make_loader(f"{nginx}/{moved}", num_workers=2, batch_size=64, shuffle_buffer=700)
+    assert all_ids(loader) == list(range(total_samples))
+
+
+def test_a_range_keeps_its_range_through_redirects(nginx: str, web_root: Path, through) -> None:
+    local = (web_root / "data" / "part-000003.tar").read_bytes()
+
+    def check() -> None:
+        for moved in ("moved", "relative"):
+            assert read_range(f"{nginx}/{moved}/part-000003.tar", 1000, 70_000) == local[1000:70_000]
+            assert read_into(f"{nginx}/{moved}/part-000003.tar", 1000, 70_000) == local[1000:70_000]
+    through(check)
+
+
+def test_an_error_behind_a_redirect_names_the_url_given_and_where_it_led(nginx: str) -> None:
+    with pytest.raises(SourceError, match=r"moved/nope\.tar at byte 7: HTTP 404 not found \(redirected to "
+                                          r"http://127\.0\.0\.1:\d+/data/nope\.tar\)"):
+        read_range(f"{nginx}/moved/nope.tar", 7, 10)
+
+
+def test_a_redirect_loop_and_a_folder_without_its_slash_are_named_errors(nginx: str, web_root: Path) -> None:
+    with pytest.raises(SourceError, match=r"loop/x\.tar at byte 0: more than 5 redirects"):
+        read_range(f"{nginx}/loop/x.tar", 0, 10)
+    unindexed = web_root / "unindexed"  # a folder of shards, no index: read as a shard without its "/"
+    unindexed.mkdir()
+    shutil.copy(web_root / "data" / "part-000000.tar", unindexed)
+    with pytest.raises(SourceError, match=r"/unindexed at byte 0: is a folder \(the server redirects it to "
+                                          r"http://127\.0\.0\.1:\d+/unindexed/\): pass the URL of its index\.json, "
+                                          r"or of the shards in it"):
+        make_loader(f"{nginx}/unindexed", num_workers=0, batch_size=64)
 
 
 def test_resume_over_http_yields_the_uninterrupted_batches(nginx: str) -> None:

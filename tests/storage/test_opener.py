@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,17 @@ def test_file_urls_and_pipe_commands_read_the_same_bytes(tmp_path: Path) -> None
     assert read_range(f"pipe:cat {path}", 10, 5000) == data[10:5000]
     with open_stream(f"pipe:cat {path}") as stream:
         assert stream.read() == data
+
+
+@pytest.mark.parametrize("name, samples", [("", 70), ("/", 70), ("/part-000000.tar", 40), ("/index.json", 70)])
+def test_file_urls_of_a_folder_a_shard_or_an_index_stream_through_the_index(tmp_path: Path, name: str,
+                                                                            samples: int) -> None:
+    folder = uneven_shards(tmp_path / "s", [40, 30])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a shard of the index read without it warns
+        loader = pipeline.make_loader(f"file://{folder}{name}", batch_size=16, num_workers=0)
+        ids = sorted(int(i) for batch in loader for i in batch["i"])
+    assert ids == list(range(samples)) and len(loader) == -(-samples // 16)  # indexed: foreign shards have no len()
 
 
 def test_a_failing_pipe_command_is_named(tmp_path: Path) -> None:
