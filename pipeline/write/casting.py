@@ -4,13 +4,15 @@ Data saved by NumPy code is often float64 where float32 is what a model trains o
 build time halves the shards and the bytes every epoch reads. A cast never changes a value
 beyond what the user asked for: float to a narrower float rounds (that is the point), but a
 finite value that would become infinite, a float that is not a whole number cast to an
-integer, an integer that does not fit, or a bool that is not 0 or 1 is an error naming the
-field, the source and the value.
+integer, an integer that does not fit, an integer that a float cannot hold exactly (float32
+holds every integer only up to 2**24, float64 up to 2**53), or a bool that is not 0 or 1 is an
+error naming the field, the source, the value and its row, so that it can be found in an
+array of millions. Rows count from 0 in the input, before any split.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -18,6 +20,9 @@ from ..format.codec import check_dtype
 from ..format.errors import SampleError
 from .rows import RowBlock
 from .source import Source
+
+#: Maps a row of the block being cast to its row in the input.
+RowOf = Callable[[int], int]
 
 
 def parse_dtypes(specs: Mapping[str, str]) -> dict[str, np.dtype]:
@@ -31,59 +36,110 @@ def parse_dtypes(specs: Mapping[str, str]) -> dict[str, np.dtype]:
     return dtypes
 
 
-def cast_column(values: Any, dtype: np.dtype, where: str) -> Any:
+def cast_column(values: Any, dtype: np.dtype, where: str, row_of: RowOf) -> Any:
     """``values`` as ``dtype``: an array column as one array, a list column (samples that may
-    differ in shape) value by value."""
+    differ in shape) value by value. ``row_of`` turns a row of ``values`` into its input row."""
     if isinstance(values, np.ndarray):
-        return cast_array(values, dtype, where)
-    return [cast_array(np.asarray(value), dtype, where) for value in values]
+        return cast_array(values, dtype, where, row_of)
+    # each value as a block of one row, and back: ``[0, ...]`` keeps a 0-d array an array
+    return [cast_array(_as_numpy(value)[None], dtype, where, lambda row, i=i: row_of(i + row))[0, ...]
+            for i, value in enumerate(values)]
 
 
-def cast_array(array: np.ndarray, dtype: np.dtype, where: str) -> np.ndarray:
-    """``array`` as an array of ``dtype``, refusing a cast that would change a value (see the
-    module docstring)."""
+def _as_numpy(value: Any) -> np.ndarray:
+    """A sample's value as an array; a torch ``bfloat16`` tensor, which NumPy cannot hold, as the
+    float32 array it widens to exactly."""
+    if type(value).__module__ == "torch":
+        tensor = value.detach().cpu()
+        return (tensor.float() if str(tensor.dtype) == "torch.bfloat16" else tensor).numpy()
+    return np.asarray(value)
+
+
+def cast_array(array: np.ndarray, dtype: np.dtype, where: str, row_of: RowOf) -> np.ndarray:
+    """``array`` (rows along its first axis) as an array of ``dtype``, refusing a cast that
+    would change a value (see the module docstring)."""
     if array.dtype == dtype:
         return array
     if array.dtype.kind not in "biuf":
         raise SampleError(f"{where}: values of dtype {array.dtype} cannot be cast to {dtype}")
     if dtype.kind in "iub" and array.dtype.kind == "f":
-        _refuse(array, ~np.isfinite(array) | (array != np.round(array)), where,
+        _refuse(array, ~np.isfinite(array) | (array != np.round(array)), where, row_of,
                 f"is not a whole number; it cannot be stored as {dtype} (store it as a float)")
     if dtype.kind == "b":
-        _refuse(array, (array != 0) & (array != 1), where, "is not 0 or 1; it cannot be stored as bool")
+        _refuse(array, (array != 0) & (array != 1), where, row_of, "is not 0 or 1; it cannot be stored as bool")
     with np.errstate(all="ignore"):
         out = array.astype(dtype)
     if dtype.kind == "f":
-        _refuse(array, np.isfinite(array) & ~np.isfinite(out), where,
+        _refuse(array, np.isfinite(array) & ~np.isfinite(out), where, row_of,
                 f"does not fit in {dtype} (largest {np.finfo(dtype).max:g})")
+        if array.dtype.kind in "iu" and not _holds_every_integer(dtype, array.dtype):
+            _refuse_inexact(array, out, where, row_of)
     elif dtype.kind in "iu":
         info = np.iinfo(dtype)
         why = f"does not fit in {dtype} ({info.min} to {info.max})"
         if array.dtype.kind == "f":  # whole numbers: exact unless out of range, which the way back shows
-            _refuse(array, out.astype(array.dtype) != array, where, why)
+            _refuse(array, out.astype(array.dtype) != array, where, row_of, why)
         elif array.size:  # integers: the extremes compared as Python ints, exact at any size
-            low, high = int(array.min()), int(array.max())
-            if low < info.min or high > info.max:
-                raise SampleError(f"{where}: value {low if low < info.min else high} {why}")
+            if int(array.min()) < info.min:
+                raise _changed(array, int(np.argmin(array)), where, row_of, why)
+            if int(array.max()) > info.max:
+                raise _changed(array, int(np.argmax(array)), where, row_of, why)
     return out
 
 
-def _refuse(array: np.ndarray, bad: np.ndarray, where: str, why: str) -> None:
+def _holds_every_integer(floats: np.dtype, integers: np.dtype) -> bool:
+    """Whether every value of ``integers`` is exact in ``floats`` (NumPy's "safe" casts include
+    int64 to float64, which is not)."""
+    info = np.iinfo(integers)
+    return info.bits - (info.min < 0) <= np.finfo(floats).nmant + 1
+
+
+def _refuse_inexact(array: np.ndarray, out: np.ndarray, where: str, row_of: RowOf) -> None:
+    """Refuse integers that ``out``, their cast to a float, rounded: cast back, they differ.
+    A float at or above the integer type's limit (a power of two, exact in any float) cannot
+    come back, whatever the platform's conversion of it makes."""
+    limit = float(np.iinfo(array.dtype).max + 1)
+    with np.errstate(all="ignore"):
+        bad = (out.astype(array.dtype) != array) | (out >= limit)
     if bad.any():
-        raise SampleError(f"{where}: value {array[bad].flat[0].item()!r} {why}")
+        position = int(np.argmax(bad))
+        wider = f"cast it to a wider float (float64) or keep {array.dtype}" if out.dtype.itemsize < 8 \
+            else f"keep {array.dtype}"
+        raise _changed(array, position, where, row_of,
+                       f"would become {out.flat[position].item()!r} as {out.dtype}, which holds integers exactly "
+                       f"only up to 2**{np.finfo(out.dtype).nmant + 1}: {wider}")
+
+
+def _refuse(array: np.ndarray, bad: np.ndarray, where: str, row_of: RowOf, why: str) -> None:
+    if bad.any():
+        raise _changed(array, int(np.argmax(bad)), where, row_of, why)
+
+
+def _changed(array: np.ndarray, position: int, where: str, row_of: RowOf, why: str) -> SampleError:
+    """The error for the value at flat ``position`` of ``array``, naming its input row."""
+    row = row_of(position // max(array.size // max(len(array), 1), 1))
+    return SampleError(f"{where}, row {row}: value {array.flat[position].item()!r} {why}")
 
 
 class CastSource(Source):
-    """The rows of ``source`` with some fields cast to other dtypes."""
+    """The rows of ``source`` with some fields cast to other dtypes; ``first_row`` is the input
+    row of the source's row 0 (a window's start), so that an error names the row to look at."""
 
-    def __init__(self, source: Source, dtypes: Mapping[str, str]) -> None:
+    def __init__(self, source: Source, dtypes: Mapping[str, str], first_row: int = 0) -> None:
         self.source = source
         self.dtypes = parse_dtypes(dtypes)
+        self.first_row = first_row
         self.description = source.description
         self.fixed_shape = source.fixed_shape
 
     def __len__(self) -> int:
         return len(self.source)
+
+    def input_row(self, row: int) -> int:
+        """The input row of ``row``. A split's subset (whose ``source_rows`` maps its rows to
+        its source's) is seen through, so that a row of a training split is found in the input."""
+        source_rows = getattr(self.source, "source_rows", None)
+        return self.first_row + (int(source_rows(row, row + 1)[0]) if source_rows is not None else row)
 
     def read(self, start: int, stop: int) -> RowBlock:
         block = self.source.read(start, stop)
@@ -93,7 +149,8 @@ class CastSource(Source):
                              f"(it has {sorted(block.columns)})")
         columns = dict(block.columns)
         for name, dtype in self.dtypes.items():
-            columns[name] = cast_column(columns[name], dtype, f"{self.description}, field {name!r}")
+            columns[name] = cast_column(columns[name], dtype, f"{self.description}, field {name!r}",
+                                        lambda row: self.input_row(start + row))
         return RowBlock(columns, block.keys)
 
     def shard_bounds(self, shard_samples: int | None, shard_bytes: int | None, pack: int) -> list[int]:
@@ -102,7 +159,10 @@ class CastSource(Source):
         return self.source.shard_bounds(shard_samples, shard_bytes, pack)
 
     def window(self, start: int, stop: int) -> Source:
-        return CastSource(self.source.window(start, stop), {n: d.str for n, d in self.dtypes.items()})
+        """Rows ``[start, stop)``; a split's window starts at its first row's place in the
+        source (see :meth:`~pipeline.write.splits.RowSubset.window`), which ``input_row`` gives."""
+        first_row = self.input_row(start) if stop > start else self.first_row
+        return CastSource(self.source.window(start, stop), {n: d.str for n, d in self.dtypes.items()}, first_row)
 
     def approx_row_bytes(self) -> int:
         return self.source.approx_row_bytes()

@@ -2,7 +2,9 @@
 
 On a terminal: a tqdm bar. Anywhere else (a log file, a cluster job's output): a plain line
 every ``LOG_EVERY_S`` seconds, since a bar redrawn with carriage returns makes a log
-unreadable. Either way the last line is a one-line summary.
+unreadable. Either way the last line is a one-line summary, after a warning when there were no
+samples at all: an empty input builds a valid, empty set, which a loader reads as nothing at
+all, silently, so the build is where to notice.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class BuildProgress:
 
     def close(self, destination: str) -> str:
         """End the bar (so that what is printed next starts a line of its own); return (and
-        unless quiet, print) a one-line summary."""
+        unless quiet, print) a one-line summary, after a warning if there were no samples."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -71,6 +73,9 @@ class BuildProgress:
                 f"in {elapsed:.2f} s ({self.samples / elapsed:,.0f} samples/s, "
                 f"{self.bytes / elapsed / 1e6:.1f} MB/s) -> {destination}")
         if not self.quiet:
+            if not self.samples + self.kept_samples:
+                print(f"warning: {self.verb} 0 samples ({self.description}): the set is empty, and a loader reading "
+                      f"it yields nothing; is the input empty?", file=self.stream)
             print(line, file=self.stream)
         return line
 

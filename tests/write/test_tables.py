@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -175,6 +176,38 @@ def test_a_folder_of_files_is_read_in_name_order(tmp_path: Path) -> None:
         ParquetSource([tmp_path / "parts", tmp_path / "parts" / "part-0.parquet"])
     with pytest.raises(FileNotFoundError, match=r"out: no Parquet \(\.parquet\) files in this folder"):
         ParquetSource(tmp_path / "out")
+
+
+def test_a_file_that_is_not_readable_parquet_is_an_error_naming_it(tmp_path: Path, capsys) -> None:
+    (tmp_path / "parts").mkdir()
+    for n in (0, 2):
+        pq.write_table(pa.table({"y": np.arange(10)}), tmp_path / "parts" / f"part-{n}.parquet")
+    bad = tmp_path / "parts" / "part-1.parquet"
+    bad.write_text("hello\n")
+    assert cli_main(["build", "parquet", str(tmp_path / "parts"), str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        f"error: {bad}: not a readable Parquet file (Parquet file size is 6 bytes, smaller than the minimum file "
+        f"footer (8 bytes)): replace it with a whole copy, or leave it out of the inputs\n")
+    assert not (tmp_path / "out" / "index.json").exists()
+    corrupt = tmp_path / "corrupt.parquet"  # its footer reads, its pages do not decode
+    pq.write_table(pa.table({"y": np.arange(1000)}), corrupt, row_group_size=100, compression="snappy")
+    data = bytearray(corrupt.read_bytes())
+    data[100:400] = b"\xff" * 300
+    corrupt.write_bytes(bytes(data))
+    with pytest.raises(SampleError, match=rf"^{re.escape(str(corrupt))}: not a readable Parquet file \(.+\): "
+                                          r"replace it with a whole copy, or leave it out of the inputs$"):
+        pipeline.build_parquet(corrupt, tmp_path / "corrupt-out", quiet=True)
+
+
+def test_a_file_of_no_rows_builds_an_empty_set_and_the_build_warns(tmp_path: Path, capsys) -> None:
+    empty, out = tmp_path / "empty.parquet", tmp_path / "out"
+    pq.write_table(pa.table({"y": pa.array([], pa.int64())}), empty)
+    assert cli_main(["build", "parquet", str(empty), str(out)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == (f"warning: wrote 0 samples (parquet {empty} -> {out}): the set is empty, and a loader "
+                        f"reading it yields nothing; is the input empty?")
+    assert len(lines) == 2 and lines[1].startswith("wrote 0 samples in 0 shards, 0.0 MB, in ")
+    assert pipeline.load_index(out).samples == 0
 
 
 def test_files_with_different_schemas_are_refused_naming_both_files_and_the_column(tmp_path: Path) -> None:

@@ -1,8 +1,13 @@
-"""Array sources: in-memory arrays, ``.npy`` and ``.npz`` files, ``np.memmap``.
+"""Array sources: in-memory arrays, ``.npy`` and ``.npz`` files, ``np.memmap``, torch tensors.
 
 File-backed columns are read with ``pread`` into fresh buffers, a chunk at a time, instead of
 through a memory map: pages of a memory map stay resident in the process until unmapped, so
 a 4 GB memmap read end to end makes a 4 GB RSS, while reads keep the build within a few chunks.
+
+A torch ``bfloat16`` tensor, which NumPy cannot hold, is kept as the NumPy array of its bits
+(int16), so that it slices and travels to workers as any array does, and read back as
+``bfloat16`` tensors, one a sample: the codec stores those as they are (extension type 2).
+They are not packed (packing stacks samples with NumPy), so ``pack="auto"`` gives one a record.
 """
 
 from __future__ import annotations
@@ -110,7 +115,8 @@ def open_npz(path: str | os.PathLike[str]) -> dict[str, Column]:
 
 
 def as_column(value: Any, name: str) -> Column:
-    """A column from an array, a memmap, or a path to a ``.npy`` file."""
+    """A column from an array, a memmap, a torch tensor (a ``bfloat16`` one as its bits: see the
+    module docstring), or a path to a ``.npy`` file."""
     if isinstance(value, FileColumn):
         return value
     if isinstance(value, (str, os.PathLike)):
@@ -121,7 +127,8 @@ def as_column(value: Any, name: str) -> Column:
         # instead of faulting its pages into our RSS
         return FileColumn(value.filename, value.offset, value.dtype, value.shape)
     if type(value).__module__ == "torch":
-        value = value.detach().cpu().numpy()
+        tensor = value.detach().cpu()
+        value = _bfloat16_bits(tensor) if _is_bfloat16(tensor) else tensor.numpy()
     array = np.asarray(value)
     if array.ndim == 0:
         raise SampleError(f"field {name!r}: a 0-d array has no rows")
@@ -135,6 +142,8 @@ class ArraySource(Source):
 
     def __init__(self, columns: Mapping[str, Any], keys: list[str] | None = None,
                  description: str = "arrays") -> None:
+        self.bfloat16 = frozenset(name for name, v in columns.items() if _is_bfloat16(v))
+        self.fixed_shape = not self.bfloat16
         self.columns: dict[str, Column] = {name: as_column(v, name) for name, v in columns.items()}
         if not self.columns:
             raise SampleError("no arrays given")
@@ -161,8 +170,10 @@ class ArraySource(Source):
         return len(next(iter(self.columns.values())))
 
     def read(self, start: int, stop: int) -> RowBlock:
-        columns = {name: col.read(start, stop) if isinstance(col, FileColumn) else col[start:stop]
-                   for name, col in self.columns.items()}
+        columns = {}
+        for name, col in self.columns.items():
+            rows = col.read(start, stop) if isinstance(col, FileColumn) else col[start:stop]
+            columns[name] = _bfloat16_rows(rows) if name in self.bfloat16 else rows
         return RowBlock(columns, None if self.keys is None else self.keys[start:stop])
 
     def window(self, start: int, stop: int) -> Source:
@@ -172,11 +183,30 @@ class ArraySource(Source):
         window.columns = {n: c.rows(start, stop) if isinstance(c, FileColumn) else c[start:stop]
                           for n, c in self.columns.items()}
         window.keys = None if self.keys is None else self.keys[start:stop]
+        window.bfloat16, window.fixed_shape = self.bfloat16, self.fixed_shape
         window.description = self.description
         return window
 
     def approx_row_bytes(self) -> int:
         return sum(_row_bytes(col) for col in self.columns.values())
+
+
+def _is_bfloat16(value: Any) -> bool:
+    return type(value).__module__ == "torch" and str(value.dtype) == "torch.bfloat16"
+
+
+def _bfloat16_bits(tensor: Any) -> np.ndarray:
+    """The bits of a CPU ``bfloat16`` tensor as an int16 array (no copy when contiguous)."""
+    import torch
+
+    return tensor.contiguous().view(torch.int16).numpy()
+
+
+def _bfloat16_rows(bits: np.ndarray) -> list[Any]:
+    """Rows of bfloat16 bits as ``bfloat16`` tensors, one a sample, as the codec stores them."""
+    import torch
+
+    return list(torch.from_numpy(bits).view(torch.bfloat16))
 
 
 def _row_bytes(col: Column) -> int:

@@ -243,24 +243,24 @@ class ParquetSource(TableSource):
         return parquet_files(inputs)
 
     def schema(self, path: str) -> pa.Schema:
-        return pq.ParquetFile(path).schema_arrow
+        return _parquet_file(path).schema_arrow
 
     def open_state(self) -> dict[str, Any]:
         return {"_cursor": None, "_open": None}
 
     def _file(self, number: int) -> pq.ParquetFile:
         if self._open is None or self._open[0] != number:
-            self._open = (number, pq.ParquetFile(self.paths[number], pre_buffer=False, buffer_size=READ_BUFFER))
+            self._open = (number, _parquet_file(self.paths[number], pre_buffer=False, buffer_size=READ_BUFFER))
         return self._open[1]
 
     def _batches(self, number: int, row_group: int, columns: list[str], row_bytes: int) -> Iterator[pa.RecordBatch]:
-        return self._file(number).iter_batches(max(BATCH_BYTES // row_bytes, 1), row_groups=[row_group],
-                                               columns=columns)
+        return _decoded(self.paths[number], self._file(number).iter_batches(
+            max(BATCH_BYTES // row_bytes, 1), row_groups=[row_group], columns=columns))
 
     def scan(self, number: int, path: str) -> Iterator[tuple[Unit, int]]:
         # statistics count empty lists as nulls: trust them for columns without variable-length lists
         watched = [name for name in self.columns if name not in self.fill and self.kinds[name] != RAGGED]
-        metadata = pq.ParquetFile(path).metadata
+        metadata = _parquet_file(path).metadata
         first_row = 0
         for group in range(metadata.num_row_groups):
             meta = metadata.row_group(group)
@@ -294,6 +294,27 @@ class ParquetSource(TableSource):
             take = min(hi, cursor.start + cursor.batch.num_rows) - lo
             yield lo, cursor.batch.slice(lo - cursor.start, take)
             lo += take
+
+
+def _unreadable(path: str, exc: Exception) -> SampleError:
+    return SampleError(f"{path}: not a readable Parquet file ({exc}): replace it with a whole copy, or leave it "
+                       f"out of the inputs")
+
+
+def _parquet_file(path: str, **options: Any) -> pq.ParquetFile:
+    """``path`` opened: pyarrow's error for a file not Parquet (or cut short) names no file."""
+    try:
+        return pq.ParquetFile(path, **options)
+    except (pa.ArrowException, OSError) as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _decoded(path: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` of ``path``, a decoding error (a corrupt page) naming the file."""
+    try:
+        yield from batches
+    except (pa.ArrowException, OSError) as exc:
+        raise _unreadable(path, exc) from None
 
 
 def _open_ipc(path: str) -> tuple[Any, Any]:

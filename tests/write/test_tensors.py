@@ -1,0 +1,61 @@
+"""Torch tensors given to ``write_shards``: ``bfloat16``, which NumPy lacks, is stored as
+``bfloat16`` (extension type 2) and streams back as ``bfloat16`` tensors, bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import pipeline
+from pipeline import SampleError
+from pipeline.format.index import FieldSpec
+from tests.helpers import read_back
+
+
+def streamed(out_dir: Path) -> dict[int, torch.Tensor]:
+    """Field ``t`` of every sample a loader yields, by the sample's field ``i``."""
+    rows = {}
+    for batch in pipeline.make_loader(out_dir, num_workers=0, shuffle=False, batch_size=16):
+        assert isinstance(batch["t"], list)  # per-sample tensors: NumPy cannot gather bfloat16
+        rows.update(zip(batch["i"].tolist(), batch["t"]))
+    return rows
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype == torch.bfloat16 and a.shape == b.shape and torch.equal(a.view(torch.int16),
+                                                                                     b.view(torch.int16))
+
+
+def test_a_bfloat16_tensor_builds_where_it_crashed(tmp_path: Path) -> None:
+    index = pipeline.write_shards(tmp_path / "out", {"t": torch.arange(50, dtype=torch.bfloat16)}, quiet=True)
+    assert (index.samples, index.pack, index.fields) == (50, 1, {"t": FieldSpec("bfloat16", ())})
+    _, fields = read_back(tmp_path / "out")
+    assert [float(v) for v in fields["t"]] == list(map(float, range(50)))
+
+
+def test_bfloat16_tensors_stream_back_as_bfloat16_bit_for_bit(tmp_path: Path) -> None:
+    t = torch.randn(70, 3, 2).to(torch.bfloat16)
+    t[5, 0, 0], t[6, 1, 1] = float("inf"), float("nan")
+    index = pipeline.write_shards(tmp_path / "out", {"t": t, "i": np.arange(70)}, shard_samples=20, quiet=True)
+    assert (len(index.shards), index.fields["t"]) == (4, FieldSpec("bfloat16", (3, 2)))
+    rows = streamed(tmp_path / "out")
+    assert sorted(rows) == list(range(70)) and all(same_bits(rows[i], t[i]) for i in range(70))
+
+
+def test_bfloat16_rows_split_and_cast_like_other_arrays(tmp_path: Path) -> None:
+    t = torch.randn(40, 4).to(torch.bfloat16)
+    pipeline.write_shards(tmp_path / "split", {"t": t[::2], "i": np.arange(20)}, validation=5, quiet=True)
+    rows = {**streamed(tmp_path / "split" / "train"), **streamed(tmp_path / "split" / "validation")}
+    assert sorted(rows) == list(range(20)) and all(same_bits(rows[i], t[::2][i]) for i in range(20))
+    index = pipeline.write_shards(tmp_path / "f32", {"t": t}, dtypes={"t": "float32"}, quiet=True)
+    assert index.fields["t"] == FieldSpec("float32", (4,))  # every bfloat16 is exact in float32
+    assert np.stack(read_back(tmp_path / "f32")[1]["t"]).tobytes() == t.float().numpy().tobytes()
+
+
+def test_bfloat16_cannot_be_packed(tmp_path: Path) -> None:
+    with pytest.raises(SampleError, match=r"^bfloat16 tensors cannot be packed \(NumPy has no bfloat16\); use "
+                                          r"pack=1$"):
+        pipeline.write_shards(tmp_path / "out", {"t": torch.ones(8, dtype=torch.bfloat16)}, pack=4, quiet=True)
