@@ -175,7 +175,8 @@ class _PipeStream:
         if status != 0:
             assert self.process.stderr is not None
             message = self.process.stderr.read().decode("utf-8", "replace").strip()[-300:]
-            raise SourceError(self.url, None, f"command exited with status {status}: {message}")
+            raise SourceError(self.url, None, f"command exited with status {status}: "
+                                              f"{message or '(it wrote nothing on standard error)'}")
 
     def close(self) -> None:
         if self.process.poll() is None:

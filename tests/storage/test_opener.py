@@ -39,6 +39,10 @@ def test_a_failing_pipe_command_is_named(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match=r"pipe:cat /nonexistent: command exited with status 1"):
         with open_stream("pipe:cat /nonexistent") as stream:
             stream.read()
+    with pytest.raises(SourceError, match=r"pipe:exit 22: command exited with status 22: \(it wrote nothing on "
+                                          r"standard error\)"):  # curl -sf, say
+        with open_stream("pipe:exit 22") as stream:
+            stream.read()
 
 
 def test_foreign_shards_stream_through_pipe_commands(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,26 @@ def test_a_file_that_is_not_an_image_is_named_and_the_build_stops_without_an_ind
     with pytest.raises(pipeline.SampleError, match=r"a/9999\.jpg: not a JPEG, PNG or WebP image \(it starts with b'not a pi'"):
         pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=5, quiet=True)
     assert not (tmp_path / "out" / "index.json").exists() and (tmp_path / "out" / "shard-000000.tar").exists()
+
+
+def test_empty_image_files_are_all_named_before_a_shard_is_written(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root", {"a": 10, "b": 10})
+    for name in ("a/0003.jpg", "b/0015.jpg"):
+        (tmp_path / "root" / name).write_bytes(b"")  # a copy cut short, say
+    with pytest.raises(pipeline.SampleError, match=re.escape(
+            f"2 image file(s) are empty (0 bytes): {tmp_path / 'root' / 'a' / '0003.jpg'}, "
+            f"{tmp_path / 'root' / 'b' / '0015.jpg'}; copy them again, or remove them")):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_class_folder_without_images_warns(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root", {"a": 4, "c": 4})
+    (tmp_path / "root" / "b").mkdir()
+    with pytest.warns(UserWarning, match=re.escape(f"{tmp_path / 'root'}: class folders ['b'] hold no images: their "
+                                                   f"labels have no samples")) as caught:
+        index = pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+    assert caught[0].filename == __file__ and index.metadata["classes"] == ["a", "b", "c"]
 
 
 @pytest.mark.parametrize("splits", [("train", "test"), ("train",)])

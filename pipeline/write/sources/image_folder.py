@@ -18,6 +18,7 @@ import io
 import os
 from pathlib import Path
 
+from ...caller_warning import warn_caller
 from ...format.errors import SampleError
 from ...format.image_kind import image_format, pillow_rgb
 from ..rows import RowBlock, check_key
@@ -89,6 +90,15 @@ class ImageFolderSource(FileRowsSource):
             raise FileNotFoundError(f"{self.root}: no {'/'.join(IMAGE_SUFFIXES)} files in its class folders")
         self.keys = self._keys()
         self.sizes = [path.stat().st_size for path in self.paths]
+        empty = [path for path, size in zip(self.paths, self.sizes) if not size]
+        if empty:  # told of all at once, before a shard is written, not one build at a time
+            raise SampleError(f"{len(empty)} image file(s) are empty (0 bytes): {', '.join(map(str, empty[:5]))}"
+                              f"{', ...' if len(empty) > 5 else ''}; copy them again, or remove them")
+        if classes is None:
+            labelled = set(self.labels)
+            unused = [name for name in found if self.classes.index(name) not in labelled]
+            if unused:
+                warn_caller(f"{self.root}: class folders {unused} hold no images: their labels have no samples")
         self.metadata = {"classes": self.classes}
         self.description = f"image folder {self.root} ({len(self.classes)} classes)"
 
@@ -112,7 +122,8 @@ class ImageFolderSource(FileRowsSource):
     def _image(self, path: Path) -> bytes:
         data = path.read_bytes()
         if image_format(data) is None:
-            raise SampleError(f"{path}: not a JPEG, PNG or WebP image (it starts with {data[:8]!r})")
+            raise SampleError(f"{path}: not a JPEG, PNG or WebP image (it starts with {data[:8]!r}): replace it with a "
+                              f"whole image, or remove it")
         return data if self.max_side is None else shrink(data, self.max_side, self.quality, str(path))
 
 
