@@ -154,14 +154,26 @@ def split_message(message: Any, batch_size: int) -> Iterator[Any]:
 
 
 def to_torch(batch: Columns) -> dict[str, Any]:
-    """Arrays become tensors (without a copy); lists of str/bytes stay lists."""
+    """Arrays become tensors (without a copy, unless read-only: views of a shard's bytes, which a
+    tensor must not share); so do the arrays of a list column (samples of different shapes);
+    lists of str/bytes stay lists."""
     out: dict[str, Any] = {}
     for name, value in batch.items():
-        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-            out[name] = torch.from_numpy(value if value.flags.writeable else value.copy())
+        if _numeric(value):
+            out[name] = _tensor(value)
+        elif isinstance(value, list) and any(map(_numeric, value)):
+            out[name] = [_tensor(v) if _numeric(v) else v for v in value]
         else:
             out[name] = value
     return out
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
 
 
 def per_sample(batch: Columns, transform: Callable[[dict[str, Any]], dict[str, Any]]) -> Columns:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
 
-from pipeline.stream.batching import gather
+from pipeline.stream.batching import gather, to_torch
 
 
 def test_rows_gathered_into_shared_memory_are_numpys_take() -> None:
@@ -25,3 +28,20 @@ def test_a_row_out_of_the_columns_is_an_error_not_a_clipped_row(row: int) -> Non
     columns = {"x": np.arange(1000, dtype=np.float32).reshape(500, 2)}
     with pytest.raises(IndexError, match=rf"rows {min(row, 3)}\.\.{max(row, 3)} gathered from 500"):
         gather(columns, np.array([3, row]), shared=True)
+
+
+def test_a_list_column_of_read_only_arrays_becomes_tensors_of_their_own(tmp_path) -> None:
+    """Samples of different shapes come as a list of tensors; their arrays are read-only views of
+    the shard's bytes, which a tensor must not share (PyTorch warns of it, once a program)."""
+    ragged = [np.arange(n, dtype=np.int64) for n in (2, 1, 3)]
+    for array in ragged:
+        array.flags.writeable = False
+    out = to_torch({"l": [*ragged, None], "s": [b"a", b"b", b"c", b"d"]})
+    assert [t.tolist() for t in out["l"][:3]] == [[0, 1], [0], [0, 1, 2]] and out["l"][3] is None
+    assert out["s"] == [b"a", b"b", b"c", b"d"]
+    out["l"][0][0] = 7  # its own memory: the shard's bytes are untouched
+    assert ragged[0][0] == 0
+    script = ("import warnings, numpy as np; from pipeline.stream.batching import to_torch\n"
+              "a = np.arange(3); a.flags.writeable = False\n"
+              "warnings.simplefilter('error'); to_torch({'l': [a]})")
+    assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).returncode == 0
