@@ -26,11 +26,11 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
-def shared_empty(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
+def shared_empty(shape: tuple[int, ...], dtype: np.dtype | torch.dtype) -> torch.Tensor:
     """An uninitialised tensor allocated straight in shared memory (``share_memory_()`` on a
     new tensor would allocate twice and copy): in a ShardLoader's worker, memory of a message
     the main process is done with (:mod:`.message_buffers`)."""
-    torch_type = torch_dtype(dtype)
+    torch_type = dtype if isinstance(dtype, torch.dtype) else torch_dtype(dtype)
     buffers = message_buffers.installed()
     reused = None if buffers is None else buffers.empty(shape, torch_type)
     if reused is not None:
@@ -39,7 +39,7 @@ def shared_empty(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
     if new_shared is None:
         return torch.empty(shape, dtype=torch_type).share_memory_()
     count = int(np.prod(shape, dtype=np.int64))
-    storage = new_shared(count * np.dtype(dtype).itemsize)
+    storage = new_shared(count * torch_type.itemsize)
     return torch.empty(0, dtype=torch_type).set_(storage, 0, shape)
 
 
@@ -62,6 +62,10 @@ def _gather_list(column: list, index: np.ndarray, shared: bool) -> Any:
     (one copy per sample), anything else stays a list."""
     values = [column[i] for i in index]
     first = values[0] if values else None
+    if isinstance(first, torch.Tensor) and all(  # bfloat16 samples (NumPy has no such dtype)
+            isinstance(v, torch.Tensor) and v.shape == first.shape and v.dtype == first.dtype for v in values):
+        out = shared_empty((len(values), *first.shape), first.dtype) if shared else None
+        return torch.stack(values, out=out)
     if not isinstance(first, np.ndarray) or first.dtype.kind not in "biuf" or any(
             not isinstance(v, np.ndarray) or v.shape != first.shape or v.dtype != first.dtype for v in values):
         return values  # a sample that lacks the field (None), or values of several shapes

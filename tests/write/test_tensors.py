@@ -15,11 +15,11 @@ from pipeline.format.index import FieldSpec
 from tests.helpers import read_back
 
 
-def streamed(out_dir: Path) -> dict[int, torch.Tensor]:
+def streamed(out_dir: Path, workers: int = 0) -> dict[int, torch.Tensor]:
     """Field ``t`` of every sample a loader yields, by the sample's field ``i``."""
     rows = {}
-    for batch in pipeline.make_loader(out_dir, num_workers=0, shuffle=False, batch_size=16):
-        assert isinstance(batch["t"], list)  # per-sample tensors: NumPy cannot gather bfloat16
+    for batch in pipeline.make_loader(out_dir, num_workers=workers, shuffle=False, batch_size=16):
+        assert isinstance(batch["t"], torch.Tensor) and batch["t"].dtype == torch.bfloat16  # one a batch
         rows.update(zip(batch["i"].tolist(), batch["t"]))
     return rows
 
@@ -41,8 +41,9 @@ def test_bfloat16_tensors_stream_back_as_bfloat16_bit_for_bit(tmp_path: Path) ->
     t[5, 0, 0], t[6, 1, 1] = float("inf"), float("nan")
     index = pipeline.write_shards(tmp_path / "out", {"t": t, "i": np.arange(70)}, shard_samples=20, quiet=True)
     assert (len(index.shards), index.fields["t"]) == (4, FieldSpec("bfloat16", (3, 2)))
-    rows = streamed(tmp_path / "out")
-    assert sorted(rows) == list(range(70)) and all(same_bits(rows[i], t[i]) for i in range(70))
+    for workers in (0, 2):  # gathered in the main process, or in workers' shared memory
+        rows = streamed(tmp_path / "out", workers)
+        assert sorted(rows) == list(range(70)) and all(same_bits(rows[i], t[i]) for i in range(70))
 
 
 def test_bfloat16_rows_split_and_cast_like_other_arrays(tmp_path: Path) -> None:
