@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import shlex
 from pathlib import Path
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
@@ -182,7 +183,7 @@ class TableSource(Source):
             try:
                 check_field_names({name: None}, name)
             except SampleError:
-                others = ",".join(n for n in chosen if n != name)
+                others = shlex.quote(",".join(n for n in chosen if n != name))
                 raise SampleError(
                     f"{self.paths[0]}: column {name!r} cannot be a field name (names starting with '__' are "
                     f"reserved, and a name cannot be empty): rename it, or leave it out with --columns {others} "
