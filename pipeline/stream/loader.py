@@ -113,7 +113,7 @@ class ShardLoader(DataLoader):
         ``set_epoch(e)`` before each epoch of a resumed run replays nothing. A loop under way ends
         (its next step stops it) rather than going on from where the loader no longer stands."""
         self._generation += 1
-        if int(epoch) != self._epoch and self._loaded and (self._legs or self._batches):
+        if int(epoch) != self._epoch and self._loaded and (self._legs or self._batches) and len(self):
             warn_caller(f"set_epoch({int(epoch)}) leaves the position load_state_dict loaded (epoch {self._epoch}, "
                         f"{self._batches} batches in): epoch {int(epoch)} plays from its start. To go on from the "
                         f"checkpoint, count epochs from its epoch (set_epoch({self._epoch})), or leave set_epoch out")

@@ -54,7 +54,7 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
                                 f"to replace it{resume}")
     try:
         old = list(index_shard_names(destination.read(index_name), destination.url(index_name)))
-    except IndexFormatError:
+    except (IndexFormatError, FileNotFoundError):  # gone meanwhile: another part of the build replaced it
         old = []
     destination.delete(index_name)
     return old
@@ -66,7 +66,8 @@ def remove_unplanned_shards(destination: Destination, prefix: str, planned: Iter
     otherwise take for data. Returns their names."""
     pattern = re.compile(rf"{re.escape(prefix)}-\d{{6}}\.tar")
     keep = set(planned)
-    stale = [name for name in destination.list(f"{prefix}-") if pattern.fullmatch(name) and name not in keep]
+    stale = [name for name in destination.list(f"{prefix}-")
+             if pattern.fullmatch(name) and name not in keep and _written_here(destination.staging / name)]
     for name in stale:
         destination.delete(name)
     with os.scandir(destination.staging) as entries:  # and the files a killed writer left of them
@@ -75,6 +76,17 @@ def remove_unplanned_shards(destination: Destination, prefix: str, planned: Iter
             if match and pattern.fullmatch(match["name"]) and match["name"] not in keep:
                 Path(entry.path).unlink(missing_ok=True)
     return stale
+
+
+def _written_here(path: Path) -> bool:
+    """Whether the shard at ``path`` is this library's (its first member a ``.msgpack`` record),
+    not another tool's under a name of the same form, which is not ours to delete."""
+    try:
+        with open(path, "rb") as shard:
+            name = shard.read(100).split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return name.endswith(b".msgpack")
 
 
 def clear_split_parent(destination: Destination, splits: Iterable[str], overwrite: bool) -> None:

@@ -134,8 +134,8 @@ def test_ranks_seeded_apart_are_an_error_not_a_silent_loss(tmp_path: Path) -> No
     result = torchrun(2, str(HERE / "ddp_collect.py"), str(shards), str(tmp_path / "out"), "0", "i", "seed-per-rank",
                       check=False, timeout=120)
     assert result.returncode != 0 and not list((tmp_path / "out").iterdir())
-    assert re.search(r"rank ([01]) reads these shards with seed=([56]), rank ([01]) with seed=([56]): every rank must "
-                     r"plan the epoch alike", result.stderr), result.stderr[-3000:]
+    assert re.search(r"rank ([01]) shuffles these shards with seed=([56]), rank ([01]) with seed=([56]): every rank "
+                     r"must draw the same epoch order", result.stderr), result.stderr[-3000:]
     assert "seed=base, not base + rank" in result.stderr
 
 

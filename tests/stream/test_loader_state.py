@@ -5,6 +5,7 @@ position; and the warning of an epoch without a batch."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,12 @@ def test_set_epoch_that_leaves_a_loaded_position_warns(shards) -> None:
                                                    "(epoch 0, 5 batches in): epoch 1 plays from its start")) as caught:
         loader.set_epoch(1)
     assert caught[0].filename == __file__ and len(loader) == 20
+    at_the_end = loader_of(shards["a"])
+    at_the_end.load_state_dict(state_after(loader_of(shards["a"]), 20))  # the epoch's last batch: nothing left
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        at_the_end.set_epoch(1)
+    assert len(at_the_end) == 20
 
 
 def test_an_epoch_without_a_batch_warns_rather_than_passing_silently(tmp_path: Path) -> None:

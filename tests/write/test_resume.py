@@ -5,12 +5,14 @@ the killed run finished."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import random
 import re
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -169,10 +171,14 @@ def test_a_resume_under_other_options_removes_the_shards_beyond_its_plan(tmp_pat
     for name in ("index.json", "index.bin"):
         (tmp_path / name).unlink()
     (tmp_path / ".shard-000041.tar.tmp-12345").write_bytes(b"half a shard")
+    with tarfile.open(tmp_path / "shard-000050.tar", "w") as theirs:  # another tool's (webdataset): not ours to delete
+        member = tarfile.TarInfo("s0.cls")
+        member.size = 1
+        theirs.addfile(member, io.BytesIO(b"1"))
     pipeline.write_shards(tmp_path, arrays, shard_samples=100, resume=True)
     assert "removed 36 shards an earlier run wrote beyond this build's (shard-000004.tar, ...)" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.bin", "index.json"] + [
-        f"shard-{i:06d}.tar" for i in range(4)]
+        f"shard-{i:06d}.tar" for i in (0, 1, 2, 3, 50)]
     assert read_back(tmp_path)[1]["v"] == list(range(400))
 
 
