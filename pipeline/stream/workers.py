@@ -247,3 +247,10 @@ def stop_workers(iterator: Any) -> None:
     shutdown = getattr(iterator, "_shutdown_workers", None)
     if shutdown is not None:
         shutdown()
+    for worker in _workers(iterator):  # stopped means gone: a shutdown cut short by an error (it marks
+        try:  # itself done first, and a second call returns at once) would leave workers running
+            if worker.is_alive():
+                worker.kill()
+            worker.join(timeout=1)
+        except (ValueError, AssertionError):  # a closed process object, or one this process did not start
+            continue
