@@ -163,8 +163,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     def __init__(self, loader: Any) -> None:
         super().__init__(loader)
         self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
-        self._worker_pids = [worker.pid for worker in self._workers]
-        self._contexts.update((pid, weakref.WeakMethod(loader.death_context)) for pid in self._worker_pids)
+        self._contexts.update((worker.pid, weakref.WeakMethod(loader.death_context)) for worker in self._workers)
 
     def _try_get_data(self, timeout: float = WATCH_S) -> tuple[bool, Any]:
         return super()._try_get_data(timeout)
@@ -174,8 +173,8 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             super()._shutdown_workers()
         finally:
             self._held_queues.pop(id(self), None)
-            for pid in getattr(self, "_worker_pids", ()):
-                self._contexts.pop(pid, None)
+            for worker in getattr(self, "_workers", ()):  # (not _workers(): module names may be gone by now)
+                self._contexts.pop(worker.pid, None)
 
 
 def translate_worker_deaths() -> None:

@@ -35,6 +35,11 @@ def shard_name(prefix: str, number: int) -> str:
     return f"{check_prefix(prefix)}-{number:06d}.tar"
 
 
+def _shard_names(prefix: str) -> re.Pattern[str]:
+    """What every :func:`shard_name` of ``prefix`` matches."""
+    return re.compile(rf"{re.escape(prefix)}-\d{{6}}\.tar")
+
+
 def prepare_output(destination: Destination, overwrite: bool, index_name: str = INDEX_NAME,
                    resumable: bool = False) -> list[str]:
     """Make the destination ready; refuse an existing index unless ``overwrite`` (and say that
@@ -64,7 +69,7 @@ def remove_unplanned_shards(destination: Destination, prefix: str, planned: Iter
     """Delete the ``<prefix>-NNNNNN.tar`` files a resumed build does not name: a killed run's under
     other options (more shards, smaller) that a later ``pipeline index`` of the folder would
     otherwise take for data. Returns their names."""
-    pattern = re.compile(rf"{re.escape(prefix)}-\d{{6}}\.tar")
+    pattern = _shard_names(prefix)
     keep = set(planned)
     stale = [name for name in destination.list(f"{prefix}-")
              if pattern.fullmatch(name) and name not in keep and _written_here(destination.staging / name)]
@@ -122,7 +127,7 @@ def clear_planned_shards(destination: Destination, prefix: str, planned: Iterabl
     tool's shards of the same names (``shard-000000.tar`` is webdataset's naming too), or a killed
     build's, which are deleted (with ``overwrite``) so as not to pass, to a later ``resume``, for
     shards of this one."""
-    pattern = re.compile(rf"{re.escape(prefix)}-\d{{6}}\.tar")
+    pattern = _shard_names(prefix)
     wanted = None if planned is None else set(planned)
     found = [name for name in destination.list(f"{prefix}-")
              if (pattern.fullmatch(name) if wanted is None else name in wanted)]
