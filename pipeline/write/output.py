@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, DatasetIndex, TableFile, index_shard_names, table_name_for
@@ -75,11 +75,7 @@ def remove_unplanned_shards(destination: Destination, prefix: str, planned: Iter
              if pattern.fullmatch(name) and name not in keep and _written_here(destination.staging / name)]
     for name in stale:
         destination.delete(name)
-    with os.scandir(destination.staging) as entries:  # and the files a killed writer left of them
-        for entry in entries:
-            match = _TEMPORARY.match(entry.name)
-            if match and pattern.fullmatch(match["name"]) and match["name"] not in keep:
-                Path(entry.path).unlink(missing_ok=True)
+    _remove_temporary(destination, lambda name: pattern.fullmatch(name) is not None and name not in keep)
     return stale
 
 
@@ -149,10 +145,15 @@ def remove_temporary_files(destination: Destination, shards: Iterable[str], inde
     task's that a cluster ran again after its worker died. Call it once the index is saved."""
     names = set(shards)
     index_files = Path(index_name).stem + "."
+    _remove_temporary(destination, lambda name: name in names or name.startswith(index_files))
+
+
+def _remove_temporary(destination: Destination, of: Callable[[str], bool]) -> None:
+    """Delete the writers' temporary files (``.<name>.tmp-<pid>``) whose ``<name>`` passes ``of``."""
     with os.scandir(destination.staging) as entries:
         for entry in entries:
             match = _TEMPORARY.match(entry.name) if entry.name.startswith(".") else None
-            if match and (match["name"] in names or match["name"].startswith(index_files)):
+            if match and of(match["name"]):
                 Path(entry.path).unlink(missing_ok=True)
 
 
