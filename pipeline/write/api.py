@@ -122,6 +122,6 @@ def build_arrow(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "
                 **options: Any) -> BuildResult:
     """Rows of Arrow IPC files or streams, or of a ``datasets`` ``save_to_disk`` folder; options
     as :func:`build_parquet`."""
-    from .sources.tables import ArrowSource
+    from .sources.table_arrow import ArrowSource
 
     return build_dataset(ArrowSource(inputs, columns, fill), out_dir, prefix, **options)

@@ -22,7 +22,8 @@ import pipeline
 from pipeline import SampleError
 from pipeline.cli import main as cli_main
 from pipeline.write.run import chunk_rows_for
-from pipeline.write.sources.tables import ArrowSource, ParquetSource
+from pipeline.write.sources.table_arrow import ArrowSource
+from pipeline.write.sources.tables import ParquetSource
 from tests.helpers import index_content, read_back
 
 ROOT = Path(__file__).resolve().parents[2]

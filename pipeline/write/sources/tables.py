@@ -19,7 +19,7 @@ stored). The choices that matter:
   nulls where it costs no data read (Parquet statistics, the null counts of Arrow batches).
   Every read checks its rows for nulls as well; an error names the file, the column and the rows.
 
-Needs pyarrow (``pip install 'pipeline[parquet]'``).
+Arrow IPC files are in :mod:`.table_arrow`. Needs pyarrow (``pip install 'pipeline[parquet]'``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from ...format.errors import SampleError
 from ..rows import RowBlock
 from ..source import Source
 from .table_columns import FIXED_KINDS, RAGGED, column_kind, fill_value, null_rows, signature, to_column
-from .table_files import Inputs, arrow_files, parquet_files
+from .table_files import Inputs, parquet_files
 
 #: Rows decoded at once from a Parquet row group: about this many bytes of them (a read of a build,
 #: about 16 MB, spans a few batches; larger batches only take more memory).
@@ -316,86 +316,3 @@ def _decoded(path: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Record
         yield from batches
     except (pa.ArrowException, OSError) as exc:
         raise _unreadable(path, exc) from None
-
-
-def _open_ipc(path: str) -> tuple[Any, Any]:
-    """The reader of an IPC file or stream over a fresh memory map of it, and the map."""
-    source = pa.memory_map(path)
-    try:
-        return pa.ipc.open_file(source), source
-    except pa.ArrowInvalid:
-        source.seek(0)
-    try:
-        return pa.ipc.open_stream(source), source
-    except pa.ArrowInvalid as exc:
-        raise SampleError(f"{path}: not an Arrow IPC file or stream ({exc})") from None
-
-
-def _located_batches(reader: Any, source: Any) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """Every record batch, with its locator (see :class:`Unit`)."""
-    if isinstance(reader, pa.ipc.RecordBatchFileReader):
-        for number in range(reader.num_record_batches):
-            yield number, reader.get_batch(number)
-        return
-    while True:
-        position = source.tell()
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            return
-        yield position, batch
-
-
-class ArrowSource(TableSource):
-    """Arrow IPC files (the random-access file format: ``.arrow``, ``.feather`` v2), IPC streams,
-    and folders of them, a ``datasets`` ``save_to_disk`` folder included."""
-
-    kind = "arrow"
-
-    def __init__(self, inputs: Inputs, columns: Sequence[str] | None = None,
-                 fill: Mapping[str, Any] | None = None) -> None:
-        self.streams: list[bool] = []  # per file: the stream format, whose batches are found by byte offset
-        super().__init__(inputs, columns, fill)
-
-    def files(self, inputs: Inputs) -> list[Path]:
-        return arrow_files(inputs)
-
-    def schema(self, path: str) -> pa.Schema:
-        return _open_ipc(path)[0].schema
-
-    def open_state(self) -> dict[str, Any]:
-        return {"_open": None}
-
-    def read(self, start: int, stop: int) -> RowBlock:
-        try:
-            return super().read(start, stop)
-        finally:
-            self._open = None  # the map now lives only as long as the block that uses it
-
-    def scan(self, number: int, path: str) -> Iterator[tuple[Unit, int]]:
-        reader, source = _open_ipc(path)
-        stream = not isinstance(reader, pa.ipc.RecordBatchFileReader)
-        encoded = [field.name for field in reader.schema if pa.types.is_dictionary(field.type)]
-        if stream and encoded:
-            raise SampleError(f"{path}: an IPC stream with dictionary-encoded columns ({', '.join(encoded)}) cannot "
-                              f"be read a batch at a time; write it as an IPC file (pyarrow.ipc.new_file) or Parquet")
-        self.streams.append(stream)
-        watched = [name for name in self.columns if name not in self.fill]
-        first_row = 0
-        for locator, batch in _located_batches(reader, source):
-            if batch.num_rows:  # only metadata and null counts are read: the data stays on disk
-                self.check_nulls(path, first_row, batch.select(watched))
-                columns_bytes = sum(batch.column(name).get_total_buffer_size() for name in self.columns)
-                yield Unit(number, locator, first_row, batch.num_rows), columns_bytes
-            first_row += batch.num_rows
-
-    def read_unit(self, unit: Unit, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
-        if self._open is None or self._open[0] != unit.file:
-            self._open = (unit.file, *_open_ipc(self.paths[unit.file]))
-        _, reader, source = self._open
-        if self.streams[unit.file]:
-            source.seek(unit.locator)
-            batch = pa.ipc.read_record_batch(pa.ipc.read_message(source), reader.schema)
-        else:
-            batch = reader.get_batch(unit.locator)
-        yield lo, batch.slice(lo, hi - lo)
