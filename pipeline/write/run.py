@@ -50,6 +50,11 @@ from .shard_file import ShardFile
 from .source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES, Source, resolve_pack
 
 _CHUNK_BYTES = 16 << 20
+#: About how many bytes one task of a build with workers writes (there are at least 4 tasks a
+#: worker): progress moves, and the workers share the last tasks, every few shards of a large
+#: build, not in a handful of jumps. A task costs a few milliseconds (its window is sent, its
+#: files reopened), nothing next to writing this much.
+TASK_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,11 @@ def chunk_rows_for(source: Source, pack: int) -> int:
     return max(pack, (_CHUNK_BYTES // row_bytes) // pack * pack)
 
 
+def task_count(slots: int, nbytes: int) -> int:
+    """How many tasks a build of about ``nbytes`` is cut into for ``slots`` workers."""
+    return max(slots * 4, math.ceil(nbytes / TASK_BYTES))
+
+
 def plan_runs(source: Source, target: Destination, prefix: str, bounds: list[int], numbers: range,
               pack: int, runs: int, keep: Schema | None = None) -> list[ShardRun]:
     """Split the selected shards into at most ``runs`` contiguous tasks."""
@@ -265,7 +275,7 @@ def build_shards(
         progress = BuildProgress(rows, f"{source.description} -> {target}", quiet)
         keep = reference_schema(source, pack) if resume else None
         with open_workers(engine, workers, scheduler, executor) as pool:
-            runs = 1 if pool.executor is None else pool.slots * 4
+            runs = 1 if pool.executor is None else task_count(pool.slots, rows * source.approx_row_bytes())
             tasks = plan_runs(source, target, prefix, bounds, numbers, pack, runs, keep)
             results = run_tasks(tasks, pool.executor, progress)
         schema: Schema | None = None

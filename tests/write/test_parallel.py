@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -102,3 +103,30 @@ def test_a_failing_task_in_a_pool_fails_the_build_without_an_index(tmp_path: Pat
         pipeline.build_shards(source, tmp_path / "out", shard_bytes=64 << 10, workers=2, quiet=True)
     assert not (tmp_path / "out" / "index.json").exists()
     assert not list((tmp_path / "out").glob(".*tmp*"))
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    """A user's executor that counts the tasks a build gives it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.tasks = 0
+
+    def submit(self, *args, **kwargs):
+        self.tasks += 1
+        return super().submit(*args, **kwargs)
+
+
+def test_a_large_build_is_cut_into_tasks_of_bounded_bytes_so_progress_moves_every_few_shards(
+        tmp_path: Path, monkeypatch) -> None:
+    """Four tasks per worker would move a 100 GB build's progress in a handful of jumps (and
+    leave one worker finishing the last big task alone)."""
+    x = np.arange(4096 * 256, dtype=np.float32).reshape(4096, 256)  # 4 MiB in 1 KiB samples
+    monkeypatch.setattr("pipeline.write.run.TASK_BYTES", 512 << 10)
+    with _CountingExecutor() as executor:
+        index = pipeline.write_shards(tmp_path / "out", {"x": x}, shard_bytes=128 << 10, pack=1, workers=1,
+                                      executor=executor, quiet=True)
+    assert len(index.shards) == 66  # 62 samples a shard, each after its tar and msgpack headers
+    assert executor.tasks == 8  # 4 MiB of samples in tasks of 512 KiB (not 4 tasks for 1 worker)
+    loaded = np.concatenate([batch["x"].numpy() for batch in pipeline.make_loader(tmp_path / "out", batch_size=512, shuffle=False)])
+    assert np.array_equal(loaded, x)
