@@ -18,11 +18,20 @@ import numpy as np
 from .codec import KEYS_FIELD, ROWS_FIELD
 from .errors import SampleError
 
+_PYTHON_NUMBERS = {bool: np.bool_, int: np.int64, float: np.float64}
+
 
 def stack_column(name: str, values: Sequence[Any], keys: Sequence[str]) -> Any:
-    """Stack one field of several samples: arrays and numbers into an array, else a list."""
+    """Stack one field of several samples: arrays into an array, Python numbers of one type
+    into an array of that type, else a list. Numbers of several types (``True`` and ``2``,
+    ``1`` and ``2.5``, ``None`` among ints) stay a list, as one sample a record stores them:
+    NumPy's promotion would change them (``True`` to ``1``, ints to floats)."""
     first = values[0]
-    if isinstance(first, (np.ndarray, np.generic, bool, int, float)) or _is_tensor(first):
+    if type(first) in _PYTHON_NUMBERS:
+        if any(type(value) is not type(first) for value in values):
+            return list(values)
+        return np.array(values, dtype=_PYTHON_NUMBERS[type(first)])  # ints: checked to fit (RowBlock.schema)
+    if isinstance(first, (np.ndarray, np.generic)) or _is_tensor(first):
         arrays = [np.asarray(_as_numpy(v)) for v in values]
         shape = arrays[0].shape
         for key, arr in zip(keys, arrays):

@@ -16,6 +16,7 @@ from typing import Any, Callable, ContextManager, Iterator
 import numpy as np
 import torch
 
+from ..format.numbers import joins_exactly
 from . import message_buffers
 from .reader import Columns
 
@@ -90,8 +91,9 @@ def _join(parts: list[Columns]) -> Columns:
         cols = [p[name] for p in parts]
         if all(isinstance(c, torch.Tensor) for c in cols):
             out[name] = torch.cat(cols)
-        elif all(isinstance(c, (np.ndarray, torch.Tensor)) for c in cols):
-            out[name] = np.concatenate([np.asarray(c) for c in cols])
+        elif all(isinstance(c, (np.ndarray, torch.Tensor)) for c in cols) \
+                and joins_exactly(arrays := [np.asarray(c) for c in cols]):
+            out[name] = np.concatenate(arrays)
         else:
             out[name] = [v for c in cols for v in c]
     return out

@@ -17,6 +17,7 @@ from ..format.codec import KEYS_FIELD, ROWS_FIELD
 from ..format.errors import ShardError
 from ..format.fixed_runs import RunLayouts
 from ..format.index import Schema, ShardInfo
+from ..format.numbers import inexact_int, joins_exactly
 from ..format.tar import open_archive
 from ..format.walk import WalkedRecord, walk_shard
 from ..storage import redact
@@ -40,11 +41,15 @@ def stack_values(values: Sequence[Any]) -> Any:
     first = values[0]
     if isinstance(first, np.ndarray) and first.nbytes >= LARGE_SAMPLE_BYTES:
         return list(values)
-    if isinstance(first, (np.ndarray, np.generic, int, float, bool)):
+    if isinstance(first, (np.ndarray, np.generic)):
         try:
-            return pooled_stack(values) if isinstance(first, (np.ndarray, np.generic)) else np.asarray(values)
+            return pooled_stack(values)
         except ValueError:
             return list(values)
+    if isinstance(first, (int, float)):  # bool is an int
+        numbers = np.asarray(values)
+        exact = numbers.dtype.kind in "biuf" and inexact_int(values, numbers) is None
+        return numbers if exact else list(values)
     return list(values)
 
 
@@ -55,7 +60,8 @@ def concat_columns(parts: Sequence[Columns]) -> Columns:
     out: Columns = {}
     for name in parts[0]:
         cols = [p[name] for p in parts]
-        if all(isinstance(c, np.ndarray) for c in cols) and len({c.shape[1:] for c in cols}) == 1:
+        if all(isinstance(c, np.ndarray) for c in cols) and len({c.shape[1:] for c in cols}) == 1 \
+                and joins_exactly(cols):
             out[name] = pooled_concatenate(cols)
         else:
             out[name] = [v for c in cols for v in c]
@@ -137,7 +143,8 @@ class _RowCollector:
                 self.singles.setdefault(name, []).append(column[0])
             return
         rows = self.wanted_rows(number)
-        self.parts.append({name: column[rows] for name, column in columns.items()})
+        self.parts.append({name: column[rows] if isinstance(column, np.ndarray) else stack_values(column[rows])
+                           for name, column in columns.items()})
 
     def lose(self, rows: int) -> None:
         self._flush()

@@ -117,11 +117,20 @@ class RowBlock:
                 continue
             for i, value in enumerate(col):
                 spec = spec_of(value)
+                if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+                    raise SampleError(f"{self._where(i)}, field {name!r}: {value} does not fit int64, the integers of "
+                                      f"a batch's tensor; write such values as an array of np.uint64 (if they are "
+                                      f"IDs under 2**64) or str")
                 if name in schema:
-                    where = f"record {self.keys[i]!r}" if self.keys else "samples"
-                    spec = merge_spec(name, schema[name], spec, where)
+                    spec = merge_spec(name, schema[name], spec, self._where(i))
                 schema[name] = spec
         return schema
+
+    def _where(self, i: int) -> str:
+        return f"record {self.keys[i]!r}" if self.keys else "samples"
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _value_bytes(value: Any) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 from ...format import npy
 from ...format.codec import check_dtype
 from ...format.errors import SampleError
+from ...format.numbers import inexact_int
 from ..rows import RowBlock, check_key
 from ..source import Source
 
@@ -132,6 +133,12 @@ def as_column(value: Any, name: str) -> Column:
     array = np.asarray(value)
     if array.ndim == 0:
         raise SampleError(f"field {name!r}: a 0-d array has no rows")
+    if isinstance(value, (list, tuple)):
+        lost = inexact_int(np.asarray(value, dtype=object).ravel(), array)
+        if lost is not None:
+            raise SampleError(f"field {name!r}: NumPy makes this list float64, which does not hold {lost} exactly; "
+                              f"pass an array of the dtype it needs (np.array(values, dtype=np.uint64) for IDs "
+                              f"under 2**64), or str")
     return array
 
 

@@ -1,0 +1,35 @@
+"""Python numbers made a NumPy array only where the array holds every one exactly.
+
+NumPy promotes a list of ints that do not all fit int64 (an ID of 2**64 - 1 beside a 7) to
+float64, and ints beside floats to floats: past 2**53 such a float is another number, silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+_EXACT_IN_FLOAT64 = 1 << 53
+
+
+def inexact_int(values: Iterable[Any], numbers: np.ndarray) -> int | None:
+    """An int of ``values`` that ``numbers`` (their array) does not hold exactly, if any."""
+    if numbers.dtype.kind != "f":
+        return None
+    return next((v for v in values if type(v) is int and not -_EXACT_IN_FLOAT64 <= v <= _EXACT_IN_FLOAT64), None)
+
+
+def joins_exactly(arrays: Iterable[np.ndarray]) -> bool:
+    """Whether the arrays, concatenated, keep every value: an int column joined to a float one
+    (or int64 to uint64, which NumPy joins as float64) must hold ints the float holds exactly."""
+    arrays = list(arrays)
+    dtypes = {array.dtype for array in arrays}
+    if len(dtypes) == 1:
+        return True
+    joined = np.result_type(*dtypes)
+    if joined.kind != "f":
+        return True
+    limit = 1 << (np.finfo(joined).nmant + 1)
+    return all(array.dtype.kind not in "iu" or not array.size or -limit <= int(array.min()) and int(array.max()) <= limit
+               for array in arrays)
