@@ -49,11 +49,9 @@ def shard_urls(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
                 raise ValueError(f"{redact(url)}: an HTTP folder cannot be listed; name its shards (a brace "
                                  f"pattern: .../train-{{000000..000099}}.tar)")
             names = destination(url).list("")
-            if not any(name.endswith(".tar") for name in names) and any(name.endswith((".tar.gz", ".tgz"))
-                                                                          for name in names):
-                raise ValueError(f"{redact(url)} holds gzip-compressed shards only: an index needs plain tar files "
-                                 f"(decompress them with gunzip), and they stream without one as they are")
-            urls.extend(join(url, name) for name in names if name.endswith(".tar"))
+            plain = [name for name in names if name.endswith(".tar")]
+            _refuse_compressed(url, [name for name in names if name.endswith(COMPRESSED_SUFFIXES)], len(plain))
+            urls.extend(join(url, name) for name in plain)
     if not urls:
         raise ValueError(f"no shards (.tar files) in {', '.join(map(os.fspath, given))}")
     for url in urls:
@@ -70,6 +68,24 @@ def shard_urls(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
             raise ValueError(f"{redact(url)} is named twice{also}: each shard must be indexed once")
         seen[key] = url
     return urls
+
+
+#: Shards compressed whole, which stream in order but cannot be read by byte ranges.
+COMPRESSED_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
+
+
+def _refuse_compressed(folder: str, compressed: list[str], plain: int) -> None:
+    """Refuse a folder holding compressed shards: only the plain ones could be indexed, and the
+    others' samples would be left out without a word."""
+    if not compressed:
+        return
+    if not plain:
+        raise ValueError(f"{redact(folder)} holds compressed shards only: an index needs plain tar files "
+                         f"(decompress them: gunzip, unxz, unzstd), and they stream without one as they are")
+    shown = ", ".join(compressed[:3]) + (", ..." if len(compressed) > 3 else "")
+    raise ValueError(f"{redact(folder)} holds {len(compressed)} compressed shards ({shown}) beside {plain} plain "
+                     f"one{'s' if plain > 1 else ''}: an index needs plain tar files; decompress them (gunzip, unxz, unzstd) "
+                     f"and index the folder again, or move them out of it")
 
 
 def _canonical(url: str) -> str:

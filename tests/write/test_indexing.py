@@ -228,3 +228,19 @@ def test_without_an_index_a_member_that_does_not_decode_costs_its_sample_only(tm
     dataset = pipeline.ShardDataset(urls, batch_size=8, shuffle=False, on_error="skip")
     seen = [n for batch in dataset for n in batch["cls"].tolist()]
     assert seen == [n for n in range(40) if n != 17] and dataset.stats()["skipped_pieces"] == 1
+
+
+def test_a_folder_of_plain_and_compressed_shards_is_refused_naming_the_compressed_ones(tmp_path: Path) -> None:
+    """Indexing the plain ones alone would leave the others' samples out without a word."""
+    webdataset_shards(tmp_path / "set", [30])
+    webdataset_shards(tmp_path / "gz", [20, 10], suffix=".tar.gz")
+    for path in (tmp_path / "gz").iterdir():
+        (tmp_path / "set" / path.name.replace("w-", "z-")).write_bytes(path.read_bytes())
+    with pytest.raises(ValueError, match=r"set holds 2 compressed shards \(z-000000\.tar\.gz, z-000001\.tar\.gz\) "
+                                         r"beside 1 plain one: an index needs plain tar files; decompress them "
+                                         r"\(gunzip, unxz, unzstd\) and index the folder again, or move them "
+                                         r"out of it"):
+        pipeline.index_shards(tmp_path / "set", quiet=True)
+    assert not (tmp_path / "set" / "index.json").exists()
+    with pytest.raises(ValueError, match=r"gz holds compressed shards only: .* they stream without one as they are"):
+        pipeline.index_shards(tmp_path / "gz", quiet=True)
