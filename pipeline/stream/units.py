@@ -57,6 +57,7 @@ class UnitReader:
         self.stats = stats
         self.remote = any(shards.remote for shards in sources.shards)
         self.spare: Columns | None = None  # rows of the last unit read: stand-ins when a whole unit fails
+        self.searching = False  # reading blocks to find such rows: their losses are not this unit's
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
 
     def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
@@ -92,11 +93,15 @@ class UnitReader:
         if self.spare is not None:
             return self.spare
         size = max(failed[1] - failed[0], 1)
-        for start in range(0, material.samples, size):
-            columns = self._read_block(material, start, min(start + size, material.samples))
-            if columns:
-                self.spare = columns
-                return columns
+        self.searching = True  # what fails here is counted by its own unit, when that is read
+        try:
+            for start in range(0, material.samples, size):
+                columns = self._read_block(material, start, min(start + size, material.samples))
+                if columns:
+                    self.spare = columns
+                    return columns
+        finally:
+            self.searching = False
         raise ShardError(self._url(*locate(material, self.sources.chunks, *failed)[0][:2]), None,
                          "every piece of every shard failed; nothing to stand in for them")
 
@@ -169,8 +174,9 @@ class UnitReader:
         started, waited = time.perf_counter(), 0.0
 
         def lost(exc: ShardError | SourceError, samples: int) -> None:
-            log_skip(log, url, f"{samples} samples", exc)
-            self.stats.skipped(samples)
+            if not self.searching:
+                log_skip(log, url, f"{samples} samples", exc)
+                self.stats.skipped(samples)
 
         def timed_reader(url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
             nonlocal waited

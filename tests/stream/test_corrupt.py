@@ -212,3 +212,16 @@ def test_foreign_samples_that_lack_a_field_are_yielded_with_the_fill(tmp_path: P
         assert sorted(samples) == list(range(10))  # the fields of the first record: i, x
         assert all((samples[i] == i).all() for i in range(5))
         assert [samples[i] for i in range(5, 10)] == [None if fill is None else "none"] * 5
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_samples_lost_with_whole_units_are_counted_once(tmp_path: Path, shuffle: bool) -> None:
+    """The search for rows to stand in for a failed unit reads other blocks, failed ones too:
+    those are counted by their own units, not again by the search."""
+    folder = build(tmp_path / "set", [100] * 4, pack=8)
+    for n in range(3):
+        os.truncate(folder / f"part-00000{n}.tar", 0)
+    dataset = ShardDataset(folder, batch_size=16, shuffle=shuffle, on_error="skip", shuffle_buffer=16)
+    ids = [i for batch in dataset for i in batch["i"].tolist()]
+    assert len(ids) == 400 and set(ids) == set(range(300, 400))
+    assert dataset.stats()["replaced_samples"] == 300
