@@ -22,7 +22,7 @@ from .format.index import DatasetIndex, FieldSpec, ShardInfo
 from .format.packing import sample_keys, unpack_rows
 from .format.records import decode_fields, iter_records
 from .format.verify import Problem
-from .storage.errors import SourceError
+from .storage.errors import ServerSetupError, SourceError
 from .storage.indexes import load_index
 from .write.api import (
     build_arrow,
@@ -65,7 +65,7 @@ __all__ = [
     "ArraySource", "DatasetIndex", "DevicePrefetcher", "ShardDataset", "ShardLoader", "SourceError",
     "make_loader", "FieldSpec", "FolderSource", "ImageFolderSource", "Images", "FormatError", "IndexFormatError",
     "JoblibBatchSource", "OutputExistsError", "Part", "Problem", "SampleError", "SampleFileSource",
-    "ShardError", "ShardInfo", "ShardWriter", "WorkerError", "build_arrow", "build_folder", "build_imagefolder", "build_joblib",
+    "ServerSetupError", "ShardError", "ShardInfo", "ShardWriter", "WorkerError", "build_arrow", "build_folder", "build_imagefolder", "build_joblib",
     "build_npz", "build_parquet",
     "build_sample_files", "build_shards", "decode_fields", "decode_record", "describe",
     "encode_sample", "index_shards", "iter_records", "iter_samples", "load_index", "merge_index_files", "open_npy",

@@ -12,7 +12,7 @@ import logging
 
 from ..format.errors import LocatedError, redact, redact_text
 
-__all__ = ["RedactingFilter", "SourceError", "TransientError", "redact", "redact_text"]
+__all__ = ["RedactingFilter", "ServerSetupError", "SourceError", "TransientError", "redact", "redact_text"]
 
 
 class RedactingFilter(logging.Filter):
@@ -32,3 +32,9 @@ class SourceError(LocatedError, OSError):
 
 class TransientError(SourceError):
     """A failure worth retrying: a dropped connection, a timeout, a stall, HTTP 5xx, S3 SlowDown."""
+
+
+class ServerSetupError(SourceError):
+    """The server cannot serve a loader's reads at all (it ignores Range): a matter of its setup,
+    not of one damaged piece, so it is raised even under ``on_error="skip"``, which would
+    otherwise train on stand-ins for nearly every sample."""

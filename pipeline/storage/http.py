@@ -24,7 +24,7 @@ from urllib.parse import urljoin, urlsplit
 import urllib3
 
 from . import obstore_ranges
-from .errors import RedactingFilter, SourceError, TransientError, redact
+from .errors import RedactingFilter, ServerSetupError, SourceError, TransientError, redact
 from .per_process import per_process
 from .retry import RetryPolicy
 from .streams import Response
@@ -124,7 +124,9 @@ def status_error(url: str, start: int, status: int) -> SourceError:
     """The error of a status that does not deliver bytes from ``start``: permanent (see
     :data:`_PERMANENT`), or transient (429, 5xx)."""
     if status == 200:  # the server ignored Range: reading from 0 again would duplicate bytes
-        return SourceError(url, start, "the server does not honour Range requests")
+        return ServerSetupError(url, start, "the server does not honour Range requests (it sent the whole file): "
+                                "serve the shards from one that does (nginx, S3 and most static hosts do), or "
+                                "pass cache_dir= to read whole shards, downloaded once")
     if status in _PERMANENT:
         return SourceError(url, start, f"HTTP {status} {_PERMANENT[status]}")
     if status == 429 or status >= 500:

@@ -27,6 +27,7 @@ from ..format.walk import walk_shard
 from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
+from ..storage.errors import ServerSetupError
 from ..storage.opener import has_ranged_reads, local_path, map_range, read_range_into
 from ..storage.per_process import per_process
 from ..storage.retry import RetryPolicy
@@ -191,7 +192,7 @@ class UnitReader:
                              timed_reader, shards.index.fields or None, self.check_records, self.fill,
                              lost if self.skip else None, join=False, layouts=self.layouts[source])
         except (ShardError, SourceError) as exc:
-            if not self.skip:
+            if not self.skip or isinstance(exc, ServerSetupError):
                 missing = _missing_shard(exc, url)
                 if missing is None:
                     raise

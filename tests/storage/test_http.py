@@ -159,3 +159,26 @@ def test_ranges_land_in_buffers_reused_epoch_after_epoch_and_given_back_when_idl
     while pool.held_bytes and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pool.held_bytes == 0
+
+
+def test_a_server_that_ignores_range_is_an_error_even_under_skip_and_cache_dir_reads_it(
+        web_root: Path, total_samples: int, tmp_path: Path) -> None:
+    """Every piece but a shard's first would fail on such a server: skipping them trained on
+    stand-ins for nine samples in ten. Whole shards, downloaded once, need no ranges."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(web_root))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/data/index.json"
+        try:
+            with pytest.raises(SourceError, match=r"the server does not honour Range requests \(it sent the whole "
+                                                  r"file\): serve the shards from one that does .*or pass cache_dir="):
+                all_ids(make_loader(url, num_workers=0, batch_size=64, on_error="skip"))
+            cached = make_loader(url, num_workers=0, batch_size=64, cache_dir=tmp_path / "cache")
+            assert all_ids(cached) == list(range(total_samples))
+        finally:
+            server.shutdown()
