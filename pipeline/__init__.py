@@ -37,7 +37,9 @@ from .write.api import (
 from .write.indexing import index_shards
 from .write.merge import merge_index_files
 from .write.output import OutputExistsError
+from .write.rows import RowBlock
 from .write.run import Part, build_shards
+from .write.source import Source
 from .write.sources.arrays import ArraySource, open_npy, open_npz
 from .write.sources.folder import FolderSource
 from .write.sources.image_folder import ImageFolderSource
@@ -64,7 +66,7 @@ def __getattr__(name: str):
 __all__ = [
     "ArraySource", "DatasetIndex", "DevicePrefetcher", "ShardDataset", "ShardLoader", "SourceError",
     "make_loader", "FieldSpec", "FolderSource", "ImageFolderSource", "Images", "FormatError", "IndexFormatError",
-    "JoblibBatchSource", "OutputExistsError", "Part", "Problem", "SampleError", "SampleFileSource",
+    "JoblibBatchSource", "OutputExistsError", "Part", "Problem", "RowBlock", "SampleError", "SampleFileSource", "Source",
     "ServerSetupError", "ShardError", "ShardInfo", "ShardWriter", "WorkerError", "build_arrow", "build_folder", "build_imagefolder", "build_joblib",
     "build_npz", "build_parquet",
     "build_sample_files", "build_shards", "decode_fields", "decode_record", "describe",

@@ -24,6 +24,9 @@ _BAD_PREFIX = re.compile(r"[/\\{}\x00-\x1f\x7f]")  # braces: the index writes na
 def check_prefix(prefix: str) -> str:
     """Refuse a shard name prefix that is not a plain file name, so that no shard can land
     outside the output folder (``../x``, ``/tmp/x``) or be hidden among temporary files."""
+    if not isinstance(prefix, str):  # a converter's option given by position lands here
+        raise TypeError(f"prefix must be a str (the shards' name before -000000.tar), got {prefix!r}: give the "
+                        f"options after it by name (columns=..., batch_size=...)")
     if not prefix or prefix.startswith(".") or _BAD_PREFIX.search(prefix) or len(prefix.encode()) > 200:
         raise ValueError(f"shard name prefix {prefix!r} is not a plain file name: it must be 1 to 200 bytes "
                          f"without '/', '\\', braces or control characters, and not start with '.'")

@@ -14,6 +14,7 @@ import math
 import os
 import sys
 from concurrent.futures import Executor, Future, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable, Mapping, NamedTuple
 
@@ -35,6 +36,7 @@ from .casting import CastSource
 from .engines import check_engine, open_workers
 from .fixed_records import build_records, fixed_layout
 from .output import (
+    check_prefix,
     clear_planned_shards,
     prepare_output,
     remove_stale_shards,
@@ -207,6 +209,10 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
             for result in done[futures[future]]:
                 report(result)
         return [r for results in done for r in results]
+    except BrokenProcessPool as exc:
+        raise RuntimeError("a build worker process died (its output, if any, is above): in a script, build under "
+                           "`if __name__ == \"__main__\":`, since each worker starts by importing the script; "
+                           "else it was killed (out of memory?); no index was written") from exc
     finally:
         for future in futures:
             future.cancel()
@@ -242,6 +248,7 @@ def build_shards(
     ``workers`` processes, in ``executor``, or on Dask (``engine="dask"``: a cluster of
     ``workers`` local processes, or the one at ``scheduler``).
     """
+    check_prefix(prefix)
     check_limits(shard_samples, shard_bytes, workers)
     check_engine(engine, scheduler, executor)
     if resume and overwrite:

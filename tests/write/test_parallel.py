@@ -130,3 +130,17 @@ def test_a_large_build_is_cut_into_tasks_of_bounded_bytes_so_progress_moves_ever
     assert executor.tasks == 8  # 4 MiB of samples in tasks of 512 KiB (not 4 tasks for 1 worker)
     loaded = np.concatenate([batch["x"].numpy() for batch in pipeline.make_loader(tmp_path / "out", batch_size=512, shuffle=False)])
     assert np.array_equal(loaded, x)
+
+
+def test_a_script_that_builds_with_workers_outside_a_main_guard_is_told_to_add_one(tmp_path: Path) -> None:
+    """Each worker imports the script and so starts the build again, which Python refuses: the
+    build failed with BrokenProcessPool and nothing to say why."""
+    script = tmp_path / "build.py"
+    script.write_text("import numpy as np\nimport pipeline\n"
+                      "pipeline.write_shards('out', {'x': np.zeros((5000, 64), np.float32)}, shard_bytes=64 << 10, "
+                      "workers=2, quiet=True)\n")
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and last.startswith("RuntimeError: a build worker process died (its output, if any, "
+                                                       "is above): in a script, build under `if __name__ == ")
+    assert not (tmp_path / "out" / "index.json").exists()

@@ -366,3 +366,12 @@ def test_the_tables_benchmark_runs(tmp_path: Path) -> None:
     cases = {c["case"]: c for c in json.loads((tmp_path / "results" / "bench_tables.json").read_text())["cases"]}
     assert {"pyarrow read", "build", "build workers=2", "big: build"} <= set(cases)
     assert cases["build"]["rows"] == 3000 and "| build |" in result.stdout
+
+
+def test_columns_given_where_the_prefix_goes_are_named_as_such(tmp_path: Path) -> None:
+    """``build_parquet(inputs, out, ["x", "y"])`` made the list the shards' prefix, and crashed."""
+    pq.write_table(pa.table({"x": [1.0] * 20, "y": list(range(20))}), tmp_path / "t.parquet")
+    with pytest.raises(TypeError, match=r"prefix must be a str \(the shards' name before -000000\.tar\), got "
+                                        r"\['x', 'y'\]: give the options after it by name \(columns=\.\.\."):
+        pipeline.build_parquet(tmp_path / "t.parquet", tmp_path / "out", ["x", "y"])
+    assert not (tmp_path / "out").exists()
