@@ -159,6 +159,25 @@ class ShardCache:
             fcntl.flock(handle, fcntl.LOCK_UN)
         return True
 
+    def drop_if_other_version(self, url: str, sha256: str | None) -> bool:
+        """Delete the copy of ``url`` if its bytes are not the version ``sha256`` (the index's),
+        so that the next read downloads it again: a copy damaged on the server, or on the way
+        in, would otherwise fail every later read after the server's copy is mended. Called when
+        a read of the copy fails its checks; whether the copy went. Readers hold a copy's lock
+        only while they map it: this waits for them, as a download does."""
+        path = self.path_for(url, sha256)
+        if sha256 is None:
+            return False
+        with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
+            try:
+                with open(path, "rb") as copy:
+                    if hashlib.file_digest(copy, "sha256").hexdigest() == sha256:
+                        return False
+            except FileNotFoundError:  # dropped by another reader that failed on it too
+                return True
+            path.unlink()
+        return True
+
     def holds(self, url: str, sha256: str | None = None) -> bool:
         """Whether a copy of ``url`` (of the version ``sha256``: see :meth:`path_for`) is in the
         cache now."""

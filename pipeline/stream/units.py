@@ -175,6 +175,7 @@ class UnitReader:
         started, waited = time.perf_counter(), 0.0
 
         def lost(exc: ShardError | SourceError, samples: int) -> None:
+            exc = self._dropping_a_damaged_copy(exc, source, shard)
             if not self.searching:
                 log_skip(log, url, f"{samples} samples", exc)
                 self.stats.skipped(samples)
@@ -193,15 +194,27 @@ class UnitReader:
                              lost if self.skip else None, join=False, layouts=self.layouts[source])
         except (ShardError, SourceError) as exc:
             if not self.skip or isinstance(exc, ServerSetupError):
-                missing = _missing_shard(exc, url)
-                if missing is None:
+                told = _missing_shard(exc, url) or self._dropping_a_damaged_copy(exc, source, shard)
+                if told is exc:
                     raise
-                raise missing from None
+                raise told from None
             lost(exc, stop - start)
             return None
         finally:
             self.stats.spent(Count.STORAGE, waited)
             self.stats.spent(Count.DECODE, time.perf_counter() - started - waited)
+
+    def _dropping_a_damaged_copy(self, exc: ShardError | SourceError, source: int,
+                                 shard: int) -> ShardError | SourceError:
+        """``exc``; but when it is a check that the cache's copy of a remote shard failed, and
+        that copy is not the indexed version, the copy deleted (the next read downloads it
+        again) and an error that says so."""
+        url = self._url(source, shard)
+        if self.cache is None or not self.sources.shards[source].remote or not isinstance(exc, ShardError) \
+                or exc.reason is None or not self.cache.drop_if_other_version(url, self._sha256(source, shard)):
+            return exc
+        return ShardError(url, exc.offset, f"{exc.reason} (read from its cached copy, which is not the version "
+                                           f"indexed and was deleted: the next read downloads it again)")
 
     def provenance(self, material: Material, position: int) -> tuple[str, int | None, str]:
         """Where the sample at material ``position`` lies, for an error about it: its shard's URL,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import pipeline
-from pipeline import SourceError, make_loader
+from pipeline import ShardError, SourceError, make_loader
 from pipeline.storage.cache import ShardCache
 from tests.storage.conftest import all_ids
 from tests.storage.servers import FaultProxy
@@ -140,3 +140,30 @@ def test_a_download_whose_process_this_one_cannot_see_is_kept_while_it_holds_its
         assert partial.exists()
     ShardCache(tmp_path, 1 << 30)
     assert not partial.exists()
+
+
+def test_a_cached_copy_that_fails_a_check_is_dropped_so_a_mended_server_copy_is_read(nginx: str, web_root: Path,
+                                                                                     tmp_path: Path) -> None:
+    """A copy damaged on the server, cached, failed every later run (or cost its samples every
+    epoch under skip) after the server's copy was mended."""
+    folder = web_root / "mended"
+    shutil.copytree(web_root / "data", folder)
+    shard = folder / "part-000001.tar"
+    good = shard.read_bytes()
+    damaged = bytearray(good)
+    damaged[pipeline.load_index(folder).shards[1].offsets[2] + 600] ^= 0xFF
+    shard.write_bytes(bytes(damaged))
+    total = pipeline.load_index(folder).samples
+    with pytest.raises(ShardError, match=r"mended/part-000001\.tar at byte \d+: .*read from its cached copy, which is "
+                                         r"not the version indexed and was deleted: the next read downloads it again"):
+        all_ids(make_loader(f"{nginx}/mended/", num_workers=0, batch_size=64, cache_dir=tmp_path))
+    loader = make_loader(f"{nginx}/mended/", num_workers=0, batch_size=64, cache_dir=tmp_path, on_error="skip")
+    assert len([i for batch in loader for i in batch["i"].tolist()]) == total
+    assert loader.stats()["replaced_samples"] == pipeline.load_index(folder).pack  # the damaged record
+    shard.write_bytes(good)  # the copy cached again since is damaged too: its next failure drops it
+    again = make_loader(f"{nginx}/mended/", num_workers=0, batch_size=64, cache_dir=tmp_path, on_error="skip")
+    pack = pipeline.load_index(folder).pack
+    assert len(all_ids(again)) == total and again.stats()["replaced_samples"] == pack
+    assert all_ids(again) == list(range(total)) and again.stats()["replaced_samples"] == pack  # none in epoch 2
+    copies = [p for p in tmp_path.glob("*part-000001.tar") if ".part-" not in p.name]
+    assert [p.read_bytes() == good for p in copies] == [True]
