@@ -33,6 +33,7 @@ from .workers import (
     is_worker_death,
     stop_workers,
     translate_worker_deaths,
+    with_signals,
 )
 
 
@@ -220,7 +221,7 @@ class ShardLoader(DataLoader):
                      f"({type(exc).__name__}: {exc}).")
         if death is None:
             return None
-        return f"{death} {self.death_context()}{WorkerError.advice}"
+        return WorkerError.explaining(with_signals(death, iterator), self.death_context())
 
     def death_context(self) -> str:
         """Where the loader stood when a worker died, for its :class:`WorkerError`."""

@@ -65,9 +65,22 @@ class WorkerError(RuntimeError):
     batches delivered, so the last checkpoint, or a state taken now, resumes the epoch exactly,
     and iterating the loader again continues it with new workers."""
 
-    advice = ("state_dict() (now, or from the last checkpoint) resumes the epoch exactly. A worker killed by "
-              "the system has often run out of memory: fewer workers, a smaller prefetch_factor or "
-              "shuffle_buffer use less.")
+    advice = "state_dict() (now, or from the last checkpoint) resumes the epoch exactly."
+
+    @staticmethod
+    def cause(death: str) -> str:
+        """What most likely killed the worker PyTorch's ``death`` reports dead, and what to do."""
+        if "Bus error" in death:  # PyTorch blames shared memory only
+            return ("A bus error is memory gone from under a worker: a shard truncated or rewritten in place while "
+                    "it was read (local shards are memory-mapped: replace one by renaming a new file over it), or "
+                    "/dev/shm full.")
+        return ("A worker killed by the system has often run out of memory: fewer workers, a smaller "
+                "prefetch_factor or shuffle_buffer use less.")
+
+    @classmethod
+    def explaining(cls, death: str, context: str) -> str:
+        """The message of a worker's death: PyTorch's words, where the loader stood, what to do."""
+        return f"{death} {context}{cls.advice} {cls.cause(death)}"
 
 
 def is_worker_death(exc: BaseException) -> bool:
@@ -195,7 +208,7 @@ def translate_worker_deaths() -> None:
             if type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH):
                 if frame is not None and frame.f_code is _FINALIZER:
                     return  # the error would be printed and dropped: the loader's watch reports the death
-                raise WorkerError(f"{str(exc).strip()} {_death_context(str(exc))}{WorkerError.advice}") from exc
+                raise WorkerError(WorkerError.explaining(str(exc).strip(), _death_context(str(exc)))) from exc
             raise
 
     handler.translates_worker_deaths = True  # type: ignore[attr-defined]
@@ -229,6 +242,16 @@ def exited_workers(iterator: Any, grace: float) -> list[int]:
             continue
     ready = multiprocessing.connection.wait(list(sentinels), timeout=grace) if sentinels else []
     return sorted(sentinels[s] for s in ready)  # type: ignore[index]
+
+
+def with_signals(death: str, iterator: Any) -> str:
+    """PyTorch's ``death`` message, with the signal that killed each worker it names where it
+    does not say (its queue's watch reports only that a worker "exited unexpectedly")."""
+    for worker in _workers(iterator):
+        code = worker.exitcode if str(worker.pid) in death else None
+        if code is not None and code < 0 and (signal.strsignal(-code) or "?") not in death:
+            death = f"{death} Worker {worker.pid} was killed by signal: {signal.strsignal(-code) or -code}."
+    return death
 
 
 def _unwatch(iterator: Any) -> None:

@@ -41,7 +41,7 @@ def ids(batches) -> list[list[int]]:
     return [batch["i"].tolist() for batch in batches]
 
 
-def kill_one_worker_while_waiting(workers: list[int]) -> None:
+def kill_one_worker_while_waiting(workers: list[int], how: signal.Signals = signal.SIGKILL) -> None:
     """SIGKILL the first worker while the main thread waits for data: the others are paused
     first (so the main thread drains what they sent and waits), then resumed as the first dies.
     PyTorch's SIGCHLD handler raises in whatever code the main thread runs; waiting for data,
@@ -50,8 +50,8 @@ def kill_one_worker_while_waiting(workers: list[int]) -> None:
         os.kill(pid, signal.SIGSTOP)
 
     def kill() -> None:
-        os.kill(workers[0], signal.SIGKILL)
-        for pid in workers[1:]:
+        os.kill(workers[0], how)
+        for pid in workers[1 if how == signal.SIGKILL else 0:]:  # a stopped process takes other signals once resumed
             os.kill(pid, signal.SIGCONT)
 
     threading.Timer(0.5, kill).start()
@@ -88,6 +88,21 @@ def test_a_killed_worker_is_a_clear_error_and_the_saved_state_resumes_exactly(sh
     resumed = new_loader(shards)
     resumed.load_state_dict(after_error)
     assert ids(resumed) == reference[len(head):]
+
+
+def test_a_worker_dead_of_a_bus_error_is_told_of_shards_cut_short_under_it(shards: Path) -> None:
+    """A local shard is read through a memory map: truncated or rewritten in place while a worker
+    reads it, it kills the worker with SIGBUS, which PyTorch puts down to shared memory."""
+    before = set(child_pids(os.getpid()))
+    iterator = iter(new_loader(shards))
+    next(iterator)
+    kill_one_worker_while_waiting(started_since(before), signal.SIGBUS)
+    with pytest.raises(WorkerError, match=r"Bus error.* A bus error is memory gone from under a worker: a shard "
+                                          r"truncated or rewritten in place while it was read \(local shards are "
+                                          r"memory-mapped: replace one by renaming a new file over it\), or "
+                                          r"/dev/shm full"):
+        for _ in iterator:
+            pass
 
 
 def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_step(shards: Path) -> None:
