@@ -37,7 +37,9 @@ What it measures, and why:
    worst case for any streaming shuffle): the mean number of distinct classes in a batch of
    256 and the mean label entropy of a batch in bits, for this loader (its default buffer
    and a 1000-sample buffer, like webdataset's), webdataset's pipeline above and a full
-   random permutation (the ideal: 10 classes, log2(10) = 3.32 bits).
+   random permutation (the ideal: 10 classes, log2(10) = 3.32 bits). The table shows the
+   samples each shuffles together: for this loader the unit its plan cuts, at most the
+   buffer and fewer on a short dataset (a rank's span is cut into 8 units at least).
 
 3. Memory: a >= 4 GB dataset (1.4M x 768 float32, ``pack=16``; generated in chunks, never
    whole in RAM) streamed once with 2 workers. Its peak RSS must stay bounded by what the
@@ -78,17 +80,29 @@ import tempfile
 from pathlib import Path
 
 from benchlib.cases import run_memory, run_shapes, run_shuffle
-from benchlib.common import FULL, LABEL_BYTES, MEMORY_DIM, QUICK, ROOT, SHAPES, Config, log, shapes_of
+from benchlib.common import FULL, LABEL_BYTES, MEMORY_DIM, QUICK, ROOT, SHAPES, Config, existing_folder, log, shapes_of
 from benchlib.data import wds_sample_bytes
 from benchlib.library import snapshot_library
 from benchlib.readers import child_main
 from benchlib.report import report
 from benchlib.runs import check_free_space
 
+REMOTE_SOURCES = ("http", "s3", "both")
+
+
+def remote_source(argv: list[str]) -> bool:
+    """Whether ``argv`` asks for ``--source``: the remote benchmark's run, not this one's."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--source")
+    return pre.parse_known_args(argv)[0].source is not None
+
 
 def parse_args(argv: list[str] | None = None) -> Config:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--source", choices=REMOTE_SOURCES,
+                   help="stream from nginx (http) and SeaweedFS (s3) on 127.0.0.1 instead, against curl and boto3: "
+                        "runs scripts/bench_remote.py, which takes the other options (see its --help)")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     p.add_argument("--tabular-rows", type=int, help=f"tabular samples (default {FULL['tabular_rows']:,})")
     p.add_argument("--embedding-rows", type=int, help=f"embedding samples (default {FULL['embedding_rows']:,})")
@@ -107,7 +121,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--skip-shuffle", action="store_true", help="skip the shuffle quality case")
     p.add_argument("--skip-memory", action="store_true", help="skip the memory case")
     p.add_argument("--rev", help="benchmark the library at this git commit (default: pipeline/ as it is at the start)")
-    p.add_argument("--tmp", help="folder for the generated data (default: the system temp dir)")
+    p.add_argument("--tmp", type=existing_folder, help="folder for the generated data (default: the system temp dir)")
     p.add_argument("--out", type=Path, default=ROOT / "bench-results",
                    help="folder for bench.json and bench.png (default: bench-results/)")
     args = p.parse_args(argv)
@@ -151,7 +165,7 @@ def main(cfg: Config) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         child_main(json.loads(sys.argv[2]))
-    elif "--source" in sys.argv:
+    elif remote_source(sys.argv[1:]):
         # http or s3: streaming from nginx / SeaweedFS on 127.0.0.1 against curl / boto3,
         # measured by scripts/bench_remote.py (which takes the remaining options)
         from bench_remote import main as remote_main

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 from benchlib.build_cases import Case, Dataset, build_case, cases_table, child_main, make_dataset
-from benchlib.common import ROOT, Target, targets_table
+from benchlib.common import ROOT, Target, existing_folder, targets_table
 from benchlib.runs import check_free_space
 
 FEATURES = 10
@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--embedding-pack", type=int, default=16,
                    help="pack of the packed embeddings build (default 16; pack=1 is always run too)")
     p.add_argument("--skip-big", action="store_true", help="skip the memory case (needs ~2.1x --big-gb free)")
-    p.add_argument("--tmp", help="folder for the generated data and shards (default: the system temp dir)")
+    p.add_argument("--tmp", type=existing_folder, help="folder for the generated data and shards (default: the system temp dir)")
     p.add_argument("--out", type=Path, default=ROOT / "bench-results",
                    help="folder for bench_build.json (default: bench-results/)")
     args = p.parse_args(argv)

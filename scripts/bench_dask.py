@@ -16,11 +16,13 @@ Each run is a fresh process, timed from ``sync`` to ``sync``, best of ``--repeat
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
 from bench_build import DIM
 from benchlib.build_cases import Case, build_case, cases_table, make_dataset
+from benchlib.common import existing_folder
 
 
 def parse_args() -> argparse.Namespace:
@@ -29,7 +31,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pack", type=int, default=16, help="samples per record (default 16)")
     p.add_argument("--shard-mb", type=int, default=32, help="shard size (default 32)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each case; the best is used (default 3)")
-    p.add_argument("--tmp", help="folder for the generated data and shards (default: the system temp dir)")
+    p.add_argument("--tmp", type=existing_folder, help="folder for the generated data and shards (default: the system temp dir)")
     p.add_argument("--quick", action="store_true", help="5,000 rows, one run: a smoke run")
     args = p.parse_args()
     if args.quick:
@@ -42,21 +44,26 @@ def dask_case(name: str, local: Case, scheduler: str | None) -> Case:
 
 
 def main(args: argparse.Namespace) -> None:
+    import dask
     from distributed import LocalCluster
 
-    with tempfile.TemporaryDirectory(prefix="bench_dask-", dir=args.tmp) as tmp, \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address=None) as running:
+    with tempfile.TemporaryDirectory(prefix="bench_dask-", dir=args.tmp) as tmp:
         work = Path(tmp)
-        data = make_dataset(work, "embeddings", args.rows, DIM, seed=2)
-        one = build_case("local workers=1", data, "path", args.pack, args.shard_mb, workers=1)
-        two = build_case("local workers=2", data, "path", args.pack, args.shard_mb, workers=2)
-        cases = [one, two, dask_case("dask, cluster of 2 started by the build", two, None),
-                 dask_case("dask, cluster of 2 already running", two, running.scheduler_address)]
-        for repeat in range(args.repeats):
-            print(f"repeat {repeat + 1}/{args.repeats}", flush=True)
-            for case in cases:
-                case.run(work)
+        # Dask keeps its files in a dask-scratch-space that it leaves behind: in here, for this
+        # process's cluster and for those the builds start (their processes read the variable)
+        os.environ["DASK_TEMPORARY_DIRECTORY"] = str(work / "dask")
+        dask.config.refresh()
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=None) as running:
+            data = make_dataset(work, "embeddings", args.rows, DIM, seed=2)
+            one = build_case("local workers=1", data, "path", args.pack, args.shard_mb, workers=1)
+            two = build_case("local workers=2", data, "path", args.pack, args.shard_mb, workers=2)
+            cases = [one, two, dask_case("dask, cluster of 2 started by the build", two, None),
+                     dask_case("dask, cluster of 2 already running", two, running.scheduler_address)]
+            for repeat in range(args.repeats):
+                print(f"repeat {repeat + 1}/{args.repeats}", flush=True)
+                for case in cases:
+                    case.run(work)
     print(f"\n### Local and Dask builds ({args.repeats} runs each, rates from the best; MB = 1e6 bytes)\n")
     print(cases_table([case.summary() for case in cases]))
 

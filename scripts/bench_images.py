@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from benchlib.cases import Row, run_child
-from benchlib.common import ROOT, Target, fmt, log, markdown_table, targets_table
+from benchlib.common import ROOT, Target, existing_folder, fmt, log, markdown_table, targets_table
 from benchlib.images import SIZE, prepare_images
 from benchlib.library import environment, snapshot_library
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, help="images (default 10,000; --quick 300)")
     p.add_argument("--workers", default="0,2", help="comma-separated num_workers values (default 0,2)")
     p.add_argument("--epochs", type=int, help="epochs per reader; the best is reported (default 2; --quick 1)")
-    p.add_argument("--tmp", help="folder for the generated data (default: the system temp dir)")
+    p.add_argument("--tmp", type=existing_folder, help="folder for the generated data (default: the system temp dir)")
     p.add_argument("--out", type=Path, default=ROOT / "bench-results", help="folder for bench_images.json")
     args = p.parse_args(argv)
     rows_wanted = args.rows or (300 if args.quick else 10_000)

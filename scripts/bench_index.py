@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchlib.common import ROOT, existing_folder
 from benchlib.runs import current_rss_mb, folder_bytes, peak_rss_mb
 
 SAMPLES_PER_SHARD = 1000
@@ -154,7 +155,10 @@ def run_child(kind: str, path: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="10^5 and 10^6 samples only")
-    parser.add_argument("--tmp", default=None, help="folder for the synthetic indexes")
+    parser.add_argument("--tmp", type=existing_folder, help="folder for the synthetic indexes (default: the system "
+                                                           "temp dir)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results",
+                        help="folder for bench_index.json (default: bench-results/ in the checkout)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -189,9 +193,8 @@ def main() -> None:
                       f"{result['window_rss_mb']:.0f} MB | {result['window_shards']} shards, "
                       f"{result['window_offset_bytes'] / 1e3:,.0f} kB |", flush=True)
                 shutil.rmtree(folder)
-        out = Path("bench-results")
-        out.mkdir(exist_ok=True)
-        (out / "bench_index.json").write_text(json.dumps({"inline_json": baseline, "tables": rows}, indent=1))
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_index.json").write_text(json.dumps({"inline_json": baseline, "tables": rows}, indent=1))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -112,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = 4 if args.quick else args.runs
     outcomes: Counter[str] = Counter()
     started = time.perf_counter()
+    # The workers share this process's multiprocessing folder (pymp-*), which it removes at exit:
+    # a worker killed leaves its own behind otherwise
+    multiprocessing.util.get_temp_dir()
     with tempfile.TemporaryDirectory(prefix="pipeline-kill-") as tmp:
         shards = build(Path(tmp) / "shards")
         reference = ids(new_loader(shards))

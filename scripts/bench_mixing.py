@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchlib.common import ROOT, existing_folder
 from benchlib.runs import peak_rss_mb, workers_peak_rss_mb
 
-ROOT = Path(__file__).resolve().parent.parent
 BATCH = 256
 WEIGHTS = {"large": 0.5, "medium": 0.3, "small": 0.2}
 SCALE = {"large": 100, "medium": 10, "small": 1}
@@ -99,8 +99,10 @@ def run_child(case: str, paths: dict[str, str], samples: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sources: a smoke run in seconds")
-    parser.add_argument("--tmp", default=None, help="folder for the shards (removed at the end)")
-    parser.add_argument("--out", default="bench-results", help="folder for bench_mixing.json")
+    parser.add_argument("--tmp", type=existing_folder, help="folder for the shards, removed at the end (default: the "
+                                                           "system temp dir)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results",
+                        help="folder for bench_mixing.json (default: bench-results/ in the checkout)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--paths", help=argparse.SUPPRESS)
     parser.add_argument("--samples", type=int, help=argparse.SUPPRESS)
@@ -131,11 +133,10 @@ def main() -> None:
           f"samples/s (ratio {mixed['samples_per_s'] / single['samples_per_s']:.2f}); peak RSS main "
           f"{mixed['peak_rss_mb']:.0f} vs {single['peak_rss_mb']:.0f} MB, largest worker "
           f"{mixed['worker_peak_rss_mb']:.0f} vs {single['worker_peak_rss_mb']:.0f} MB")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     for result in (mixed, single):
         result.pop("shares")
-    (out / "bench_mixing.json").write_text(json.dumps({"quality": rows, "mixed": mixed, "single": single}, indent=1))
+    (args.out / "bench_mixing.json").write_text(json.dumps({"quality": rows, "mixed": mixed, "single": single}, indent=1))
 
 
 if __name__ == "__main__":

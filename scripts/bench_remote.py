@@ -9,9 +9,10 @@ Why: remote reads add requests, loopback transfers and the retry/resume layer; t
 how close to local the loader gets, and how much of the raw client's bandwidth it keeps while it
 also checks, decodes, shuffles and batches. Every reader runs in the same process tree on the
 same shards, ``--runs`` times each (the best run counts: noise on a shared machine only adds
-time). The local loader stays up throughout, and each remote loader's epochs take turns with
-its epochs: a remote row is compared with local epochs of the same minute, not with the first
-row (the machine's load can change a lot over the minutes a run takes). A loader row also gives
+time). The local loader stays up throughout, and each remote reader's runs (a loader's epochs, a
+raw client's reads) take turns with its epochs: every remote row is compared with local epochs
+of the same minute, not with the first row (the machine's load can change a lot over the
+minutes a run takes). A loader row also gives
 the requests an epoch took (``stats()``). HTTP and S3 are read by the loader once per client its
 ranges can go through (urllib3; over S3 presigned URLs on urllib3, the default, and boto3; and
 obstore in the workers, ``PIPELINE_OBSTORE=workers``, when installed); S3 also through
@@ -40,7 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import numpy as np
 
@@ -134,21 +135,21 @@ class LoaderEpoch:
         return self.index.bytes
 
 
-def taking_turns(runs: int, local: LoaderEpoch, remote: LoaderEpoch) -> tuple[float, float, int]:
-    """The best epoch times of ``local`` and ``remote``, their epochs taking turns ``runs``
-    times (and the bytes of one): a ratio of the two is of epochs a second apart, whatever the
-    shared machine's load did in the minutes between rows. Each loader's CPU and memory leave
-    out the other's workers, which idle meanwhile."""
-    local.aside, remote.aside = remote.pids, local.pids
+T = TypeVar("T")
+
+
+def taking_turns(runs: int, local: LoaderEpoch, remote: Callable[[], tuple[float, T]]) -> tuple[float, float, T]:
+    """The best times of ``local``'s epochs and of ``remote``'s runs (each returns its seconds
+    and what it read), taking turns ``runs`` times, and what ``remote``'s last run returned: a
+    ratio of the two is of runs a second apart, whatever the shared machine's load did in the
+    minutes between rows."""
     local.forget()
     best_local = best_remote = float("inf")
-    moved = 0
     for _ in range(runs):
         best_local = min(best_local, best_of(1, local)[0])
-        seconds, moved = best_of(1, remote)
+        seconds, result = remote()
         best_remote = min(best_remote, seconds)
-    local.aside = set()
-    return best_local, best_remote, moved
+    return best_local, best_remote, result
 
 
 READ_AHEAD: int | None = None  # the loader's read_ahead, set by --read-ahead
@@ -173,14 +174,31 @@ def local_row(local: LoaderEpoch, runs: int) -> dict:
                cpu=(local.loader_cpu, local.server_cpu))
 
 
+def alongside(local: LoaderEpoch, local_seconds: float) -> dict:
+    """What a row keeps of the local epochs it took turns with."""
+    return {"local_seconds": local_seconds, "local_mb_per_s": local.index.bytes / local_seconds / 1e6}
+
+
 def loader_row(source: str, location: str, runs: int, local: LoaderEpoch, how: str = "", **options: Any) -> dict:
-    """The row of the loader on ``location``, its epochs taking turns with those of ``local``."""
+    """The row of the loader on ``location``, its epochs taking turns with those of ``local``.
+    Each loader's CPU and memory leave out the other's workers, which idle meanwhile."""
     workers = local.loader.num_workers
     epoch = LoaderEpoch(location, workers, read_ahead=READ_AHEAD, **options)
-    local_seconds, seconds, moved = taking_turns(runs, local, epoch)
+    local.aside, epoch.aside = epoch.pids, local.pids
+    try:
+        local_seconds, seconds, moved = taking_turns(runs, local, lambda: best_of(1, epoch))
+    finally:
+        local.aside = set()
     result = row(source, loader_label(workers, how), seconds, moved, requests=epoch.requests,
                  peak_pss=epoch.peak_pss, cpu=(epoch.loader_cpu, epoch.server_cpu))
-    return result | {"local_seconds": local_seconds, "local_cpu_s": local.loader_cpu}
+    return result | alongside(local, local_seconds) | {"local_cpu_s": local.loader_cpu}
+
+
+def raw_row(source: str, reader: str, runs: int, local: LoaderEpoch, read: Callable[[], int]) -> dict:
+    """The row of a raw client (``read`` reads the shards once), its runs taking turns with the
+    epochs of ``local``."""
+    local_seconds, seconds, moved = taking_turns(runs, local, lambda: best_of(1, read))
+    return row(source, reader, seconds, moved) | alongside(local, local_seconds)
 
 
 def range_clients(source: str, workers: int) -> list[tuple[str, dict[str, str]]]:
@@ -221,21 +239,31 @@ def client_rows(source: str, location: str, runs: int, local: LoaderEpoch) -> li
     return rows
 
 
-def ranged_rows(source: str, url: str, size: int, runs: int) -> list[dict]:
+def ranged_rows(source: str, url: str, size: int, runs: int, local: LoaderEpoch) -> list[dict]:
     """:func:`ranged_row` per client, each in a child process: obstore used here would keep the
     workers of later loaders from it (it is not fork-safe)."""
     rows = []
     for client, env in range_clients(source, 0):
         with client_env(env), multiprocessing.get_context("fork").Pool(1) as pool:
-            rows.append(pool.apply(ranged_row, (source, url, size, client, runs)))
+            rows.append(ranged_row(source, url, size, runs, local, client, pool))
     return rows
 
 
-def ranged_row(source: str, url: str, size: int, client: str, runs: int) -> dict:
-    """The row of bare ranged GETs through ``client`` (:func:`ranged_gets`)."""
-    seconds, moved, requests, cpu_ms = ranged_gets(url, size, runs)
-    reader = f"ranged GETs of {RANGE_BYTES >> 10} KB, {RANGE_THREADS} threads, {client}: {cpu_ms:.2f} ms CPU a request"
-    return row(source, reader, seconds, moved, requests=requests) | {"cpu_ms_per_request": cpu_ms}
+def ranged_row(source: str, url: str, size: int, runs: int, local: LoaderEpoch, client: str, pool: Any) -> dict:
+    """The row of bare ranged GETs (:func:`ranged_gets`) through ``client`` in ``pool``'s
+    process, their runs taking turns with the epochs of ``local``. The CPU a request is the
+    least of the runs' (noise only adds)."""
+    cpu_ms: list[float] = []
+
+    def run() -> tuple[float, tuple[int, int]]:
+        seconds, moved, requests, cpu = pool.apply(ranged_gets, (url, size))
+        cpu_ms.append(cpu)
+        return seconds, (moved, requests)
+
+    local_seconds, seconds, (moved, requests) = taking_turns(runs, local, run)
+    reader = f"ranged GETs of {RANGE_BYTES >> 10} KB, {RANGE_THREADS} threads, {client}: {min(cpu_ms):.2f} ms CPU a request"
+    return (row(source, reader, seconds, moved, requests=requests) | alongside(local, local_seconds)
+            | {"cpu_ms_per_request": min(cpu_ms)})
 
 
 def bench_http(folder: Path, names: list[str], runs: int, local: LoaderEpoch) -> list[dict]:
@@ -243,10 +271,10 @@ def bench_http(folder: Path, names: list[str], runs: int, local: LoaderEpoch) ->
     SERVERS.add(process.pid)
     try:
         curl = curl_all([f"{url}/data/{n}" for n in names], local.loader.num_workers)
-        rows = [row("http", "curl", *best_of(runs, curl))]
+        rows = [raw_row("http", "curl", runs, local, curl)]
         rows += client_rows("http", f"{url}/data/index.json", runs, local)
         shard = folder / "data" / names[0]
-        return rows + ranged_rows("http", f"{url}/data/{names[0]}", shard.stat().st_size, runs)
+        return rows + ranged_rows("http", f"{url}/data/{names[0]}", shard.stat().st_size, runs, local)
     finally:
         SERVERS.discard(process.pid)
         stop(process)
@@ -270,12 +298,12 @@ def bench_s3(folder: Path, names: list[str], runs: int, local: LoaderEpoch) -> l
         for path in sorted((folder / "data").iterdir()):  # the shards and the index (json and bin)
             client.upload_file(str(path), "bench", f"data/{path.name}")
         whole_objects = boto3_all("bench", [f"data/{n}" for n in names], local.loader.num_workers)
-        rows = [row("s3", "boto3 get_object().read()", *best_of(runs, whole_objects))]
+        rows = [raw_row("s3", "boto3 get_object().read()", runs, local, whole_objects)]
         rows += client_rows("s3", "s3://bench/data/", runs, local)
         rows.append(loader_row("s3", "s3://bench/data/", runs, local, how="cache_dir, epochs 2+",
                                cache_dir=folder / "cache"))
         shard = folder / "data" / names[0]
-        return rows + ranged_rows("s3", f"s3://bench/data/{names[0]}", shard.stat().st_size, runs)
+        return rows + ranged_rows("s3", f"s3://bench/data/{names[0]}", shard.stat().st_size, runs, local)
     finally:
         SERVERS.discard(process.pid)
         stop(process)
@@ -289,20 +317,19 @@ def blank(value: float | None, spec: str) -> str:
 
 def print_table(rows: list[dict]) -> None:
     """The rows as a Markdown table (each one's ratios added to it), then what the CPU of an
-    epoch allows each remote loader row at most on this machine's cores. A loader row is
-    compared with the local epochs it took turns with; a raw client's, with the local row."""
+    epoch allows each remote loader row at most on this machine's cores. Each remote row is
+    compared with the local epochs it took turns with (MB/s: the ranged GETs read other bytes)."""
     print("| source | reader | best (s) | MB/s | vs local loader | local alongside (s) | vs raw client "
           "| requests an epoch | peak PSS (MB) | loader CPU an epoch (s) | server CPU an epoch (s) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    local = rows[0]
     raw: dict[str, float] = {}
     for r in rows:
         raw.setdefault(r["source"], r["mb_per_s"])  # each source's first row is its raw client
-        paired = "local_seconds" in r  # same bytes as the local epochs it took turns with
-        r["vs_local"] = r["local_seconds"] / r["seconds"] if paired else r["mb_per_s"] / local["mb_per_s"]
+        r["vs_local"] = r["mb_per_s"] / r["local_mb_per_s"] if "local_mb_per_s" in r else None
         r["vs_raw"] = r["mb_per_s"] / raw[r["source"]]
         vs_raw = "" if r["source"] == "local" else f"{r['vs_raw']:.0%}"
-        print(f"| {r['source']} | {r['reader']} | {r['seconds']:.2f} | {r['mb_per_s']:,.0f} | {r['vs_local']:.0%} | "
+        print(f"| {r['source']} | {r['reader']} | {r['seconds']:.2f} | {r['mb_per_s']:,.0f} | "
+              f"{blank(r['vs_local'], '.0%')} | "
               f"{blank(r.get('local_seconds'), '.2f')} | {vs_raw} | {blank(r['requests'], 'd')} | "
               f"{blank(r['peak_pss_mb'], ',.0f')} | {blank(r['loader_cpu_s'], '.2f')} | "
               f"{blank(r['server_cpu_s'], '.2f')} |")
@@ -310,9 +337,9 @@ def print_table(rows: list[dict]) -> None:
     print(f"\nCPU ceilings on these {cores} cores, which the loader shares with the servers: an epoch cannot take "
           "less wall time than (loader CPU + server CPU) / cores.")
     for r in rows:
-        if "local_seconds" not in r:
+        if "local_cpu_s" not in r:  # the local row, and the raw clients: no loader CPU
             continue
-        ceiling = min(1.0, r["local_seconds"] * cores / max(r["loader_cpu_s"] + r["server_cpu_s"], 1e-9))
+        ceiling = r["local_seconds"] * cores / max(r["loader_cpu_s"] + r["server_cpu_s"], 1e-9)
         r["cpu_ceiling_vs_local"] = ceiling
         print(f"- {r['source']}, {r['reader']}: loader {r['loader_cpu_s']:.2f} s (local {r['local_cpu_s']:.2f}) "
               f"+ server {r['server_cpu_s']:.2f} s of CPU an epoch: at most {ceiling:.0%} of the local loader, "

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib.common import markdown_table
+from benchlib.common import existing_folder, markdown_table
 from benchlib.runs import check_free_space, peak_rss_mb, synced_seconds, warm_page_cache, workers_peak_rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rows", type=int, help=f"rows of the timed file (default {FULL['rows']:,})")
     p.add_argument("--big-rows", type=int, help=f"rows of the --big file (default {FULL['big_rows']:,})")
     p.add_argument("--repeats", type=int, help=f"runs of each timed case; the best is used (default {FULL['repeats']})")
-    p.add_argument("--tmp", help="folder for the generated files and shards (default: the system temp dir)")
+    p.add_argument("--tmp", type=existing_folder, help="folder for the generated files and shards (default: the system temp dir)")
     p.add_argument("--out", type=Path, default=ROOT / "bench-results", help="folder for bench_tables.json")
     args = p.parse_args(argv)
     for name, default in (QUICK if args.quick else FULL).items():

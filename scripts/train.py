@@ -38,32 +38,57 @@ from train_task import Task, UnusableData, choose_task, split_location  # script
 from pipeline import DevicePrefetcher, FormatError, SourceError, WorkerError, make_loader
 
 
+def whole_number(least: int):
+    """An argparse type: a whole number of at least ``least``."""
+    def parse(text: str) -> int:
+        try:
+            value: int | None = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least {least}")
+        return value
+    return parse
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="train.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="shards",
                         help="folder or URL (s3://..., https://...) holding one shard set per split")
     parser.add_argument("--train-split", default="train", help="the split to train on (default: train)")
     parser.add_argument("--validation-split", default="validation",
                         help="the split to evaluate on (default: validation)")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--epochs", type=whole_number(1), default=3)
+    parser.add_argument("--batch-size", type=whole_number(1), default=256)
     parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers per rank")
+    parser.add_argument("--workers", type=whole_number(0), default=2, help="DataLoader workers per rank")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--classes", type=int, help="number of classes (default: largest label + 1)")
+    parser.add_argument("--classes", type=whole_number(1),
+                        help="number of classes (default: the largest label of both splits + 1)")
     parser.add_argument("--task", choices=("auto", "classification", "regression"), default="auto",
                         help="what to train; auto (default) chooses from the labels (see above)")
     parser.add_argument("--checkpoint", type=Path, help="save model, optimizer and loader state here")
-    parser.add_argument("--checkpoint-every", type=int, default=0, help="also save every N batches")
+    parser.add_argument("--checkpoint-every", type=whole_number(1), help="also save every N batches")
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-    parser.add_argument("--stop-after", type=int, default=0,
+    parser.add_argument("--stop-after", type=whole_number(1),
                         help="stop after N training batches (after saving a checkpoint): simulates a crash")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when present)")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=whole_number(1), default=1,
                         help="torch threads on CPU (the example model is tiny: more threads only add overhead)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--result", type=Path, help="write the final metrics here as JSON")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.checkpoint is None:
+        for option, given in (("--resume", args.resume), ("--checkpoint-every", args.checkpoint_every),
+                              ("--stop-after", args.stop_after)):
+            if given:
+                parser.error(f"{option} needs --checkpoint FILE: the checkpoint to "
+                             f"{'continue from' if option == '--resume' else 'save'}")
+    elif args.resume and not args.checkpoint.is_file():
+        parser.error(f"--resume: no checkpoint at {args.checkpoint}; leave out --resume to start afresh "
+                     f"(--checkpoint {args.checkpoint} saves one there)")
+    return args
 
 
 def setup_distributed(device: torch.device) -> tuple[int, int]:
@@ -75,14 +100,15 @@ def setup_distributed(device: torch.device) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def evaluate(model: nn.Module, loader: Iterable[dict], task: Task, device: torch.device) -> tuple[float, int]:
-    """The sum of the validation metric's terms (correct predictions, or squared errors) and
-    the samples seen on this rank."""
+def evaluate(model: nn.Module, loader: Iterable[dict], task: Task, split: str,
+             device: torch.device) -> tuple[float, int]:
+    """The sum of the validation metric's terms (correct predictions, or squared errors) over
+    ``split`` and the samples seen on this rank."""
     model.eval()
     total, seen = 0.0, 0
     with torch.no_grad():
         for batch in DevicePrefetcher(loader, device):
-            total += task.score(model(task.inputs(batch)), task.targets(batch))
+            total += task.score(model(task.inputs(batch)), task.targets(batch, split))
             seen += len(batch["x"])
     model.train()
     return total, seen
@@ -147,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                    disable=args.quiet or rank != 0 or not sys.stderr.isatty())
         for batch in prefetcher:
             optimizer.zero_grad(set_to_none=True)
-            loss = task.loss(model(task.inputs(batch)), task.targets(batch))
+            loss = task.loss(model(task.inputs(batch)), task.targets(batch, args.train_split))
             loss.backward()
             optimizer.step()
             loss_sum += float(loss.detach()) * len(batch["x"])
@@ -157,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             stop = bool(args.stop_after and batches_run >= args.stop_after)
             if train_loader.epoch != epoch:
                 continue  # the epoch's last batch (the loader has moved on): the epoch's end comes first
-            if args.checkpoint and rank == 0 and (stop or (args.checkpoint_every and batches_run % args.checkpoint_every == 0)):
+            if rank == 0 and (stop or (args.checkpoint_every and batches_run % args.checkpoint_every == 0)):
                 save_checkpoint(args.checkpoint, module, optimizer, prefetcher.state_dict())
             if stop:
                 bar.close()
@@ -165,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         bar.close()
         elapsed = time.perf_counter() - started
         loss_sum, samples = all_sum([loss_sum, samples], device)
-        score, seen = all_sum(list(evaluate(model, val_loader, task, device)), device)
+        score, seen = all_sum(list(evaluate(model, val_loader, task, args.validation_split, device)), device)
         stats = prefetcher.stats()
         profile = {key: value - profile_before[key] for key, value in train_loader.stats().items()
                    if key.endswith("_s")}
@@ -194,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def stopped(batches_run: int, checkpoint: Path | None, rank: int, world: int) -> int:
+def stopped(batches_run: int, checkpoint: Path, rank: int, world: int) -> int:
     """End a run that --stop-after cut short, its checkpoint saved."""
     if rank == 0:
         print(f"stopped after {batches_run} batches, checkpoint in {checkpoint}", file=sys.stderr)

@@ -61,14 +61,19 @@ class Task:
         x = batch["x"]
         return x.reshape(len(x), -1).float()
 
-    def targets(self, batch: dict) -> torch.Tensor:
+    def targets(self, batch: dict, split: str) -> torch.Tensor:
+        """What the model's outputs are compared with for ``batch`` of ``split``. A label beyond
+        the classes can only come from ``--classes`` (counted, they hold every label of both
+        splits): an error that says so (checked where the labels are on the CPU)."""
         y = batch["y"]
         if not self.classes:
             return y.reshape(len(y), -1).float()
         target = y.reshape(-1).long()
         if target.device.type == "cpu" and len(target) and int(target.max()) >= self.classes:
-            raise UnusableData(f"label {int(target.max())} in the training data is not one of the {self.classes} "
-                               f"classes found in the validation split; pass --classes")
+            label = int(target.max())
+            raise UnusableData(f"label {label} in the {split} split is not one of the {self.classes} classes "
+                               f"(0 to {self.classes - 1}) given by --classes {self.classes}: give --classes "
+                               f"{label + 1} or more, or leave it out to count the classes from the labels")
         return target
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,8 @@ import pipeline
 from tests.helpers import child_pids
 
 TRAIN = Path(__file__).resolve().parent.parent / "scripts" / "train.py"
+sys.path.insert(0, str(TRAIN.parent))
+from train import parse_args  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +106,36 @@ def test_a_killed_worker_stops_training_with_a_message_and_resume_trains_the_sam
         return torch.load(checkpoint, weights_only=True)["loader"]["epoch"] + 1
 
     assert_resume_trains_the_same_model(data, tmp_path, "2", kill_a_worker)
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--resume"], "--resume needs --checkpoint FILE: the checkpoint to continue from"),
+    (["--resume", "--checkpoint", "missing.pt"], "--resume: no checkpoint at missing.pt; leave out --resume to start "
+                                                 "afresh (--checkpoint missing.pt saves one there)"),
+    (["--stop-after", "5", "--checkpoint-every", "2"], "--checkpoint-every needs --checkpoint FILE: the checkpoint "
+                                                       "to save"),
+    (["--stop-after", "5"], "--stop-after needs --checkpoint FILE: the checkpoint to save"),
+    (["--classes", "-3"], "argument --classes: '-3' is not a whole number of at least 1"),
+    (["--workers", "-1"], "argument --workers: '-1' is not a whole number of at least 0"),
+    (["--batch-size", "0"], "argument --batch-size: '0' is not a whole number of at least 1"),
+    (["--checkpoint-every", "x", "--checkpoint", "c.pt"], "argument --checkpoint-every: 'x' is not a whole number of at "
+                                                          "least 1"),
+])
+def test_options_that_cannot_work_are_usage_errors_naming_the_option(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, args: list[str],
+        error: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--data", "shards", *args])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"train.py: error: {error}"
+
+
+def test_labels_beyond_the_classes_given_are_an_error_naming_the_label_and_the_split(data: Path,
+                                                                                     tmp_path: Path) -> None:
+    run = subprocess.run(command(data, tmp_path, 1, "--workers", "0", "--classes", "2"), capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert run.stderr.splitlines()[-1] == (
+        "train.py: label 2 in the train split is not one of the 2 classes (0 to 1) given by --classes 2: give "
+        "--classes 3 or more, or leave it out to count the classes from the labels")

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from train_task import UnusableData, choose_task  # noqa: E402
+from train_task import Task, UnusableData, choose_task  # noqa: E402
 
 
 def splits(folder: Path, train_y: np.ndarray, val_y: np.ndarray) -> tuple[str, str]:
@@ -50,3 +51,11 @@ def test_labels_it_cannot_train_on_are_clear_errors(tmp_path: Path) -> None:
                           overwrite=True, quiet=True)
     with pytest.raises(UnusableData, match=rf"{validation}: no samples"):
         choose_task(train, validation)
+
+
+def test_a_label_beyond_the_classes_given_is_an_error_naming_the_split() -> None:
+    task = Task(6, 5, 5, "classification into 5 classes (--classes)")
+    assert task.targets({"y": torch.tensor([0, 4])}, "validation").tolist() == [0, 4]
+    with pytest.raises(UnusableData, match=r"^label 9 in the validation split is not one of the 5 classes \(0 to 4\) "
+                                           r"given by --classes 5: give --classes 10 or more, or leave it out"):
+        task.targets({"y": torch.tensor([3, 9, 1])}, "validation")

@@ -166,12 +166,13 @@ def run_shuffle(cfg: Config, work: Path) -> list[dict[str, Any]]:
         for name, spec in cases:
             result = run_child({**spec, "workers": workers, "epochs": 1, "labels": True})
             stats = {"loader": name, "workers": workers, **result["label_stats"],
-                     "shuffle_buffer": result["info"].get("shuffle_buffer", WDS_SHUFFLE)}
+                     "shuffle_buffer": result["info"].get("shuffle_buffer", WDS_SHUFFLE),
+                     "shuffled_together": result["info"].get("unit_samples", WDS_SHUFFLE)}
             rows.append(stats)
             log(f"  {name:34s} workers={workers}: {stats['distinct_mean']:.2f} classes/batch, "
                 f"{stats['entropy_mean_bits']:.2f} bits")
     rows.append({"loader": "full random permutation", "workers": None, **permutation_stats(samples, cfg.shuffle_per_class),
-                 "shuffle_buffer": samples})
+                 "shuffle_buffer": samples, "shuffled_together": samples})
     shutil.rmtree(where.folder)
     return rows
 

@@ -3,6 +3,7 @@ cases, the run's configuration, the shapes of sample, and how a part logs and pr
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import sys
 import time
@@ -133,6 +134,15 @@ def targets_table(targets: list[Target]) -> str:
 
 def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def existing_folder(text: str) -> str:
+    """An argparse type for ``--tmp``: a folder that is there (the benchmark makes its own
+    temporary folder inside, and removes only that)."""
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"no folder {text!r}: make it first, or leave --tmp out for the "
+                                         f"system's temporary folder")
+    return text
 
 
 def best_of(runs: int, action: Callable[[], T]) -> tuple[float, T]:

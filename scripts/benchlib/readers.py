@@ -82,13 +82,18 @@ class TinyBatches:
 
 
 def our_loader(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The loader, and what it holds: its ``shuffle_buffer`` and the samples of the units its
+    plan cuts (at most the buffer, fewer where the rank's span is short: a unit shuffled at
+    once, see pipeline/stream/plan.py)."""
     import pipeline
+    from pipeline.stream.plan import Leg, leg_sequences
 
     options = {"shuffle_buffer": spec["shuffle_buffer"]} if spec.get("shuffle_buffer") else {}
     loader = pipeline.make_loader(spec["data"], num_workers=spec["workers"], batch_size=BATCH, seed=0, **options)
     dataset = loader.dataset
-    info = {"shuffle_buffer": dataset.shuffle_buffer, "sample_bytes": dataset.sample_bytes(),
-            "len": len(loader)}
+    sequence = leg_sequences(dataset.samples, dataset.plan_config, [Leg(dataset.world_size, 0)])[0][dataset.rank]
+    info = {"shuffle_buffer": dataset.shuffle_buffer, "unit_samples": sequence.unit,
+            "sample_bytes": dataset.sample_bytes(), "len": len(loader)}
     return loader, info
 
 

@@ -95,9 +95,12 @@ def throughput_table(rows: list[Row]) -> str:
 
 
 def shuffle_table(rows: list[dict[str, Any]]) -> str:
-    header = ["loader", "workers", "buffer (samples)", "batches", "distinct classes / batch (mean)",
+    """The shuffle case's rows; "shuffled together": the samples a unit holds for this loader
+    (the plan's, which may be fewer than its buffer), webdataset's shuffle buffer, the dataset
+    for a permutation."""
+    header = ["loader", "workers", "shuffled together (samples)", "batches", "distinct classes / batch (mean)",
               "(min)", "label entropy / batch (bits)"]
-    return markdown_table(header, [[r["loader"], fmt(r["workers"], "d"), fmt(r["shuffle_buffer"], ",d"),
+    return markdown_table(header, [[r["loader"], fmt(r["workers"], "d"), fmt(r["shuffled_together"], ",d"),
                                     str(r["batches"]), f"{r['distinct_mean']:.2f}", str(r["distinct_min"]),
                                     f"{r['entropy_mean_bits']:.2f}"] for r in rows])
 

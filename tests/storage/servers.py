@@ -116,7 +116,9 @@ def start_seaweedfs(data: Path) -> tuple[str, subprocess.Popen]:
     ports = {name: free_port(also_free_offset=10000) for name in ("s3", "master", "volume", "filer")}
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
     process = subprocess.Popen(
-        [binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
+        # its logs and the S3 gateway's socket in ``data``, not in /tmp, where they would stay
+        [binary, f"-logdir={data}", "mini", f"-dir={data}", f"-s3.localSocket={data / 's3.sock'}",
+         "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
          "-admin.ui=false", "-webdav=false", f"-s3.port={ports['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
          f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)

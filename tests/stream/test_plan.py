@@ -180,8 +180,8 @@ def test_a_mixed_epoch_takes_each_sources_count_interleaved() -> None:
 
 def test_the_plan_cost_benchmark_runs_for_one_source_and_a_mix(tmp_path: Path) -> None:
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_index.py"
-    result = subprocess.run([sys.executable, str(script), "--quick", "--tmp", str(tmp_path)], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, str(script), "--quick", "--tmp", str(tmp_path),
+                             "--out", str(tmp_path / "bench-results")], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads((tmp_path / "bench-results" / "bench_index.json").read_text())["tables"]
     assert [(r["kind"], r["samples"]) for r in rows] == [("table", 10**5), ("mix", 10**5), ("table", 10**6),
