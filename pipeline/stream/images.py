@@ -85,14 +85,6 @@ class Images:
                              f"that crop")
         decoder(self.backend)  # a missing decoder is an error here, not in a worker
 
-    def to_json(self) -> dict[str, Any]:
-        """The spec as JSON values (for a process started with its options as JSON)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Images":
-        return cls(**data)
-
     def __repr__(self) -> str:
         """``pipeline.Images(...)`` with the fields that differ from their defaults: a valid call."""
         changed = [f"{field.name}={getattr(self, field.name)!r}" for field in dataclasses.fields(self)[1:]
