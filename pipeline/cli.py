@@ -9,10 +9,10 @@ from typing import Any, Callable, Sequence
 
 from . import build_arrow, build_parquet
 from . import cli_values as values
-from .check.describe import describe
-from .check.verify import verify
+from .check.describe import describe_parts
+from .check.verify import check_set
 from .format.errors import FormatError
-from .storage import redact
+from .format.verify import Problem
 from .write.api import build_folder, build_imagefolder, build_joblib, build_npz, build_sample_files, write_shards
 from .write.engines import ENGINES
 from .write.indexing import index_shards
@@ -121,20 +121,20 @@ _INDEX_HELP = "index.json, its folder, or a URL (https://..., s3://bucket/prefix
 
 
 def _cmd_inspect(args: argparse.Namespace) -> None:
-    print(describe(args.index, args.samples))
+    for part in describe_parts(args.index, args.samples):  # the index's summary, even if the samples fail
+        print(part, flush=True)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    def report(info: Any, problem: Any) -> None:
-        if not args.quiet:
-            print(f"{'FAIL' if problem else 'ok  '} {info.url}", file=sys.stderr)
+    """Verify's report, all on stdout, in the order found: a line a file (``--quiet``: only the
+    files with a problem), then the result line."""
+    def report(status: str, shown: str, problem: Problem | None) -> None:
+        if problem is not None or not args.quiet:
+            print(f"{status:<4} {problem or shown}", flush=True)
 
-    problems = verify(args.index, report)
-    for problem in problems:
-        print(f"error: {problem}")
-    if not problems:
-        print(f"verified {redact(args.index)}: every shard matches its index")
-    return 1 if problems else 0
+    outcome = check_set(args.index, report)
+    print(outcome)
+    return 1 if outcome.problems else 0
 
 
 def _command(commands: Any, name: str, help: str, epilog: str) -> argparse.ArgumentParser:
@@ -259,14 +259,16 @@ def make_parser() -> argparse.ArgumentParser:
                        "  pipeline inspect shards/train\n"
                        "  pipeline inspect s3://my-bucket/shards/train --samples 0")
     inspect.add_argument("index", help=_INDEX_HELP)
-    inspect.add_argument("--samples", type=int, default=3, metavar="N", help="decoded samples to show (default 3)")
+    inspect.add_argument("--samples", type=values.count, default=3, metavar="N",
+                         help="decoded samples to show (default 3)")
     inspect.set_defaults(run=_cmd_inspect)
 
     check = _command(commands, "verify", "check every shard against the index (size, sha256, records, checksums)",
                      "  pipeline verify shards/train          # exit 1 and one line per broken shard\n"
                      "  pipeline verify https://data.example.org/shards/train/index.json --quiet")
     check.add_argument("index", help=_INDEX_HELP)
-    check.add_argument("--quiet", action="store_true", help="print only problems and the result, not each shard")
+    check.add_argument("--quiet", action="store_true", help="print only the files with a problem and the result, "
+                                                            "not each shard")
     check.set_defaults(run=_cmd_verify)
 
     tune = _command(commands, "tune", "measure num_workers and prefetch_factor on these shards and this machine, "
@@ -293,8 +295,14 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from .measure.tune import tune
+    from .measure.tune import check_plot, tune
 
+    if args.plot:
+        try:  # before measuring: a chart that cannot be saved would throw the run away at its end
+            check_plot(args.plot)
+        except (OSError, ValueError) as exc:  # the folder, or the kind of file
+            print(f"error: --plot {exc}", file=sys.stderr)
+            return 1
     options: dict[str, Any] = {"on_error": "skip"} if args.on_error == "skip" else {}
     if args.shuffle_buffer is not None:
         options["shuffle_buffer"] = args.shuffle_buffer
@@ -309,11 +317,16 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     except (RuntimeError, ValueError) as exc:  # a setting's run failed (its error output says why), or bad values
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(result.table())
-    print(f"\nrecommended: {result.call()}")
+    print(result.table())  # also when nothing fits the memory budget: what was measured says by how much
     if args.plot:
         result.plot(args.plot)
         print(f"chart saved to {args.plot}")
+    try:
+        call = result.call()
+    except ValueError as exc:  # nothing within --memory-mb
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"\nrecommended: {call}")
     return 0
 
 

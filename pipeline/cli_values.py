@@ -23,14 +23,23 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def positive(text: str) -> int:
+def _whole(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
     return value
+
+
+def positive(text: str) -> int:
+    return _whole(text, 1)
+
+
+def count(text: str) -> int:
+    """A number of things that may be none (``inspect --samples 0``)."""
+    return _whole(text, 0)
 
 
 def shard_bytes(text: str) -> int:

@@ -114,7 +114,7 @@ def test_a_folder_of_splits_given_for_a_shard_set_is_an_error_naming_its_splits(
         result = run_cli(*command, str(tmp_path / "out"))
         assert (result.returncode, result.stderr) == (1, f"error: {tmp_path / 'out' / 'index.json'}: no such index "
                                                          f"file; {splits}\n"), command
-    with pytest.raises(pipeline.IndexFormatError, match=re.escape(f"valid: no such shard or folder; {splits}")):
+    with pytest.raises(pipeline.SourceError, match=re.escape(f"valid: no such shard or folder; {splits}")):
         pipeline.make_loader(tmp_path / "out" / "valid")
 
 

@@ -8,7 +8,7 @@ from itertools import islice
 from typing import Any, Iterator
 
 from ..format.index import DatasetIndex
-from ..format.summary import describe_index, stream_samples
+from ..format.summary import describe_index, describe_samples, stream_samples
 from ..storage import join, open_stream, parent, redact
 from ..storage.indexes import index_url, open_index
 
@@ -17,22 +17,33 @@ def iter_samples(location: str | os.PathLike[str],
                  index: DatasetIndex | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(key, sample)`` in index order, packed records unpacked (for inspection), streaming
     each shard of the index at ``location`` (a path or URL, as for ``load_index``); pass the
-    ``index`` already loaded from there to save reading it again."""
+    ``index`` already loaded from there to save reading it again. Each record is checked
+    against the index (offset, checksum), as the loader checks it: a damaged one raises
+    :class:`~pipeline.ShardError` rather than being shown as if it were sound."""
     url = index_url(location)
     if index is None:
         index = open_index(url).index
     base = parent(url)
-    for name in index.shards.names:
-        shard = join(base, name)
+    for info in index.shards:
+        shard = join(base, info.url)
         with open_stream(shard) as stream:
-            yield from stream_samples(stream, shard)
+            yield from stream_samples(stream, shard, info, index.fields or None)
+
+
+def describe_parts(location: str | os.PathLike[str], samples: int = 3) -> Iterator[str]:
+    """:func:`describe`'s text in its two parts: the summary of the index, then its first
+    ``samples`` samples (none when 0). The summary comes first, from the index alone, so that a
+    caller can show it even when reading the samples fails (a shard missing or damaged)."""
+    url = index_url(location)
+    index = open_index(url).index
+    yield describe_index(index, redact(url))
+    with closing(iter_samples(url, index)) as each:  # closes the shard being read
+        first = list(islice(each, samples))
+    if first:
+        yield describe_samples(first)
 
 
 def describe(location: str | os.PathLike[str], samples: int = 3) -> str:
     """The text ``python -m pipeline inspect`` prints: schema, counts, sizes and the first
     ``samples`` samples of the index at ``location`` (a path or URL, as for ``load_index``)."""
-    url = index_url(location)
-    index = open_index(url).index
-    with closing(iter_samples(url, index)) as each:  # closes the shard being read
-        first = list(islice(each, samples))
-    return describe_index(index, redact(url), first)
+    return "\n".join(describe_parts(location, samples))

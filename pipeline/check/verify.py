@@ -2,54 +2,127 @@
 
 Each shard is streamed once (never whole in memory) through
 :func:`~pipeline.format.verify.verify_stream`, which checks its size, sha256, record count,
-offsets, checksums and decoding; the shard table is checked against its own sha256. A shard
-that cannot be read (missing on the server, say) is a problem of that shard, not the end of
-the check.
+offsets, checksums and decoding; the shard table is checked against its own sha256 first. A
+shard that cannot be read (missing on the server, say) is a problem of that shard, not the end
+of the check.
+
+Files are named as the user can open them: a local one by its path from the current folder (the
+index's folder as given, joined with the name the index holds, ``../b/x.tar`` resolved), a
+remote one by its URL. A shard table whose sha256 differs is damaged: everything a shard is
+checked against comes from it, so a shard that disagrees with it is reported as doubtful, not
+as damaged (it may well be intact; re-indexing the shards settles it).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterable
 
-from ..format.index import ShardInfo
 from ..format.verify import Problem, verify_stream, verify_table_stream
 from ..storage import SourceError, is_remote, join, open_stream, redact
-from ..storage.indexes import open_index
+from ..storage.indexes import open_index, reindex
+
+#: The word ``pipeline verify`` prints before each file: sound, failed, or in doubt (it disagrees
+#: with a damaged shard table).
+OK, FAILED, DOUBTFUL = "ok", "FAIL", "?"
+
+#: ``on_file(status, shown, problem)``: told of each shard once checked, and first of the shard
+#: table when it is damaged.
+FileReport = Callable[[str, str, Problem | None], None]
 
 
-def _check_file(base: str, name: str, check: Callable[[BinaryIO, str], Problem | None]) -> Problem | None:
-    """``check(stream, shown)`` of the file ``name`` of the set in the folder ``base``; a file
-    that cannot be read is a problem of that file. ``shown`` names it as the index does when the
-    set is local (its folder is the one the user gave), by its URL when remote (one to fetch)."""
-    shown = name
+def _shown(url: str) -> str:
+    """A file as the user can open it: its redacted URL, or its local path, normalised."""
+    return redact(url) if is_remote(url) else os.path.normpath(url)
+
+
+def _check_file(url: str, check: Callable[[BinaryIO, str], Problem | None]) -> tuple[Problem | None, bool]:
+    """``check(stream, shown)`` of the file at ``url``, and whether the file could be read: one
+    that cannot be is a problem of that file, whatever the index says of it."""
+    shown = _shown(url)
     try:
-        url = join(base, name)  # refuses a name that is a pipe: command: it must never run
-        shown = redact(url) if is_remote(base) else name
         with open_stream(url) as stream:
-            return check(stream, shown)
+            return check(stream, shown), True
     except SourceError as exc:
         reason = exc.reason or str(exc)
         if not exc.offset:
-            return Problem(shown, f"missing file or unreadable: {reason}")
-        return Problem(shown, f"read failed: {reason}", offset=exc.offset)
+            return Problem(shown, f"missing file or unreadable: {reason}"), False
+        return Problem(shown, f"read failed: {reason}", offset=exc.offset), False
 
 
-def verify(location: str | os.PathLike[str],
-           on_shard: Callable[[ShardInfo, Problem | None], None] | None = None) -> list[Problem]:
-    """Check every shard named by the index at ``location`` (an index file, its folder, or a URL
-    of either: ``https://...``, ``s3://bucket/prefix``), calling ``on_shard(info, problem)``
-    after each. An index that cannot be opened raises :class:`~pipeline.IndexFormatError`
-    (there is nothing to check the shards against)."""
+@dataclass
+class Outcome:
+    """What checking a set found: the problems (the table's first), the number of shards
+    checked, of those that failed, and of those in doubt (they disagree with a damaged table)."""
+
+    location: str
+    problems: list[Problem] = field(default_factory=list)
+    shards: int = 0
+    failed: int = 0
+    doubtful: int = 0
+    table_damaged: bool = False
+
+    def __str__(self) -> str:
+        """The result line ``pipeline verify`` ends with."""
+        if not self.problems:
+            return f"verified {self.location}: every shard matches its index"
+        if self.table_damaged:
+            return (f"not verified {self.location}: its shard table is damaged ({self.doubtful} of {self.shards} "
+                    f"shards disagree with it, {self.failed} failed)")
+        return f"not verified {self.location}: {self.failed} of {self.shards} shards failed"
+
+
+def _table_fix(base: str, names: Iterable[str]) -> str:
+    """What to do about a damaged shard table beside an index in ``base``: the command that
+    writes it again where it applies (local shards in that folder)."""
+    if is_remote(base) or any("/" in name for name in names):
+        return "copy it again with index.json, or re-index its shards"
+    return f"copy it again with index.json, or {reindex(_shown(base))}"
+
+
+def check_set(location: str | os.PathLike[str], on_file: FileReport | None = None) -> Outcome:
+    """Check every shard named by the index at ``location`` (as for :func:`verify`), telling
+    ``on_file`` of each file once checked; the :class:`Outcome` counts what was found."""
     found = open_index(location)
     index, base = found.index, found.base
-    problems = []
+    outcome = Outcome(redact(os.fspath(location)))
+
+    def report(status: str, url: str, problem: Problem | None) -> None:
+        if problem is not None:
+            outcome.problems.append(problem)
+        if on_file is not None:
+            on_file(status, _shown(url), problem)
+
     if index.table is not None:
-        problems.append(_check_file(base, index.table.name, partial(verify_table_stream, table=index.table)))
+        url = join(base, index.table.name)
+        problem, read = _check_file(url, partial(verify_table_stream, table=index.table))
+        if problem is not None:
+            if read:  # read whole, and not what index.json says: damaged
+                outcome.table_damaged = True
+                problem = replace(problem, reason=f"{problem.reason}: the shard table is damaged, so the shards "
+                                                  f"cannot be checked against it; {_table_fix(base, index.shards.names)}")
+            report(FAILED, url, problem)
     for info in index.shards:
-        problem = _check_file(base, info.url, partial(verify_stream, info=info, index=index))
-        problems.append(problem)
-        if on_shard is not None:
-            on_shard(info, problem)
-    return [problem for problem in problems if problem is not None]
+        url = join(base, info.url)  # refuses a name that is a pipe: command: it must never run
+        problem, read = _check_file(url, partial(verify_stream, info=info, index=index))
+        outcome.shards += 1
+        if problem is None:
+            report(OK, url, None)
+        elif outcome.table_damaged and read:  # what it was checked against is what is damaged
+            outcome.doubtful += 1
+            report(DOUBTFUL, url, replace(problem, reason=f"disagrees with the damaged shard table: {problem.reason}"))
+        else:
+            outcome.failed += 1
+            report(FAILED, url, problem)
+    return outcome
+
+
+def verify(location: str | os.PathLike[str], on_file: FileReport | None = None) -> list[Problem]:
+    """The problems of the shards named by the index at ``location`` (an index file, its
+    folder, or a URL of either: ``https://...``, ``s3://bucket/prefix``), and of its shard table;
+    ``[]`` when every one matches. ``on_file(status, shown, problem)`` is told of each file once
+    checked. An index that cannot be opened raises :class:`~pipeline.IndexFormatError` (there
+    is nothing to check the shards against)."""
+    return check_set(location, on_file).problems

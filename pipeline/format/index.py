@@ -251,7 +251,10 @@ def parse_index(data: bytes | str, where: str, open_table: TableOpener) -> Datas
 def _parse_json(data: bytes | str, where: str) -> dict[str, Any]:
     try:
         parsed = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # a tar, an image...: the codec's words would not say so
+        raise IndexFormatError(f"{where}: not an index: binary data (byte {exc.start} is not text), "
+                               f"not JSON") from None
+    except json.JSONDecodeError as exc:
         raise IndexFormatError(f"{where}: cannot read index: {exc}") from None
     if not isinstance(parsed, dict):
         raise IndexFormatError(f"{where}: an index must be a JSON object")

@@ -10,7 +10,7 @@ from typing import Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
 
-from .index import DatasetIndex
+from .index import DatasetIndex, Schema, ShardInfo
 from .packing import sample_keys, unpack_rows
 from .walk import walk_shard
 
@@ -39,10 +39,13 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def stream_samples(stream: BinaryIO, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def stream_samples(stream: BinaryIO, where: str, entry: ShardInfo | None = None,
+                   schema: Schema | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(key, sample)`` of one shard read from ``stream``, packed records unpacked (for
-    inspection); ``where`` names the shard in errors."""
-    for walked in walk_shard(stream, where):
+    inspection); ``where`` names the shard in errors. Given the shard's index ``entry`` (and the
+    index's ``schema``), every record is checked against it as a loader checks it (its offset,
+    its checksum): what is shown of a damaged shard is an error, not its damaged values."""
+    for walked in walk_shard(stream, where, schema=schema, entry=entry):
         yield from zip(sample_keys(walked.key, walked.fields), unpack_rows(walked.fields, walked.key))
 
 
@@ -74,8 +77,15 @@ def describe_index(index: DatasetIndex, where: str, samples: Sequence[tuple[str,
         shape = "" if spec.shape is None else " [" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
         lines.append(f"  {name:<16} {spec.dtype}{shape}{'  (optional: some samples lack it)' if spec.optional else ''}")
     if samples:
-        lines.append(f"first {len(samples)} samples")
-        for key, sample in samples:
-            lines.append(f"  {key}")
-            lines.extend(f"    {name:<14} {_show(value)}" for name, value in sample.items())
+        lines.append(describe_samples(samples))
+    return "\n".join(lines)
+
+
+def describe_samples(samples: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """The part of :func:`describe_index`'s text that shows ``samples``: apart, so that the rest
+    can be shown before they are read (and when reading them fails)."""
+    lines = [f"first {len(samples)} samples"]
+    for key, sample in samples:
+        lines.append(f"  {key}")
+        lines.extend(f"    {name:<14} {_show(value)}" for name, value in sample.items())
     return "\n".join(lines)

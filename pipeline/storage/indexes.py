@@ -31,6 +31,10 @@ _WHAT_TO_PASS = "pass an index.json, its folder, or a URL of either (https://...
 #: also says "access denied" for a key that is not there to credentials that may not list the bucket.
 _NOT_THERE = ("not found", "no such key", "no such bucket", "gone", "access denied")
 _SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+#: Names of the shard sets a build writes for its splits, and those of other tools: a folder beside
+#: a mistyped path that holds sets of these names is one of splits, whose names are worth offering.
+_SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "dev", "test", "testing", "eval",
+                          "evaluation", "holdout"})
 
 
 class IndexSourceError(IndexFormatError, SourceError):
@@ -107,12 +111,29 @@ class UrlRange:
 
 def index_url(location: str | os.PathLike[str]) -> str:
     """The index file a location names: the location itself when it names a ``.json`` file,
-    else the ``index.json`` in that folder or under that prefix."""
+    else the ``index.json`` in that folder or under that prefix. A shard (or a brace pattern of
+    shards) names none: an :class:`IndexFormatError` says what to pass instead, rather than a
+    tar read as JSON (or, remotely, a search for ``x.tar/index.json``)."""
     text = os.fspath(location)
     if not is_remote(text):
         path = local_path(text)
-        return os.path.join(path, INDEX_NAME) if os.path.isdir(path) else path
-    return text if urlsplit(text).path.endswith(".json") else join(text, INDEX_NAME)
+        if os.path.isdir(path):
+            return os.path.join(path, INDEX_NAME)
+        _refuse_shards(text, path)
+        return path
+    path = urlsplit(text).path
+    _refuse_shards(text, path)
+    return text if path.endswith(".json") else join(text, INDEX_NAME)
+
+
+def _refuse_shards(location: str, path: str) -> None:
+    """Raise when ``path`` (of ``location``) names a shard, or shards by a brace pattern."""
+    if not path.endswith(_SHARD_SUFFIXES):
+        return
+    shown = redact(location)
+    what, pronoun, verb = ("a pattern of shards", "their", "them") if "{" in path else ("a shard", "its", "it")
+    raise IndexFormatError(f"{shown} is {what}, not an index: pass {pronoun} folder or {INDEX_NAME} (or index "
+                           f"{verb} first: pipeline index {shlex.quote(shown)})")
 
 
 def _shard_sets_in(folder: str) -> list[str]:
@@ -124,40 +145,57 @@ def _shard_sets_in(folder: str) -> list[str]:
     return [name for name in names if os.path.isfile(os.path.join(folder, name, INDEX_NAME))]
 
 
-def location_hint(path: str) -> str:
-    """What to pass instead of a local ``path`` that holds no shard set: its splits, when it holds
-    those of a build (``OUT/train``, ``OUT/validation``); the way to index its shards, when it
-    holds shards without an index; the splits beside it, when it does not exist (a split's name
-    misspelt); else ``""``."""
-    if os.path.isdir(path):
+def location_hint(path: str, patterns: bool = False) -> str:
+    """What to pass instead of a local ``path`` that holds no shard set, or ``""``:
+
+    - for a folder of shards without an index, the way to index them in place, and (where the
+      caller takes them: ``patterns``) a brace pattern of their paths;
+    - for a folder of shard sets (the splits of a build, ``OUT/train``, ``OUT/validation``),
+      those sets;
+    - for a path that does not exist, the sets beside it when they are splits (a split's name
+      misspelt), not any sets that happen to lie there."""
+    given_folder = os.path.isdir(path)
+    if given_folder:
         shards = sum(1 for entry in os.scandir(path) if entry.name.endswith(_SHARD_SUFFIXES))
         if shards:
+            paths = f", or pass their paths (a pattern: {path}/name-{{000000..000009}}.tar)" if patterns else ""
             return (f"; {path} holds {shards} shard(s) without an index: index them in place with 'pipeline "
-                    f"index {shlex.quote(path)}', or pass their paths (a pattern: {path}/name-{{000000..000009}}.tar)")
+                    f"index {shlex.quote(path)}'{paths}")
         folder = path
     else:
         folder = os.path.dirname(os.path.normpath(path)) or "."
     names = _shard_sets_in(folder)
-    if not names:
+    splits = not _SPLIT_NAMES.isdisjoint(names)
+    if not names or not (given_folder or splits):
         return ""
-    return (f"; {folder} holds the shard sets {', '.join(map(repr, names))} (one per split): pass one of them, "
-            f"e.g. {os.path.join(folder, names[0])}")
+    return (f"; {folder} holds the shard sets {', '.join(map(repr, names))}{' (one per split)' if splits else ''}: "
+            f"pass one of them, e.g. {os.path.join(folder, names[0])}")
 
 
-def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | None) -> bytes:
+def nothing_at(exc: SourceError) -> bool:
+    """Whether a remote store's answer says that nothing is at the URL (rather than why it
+    cannot be read: credentials, a host that does not resolve...)."""
+    reason = str(exc.reason or exc)
+    return any(word in reason for word in _NOT_THERE)
+
+
+def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | None, patterns: bool) -> bytes:
+    """The bytes of the index file ``url``; a missing one is a :class:`NoIndexError` saying what
+    to pass instead (a pattern of shards only to a caller that takes one: ``patterns``)."""
     if is_remote(url):
         try:
             return read_bytes(url, policy, stats=stats)
         except SourceError as exc:
-            reason = str(exc.reason or exc)
-            where = any(word in reason for word in _NOT_THERE)  # else the reason says what to do (credentials...)
-            raise NoIndexError(url, None, f"cannot read index file ({reason})" + (f"; {_WHAT_TO_PASS}" if where else "")
-                               ) from None
+            where = nothing_at(exc)  # else the reason says what to do (credentials...)
+            raise NoIndexError(url, None, f"cannot read index file ({exc.reason or exc})"
+                               + (f"; {_WHAT_TO_PASS}" if where else "")) from None
     try:
         with open(url, "rb") as file:
             return file.read()
     except FileNotFoundError:
-        hint = location_hint(os.path.dirname(url))
+        folder = os.path.dirname(url) or "."
+        given = folder if os.path.basename(url) == INDEX_NAME and os.path.isdir(folder) else url
+        hint = location_hint(given, patterns)
         raise NoIndexError(url, None, f"no such index file{hint or '; ' + _WHAT_TO_PASS}") from None
     except OSError as exc:
         raise IndexSourceError(url, None, f"cannot read index: {exc.strerror or exc}") from None
@@ -168,8 +206,8 @@ def _local_table(folder: str, table: TableFile) -> TableReader:
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:
-        raise IndexSourceError(path, None, "no such shard table (it is written with the index: "
-                               "copy it with index.json, or rebuild)") from None
+        raise IndexSourceError(path, None, f"no such shard table (it is written with the index: copy it with "
+                               f"{INDEX_NAME}, or {reindex(folder)})") from None
     if size != table.bytes:
         raise IndexFormatError(f"{path}: is {size} bytes, the index says {table.bytes}")
     return TableReader(FileRange(path), path)
@@ -186,15 +224,22 @@ def _table_opener(base: str, policy: RetryPolicy | None, stats: RetrySink | None
     return remote_table
 
 
+def reindex(folder: str) -> str:
+    """How to write the index of the shards in a local ``folder`` again, from the shards alone
+    (shards of any tool, this library's too): for a shard table that is missing or damaged."""
+    return f"re-index the shards: pipeline index {shlex.quote(folder)} --overwrite"
+
+
 def open_index(location: str | os.PathLike[str], policy: RetryPolicy | None = None,
-               stats: RetrySink | None = None) -> IndexedShards:
+               stats: RetrySink | None = None, *, patterns: bool = False) -> IndexedShards:
     """The index at ``location`` (see the module docstring) and the folder its shard names
     resolve against; remote reads (of the JSON now, of the table's parts later, in whatever
     worker needs them) follow ``policy`` and report their retries to ``stats``. A missing index
-    is a :class:`NoIndexError`, a missing table an :class:`IndexSourceError`, a malformed one an
+    is a :class:`NoIndexError` (whose advice includes a pattern of shards when the caller takes
+    one: ``patterns``), a missing table an :class:`IndexSourceError`, a malformed one an
     :class:`IndexFormatError`; each names the (redacted) URL or path."""
     url = index_url(location)
-    data = _read_index_file(url, policy, stats)
+    data = _read_index_file(url, policy, stats, patterns)
     base = parent(url)
     return IndexedShards(parse_index(data, redact(url), _table_opener(base, policy, stats)), base)
 

@@ -194,16 +194,19 @@ class _PipeStream:
 
 
 def _fsspec_open(url: str) -> Any:
+    """A stream of ``url`` through fsspec. Every failure to open it is a SourceError naming the
+    URL: fsspec's file systems raise what their libraries raise (``socket.gaierror`` for an
+    FTP host that does not resolve, say), which names nothing."""
     try:
         import fsspec
     except ImportError:
         raise SourceError(url, None, f"scheme {scheme(url)!r} needs fsspec and its package for that scheme") from None
     try:
         return fsspec.open(url, "rb").open()
-    except (ImportError, ValueError) as exc:
-        raise SourceError(url, None, f"fsspec cannot open it: {exc}") from None
     except FileNotFoundError:
         raise SourceError(url, None, "not found") from None
+    except (ImportError, ValueError, OSError) as exc:
+        raise SourceError(url, None, f"fsspec cannot open it: {exc}") from None
 
 
 def open_stream(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink | None = None) -> BinaryIO:

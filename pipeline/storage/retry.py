@@ -11,14 +11,19 @@ from __future__ import annotations
 import logging
 import os
 import random
+import socket
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 from .errors import SourceError, TransientError, redact
 
 log = logging.getLogger("pipeline.storage")
 T = TypeVar("T")
+#: What a resolver answers for a name that does not exist: a typo, not a passing failure (unlike
+#: ``EAI_AGAIN``, a resolver that did not answer in time, which is retried).
+_NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 
 
 class RetrySink(Protocol):
@@ -102,6 +107,11 @@ class RetryBudget:
         """Count the failed attempt ``exc``; then wait out the back-off before the next attempt
         (reported to ``stats`` and logged, once), or raise a SourceError, naming the URL, the
         byte offset and the last cause, when the budget is spent."""
+        unknown = _unknown_host(exc)
+        if unknown is not None:  # an S3 URL names a bucket: the host is its endpoint's
+            host = urlsplit(self.url).hostname if self.url.startswith(("http://", "https://")) else None
+            named = f"host name {host!r}" if host else "the endpoint's host name"
+            raise SourceError(self.url, exc.offset, f"{named} does not resolve: {unknown}") from None
         now = time.monotonic()
         if self.failures == 0:
             self._first_failure = now
@@ -119,6 +129,20 @@ class RetryBudget:
         log.warning("%s %s of %s at byte %s in %.2fs (attempt %d/%d): %s", "resuming" if resuming else "retrying",
                     what, redact(self.url), exc.offset, pause, self.failures + 1, self.policy.attempts, exc.reason)
         time.sleep(pause)
+
+
+def _unknown_host(exc: BaseException) -> str | None:
+    """The resolver's words when ``exc`` was caused by a host name that does not exist, else
+    None. The backends' errors (urllib3's, botocore's) wrap a ``socket.gaierror``: it is found
+    among their causes and contexts."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, socket.gaierror) and cause.errno in _NO_SUCH_NAME:
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def with_retries(action: Callable[[], T], url: str, policy: RetryPolicy, what: str) -> T:

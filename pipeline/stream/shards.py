@@ -19,9 +19,8 @@ from urllib.parse import urlsplit
 from braceexpand import braceexpand
 
 from ..caller_warning import warn_caller
-from ..format.errors import IndexFormatError
 from ..format.index import DatasetIndex
-from ..storage import is_remote, parent, redact, scheme
+from ..storage import SourceError, is_remote, parent, redact, scheme
 from ..storage.indexes import IndexedShards, NoIndexError, index_url, location_hint, open_index
 from ..storage.opener import local_path
 from ..storage.retry import RetryPolicy, RetrySink
@@ -93,7 +92,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         text = os.fspath(source)
         if _is_index_location(text):
             try:
-                return open_index(text, policy, stats)
+                return open_index(text, policy, stats, patterns=True)
             except NoIndexError:
                 if not _maybe_a_shard(text):
                     raise
@@ -112,8 +111,8 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             return IndexedShards(subset, indexed.base)
     for url in urls:
         if not is_remote(url) and not Path(local_path(url)).is_file():
-            hint = "" if url.endswith(".tar") else location_hint(local_path(url))  # a split's name, misspelt?
-            raise IndexFormatError(f"{url}: no such shard or folder{hint}")
+            hint = "" if url.endswith(".tar") else location_hint(local_path(url), patterns=True)  # a split, misspelt?
+            raise SourceError(url, None, f"no such shard or folder{hint}")  # as a missing remote shard is
     if indexed is not None:
         unknown = [u for u, i in zip(urls, wanted) if i is None]
         warn_caller(f"{len(unknown)} of the {len(urls)} shards given are not in the index beside them "

@@ -28,6 +28,7 @@ from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
 from ..storage.errors import ServerSetupError
+from ..storage.indexes import nothing_at
 from ..storage.opener import has_ranged_reads, local_path, map_range, read_range_into
 from ..storage.per_process import per_process
 from ..storage.retry import RetryPolicy
@@ -253,8 +254,13 @@ _request_pool = per_process(lambda: ThreadPoolExecutor(REQUESTS_IN_FLIGHT, threa
 
 
 def _missing_shard(exc: ShardError | SourceError, url: str) -> SourceError | None:
-    """For a local shard of the index that is not there, an error that says what that means."""
-    if is_remote(url) or os.path.exists(local_path(url)):
+    """For a shard of the index that is not there (no such local file, a store's "not found"),
+    an error that says what that means, the same wherever the set lives."""
+    if is_remote(url):
+        gone = isinstance(exc, SourceError) and nothing_at(exc)
+    else:
+        gone = not os.path.exists(local_path(url))
+    if not gone:
         return None
     return SourceError(url, getattr(exc, "offset", None), f"{getattr(exc, 'reason', None) or exc}; the shard set is missing a shard its "
                                f"index names ('pipeline verify' lists what is missing): restore it, or rebuild the set")

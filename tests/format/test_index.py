@@ -134,7 +134,9 @@ def test_verify_checks_the_table_checksum(index_file: Path) -> None:
     data[64 + 4 * 24] ^= 1  # first byte of shard 0's sha256
     table.write_bytes(bytes(data))
     problems = [str(p) for p in pipeline.verify(index_file)]
-    assert problems[0].startswith("index.bin: sha256 ") and "shard-000000.tar: sha256" in problems[1]
+    assert problems[0].startswith(f"{table}: sha256 ") and "the shard table is damaged" in problems[0]
+    assert problems[1].startswith(f"{index_file.parent / 'shard-000000.tar'}: disagrees with the damaged shard "
+                                  f"table: sha256 ")
 
 
 def test_not_json_is_an_index_error(index_file: Path) -> None:

@@ -134,8 +134,8 @@ def test_inspect_and_verify_by_url_as_commands(served: Served, local_summary: li
     assert _summary(inspect.stdout) == local_summary
     verify = _command("verify", url)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert f"verified {url}: every shard matches its index" in verify.stdout
-    assert verify.stderr.count("ok   part-") == 9
+    assert verify.stdout.endswith(f"\nverified {url}: every shard matches its index\n") and verify.stderr == ""
+    assert verify.stdout.count(f"ok   {url}part-") == 9  # each shard by its URL
 
 
 def test_verify_by_url_passes_then_names_the_flipped_record(served: Served, flipped: tuple[Path, int],
@@ -144,9 +144,10 @@ def test_verify_by_url_passes_then_names_the_flipped_record(served: Served, flip
         code, out, _ = _cli(capsys, "verify", url, "--quiet")
         assert code == 0 and out.startswith(f"verified {url}"), out
     code, out, _ = _cli(capsys, "verify", served.url("flipped"), "--quiet")
-    assert code == 1 and len(out.splitlines()) == 1, out
-    assert out.startswith(f"error: {served.url('flipped')}/{FLIPPED_SHARD} record {FLIPPED_RECORD} "
+    assert code == 1 and len(out.splitlines()) == 2, out
+    assert out.startswith(f"FAIL {served.url('flipped')}/{FLIPPED_SHARD} record {FLIPPED_RECORD} "
                           f"(byte {flipped[1]}): record ") and "is corrupt: checksum" in out
+    assert out.endswith(f"\nnot verified {served.url('flipped')}: 1 of 9 shards failed\n")
 
 
 def test_a_shard_missing_on_the_server_is_a_problem_naming_its_url(served: Served) -> None:

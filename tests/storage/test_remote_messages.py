@@ -1,0 +1,104 @@
+"""What a user is told about remote sets: the same messages as for local ones (a shard given for
+an index, a missing shard, ``verify``'s lines), and at once, naming the URL, when a host does not
+exist (through our HTTP reader or through fsspec)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from pipeline.cli import main
+from pipeline.storage import RetryPolicy
+from pipeline.storage.opener import read_bytes
+
+NO_HOST = "no-such-host.invalid"  # a name that never resolves (RFC 6761)
+GONE = "part-000002.tar"
+
+
+def _no_such_name() -> str:
+    """What this machine's resolver says of a name that does not exist."""
+    try:
+        socket.getaddrinfo(NO_HOST, 80)
+    except socket.gaierror as exc:
+        return exc.strerror
+    raise AssertionError(f"{NO_HOST} resolves")
+
+
+def _cli(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def holes(web_root: Path) -> Path:
+    """A copy of the served set without one of its shards."""
+    folder = Path(shutil.copytree(web_root / "data", web_root / "messages-holes"))
+    (folder / GONE).unlink()
+    return folder
+
+
+def test_a_shard_url_given_for_an_index_says_what_to_pass(nginx: str, capsys) -> None:
+    url = f"{nginx}/data/part-000000.tar"
+    told = (f"error: {url} is a shard, not an index: pass its folder or index.json (or index it first: "
+            f"pipeline index {url})\n")
+    for command in ("inspect", "verify"):
+        assert _cli(capsys, command, url) == (1, "", told)
+
+
+def test_verify_tells_the_same_of_a_remote_set_as_of_a_local_one(nginx: str, holes: Path, capsys) -> None:
+    url = f"{nginx}/messages-holes"
+    local = _cli(capsys, "verify", str(holes))
+    remote = _cli(capsys, "verify", url)
+    assert remote == (local[0], local[1].replace(str(holes), url).replace(
+        "cannot open: No such file or directory", "HTTP 404 not found"), "")
+    assert remote[0] == 1 and remote[1].endswith(f"\nnot verified {url}: 1 of 9 shards failed\n")
+    assert f"\nFAIL {url}/{GONE}: missing file or unreadable: HTTP 404 not found\n" in remote[1]
+
+
+def test_a_shard_missing_on_the_server_gets_the_hint_a_missing_local_one_gets(nginx: str, holes: Path) -> None:
+    hint = ("; the shard set is missing a shard its index names ('pipeline verify' lists what is missing): restore "
+            "it, or rebuild the set")
+    told = {}
+    for where, source in (("local", holes), ("remote", f"{nginx}/messages-holes")):
+        with pytest.raises(pipeline.SourceError) as caught:
+            for _ in pipeline.make_loader(source, num_workers=0, batch_size=64, shuffle=False):
+                pass
+        told[where] = str(caught.value)
+    assert told["local"] == f"{holes / GONE} at byte 0: cannot open: No such file or directory{hint}"
+    assert told["remote"] == f"{nginx}/messages-holes/{GONE} at byte 0: HTTP 404 not found{hint}"
+
+
+class Counts:
+    """A RetrySink that counts."""
+
+    def __init__(self) -> None:
+        self.requests = self.retries = 0
+
+    def requested(self) -> None:
+        self.requests += 1
+
+    def retried(self) -> None:
+        self.retries += 1
+
+
+def test_a_host_that_does_not_resolve_fails_at_once_naming_it(capsys) -> None:
+    url = f"http://{NO_HOST}/x/index.json"
+    counts = Counts()
+    with pytest.raises(pipeline.SourceError) as caught:
+        read_bytes(url, RetryPolicy(base_delay=60), stats=counts)  # a retry would wait 30 s or more
+    reason = f"host name {NO_HOST!r} does not resolve: {_no_such_name()}"
+    assert (str(caught.value), counts.requests, counts.retries) == (f"{url} at byte 0: {reason}", 1, 0)
+    assert _cli(capsys, "inspect", url) == (1, "", f"error: {url}: cannot read index file ({reason})\n")
+
+
+def test_a_host_that_does_not_resolve_through_fsspec_is_a_source_error_naming_the_url(capsys) -> None:
+    url = f"ftp://{NO_HOST}/data"
+    cause = f"fsspec cannot open it: [Errno {socket.EAI_NONAME}] {_no_such_name()}"
+    assert _cli(capsys, "inspect", url) == (1, "", f"error: {url}/index.json: cannot read index file ({cause})\n")
+    with pytest.raises(pipeline.SourceError, match=f"^{url}: {cause}$".replace("[", r"\[").replace("]", r"\]")):
+        pipeline.make_loader(url, num_workers=0)

@@ -1,0 +1,164 @@
+"""What ``inspect`` and ``verify`` tell a user who passes the wrong thing, or whose set is damaged:
+each message names a path the user can open and says what to do; each failing run ends with a
+result line and a non-zero exit."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline.cli import main
+from pipeline.format.errors import IndexFormatError
+
+
+def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def three(tmp_path: Path, monkeypatch) -> Path:
+    """Three shards of 100 samples, built as ``s`` in the current folder (``tmp_path``)."""
+    monkeypatch.chdir(tmp_path)
+    pipeline.write_shards("s", {"x": np.arange(1200, dtype=np.float32).reshape(300, 4)}, prefix="train",
+                          shard_samples=100, quiet=True)
+    return Path("s")
+
+
+def test_a_shard_or_a_pattern_given_for_an_index_says_what_to_pass(three: Path, capsys) -> None:
+    shard = "s/train-000000.tar"
+    told = (f"error: {shard} is a shard, not an index: pass its folder or index.json (or index it first: "
+            f"pipeline index {shard})\n")
+    for command in ("inspect", "verify"):
+        assert run(capsys, command, shard) == (1, "", told)
+    with pytest.raises(IndexFormatError, match="is a shard, not an index"):
+        pipeline.load_index(shard)
+    Path("copy.json").write_bytes((three / "train-000000.tar").read_bytes())  # binary, whatever its name
+    assert run(capsys, "inspect", "copy.json") == (1, "", "error: copy.json: not an index: binary data (byte 512 is "
+                                                          "not text), not JSON\n")
+    pattern = "s/train-{000000..000001}.tar"
+    assert run(capsys, "verify", pattern) == (
+        1, "", f"error: {pattern} is a pattern of shards, not an index: pass their folder or index.json (or index "
+               f"them first: pipeline index '{pattern}')\n")
+
+
+def test_only_what_takes_patterns_suggests_one_for_shards_without_an_index(three: Path, capsys) -> None:
+    raw = Path("raw")
+    raw.mkdir()
+    for n in range(2):
+        shutil.copy(three / "train-000000.tar", raw / f"w-00000{n}.tar")
+    told = "raw holds 2 shard(s) without an index: index them in place with 'pipeline index raw'"
+    for command in ("inspect", "verify"):
+        assert run(capsys, command, "raw") == (1, "", f"error: raw/index.json: no such index file; {told}\n")
+    with pytest.raises(IndexFormatError, match=re.escape(f"; {told}, or pass their paths (a pattern: "
+                                                         f"raw/name-{{000000..000009}}.tar)") + "$"):
+        pipeline.make_loader("raw")
+
+
+def test_a_missing_local_shard_of_a_pattern_is_a_source_error_naming_it(three: Path) -> None:
+    with pytest.raises(pipeline.SourceError) as caught:
+        pipeline.make_loader("s/train-{000000..000005}.tar", num_workers=0)
+    assert not isinstance(caught.value, IndexFormatError)  # a missing file, as over HTTP: not a bad index
+    assert (caught.value.url, str(caught.value)) == ("s/train-000003.tar", "s/train-000003.tar: no such shard or folder")
+
+
+def test_a_mistyped_path_is_offered_only_splits(three: Path, capsys) -> None:
+    pipeline.write_shards("wds", {"x": np.zeros(4)}, quiet=True)  # sets beside each other: no splits
+    what = "pass an index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)"
+    assert run(capsys, "inspect", "nonexist") == (1, "", f"error: nonexist: no such index file; {what}\n")
+    assert run(capsys, "inspect", ".") == (  # a folder given for a set: the sets in it
+        1, "", "error: ./index.json: no such index file; . holds the shard sets 's', 'wds': pass one of them, e.g. "
+               "./s\n")
+    Path("out").mkdir()
+    three.rename("out/train")
+    assert run(capsys, "inspect", "out/tain") == (
+        1, "", "error: out/tain: no such index file; out holds the shard sets 'train' (one per split): pass one of "
+               "them, e.g. out/train\n")
+
+
+def test_inspect_rejects_a_negative_number_of_samples(three: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["inspect", "s", "--samples", "-1"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.endswith("pipeline inspect: error: argument --samples: must be at least 0, got -1\n")
+    assert run(capsys, "inspect", "s", "--samples", "0")[0] == 0
+
+
+def _header(set_folder: str) -> str:
+    return (f"index    {set_folder}/index.json\n"
+            "samples  300 in 3 shards, 3 records (pack=4096)\n"
+            "bytes    10.5 KiB; shard sizes min 3.5 KiB / mean 3.5 KiB / max 3.5 KiB\n"
+            "fields\n"
+            "  x                float32 [4]\n")
+
+
+def test_inspect_checks_the_records_it_shows_and_prints_the_index_when_a_shard_is_gone(three: Path, capsys) -> None:
+    at = pipeline.load_index(three).shards[0].offsets[0]
+    shard = three / "train-000000.tar"
+    whole = shard.read_bytes()
+    damaged = bytearray(whole)
+    damaged[at + 512 + 100] ^= 0xFF  # in the array bytes: decodes, but its checksum differs
+    shard.write_bytes(bytes(damaged))
+    code, out, err = run(capsys, "inspect", "s", "--samples", "1")
+    assert (code, out) == (1, _header("s"))
+    assert err.startswith(f"error: {shard} at byte 0: record '000000000000' is corrupt: checksum ")
+    shard.unlink()
+    assert run(capsys, "inspect", "s") == (1, _header("s"), f"error: {shard} at byte 0: cannot open: No such file or "
+                                                             f"directory\n")
+    shard.write_bytes(whole)
+    code, out, err = run(capsys, "inspect", "s", "--samples", "1")
+    assert (code, err) == (0, "") and out.startswith(_header("s") + "first 1 samples\n")
+
+
+def test_a_missing_table_says_how_to_rebuild_it(three: Path, capsys) -> None:
+    (three / "index.bin").unlink()
+    told = "error: s/index.bin: no such shard table (it is written with the index: copy it with index.json, or " \
+           "re-index the shards: pipeline index s --overwrite)\n"
+    assert run(capsys, "inspect", "s") == (1, "", told)
+    assert run(capsys, "index", "s", "--overwrite", "--quiet")[0] == 0
+    assert run(capsys, "verify", "s", "--quiet") == (0, "verified s: every shard matches its index\n", "")
+
+
+def test_verify_names_shards_by_the_paths_they_are_at_and_ends_with_the_result(tmp_path: Path, capsys,
+                                                                               monkeypatch) -> None:
+    for name in ("a", "b"):  # shards in two folders, their index in a third: names that start with ../
+        pipeline.write_shards(tmp_path / name, {"x": np.zeros(3)}, prefix="x", quiet=True)
+    assert run(capsys, "index", str(tmp_path / "a/x-000000.tar"), str(tmp_path / "b/x-000000.tar"), "--output",
+               str(tmp_path / "idx"), "--quiet")[0] == 0
+    (tmp_path / "b/x-000000.tar").rename(tmp_path / "b/moved.tar")
+    monkeypatch.chdir(tmp_path / "a")
+    failed = "FAIL ../b/x-000000.tar: missing file or unreadable: cannot open: No such file or directory\n"
+    result = "not verified ../idx: 1 of 2 shards failed\n"
+    assert run(capsys, "verify", "../idx") == (1, f"ok   ../a/x-000000.tar\n{failed}{result}", "")
+    assert run(capsys, "verify", "../idx", "--quiet") == (1, failed + result, "")
+    (tmp_path / "b/moved.tar").rename(tmp_path / "b/x-000000.tar")
+    assert run(capsys, "verify", "../idx") == (
+        0, "ok   ../a/x-000000.tar\nok   ../b/x-000000.tar\nverified ../idx: every shard matches its index\n", "")
+    assert pipeline.verify(tmp_path / "idx") == []
+
+
+def test_a_damaged_table_is_blamed_and_not_the_shards_it_misdescribes(three: Path, capsys) -> None:
+    table = three / "index.bin"
+    data = bytearray(table.read_bytes())
+    checksums = len(data) - 4 * 3  # the last section: a 4-byte checksum per record
+    data[checksums + 1] ^= 1  # shard 0's record 0: the table is wrong, the shard intact
+    table.write_bytes(bytes(data))
+    code, out, err = run(capsys, "verify", "s")
+    lines = out.splitlines()
+    assert (code, err, len(lines)) == (1, "", 5)
+    assert lines[0].startswith("FAIL s/index.bin: sha256 ") and lines[0].endswith(
+        ": the shard table is damaged, so the shards cannot be checked against it; copy it again with index.json, "
+        "or re-index the shards: pipeline index s --overwrite")
+    assert lines[1].startswith("?    s/train-000000.tar record 0 (byte 0): disagrees with the damaged shard table: "
+                               "record '000000000000' is corrupt: checksum ")
+    assert lines[2:] == ["ok   s/train-000001.tar", "ok   s/train-000002.tar",
+                         "not verified s: its shard table is damaged (1 of 3 shards disagree with it, 0 failed)"]
+    assert [p.shard for p in pipeline.verify("s")] == ["s/index.bin", "s/train-000000.tar"]
+    assert os.path.exists(lines[1].split()[1])  # a path the user can open
