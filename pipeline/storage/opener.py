@@ -17,6 +17,7 @@ from __future__ import annotations
 import mmap
 import os
 import posixpath
+import stat
 import subprocess
 from typing import Any, BinaryIO
 from urllib.parse import urljoin, urlparse
@@ -66,11 +67,23 @@ def _remote_stream(url: str, start: int, stop: int | None, policy: RetryPolicy |
 
 
 def _open_local(url: str, start: int) -> int:
-    """A read-only descriptor of a local file; a failure names the URL and the offset wanted."""
+    """A read-only descriptor of a local file; a failure names the URL and the offset wanted.
+    Opened without blocking, and refused unless a regular file: a FIFO in a shard's place would
+    block the open until something writes to it, and a folder fail its mapping without a name."""
     try:
-        return os.open(local_path(url), os.O_RDONLY)
+        fd = os.open(local_path(url), os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise SourceError(url, start, f"cannot open: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise SourceError(url, start, f"is {_KINDS.get(stat.S_IFMT(mode), 'a special file')}, not a file: a shard "
+                                      f"must be a regular file")
+    return fd
+
+
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device",
+          stat.S_IFBLK: "a device"}
 
 
 def _local_range(url: str, start: int, stop: int) -> bytes:
@@ -92,6 +105,9 @@ def _local_range(url: str, start: int, stop: int) -> bytes:
 def map_range(url: str, start: int, stop: int) -> memoryview:
     """Bytes ``[start, stop)`` of a local file as a read-only view of its pages (no copy into
     our memory: the page cache itself, unmapped when the last view of it goes)."""
+    if stop < start:  # an index's offsets out of order: its table is damaged
+        raise SourceError(url, start, f"a range that ends (at byte {stop}) before it starts: is the index's table "
+                                      f"(index.bin) damaged? 'pipeline verify' checks it")
     fd = _open_local(url, start)
     try:
         size = os.fstat(fd).st_size
@@ -100,7 +116,10 @@ def map_range(url: str, start: int, stop: int) -> memoryview:
         if stop == start:
             return memoryview(b"")
         base = start - start % mmap.ALLOCATIONGRANULARITY
-        mapped = mmap.mmap(fd, stop - base, offset=base, access=mmap.ACCESS_READ)
+        try:
+            mapped = mmap.mmap(fd, stop - base, offset=base, access=mmap.ACCESS_READ)
+        except OSError as exc:
+            raise SourceError(url, start, f"cannot map it: {exc.strerror or exc}") from None
         return memoryview(mapped)[start - base:]
     finally:
         os.close(fd)
@@ -214,10 +233,7 @@ def open_stream(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink
     budget of ``policy`` and reports each retry to ``stats``."""
     kind = scheme(url)
     if kind == "file":
-        try:
-            return open(local_path(url), "rb", buffering=1 << 20)
-        except OSError as exc:
-            raise SourceError(url, 0, f"cannot open: {exc.strerror}") from None
+        return open(_open_local(url, 0), "rb", buffering=1 << 20)
     if kind in ("http", "https", "s3"):
         return BufferedStream(_remote_stream(url, 0, None, policy, stats))  # type: ignore[return-value]
     if kind == "pipe":

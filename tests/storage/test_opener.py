@@ -76,3 +76,45 @@ def test_a_retry_setting_that_is_not_a_number_is_an_error_naming_it(monkeypatch)
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "3.5")
     with pytest.raises(ValueError, match=r"PIPELINE_RETRY_ATTEMPTS='3.5' is not a whole number"):
         RetryPolicy.from_env()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_shard_that_is_not_a_file_is_an_error_naming_it_not_a_hang(tmp_path: Path, kind: str,
+                                                                     workers: int) -> None:
+    """A FIFO blocked the loader (and verify) for ever in open(), waiting for a writer; a folder
+    crashed it with a bare 'No such device' from the memory map, skipped or not."""
+    import os
+    import subprocess
+    import sys
+
+    folder = uneven_shards(tmp_path / "set", [40, 40], pack=4)
+    shard = folder / "part-000001.tar"
+    shard.unlink()
+    os.mkfifo(shard) if kind == "fifo" else shard.mkdir()
+    what = "a FIFO" if kind == "fifo" else "a folder"
+    for on_error in ("raise", "skip"):
+        code = (f"import pipeline\n"
+                f"loader = pipeline.make_loader({str(folder)!r}, num_workers={workers}, batch_size=8, "
+                f"on_error={on_error!r})\n"
+                f"print(sum(len(b['i']) for b in loader), loader.stats()['replaced_samples'])\n")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        if on_error == "raise":
+            assert result.returncode == 1, result.stdout
+            assert f"part-000001.tar at byte 0: is {what}, not a file: a shard must be a regular file" in \
+                result.stderr
+        else:  # a counted skip, as of a shard that is missing
+            assert result.returncode == 0 and result.stdout.split() == ["80", "40"], result.stderr[-2000:]
+    verify = subprocess.run([sys.executable, "-m", "pipeline", "verify", str(folder)], capture_output=True, text=True,
+                            timeout=120)
+    assert verify.returncode == 1 and f"is {what}, not a file" in verify.stdout
+
+
+def test_a_range_that_ends_before_it_starts_names_the_file(tmp_path: Path) -> None:
+    """A damaged index.bin can give a record an end before its start: mmap said only 'memory
+    mapped length must be positive'."""
+    from pipeline.storage.opener import map_range
+
+    (tmp_path / "f.tar").write_bytes(bytes(4096))
+    with pytest.raises(SourceError, match=r"f\.tar at byte 3000: a range that ends \(at byte 1000\) before it starts"):
+        map_range(str(tmp_path / "f.tar"), 3000, 1000)
