@@ -234,7 +234,23 @@ class DatasetIndex:
         for key, value in (("samples", index.samples), ("records", index.records), ("bytes", index.bytes)):
             if data.get(key) != value:
                 raise IndexFormatError(f"{where}: says {data.get(key)} {key}, its shard table holds {value}")
+        _check_pack(index, where)
         return index
+
+
+def _check_pack(index: DatasetIndex, where: str) -> None:
+    """Every shard holds its samples ``pack`` to a record (the last maybe fewer): read with
+    another pack, a record's rows would run past its end in the middle of an epoch."""
+    if index.pack < 1:
+        raise IndexFormatError(f"{where}: pack={index.pack}, not a number of samples a record")
+    shards = index.shards
+    wrong = np.flatnonzero(shards.records != -(-shards.samples // index.pack))
+    if len(wrong):
+        i = int(wrong[0])
+        records, samples = int(shards.records[i]), int(shards.samples[i])
+        guess = f" (pack {-(-samples // records)}?)" if records else ""
+        raise IndexFormatError(f"{where}: says pack={index.pack}, but shard {shards.names[i]} holds {records} records "
+                               f"for {samples} samples{guess}: index.json and index.bin are of different builds?")
 
 
 def _names(data: Mapping[str, Any], where: str) -> ShardNames:

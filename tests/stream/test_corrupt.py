@@ -225,3 +225,18 @@ def test_samples_lost_with_whole_units_are_counted_once(tmp_path: Path, shuffle:
     ids = [i for batch in dataset for i in batch["i"].tolist()]
     assert len(ids) == 400 and set(ids) == set(range(300, 400))
     assert dataset.stats()["replaced_samples"] == 300
+
+
+@pytest.mark.parametrize("pack", [4, 16])
+def test_an_index_json_whose_pack_disagrees_with_its_table_is_refused_when_loaded(tmp_path: Path, pack: int) -> None:
+    """Read with another pack, the rows of a record ran past its end: a bare IndexError in the
+    middle of an epoch, skipped or not."""
+    import json
+
+    folder = build(tmp_path / "set", [100, 100], pack=8)
+    data = json.loads((folder / "index.json").read_text())
+    data["pack"] = pack
+    (folder / "index.json").write_text(json.dumps(data))
+    with pytest.raises(pipeline.IndexFormatError, match=rf"index\.json: says pack={pack}, but shard part-000000\.tar "
+                                                        rf"holds 13 records for 100 samples \(pack 8\?\)"):
+        pipeline.load_index(folder)
