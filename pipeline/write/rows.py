@@ -108,8 +108,9 @@ class RowBlock:
         return sum(column.nbytes if isinstance(column, np.ndarray) else sum(map(_value_bytes, column))
                    for column in self.columns.values())
 
-    def schema(self) -> Schema:
-        """Field specs of the block: once per array column, per value for list columns."""
+    def schema(self, first: int = 0) -> Schema:
+        """Field specs of the block: once per array column, per value for list columns. An error
+        names the sample by its key, else by its number (the block's first is sample ``first``)."""
         schema: Schema = {}
         for name, col in self.columns.items():
             if isinstance(col, np.ndarray):
@@ -118,16 +119,16 @@ class RowBlock:
             for i, value in enumerate(col):
                 spec = spec_of(value)
                 if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
-                    raise SampleError(f"{self._where(i)}, field {name!r}: {value} does not fit int64, the integers of "
+                    raise SampleError(f"{self._where(i, first)}, field {name!r}: {value} does not fit int64, the integers of "
                                       f"a batch's tensor; write such values as an array of np.uint64 (if they are "
                                       f"IDs under 2**64) or str")
                 if name in schema:
-                    spec = merge_spec(name, schema[name], spec, self._where(i))
+                    spec = merge_spec(name, schema[name], spec, self._where(i, first))
                 schema[name] = spec
         return schema
 
-    def _where(self, i: int) -> str:
-        return f"record {self.keys[i]!r}" if self.keys else "samples"
+    def _where(self, i: int, first: int) -> str:
+        return f"sample {self.keys[i]!r}" if self.keys else f"sample {first + i}"
 
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1

@@ -118,8 +118,8 @@ def write_shard(run: ShardRun, i: int) -> ShardResult:
     with ShardFile(run.destination.staging / name, name) as shard:
         for chunk_start in range(start, stop, run.chunk_rows):
             block = run.window.read(chunk_start, min(chunk_start + run.chunk_rows, stop))
-            schema = merge_schema(schema, block.schema(), f"{run.window.description} shard {name}")
             first = run.first_index + chunk_start
+            schema = merge_schema(schema, block.schema(first), f"{run.window.description} shard {name}")
             layout = fixed_layout(block, run.pack)
             if layout is not None:  # all full records at once, then the generic path for a tail
                 records, rows = build_records(block, layout, first, run.pack)

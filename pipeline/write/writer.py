@@ -152,7 +152,7 @@ class ShardWriter:
         if not self._pending:
             return
         block = RowBlock.concat(self._pending)
-        self._schema = merge_schema(self._schema, block.schema(), str(self.destination))
+        self._schema = merge_schema(self._schema, block.schema(self._next_index), str(self.destination))
         pos, n = 0, len(block)
         while pos < n:
             room = self._room()

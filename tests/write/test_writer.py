@@ -258,3 +258,12 @@ def test_the_build_benchmark_runs(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "bench_build.json").read_text())
     cases = {case["case"] for case in report["cases"]}
     assert {"tabular", "tabular webdataset"} <= cases and all(t["value"] > 0 for t in report["targets"])
+
+
+def test_a_sample_that_disagrees_with_the_others_is_named_by_its_number_when_packed(tmp_path: Path) -> None:
+    """Packed, the error named "samples" alone (and by key, a "record" that was a sample)."""
+    with pytest.raises(pipeline.IndexFormatError, match=r"sample 6: field 'a' has dtype float64, earlier samples "
+                                                        r"float32"):
+        with ShardWriter(tmp_path / "out", pack=4) as writer:
+            for i in range(8):
+                writer.write({"a": np.zeros(2, np.float64 if i == 6 else np.float32)})
