@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,3 +13,15 @@ def tabular() -> dict[str, np.ndarray]:
     """3000 rows of 10 float32 features and an int64 label."""
     rng = np.random.default_rng(1)
     return {"x": rng.random((3000, 10), dtype=np.float32), "y": rng.integers(0, 10, 3000)}
+
+
+@pytest.fixture(scope="session")
+def tune_shards(tmp_path_factory) -> Path:
+    """6,000 samples in 6 shards, packed 8 to a record: what the tune tests measure."""
+    import pipeline
+
+    out = tmp_path_factory.mktemp("tuned")
+    rng = np.random.default_rng(0)
+    pipeline.write_shards(out, {"x": rng.random((6000, 16), np.float32), "y": np.arange(6000)}, pack=8,
+                          shard_samples=1000, quiet=True)
+    return out

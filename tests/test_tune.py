@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import pipeline
@@ -20,13 +19,9 @@ from pipeline.measure.throughput import Measured, Setting, measure
 from pipeline.measure.tune import TuneResult, worker_counts
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tuned")
-    rng = np.random.default_rng(0)
-    pipeline.write_shards(out, {"x": rng.random((6000, 16), np.float32), "y": np.arange(6000)}, pack=8,
-                          shard_samples=1000, quiet=True)
-    return out
+@pytest.fixture
+def shards(tune_shards: Path) -> Path:
+    return tune_shards
 
 
 def test_the_command_measures_each_setting_and_prints_the_call_to_use(shards: Path, tmp_path: Path) -> None:

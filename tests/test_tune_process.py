@@ -19,13 +19,9 @@ import pipeline
 from pipeline.measure.throughput import GRACE_S, Setting, measure
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tuned")
-    rng = np.random.default_rng(0)
-    pipeline.write_shards(out, {"x": rng.random((6000, 16), np.float32), "y": np.arange(6000)}, pack=8,
-                          shard_samples=1000, quiet=True)
-    return out
+@pytest.fixture
+def shards(tune_shards: Path) -> Path:
+    return tune_shards
 
 
 def run_script(folder: Path, code: str, *args: str) -> subprocess.CompletedProcess:
