@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import pickle
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -103,6 +105,11 @@ def test_an_index_cannot_make_a_reader_run_a_command(tmp_path: Path) -> None:
     index.write_text(index.read_text().replace("victim-", f"pipe:touch {marker} #://"))
     with pytest.raises((SourceError, pipeline.IndexFormatError)):
         list(pipeline.ShardDataset(tmp_path / "shards", batch_size=4))
+    verified = subprocess.run([sys.executable, "-m", "pipeline", "verify", str(tmp_path / "shards")],
+                              capture_output=True, text=True, timeout=60)  # each shard fails, and it says so
+    assert verified.returncode == 1 and verified.stdout.count("FAIL") == 2, verified.stdout + verified.stderr
+    assert "not a file's name: a pipe: command cannot stand for a file" in verified.stdout
+    assert "2 of 2 shards failed" in verified.stdout
     assert not marker.exists()
     for base in ("shards", "http://host/shards/", "s3://bucket/shards"):
         with pytest.raises(SourceError, match="a pipe: command cannot stand for a file"):

@@ -105,9 +105,14 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
                                                   f"cannot be checked against it; {_table_fix(base, index.shards.names)}")
             report(FAILED, url, problem)
     for info in index.shards:
-        url = join(base, info.url)  # refuses a name that is a pipe: command: it must never run
-        problem, read = _check_file(url, partial(verify_stream, info=info, index=index))
         outcome.shards += 1
+        try:
+            url = join(base, info.url)  # refuses a name that is a pipe: command: it must never run
+        except SourceError as exc:  # a name that is no file: that shard fails, the others are checked
+            outcome.failed += 1
+            report(FAILED, info.url, Problem(info.url, f"not a file's name: {exc.reason or exc}"))
+            continue
+        problem, read = _check_file(url, partial(verify_stream, info=info, index=index))
         if problem is None:
             report(OK, url, None)
         elif outcome.table_damaged and read:  # what it was checked against is what is damaged
