@@ -75,6 +75,7 @@ class ShardCache:
         self.stats = stats
         self._paths: dict[tuple[str, str | None], Path] = {}
         self._over_limit = False  # whether this process's last eviction left the cache over max_bytes
+        self._dropped: set[tuple[str, str]] = set()  # copies dropped as damaged (each version once)
         for partial in self.folder.glob("*.part-*"):
             self._remove_abandoned(partial)
 
@@ -163,19 +164,26 @@ class ShardCache:
         """Delete the copy of ``url`` if its bytes are not the version ``sha256`` (the index's),
         so that the next read downloads it again: a copy damaged on the server, or on the way
         in, would otherwise fail every later read after the server's copy is mended. Called when
-        a read of the copy fails its checks; whether the copy went. Readers hold a copy's lock
-        only while they map it: this waits for them, as a download does."""
+        a read of the copy fails its checks; whether the copy went. Each version once a process:
+        a shard damaged on the server would otherwise be downloaded again for each damaged record,
+        every epoch. Readers hold a copy's lock only while they map it: this waits for them."""
         path = self.path_for(url, sha256)
-        if sha256 is None:
-            return False
-        with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
-            try:
+        if sha256 is None or (url, sha256) in self._dropped:
+            return False  # once a process: a copy damaged on the server comes back as damaged
+        self._dropped.add((url, sha256))
+        try:
+            with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
+                digest = hashlib.sha256()
                 with open(path, "rb") as copy:
-                    if hashlib.file_digest(copy, "sha256").hexdigest() == sha256:
-                        return False
-            except FileNotFoundError:  # dropped by another reader that failed on it too
-                return True
-            path.unlink()
+                    while chunk := copy.read(8 << 20):
+                        digest.update(chunk)
+                if digest.hexdigest() == sha256:
+                    return False
+                path.unlink()
+        except FileNotFoundError:  # dropped by another reader that failed on it too
+            return True
+        except OSError:  # a cache folder we may not change: the copy stays, the error is the read's
+            return False
         return True
 
     def holds(self, url: str, sha256: str | None = None) -> bool:
