@@ -132,6 +132,9 @@ def _refuse_shards(location: str, path: str) -> None:
         return
     shown = redact(location)
     what, pronoun, verb = ("a pattern of shards", "their", "them") if "{" in path else ("a shard", "its", "it")
+    if not path.endswith(".tar"):  # gzip-compressed: no index reads it by ranges
+        raise IndexFormatError(f"{shown} is {what} (gzip-compressed), not an index: a loader streams {verb} as "
+                               f"{verb} {'are' if verb == 'them' else 'is'} (make_loader), without an index")
     raise IndexFormatError(f"{shown} is {what}, not an index: pass {pronoun} folder or {INDEX_NAME} (or index "
                            f"{verb} first: pipeline index {shlex.quote(shown)})")
 

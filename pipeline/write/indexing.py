@@ -81,7 +81,7 @@ def _refuse_compressed(folder: str, compressed: list[str], plain: int) -> None:
         return
     if not plain:
         raise ValueError(f"{redact(folder)} holds compressed shards only: an index needs plain tar files "
-                         f"(decompress them: gunzip, unxz, unzstd), and they stream without one as they are")
+                         f"(decompress them: gunzip, unxz, unzstd); gzip-compressed ones stream without one as they are")
     shown = ", ".join(compressed[:3]) + (", ..." if len(compressed) > 3 else "")
     raise ValueError(f"{redact(folder)} holds {len(compressed)} compressed shards ({shown}) beside {plain} plain "
                      f"one{'s' if plain > 1 else ''}: an index needs plain tar files; decompress them (gunzip, unxz, unzstd) "

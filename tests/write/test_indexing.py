@@ -242,5 +242,12 @@ def test_a_folder_of_plain_and_compressed_shards_is_refused_naming_the_compresse
                                          r"out of it"):
         pipeline.index_shards(tmp_path / "set", quiet=True)
     assert not (tmp_path / "set" / "index.json").exists()
-    with pytest.raises(ValueError, match=r"gz holds compressed shards only: .* they stream without one as they are"):
+    with pytest.raises(ValueError, match=r"gz holds compressed shards only: .* gzip-compressed ones stream without one as they are"):
         pipeline.index_shards(tmp_path / "gz", quiet=True)
+
+
+def test_a_compressed_shard_given_for_an_index_is_told_to_stream_as_it_is(tmp_path: Path) -> None:
+    """The indexer refuses compressed shards: advising `pipeline index` for one led nowhere."""
+    with pytest.raises(pipeline.IndexFormatError, match=r"x\.tar\.gz is a shard \(gzip-compressed\), not an index: "
+                                                        r"a loader streams it as it is \(make_loader\)"):
+        pipeline.load_index(tmp_path / "x.tar.gz")
