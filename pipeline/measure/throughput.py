@@ -132,7 +132,7 @@ def measure(data: Any, setting: Setting, options: Mapping[str, Any], *, seconds:
                     if time.monotonic() > deadline:
                         hung = True
                         break
-                    if child.exitcode is not None:
+                    if child.exitcode is not None and not receiver.poll(0):  # (its last words may just have come)
                         break  # it ended without a word (its workers may still hold the pipe open)
                     continue
                 try:

@@ -248,7 +248,7 @@ def with_signals(death: str, iterator: Any) -> str:
     """PyTorch's ``death`` message, with the signal that killed each worker it names where it
     does not say (its queue's watch reports only that a worker "exited unexpectedly")."""
     for worker in _workers(iterator):
-        code = worker.exitcode if str(worker.pid) in death else None
+        code = worker.exitcode if re.search(rf"\b{worker.pid}\b", death) else None
         if code is not None and code < 0 and (signal.strsignal(-code) or "?") not in death:
             death = f"{death} Worker {worker.pid} was killed by signal: {signal.strsignal(-code) or -code}."
     return death
