@@ -12,9 +12,12 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Callable, Protocol, TypeVar
+from typing import Callable, Iterator, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from .errors import SourceError, TransientError, redact
@@ -24,6 +27,30 @@ T = TypeVar("T")
 #: What a resolver answers for a name that does not exist: a typo, not a passing failure (unlike
 #: ``EAI_AGAIN``, a resolver that did not answer in time, which is retried).
 _NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
+
+
+class ReadAbandoned(Exception):
+    """A read whose result nobody will take any more (its loop broke off, its epoch was left)
+    gave up at a failure instead of retrying. Not a SourceError: the data is not at fault, so
+    nothing counts it lost, and nobody sees it."""
+
+
+#: Set by whoever started the reads of this context (see :func:`abandoned_when`).
+_abandon: ContextVar[threading.Event | None] = ContextVar("abandon", default=None)
+
+
+@contextmanager
+def abandoned_when(event: threading.Event) -> Iterator[None]:
+    """Reads started inside (in this thread, and in threads that run with a copy of its context)
+    give up at their next failure, or in the middle of their back-off, once ``event`` is set.
+    Why: a server that refuses every request would otherwise keep each read nobody wants
+    retrying for minutes, holding the threads later reads need, and the interpreter's exit
+    (which waits for a thread pool's threads)."""
+    token = _abandon.set(event)
+    try:
+        yield
+    finally:
+        _abandon.reset(token)
 
 
 class RetrySink(Protocol):
@@ -112,6 +139,9 @@ class RetryBudget:
             host = urlsplit(self.url).hostname if self.url.startswith(("http://", "https://")) else None
             named = f"host name {host!r}" if host else "the endpoint's host name"
             raise SourceError(self.url, exc.offset, f"{named} does not resolve: {unknown}") from None
+        abandon = _abandon.get()
+        if abandon is not None and abandon.is_set():
+            raise ReadAbandoned(self.url)
         now = time.monotonic()
         if self.failures == 0:
             self._first_failure = now
@@ -124,11 +154,14 @@ class RetryBudget:
         if spent + pause > self.policy.deadline:
             raise SourceError(self.url, exc.offset, f"{what} failed {self.failures} times in {spent:.1f}s "
                               f"(retry deadline {self.policy.deadline:g}s), last: {exc.reason}") from None
-        if self.stats is not None:
-            self.stats.retried()
         log.warning("%s %s of %s at byte %s in %.2fs (attempt %d/%d): %s", "resuming" if resuming else "retrying",
                     what, redact(self.url), exc.offset, pause, self.failures + 1, self.policy.attempts, exc.reason)
-        time.sleep(pause)
+        if abandon is None:
+            time.sleep(pause)
+        elif abandon.wait(pause):
+            raise ReadAbandoned(self.url)
+        if self.stats is not None:  # counted once it is sure to be made
+            self.stats.retried()
 
 
 def _unknown_host(exc: BaseException) -> str | None:

@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Callable, Iterator, TypeVar
 
+from ..storage.retry import abandoned_when
+
 T = TypeVar("T")
 R = TypeVar("R")
 EXIT_WAIT_S = 5.0  # how long the exit waits, in all, for reads under way
@@ -39,13 +41,14 @@ class _Reader:
 
     def _run(self) -> None:
         try:
-            for item in self.items:
-                self.slots.acquire()
-                if self.stopped.is_set():
-                    break
-                self.results.put((True, self.read(item)))
-            else:
-                self.results.put((True, _END))
+            with abandoned_when(self.stopped):  # a read under way when the caller stops gives up its retries
+                for item in self.items:
+                    self.slots.acquire()
+                    if self.stopped.is_set():
+                        break
+                    self.results.put((True, self.read(item)))
+                else:
+                    self.results.put((True, _END))
         except BaseException as exc:  # noqa: BLE001 - raised in the caller, where the result would be
             self.results.put((False, exc))
         if self.stopped.is_set():  # put after the caller's stop emptied the queue

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextvars import copy_context
 from typing import Any, Mapping
 
 import numpy as np
@@ -122,7 +123,8 @@ class UnitReader:
                     wanted.append((source, shard, lo + int(rows[0]), lo + int(rows[-1]) + 1, rows - rows[0]))
             first += hi - lo
         if len(wanted) > 1 and self._over_network(wanted):  # requests wait on the network: keep several in flight
-            futures = [_request_pool().submit(self._read_rows, *piece) for piece in wanted]
+            # each request in a copy of this thread's context: it gives up when this read is abandoned
+            futures = [_request_pool().submit(copy_context().run, self._read_rows, *piece) for piece in wanted]
             try:
                 results = [future.result() for future in futures]
             finally:  # on an error, let no request run on behind the caller's back
