@@ -20,6 +20,7 @@ import numpy as np
 from ..caller_warning import warn_caller
 from ..format.errors import ShardError
 from ..storage import SourceError
+from ..storage.errors import ServerSetupError
 from ..storage.retry import RetryPolicy
 from .material import Draw, rng_for
 from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
@@ -122,6 +123,11 @@ class ForeignStream:
                 if records % _COUNT_EVERY == 0:
                     count()
                 yield columns
+        except ServerSetupError as exc:  # raised even under skip: each cut would lose the rest of its shard
+            raise ServerSetupError(url, exc.offset, "the server does not honour Range requests, which resume a "
+                                   "shard after a cut: serve the shards from one that does (nginx, S3 and most static "
+                                   "hosts do), or copy them to local disk (shards without an index are not cached)"
+                                   ) from None
         except (ShardError, SourceError) as exc:
             if not self.skip:
                 raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import shutil
 import time
 import traceback
 from pathlib import Path
@@ -24,6 +25,17 @@ def web_root(tmp_path_factory) -> Path:
 
     uneven_shards(root / "data", random_sizes(9, 300, 1800, seed=11), pack=8)
     return root
+
+
+@pytest.fixture
+def foreign_folder(web_root: Path) -> str:
+    """The indexed set's shards in a folder without an index: read as foreign shards."""
+    folder = web_root / "foreign"
+    if not folder.exists():
+        folder.mkdir()
+        for shard in (web_root / "data").glob("*.tar"):
+            shutil.copy(shard, folder)
+    return "foreign"
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -161,24 +165,41 @@ def test_ranges_land_in_buffers_reused_epoch_after_epoch_and_given_back_when_idl
     assert pool.held_bytes == 0
 
 
-def test_a_server_that_ignores_range_is_an_error_even_under_skip_and_cache_dir_reads_it(
-        web_root: Path, total_samples: int, tmp_path: Path) -> None:
-    """Every piece but a shard's first would fail on such a server: skipping them trained on
-    stand-ins for nine samples in ten. Whole shards, downloaded once, need no ranges."""
-    import functools
-    import http.server
-    import threading
-
+@pytest.fixture
+def server_without_range(web_root: Path) -> Iterator[str]:
+    """Python's own file server, which answers a Range request with the whole file."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(web_root))
     handler.log_message = lambda *args: None  # type: ignore[attr-defined]
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_address[1]}/data/index.json"
         try:
-            with pytest.raises(SourceError, match=r"the server does not honour Range requests \(it sent the whole "
-                                                  r"file\): serve the shards from one that does .*or pass cache_dir="):
-                all_ids(make_loader(url, num_workers=0, batch_size=64, on_error="skip"))
-            cached = make_loader(url, num_workers=0, batch_size=64, cache_dir=tmp_path / "cache")
-            assert all_ids(cached) == list(range(total_samples))
+            yield f"http://127.0.0.1:{server.server_address[1]}"
         finally:
             server.shutdown()
+
+
+def test_a_server_that_ignores_range_is_an_error_even_under_skip_and_cache_dir_reads_it(
+        server_without_range: str, total_samples: int, tmp_path: Path) -> None:
+    """Every piece but a shard's first would fail on such a server: skipping them trained on
+    stand-ins for nine samples in ten. Whole shards, downloaded once, need no ranges."""
+    url = f"{server_without_range}/data/index.json"
+    with pytest.raises(SourceError, match=r"the server does not honour Range requests \(it sent the whole "
+                                          r"file\): serve the shards from one that does .*or pass cache_dir="):
+        all_ids(make_loader(url, num_workers=0, batch_size=64, on_error="skip"))
+    cached = make_loader(url, num_workers=0, batch_size=64, cache_dir=tmp_path / "cache")
+    assert all_ids(cached) == list(range(total_samples))
+
+
+def test_a_shard_without_an_index_cut_on_a_server_that_ignores_range_is_an_error_even_under_skip(
+        server_without_range: str, foreign_folder: str, fast_retries) -> None:
+    """A shard streamed whole resumes a cut with a Range request; on such a server every cut
+    would lose the rest of its shard, silently under skip."""
+    proxy = FaultProxy(int(server_without_range.rsplit(":", 1)[1]), {"cut": 1.0})
+    try:
+        loader = make_loader(f"{proxy.url}/{foreign_folder}/part-000000.tar", num_workers=0, batch_size=8,
+                             on_error="skip")
+        with pytest.raises(SourceError, match=r"part-000000\.tar at byte \d+: the server does not honour Range "
+                                              r"requests, which resume a shard after a cut: .*copy them to local disk"):
+            all_ids(loader)
+    finally:
+        proxy.close()

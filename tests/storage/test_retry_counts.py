@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import shutil
 import socket
 import threading
 import time
@@ -121,17 +120,6 @@ def scripted(blob: bytes) -> Iterator[Callable[[Callable[[int], str]], ScriptedS
 
 def _port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
-
-
-@pytest.fixture
-def foreign_folder(web_root: Path) -> str:
-    """The indexed set's shards in a folder without an index: read as foreign shards."""
-    folder = web_root / "foreign"
-    if not folder.exists():
-        folder.mkdir()
-        for shard in (web_root / "data").glob("*.tar"):
-            shutil.copy(shard, folder)
-    return "foreign"
 
 
 @pytest.fixture
