@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import SourceError
+from pipeline import SourceError, make_loader
 from pipeline.storage import read_range
 from tests.storage.conftest import make_bucket, upload_folder
 from tests.storage.servers import FaultProxy
@@ -84,3 +84,15 @@ def test_errors_are_boto3_answers_and_name_the_object(proxied, monkeypatch) -> N
     with pytest.raises(SourceError, match=r"part-000001\.tar at byte 0: S3 SignatureDoesNotMatch") as err:
         read_range(f"s3://signed/train/{SHARD}", 0, 10)
     assert "wrong-secret" not in str(err.value) and "Signature=" not in str(err.value)
+
+
+def test_a_shard_refused_with_access_denied_is_named_as_refused_or_missing(proxied) -> None:
+    """S3 answers AccessDenied for a key that does not exist when the credentials may not list
+    the bucket, and for one they may not read: the error says both, not just "missing"."""
+    proxied(refuse=lambda head: head.startswith(b"GET /signed/train/part-000003.tar"))
+    loader = make_loader("s3://signed/train", num_workers=0, batch_size=64)
+    with pytest.raises(SourceError, match=r"part-000003\.tar at byte \d+: S3 AccessDenied: access denied; the "
+                                          r"credentials may not read this shard, or it is missing \(S3 denies .*"
+                                          r"check their permissions; 'pipeline verify' lists what is missing$"):
+        for _ in loader:
+            pass
