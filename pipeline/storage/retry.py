@@ -12,7 +12,6 @@ import logging
 import os
 import random
 import socket
-import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,22 +34,60 @@ class ReadAbandoned(Exception):
     nothing counts it lost, and nobody sees it."""
 
 
+class Flag(Protocol):
+    """What says that reads are abandoned: a ``threading.Event``, or a ``multiprocessing`` one."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 #: Set by whoever started the reads of this context (see :func:`abandoned_when`).
-_abandon: ContextVar[threading.Event | None] = ContextVar("abandon", default=None)
+_abandon: ContextVar[Flag | None] = ContextVar("abandon", default=None)
+#: The flag of every read of this process (see :func:`abandon_process_reads_when`).
+_process_abandon: list[Flag] = []
 
 
 @contextmanager
-def abandoned_when(event: threading.Event) -> Iterator[None]:
+def abandoned_when(flag: Flag) -> Iterator[None]:
     """Reads started inside (in this thread, and in threads that run with a copy of its context)
-    give up at their next failure, or in the middle of their back-off, once ``event`` is set.
+    give up at their next failure, or in the middle of their back-off, once ``flag`` is set.
     Why: a server that refuses every request would otherwise keep each read nobody wants
     retrying for minutes, holding the threads later reads need, and the interpreter's exit
     (which waits for a thread pool's threads)."""
-    token = _abandon.set(event)
+    token = _abandon.set(flag)
     try:
         yield
     finally:
         _abandon.reset(token)
+
+
+def abandon_process_reads_when(flag: Flag) -> None:
+    """Every read of this process gives up, as under :func:`abandoned_when`, once ``flag`` is
+    set. For a DataLoader worker, whose loader shuts it down: its main thread, waiting for a read
+    that retries, would not see the shutdown until the read ended (PyTorch waits 5 s a worker)."""
+    _process_abandon[:] = [flag]
+
+
+def _abandon_flags() -> list[Flag]:
+    own = _abandon.get()
+    return [*_process_abandon, own] if own is not None else list(_process_abandon)
+
+
+def _abandoned_during(pause: float, flags: list[Flag]) -> bool:
+    """Wait ``pause`` seconds, or less: True as soon as one of ``flags`` is set."""
+    if len(flags) <= 1:
+        if flags:
+            return flags[0].wait(pause)
+        time.sleep(pause)
+        return False
+    deadline = time.monotonic() + pause
+    while not any(flag.is_set() for flag in flags):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        flags[-1].wait(min(left, 0.05))  # the thread's own flag, looking at the others now and then
+    return True
 
 
 class RetrySink(Protocol):
@@ -139,8 +176,8 @@ class RetryBudget:
             host = urlsplit(self.url).hostname if self.url.startswith(("http://", "https://")) else None
             named = f"host name {host!r}" if host else "the endpoint's host name"
             raise SourceError(self.url, exc.offset, f"{named} does not resolve: {unknown}") from None
-        abandon = _abandon.get()
-        if abandon is not None and abandon.is_set():
+        flags = _abandon_flags()
+        if any(flag.is_set() for flag in flags):
             raise ReadAbandoned(self.url)
         now = time.monotonic()
         if self.failures == 0:
@@ -156,9 +193,7 @@ class RetryBudget:
                               f"(retry deadline {self.policy.deadline:g}s), last: {exc.reason}") from None
         log.warning("%s %s of %s at byte %s in %.2fs (attempt %d/%d): %s", "resuming" if resuming else "retrying",
                     what, redact(self.url), exc.offset, pause, self.failures + 1, self.policy.attempts, exc.reason)
-        if abandon is None:
-            time.sleep(pause)
-        elif abandon.wait(pause):
+        if _abandoned_during(pause, flags):
             raise ReadAbandoned(self.url)
         if self.stats is not None:  # counted once it is sure to be made
             self.stats.retried()

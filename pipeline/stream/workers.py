@@ -40,6 +40,7 @@ import os
 import pickle
 import re
 import signal
+import sys
 import threading
 import traceback
 import weakref
@@ -50,6 +51,7 @@ from torch.utils.data import get_worker_info
 from torch.utils.data._utils import signal_handling
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
+from ..storage.retry import abandon_process_reads_when
 from .message_buffers import ReleaseTable, WorkerBuffers, install
 
 _TORCH_DEATH = "DataLoader worker (pid"
@@ -135,6 +137,7 @@ class LoaderWorker:
     def __init__(self, then: Callable[[int], None] | None, released: ReleaseTable) -> None:
         self.then = then
         self.released = released
+        self.shutdown: Any = None  # the multiprocessing Event its iterator sets when it stops its workers
 
     def __call__(self, worker_id: int) -> None:
         # What the worker inherited from the training process (its model, a labels dict) is
@@ -142,6 +145,8 @@ class LoaderWorker:
         # visits, which copies each page of them into the worker (copy-on-write) and costs CPU
         # in a worker that allocates many objects (a request's headers, over S3: 10% of its CPU)
         gc.freeze()
+        if self.shutdown is not None:  # a read that retries when the loader stops its workers gives up
+            abandon_process_reads_when(self.shutdown)
         info = get_worker_info()
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]
@@ -172,8 +177,13 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
 
     _held_queues = _QUEUES
     _contexts = _CONTEXTS
+    _finalizing = staticmethod(sys.is_finalizing)
 
     def __init__(self, loader: Any) -> None:
+        self._abandon_reads = None
+        if isinstance(loader.worker_init_fn, LoaderWorker):  # handed to the workers it starts
+            context = loader.multiprocessing_context or multiprocessing.get_context()
+            self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()
         super().__init__(loader)
         self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
         self._contexts.update((worker.pid, weakref.WeakMethod(loader.death_context)) for worker in self._workers)
@@ -183,6 +193,10 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
 
     def _shutdown_workers(self) -> None:
         try:
+            # a worker waiting for a read that retries sees no shutdown; as the interpreter ends,
+            # the Event's module is gone, and multiprocessing's exit handlers end the workers
+            if self._abandon_reads is not None and not self._finalizing():
+                self._abandon_reads.set()
             super()._shutdown_workers()
         finally:
             self._held_queues.pop(id(self), None)

@@ -340,39 +340,3 @@ def test_after_a_cut_the_next_request_needs_no_retry(scripted, nginx: str, web_r
     finally:
         proxy.close()
 
-
-def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def test_the_reads_of_a_loop_that_broke_off_stop_retrying(nginx: str, total_samples: int, fast_retries,
-                                                          monkeypatch) -> None:
-    """A loop breaks off while the server refuses every request: the reads it started ahead give
-    up at their next failure, rather than retry on behind its back for minutes (holding the
-    threads the next epoch reads with, and the interpreter's exit, which waits for them). Under
-    skip, too, where giving up must not count as losing the samples."""
-    monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "1000")
-    monkeypatch.setenv("PIPELINE_RETRY_DEADLINE", "600")
-    proxy = FaultProxy(_port_of(nginx), {})
-    try:
-        loader = make_loader(f"{proxy.url}/data/", num_workers=0, batch_size=16, shuffle_buffer=300,
-                             on_error="skip")
-        batches = iter(loader)
-        first = next(batches)["i"].tolist()
-        proxy.fail_after = 0  # every request refused from now on: the reads ahead retry
-        assert _wait_for(lambda: proxy.counts["503"] >= 3)
-        del batches  # the loop breaks off
-        assert _wait_for(lambda: not any(t.name == "read-ahead" for t in threading.enumerate()), seconds=5)
-        refused = proxy.counts["503"]
-        time.sleep(0.3)
-        assert proxy.counts["503"] == refused
-        assert (loader.stats()["skipped_pieces"], loader.stats()["replaced_samples"]) == (0, 0)
-        proxy.fail_after = None  # the server mended: the rest of the epoch comes whole
-        assert sorted(first + all_ids(loader)) == list(range(total_samples))
-    finally:
-        proxy.close()

@@ -1,0 +1,75 @@
+"""Reads nobody will take any more (a loop broke off, a loader stopped its workers) give up
+their retries, against a server (nginx behind a proxy) that refuses every request."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from typing import Callable
+
+import pytest
+
+from pipeline import make_loader
+from tests.storage.conftest import all_ids
+from tests.storage.servers import FaultProxy
+
+
+@pytest.fixture
+def refusing_later(nginx: str, fast_retries, monkeypatch):
+    """A proxy to nginx, and retries that would go on for minutes once it refuses."""
+    monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "1000")
+    monkeypatch.setenv("PIPELINE_RETRY_DEADLINE", "600")
+    proxy = FaultProxy(int(nginx.rsplit(":", 1)[1]), {})
+    yield proxy
+    proxy.close()
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_reads_of_a_loop_that_broke_off_stop_retrying(refusing_later: FaultProxy, total_samples: int) -> None:
+    """A loop breaks off while the server refuses every request: the reads it started ahead give
+    up at their next failure, rather than retry on behind its back for minutes (holding the
+    threads the next epoch reads with, and the interpreter's exit, which waits for them). Under
+    skip, too, where giving up must not count as losing the samples."""
+    proxy = refusing_later
+    loader = make_loader(f"{proxy.url}/data/", num_workers=0, batch_size=16, shuffle_buffer=300, on_error="skip")
+    batches = iter(loader)
+    first = next(batches)["i"].tolist()
+    proxy.fail_after = 0  # every request refused from now on: the reads ahead retry
+    assert _wait_for(lambda: proxy.counts["503"] >= 3)
+    del batches  # the loop breaks off
+    assert _wait_for(lambda: not any(t.name == "read-ahead" for t in threading.enumerate()), seconds=5)
+    refused = proxy.counts["503"]
+    time.sleep(0.3)
+    assert proxy.counts["503"] == refused
+    assert (loader.stats()["skipped_pieces"], loader.stats()["replaced_samples"]) == (0, 0)
+    proxy.fail_after = None  # the server mended: the rest of the epoch comes whole
+    assert sorted(first + all_ids(loader)) == list(range(total_samples))
+
+
+def test_workers_stopped_while_their_reads_retry_exit_on_their_own(refusing_later: FaultProxy,
+                                                                   total_samples: int) -> None:
+    """A worker's reads retry on after the loader has stopped it, unless told: the loop's
+    ``break`` took 5 s a worker (PyTorch's wait for each), here 10 s."""
+    proxy = refusing_later
+    loader = make_loader(f"{proxy.url}/data/", num_workers=2, batch_size=16, shuffle_buffer=300)
+    before = set(multiprocessing.active_children())
+    batches = iter(loader)
+    first = next(batches)["i"].tolist()
+    workers = [child for child in multiprocessing.active_children() if child not in before]
+    assert len(workers) == 2
+    proxy.fail_after = 0
+    assert _wait_for(lambda: proxy.counts["503"] >= 6)
+    began = time.monotonic()
+    del batches
+    assert time.monotonic() - began < 2.5 and [worker.exitcode for worker in workers] == [0, 0]
+    proxy.fail_after = None
+    assert sorted(first + all_ids(loader)) == list(range(total_samples))
