@@ -88,6 +88,13 @@ class Destination:
             return []
         return sorted(name for name in os.listdir(self.folder) if name.startswith(prefix))
 
+    def subfolders(self) -> list[str]:
+        """Names of the folders in the destination (none in a bucket: S3 has no folders to list
+        cheaply, only keys)."""
+        if not self.folder.is_dir():
+            return []
+        return sorted(entry.name for entry in os.scandir(self.folder) if entry.is_dir())
+
     def close(self) -> None:
         """Release what the destination holds (the staging folder of a remote one)."""
 
@@ -148,6 +155,9 @@ class S3Destination(Destination):
 
     def list(self, prefix: str) -> list[str]:
         return s3.list_names(self.prefix + "/", prefix, self.policy)
+
+    def subfolders(self) -> list[str]:
+        return []
 
     def close(self) -> None:
         if self._staging is not None:

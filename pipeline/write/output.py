@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, DatasetIndex, TableFile, index_shard_names, table_name_for
 from ..format.shard_table import write_table
-from ..storage.destination import Destination
+from ..storage.destination import Destination, destination
 
 
 class OutputExistsError(FileExistsError):
@@ -104,10 +104,49 @@ def clear_split_parent(destination: Destination, splits: Iterable[str], overwrit
         raise OutputExistsError(f"{destination.url(INDEX_NAME)} already exists: that folder is a shard set, and the "
                                 f"splits would go beside it ({where}) while a loader given the folder reads the old "
                                 f"set; pass overwrite=True (--overwrite) to replace it, or write the splits elsewhere")
-    old = prepare_output(destination, overwrite=True)
+    _remove_set(destination)
+
+
+def clear_child_sets(target: Destination, overwrite: bool) -> None:
+    """Refuse, unless ``overwrite`` (then delete them), the shard sets in subfolders of the
+    folder a set is built in: an earlier split build's ``train/`` and ``validation/``, which would
+    stay beside the new set for a script that reads the splits to train on (in local folders:
+    see :meth:`Destination.subfolders`). A split is a set whose shards are named after its folder,
+    as a split build names them; other sets in subfolders are the user's to keep."""
+    children = [name for name in target.subfolders() if _is_split(target, name)]
+    if not children:
+        return
+    if not overwrite:
+        raise OutputExistsError(f"{target.url(children[0] + '/' + INDEX_NAME)} already exists: that folder holds the "
+                                f"splits of an earlier build ({', '.join(children)}), which would stay beside the new "
+                                f"set (a script that reads the splits would train on them); pass overwrite=True "
+                                f"(--overwrite) to remove them, or write the set elsewhere")
+    for name in children:
+        child = destination(target.url(name))
+        try:
+            _remove_set(child)
+        finally:
+            child.close()
+
+
+def _is_split(target: Destination, name: str) -> bool:
+    index = f"{name}/{INDEX_NAME}"
+    if not target.exists(index):
+        return False
+    try:
+        shards = index_shard_names(target.read(index), target.url(index))
+    except IndexFormatError:  # not ours to judge, nor to delete
+        return False
+    pattern = _shard_names(name)
+    return all(pattern.fullmatch(shard) for shard in shards)
+
+
+def _remove_set(target: Destination) -> None:
+    """Delete the shard set in ``target``: its index, its shard table and the shards it names."""
+    old = prepare_output(target, overwrite=True)
     for name in [*old, table_name_for(INDEX_NAME)]:
         if "/" not in name and not name.startswith(".."):
-            destination.delete(name)
+            target.delete(name)
 
 
 def remove_stale_shards(destination: Destination, old_shards: list[str], index: DatasetIndex) -> None:

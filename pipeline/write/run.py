@@ -37,6 +37,7 @@ from .engines import check_engine, open_workers
 from .fixed_records import build_records, fixed_layout
 from .output import (
     check_prefix,
+    clear_child_sets,
     clear_planned_shards,
     prepare_output,
     remove_stale_shards,
@@ -275,6 +276,7 @@ def build_shards(
                 remove_temporary_files(target, names, index_name)
                 _say(quiet, f"{target.url(index_name)} is already complete ({len(planned)} shards); nothing to resume")
                 return done
+        clear_child_sets(target, overwrite)
         old_shards = prepare_output(target, overwrite, index_name, resumable=True)
         if not resume:
             clear_planned_shards(target, prefix, names, overwrite, resumable=True)

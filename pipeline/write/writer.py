@@ -22,7 +22,15 @@ from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.tar import END_OF_ARCHIVE, member_bytes
 from ..storage.destination import destination
 from .fixed_records import FixedLayout, build_records, fixed_layout
-from .output import check_prefix, clear_planned_shards, prepare_output, remove_stale_shards, save_index, shard_name
+from .output import (
+    check_prefix,
+    clear_child_sets,
+    clear_planned_shards,
+    prepare_output,
+    remove_stale_shards,
+    save_index,
+    shard_name,
+)
 from .progress import BuildProgress
 from .rows import RowBlock, check_key, encode_records
 from .shard_file import ShardFile
@@ -58,6 +66,7 @@ class ShardWriter:
         self.shard_samples = shard_samples
         self.shard_bytes = shard_bytes
         self.pack = pack
+        clear_child_sets(self.destination, overwrite)
         self._old_shards = prepare_output(self.destination, overwrite)
         clear_planned_shards(self.destination, self.prefix, None, overwrite)
         self._shard: ShardFile | None = None

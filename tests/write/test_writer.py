@@ -188,6 +188,32 @@ def test_splits_over_a_shard_set_replace_it_or_are_refused(tmp_path: Path) -> No
     assert sorted(train + validation) == list(range(50)) and len(validation) == 10
 
 
+@pytest.mark.parametrize("writer", ["write_shards", "ShardWriter"])
+def test_a_set_over_splits_removes_them_or_is_refused(tmp_path: Path, writer: str) -> None:
+    """The old splits would stay beside the new set, for a script that reads the splits to train on.
+    A set of the user's own in a subfolder (its shards not named after it) is left alone."""
+    pipeline.write_shards(tmp_path, {"v": np.arange(50)}, validation=0.2, shard_samples=10, quiet=True)
+    pipeline.write_shards(tmp_path / "mine", {"v": np.arange(5)}, quiet=True)
+
+    def write(**options) -> None:
+        if writer == "write_shards":
+            pipeline.write_shards(tmp_path, {"v": np.arange(30)}, quiet=True, **options)
+        else:
+            with ShardWriter(tmp_path, "shard", **options) as sink:
+                for n in range(30):
+                    sink.write({"v": n}, key=f"s{n}")
+    with pytest.raises(OutputExistsError, match=re.escape(
+            f"{tmp_path / 'train' / 'index.json'} already exists: that folder holds the splits of an earlier build "
+            f"(train, validation), which would stay beside the new set (a script that reads the splits would train "
+            f"on them); pass overwrite=True (--overwrite) to remove them")):
+        write()
+    assert len(read_back(tmp_path / "train")[0]) == 40 and not (tmp_path / "index.json").exists()  # untouched
+    write(overwrite=True)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
+        "index.bin", "index.json", "mine/index.bin", "mine/index.json", "mine/shard-000000.tar", "shard-000000.tar"]
+    assert read_back(tmp_path)[1]["v"] == list(range(30)) and read_back(tmp_path / "mine")[1]["v"] == list(range(5))
+
+
 def test_overwriting_a_version_1_index_deletes_the_shards_it_named(tmp_path: Path) -> None:
     old = [{"url": f"old-{i:06d}.tar", "samples": 1, "records": 1, "bytes": 1, "sha256": "", "offsets": [0]}
            for i in range(3)]
