@@ -74,6 +74,17 @@ def test_unsupported_dtype_and_missing_path_are_refused(tmp_path: Path) -> None:
         pipeline.write_shards(tmp_path / "o", {"x": tmp_path / "nothere.npy"}, quiet=True)
 
 
+def test_a_file_that_is_not_a_whole_npz_is_refused_naming_it(tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.arange(100_000))
+    np.savez(tmp_path / "whole.npz", x=np.arange(100_000))
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "whole.npz").read_bytes()[:400_000])
+    for name in ("x.npy", "cut.npz"):
+        with pytest.raises(ValueError, match=rf"{name}: not a whole \.npz archive \(File is not a zip file; a "
+                                             rf"truncated one has lost its table of contents\): pass a file written"):
+            pipeline.build_npz(tmp_path / name, tmp_path / "o", quiet=True)
+    assert not (tmp_path / "o").exists()
+
+
 def make_joblib_batches(folder: Path, sizes: list[int], per_sample: bool = False) -> tuple[np.ndarray, np.ndarray]:
     folder.mkdir()
     xs, ys = [], []

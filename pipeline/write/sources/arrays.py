@@ -99,7 +99,13 @@ def open_npz(path: str | os.PathLike[str]) -> dict[str, Column]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such .npz file")
     columns: dict[str, Column] = {}
-    with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as exc:  # a .npy given for an .npz, or a truncated file
+        raise ValueError(f"{path}: not a whole .npz archive ({exc}; a truncated one has lost its table of "
+                         f"contents): pass a file written by np.savez, or a .npy as an array (--array NAME=PATH)"
+                         ) from None
+    with archive, open(path, "rb") as raw:
         for info in archive.infolist():
             name = info.filename.removesuffix(".npy")
             if info.compress_type != zipfile.ZIP_STORED:
