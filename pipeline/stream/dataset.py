@@ -125,7 +125,8 @@ class ShardDataset(IterableDataset):
     ) -> None:
         super().__init__()
         check_dataset_options(batch_size, on_error, remainder, read_ahead, fields, as_tuple,
-                              sample_transform is not None or batch_transform is not None)
+                              sample_transform is not None or batch_transform is not None, seed, shuffle_buffer,
+                              chunks_per_buffer)
         self.read_stats = ReadStats()  # skips and retries, counted in every worker
         self.policy = RetryPolicy.from_env()  # read once: the workers get it with the dataset
         default_rank, default_world = distributed_rank_and_world()

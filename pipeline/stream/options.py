@@ -18,12 +18,22 @@ def _names(option: str, names: Sequence[str] | None) -> None:
         raise ValueError(f"{option}=[] names no field: name at least one, or leave {option} out")
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_ahead: int | None,
-                          fields: Sequence[str] | None, as_tuple: Sequence[str] | None, transformed: bool) -> None:
+                          fields: Sequence[str] | None, as_tuple: Sequence[str] | None, transformed: bool,
+                          seed: Any = 0, shuffle_buffer: Any = None, chunks_per_buffer: Any = None) -> None:
     """The options of a :class:`~pipeline.stream.dataset.ShardDataset` that need no shards to check
     (``transformed``: a transform runs, and may make fields of its own)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+    if not _whole(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if not _whole(seed) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 (it picks the shuffle's orders), got {seed!r}")
+    for name, value in (("shuffle_buffer", shuffle_buffer), ("chunks_per_buffer", chunks_per_buffer)):
+        if value is not None and (not _whole(value) or value < 1):
+            raise ValueError(f"{name} must be an integer >= 1, or None for its default, got {value!r}")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if remainder not in ("drop", "pad", "keep"):

@@ -11,6 +11,7 @@ and epoch, ``len()``, resume, and windows that mix sources as they mix shards.
 from __future__ import annotations
 
 import hashlib
+import math
 import numbers
 import os
 from dataclasses import dataclass, field
@@ -117,8 +118,8 @@ def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, flo
         if unknown:
             raise ValueError(f"{option} names {unknown}, which are not sources (the sources are {names})")
     for name, value in (weights or {}).items():
-        if not value >= 0:
-            raise ValueError(f"the weight of source {name!r} must be >= 0, got {value}")
+        if not 0 <= value < math.inf:
+            raise ValueError(f"the weight of source {name!r} must be a finite number >= 0, got {value}")
     for name, value in (samples or {}).items():
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"samples= of source {name!r} must be a whole number >= 0, got {value!r}")

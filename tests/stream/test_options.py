@@ -33,6 +33,11 @@ BAD_OPTIONS = [
     ({"num_workers": -1}, "num_workers must be an integer >= 0 (0: read in the training process), got -1"),
     ({"prefetch_factor": 0}, "prefetch_factor must be >= 1 (messages each worker keeps ready), got 0"),
     ({"in_order": False}, "in_order=False lets workers' batches come in any order, which no state can resume"),
+    ({"seed": -1}, "seed must be an integer >= 0 (it picks the shuffle's orders), got -1"),
+    ({"seed": 1.7}, "seed must be an integer >= 0 (it picks the shuffle's orders), got 1.7"),
+    ({"shuffle_buffer": -5}, "shuffle_buffer must be an integer >= 1, or None for its default, got -5"),
+    ({"shuffle_buffer": 2.5}, "shuffle_buffer must be an integer >= 1, or None for its default, got 2.5"),
+    ({"chunks_per_buffer": 0}, "chunks_per_buffer must be an integer >= 1, or None for its default, got 0"),
 ]
 
 
@@ -41,6 +46,20 @@ def test_a_wrong_option_is_an_error_naming_it_when_the_loader_is_made(shards: Pa
                                                                      message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         make_loader(shards, **options)
+
+
+@pytest.mark.parametrize("weight", [float("inf"), float("nan"), -1])
+def test_a_weight_that_is_not_a_finite_number_at_least_0_is_an_error_naming_its_source(shards: Path,
+                                                                                      weight: float) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"the weight of source 'a' must be a finite number >= 0, got "
+                                                   f"{weight}")):
+        make_loader({"a": shards, "b": shards}, weights={"a": weight, "b": 1})
+
+
+def test_a_build_with_a_negative_seed_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=re.escape("seed must be an integer >= 0 (it picks the validation rows), "
+                                                   "got -1")):
+        pipeline.write_shards(tmp_path / "o", {"x": np.arange(10)}, validation=0.2, seed=-1, quiet=True)
 
 
 def test_a_transform_may_make_the_fields_as_tuple_names(shards: Path) -> None:
