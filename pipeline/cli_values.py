@@ -57,7 +57,12 @@ def part(text: str) -> Part:
 
 
 def pack(text: str) -> int | str:
-    return "auto" if text == "auto" else positive(text)
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return positive(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}: give samples per record (1 or more), or auto") from None
 
 
 def validation(text: str) -> float | int:

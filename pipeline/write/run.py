@@ -73,9 +73,11 @@ class Part:
             index, count = (int(v) for v in text.split("/"))
         except ValueError:
             raise ValueError(f"--part takes I/N (e.g. 0/4), got {text!r}") from None
-        if count < 1 or not 0 <= index < count:
-            raise ValueError(f"part {text!r}: parts count from 0, so the parts of {max(count, 1)} are "
-                             f"0/{max(count, 1)} to {max(count, 1) - 1}/{max(count, 1)}")
+        if count < 1:
+            raise ValueError(f"part {text!r}: N is the number of parts, at least 1 (e.g. 0/4 to 3/4 for 4 parts)")
+        if not 0 <= index < count:
+            raise ValueError(f"part {text!r}: parts count from 0, so the parts of {count} are 0/{count} to "
+                             f"{count - 1}/{count}")
         return cls(index, count)
 
     def shard_range(self, total: int) -> range:

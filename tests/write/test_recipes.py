@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import joblib
@@ -202,6 +204,13 @@ def test_limits_that_make_no_sense_are_refused(tmp_path: Path, recipe_data) -> N
             pipeline.write_shards(tmp_path / "out", {"x": x}, quiet=True, **options)
     with pytest.raises(ValueError, match=r"part '4/4': parts count from 0, so the parts of 4 are 0/4 to 3/4"):
         pipeline.Part.parse("4/4")
+    with pytest.raises(ValueError, match=r"part '1/0': N is the number of parts, at least 1 \(e\.g\. 0/4 to 3/4"):
+        pipeline.Part.parse("1/0")
+    np.save(tmp_path / "x.npy", x)
+    cli = subprocess.run([sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "o"), "--array",
+                          f"x={tmp_path / 'x.npy'}", "--pack", "AUTOMATIC"], capture_output=True, text=True)
+    assert cli.returncode == 2 and cli.stderr.strip().endswith(
+        "argument --pack: not a whole number: 'AUTOMATIC': give samples per record (1 or more), or auto")
 
 
 def make_pt_files(root: Path, ids: list[str]) -> None:
