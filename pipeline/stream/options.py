@@ -64,7 +64,7 @@ def check_read_fields(as_tuple: Sequence[str] | None, fill: Mapping[str, Any], f
 def check_loader_options(num_workers: Any, prefetch_factor: int | None) -> None:
     """The options of :func:`~pipeline.stream.loader.make_loader` that PyTorch checks late, or
     with an assertion."""
-    if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
+    if not _whole(num_workers) or num_workers < 0:
         raise ValueError(f"num_workers must be an integer >= 0 (0: read in the training process), got {num_workers!r}")
     if num_workers and prefetch_factor is not None and prefetch_factor < 1:
         raise ValueError(f"prefetch_factor must be >= 1 (messages each worker keeps ready), got {prefetch_factor}")

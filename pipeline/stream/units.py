@@ -264,10 +264,10 @@ def _missing_shard(exc: ShardError | SourceError, url: str) -> SourceError | Non
         gone = not os.path.exists(local_path(url))
     if not gone:
         return None
-    reason = getattr(exc, "reason", None) or str(exc)
+    reason, offset = getattr(exc, "reason", None) or str(exc), getattr(exc, "offset", None)
     if "access denied" in reason:  # S3's answer for a key that is not there, to one who may not list the bucket
-        return SourceError(url, getattr(exc, "offset", None), f"{reason}; the credentials may not read this shard, or "
-                           f"it is missing (S3 denies access to a key that does not exist when they may not list "
-                           f"the bucket): check their permissions; 'pipeline verify' lists what is missing")
-    return SourceError(url, getattr(exc, "offset", None), f"{reason}; the shard set is missing a shard its "
-                       f"index names ('pipeline verify' lists what is missing): restore it, or rebuild the set")
+        return SourceError(url, offset, f"{reason}; the credentials may not read this shard, or it is missing (S3 "
+                           f"denies access to a key that does not exist when they may not list the bucket): check "
+                           f"their permissions; 'pipeline verify' lists what is missing")
+    return SourceError(url, offset, f"{reason}; the shard set is missing a shard its index names ('pipeline verify' "
+                       f"lists what is missing): restore it, or rebuild the set")
