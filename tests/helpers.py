@@ -1,9 +1,12 @@
-"""Reading back every sample of a shard set: the ground truth of the tests."""
+"""Reading back every sample of a shard set (the ground truth of the tests), and waiting for a
+condition that a thread or a process brings about."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Callable
 
 import pipeline
 
@@ -45,3 +48,13 @@ def index_content(index: pipeline.DatasetIndex) -> tuple:
     """Everything an index says, as plain values (for comparing two indexes)."""
     shards = [(s.url, s.samples, s.records, s.bytes, s.sha256, [int(o) for o in s.offsets]) for s in index.shards]
     return index.fields, index.pack, index.part, shards
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 10) -> bool:
+    """Whether ``condition()`` holds within ``seconds``, looking every 20 ms."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()

@@ -41,6 +41,11 @@ def free_port(also_free_offset: int = 0) -> int:
     raise RuntimeError("no free port pair found")
 
 
+def port_of(url: str) -> int:
+    """The port of a server's base URL (``http://127.0.0.1:PORT``)."""
+    return int(url.rsplit(":", 1)[1])
+
+
 def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

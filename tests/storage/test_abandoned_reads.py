@@ -6,13 +6,13 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
-from typing import Callable
 
 import pytest
 
 from pipeline import make_loader
+from tests.helpers import wait_for
 from tests.storage.conftest import all_ids
-from tests.storage.servers import FaultProxy
+from tests.storage.servers import FaultProxy, port_of
 
 
 @pytest.fixture
@@ -20,18 +20,9 @@ def refusing_later(nginx: str, fast_retries, monkeypatch):
     """A proxy to nginx, and retries that would go on for minutes once it refuses."""
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "1000")
     monkeypatch.setenv("PIPELINE_RETRY_DEADLINE", "600")
-    proxy = FaultProxy(int(nginx.rsplit(":", 1)[1]), {})
+    proxy = FaultProxy(port_of(nginx), {})
     yield proxy
     proxy.close()
-
-
-def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_the_reads_of_a_loop_that_broke_off_stop_retrying(refusing_later: FaultProxy, total_samples: int) -> None:
@@ -44,9 +35,9 @@ def test_the_reads_of_a_loop_that_broke_off_stop_retrying(refusing_later: FaultP
     batches = iter(loader)
     first = next(batches)["i"].tolist()
     proxy.fail_after = 0  # every request refused from now on: the reads ahead retry
-    assert _wait_for(lambda: proxy.counts["503"] >= 3)
+    assert wait_for(lambda: proxy.counts["503"] >= 3)
     del batches  # the loop breaks off
-    assert _wait_for(lambda: not any(t.name == "read-ahead" for t in threading.enumerate()), seconds=5)
+    assert wait_for(lambda: not any(t.name == "read-ahead" for t in threading.enumerate()), seconds=5)
     refused = proxy.counts["503"]
     time.sleep(0.3)
     assert proxy.counts["503"] == refused
@@ -67,7 +58,7 @@ def test_workers_stopped_while_their_reads_retry_exit_on_their_own(refusing_late
     workers = [child for child in multiprocessing.active_children() if child not in before]
     assert len(workers) == 2
     proxy.fail_after = 0
-    assert _wait_for(lambda: proxy.counts["503"] >= 6)
+    assert wait_for(lambda: proxy.counts["503"] >= 6)
     began = time.monotonic()
     del batches
     assert time.monotonic() - began < 2.5 and [worker.exitcode for worker in workers] == [0, 0]

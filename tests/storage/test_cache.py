@@ -18,12 +18,12 @@ import pipeline
 from pipeline import ShardError, SourceError, make_loader
 from pipeline.storage.cache import ShardCache
 from tests.storage.conftest import all_ids
-from tests.storage.servers import FaultProxy
+from tests.storage.servers import FaultProxy, port_of
 
 
 @pytest.fixture
 def counting_proxy(nginx: str):
-    proxy = FaultProxy(int(nginx.rsplit(":", 1)[1]), {})
+    proxy = FaultProxy(port_of(nginx), {})
     yield proxy
     proxy.close()
 

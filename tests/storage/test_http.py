@@ -21,7 +21,7 @@ from pipeline.storage import open_stream, read_range
 from pipeline.storage.buffers import process_pool
 from pipeline.stream import idle_trim
 from tests.storage.conftest import all_ids, play, read_into
-from tests.storage.servers import FaultProxy
+from tests.storage.servers import FaultProxy, port_of
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -101,7 +101,7 @@ def test_resume_over_http_yields_the_uninterrupted_batches(nginx: str) -> None:
 
 def test_an_epoch_through_cuts_stalls_trickles_and_503s_delivers_every_sample_once(
         nginx: str, total_samples: int, fast_retries) -> None:
-    port = int(nginx.rsplit(":", 1)[1])
+    port = port_of(nginx)
     proxy = FaultProxy(port, {"cut": 0.2, "stall": 0.05, "trickle": 0.05, "503": 0.1}, seed=3, stall_seconds=2)
     try:
         loader = make_loader(f"{proxy.url}/data/index.json", num_workers=2, batch_size=64, shuffle_buffer=300,
@@ -194,7 +194,7 @@ def test_a_shard_without_an_index_cut_on_a_server_that_ignores_range_is_an_error
         server_without_range: str, foreign_folder: str, fast_retries) -> None:
     """A shard streamed whole resumes a cut with a Range request; on such a server every cut
     would lose the rest of its shard, silently under skip."""
-    proxy = FaultProxy(int(server_without_range.rsplit(":", 1)[1]), {"cut": 1.0})
+    proxy = FaultProxy(port_of(server_without_range), {"cut": 1.0})
     try:
         loader = make_loader(f"{proxy.url}/{foreign_folder}/part-000000.tar", num_workers=0, batch_size=8,
                              on_error="skip")

@@ -19,7 +19,7 @@ import pytest
 from pipeline import SourceError, make_loader
 from pipeline.storage import RetryPolicy, obstore_ranges, read_range
 from tests.storage.conftest import all_ids, make_bucket, run_in_child, upload_folder
-from tests.storage.servers import FaultProxy
+from tests.storage.servers import FaultProxy, port_of
 
 pytest.importorskip("obstore")
 SHARD = "s3://clients/train/part-000002.tar"
@@ -40,7 +40,7 @@ def test_an_epoch_through_cuts_stalls_trickles_and_503s_delivers_every_sample_on
     server = request.getfixturevalue("nginx" if kind == "http" else "seaweedfs")
     if kind == "s3":
         request.getfixturevalue("clients_bucket")
-    proxy = FaultProxy(int(server.rsplit(":", 1)[1]), {"cut": 0.15, "stall": 0.04, "trickle": 0.04, "503": 0.1},
+    proxy = FaultProxy(port_of(server), {"cut": 0.15, "stall": 0.04, "trickle": 0.04, "503": 0.1},
                        seed=3, stall_seconds=60)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     source = f"{proxy.url}/data/index.json" if kind == "http" else "s3://clients/train"

@@ -17,7 +17,7 @@ import pytest
 from pipeline import SourceError, make_loader
 from pipeline.storage import open_stream, read_range
 from tests.storage.conftest import all_ids, make_bucket, read_into, upload_folder
-from tests.storage.servers import FaultProxy
+from tests.storage.servers import FaultProxy, port_of
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 SHARDS = "part-{000000..000008}.tar"
@@ -118,10 +118,6 @@ def scripted(blob: bytes) -> Iterator[Callable[[Callable[[int], str]], ScriptedS
         server.close()
 
 
-def _port_of(url: str) -> int:
-    return int(url.rsplit(":", 1)[1])
-
-
 @pytest.fixture
 def counts_bucket(s3_env: str, web_root: Path, foreign_folder: str) -> str:
     make_bucket("counts")
@@ -151,7 +147,7 @@ def _epoch_counts(loader, proxy: FaultProxy, total: int) -> tuple[int, int]:
 def test_over_http_each_503_counts_one_retry(nginx: str, foreign_folder: str, total_samples: int, fast_retries,
                                              monkeypatch, tmp_path: Path, kind: str, workers: int) -> None:
     _many_quick_retries(monkeypatch)
-    proxy = FaultProxy(_port_of(nginx), {"503": 0.2 if kind == "indexed" else 0.5}, seed=workers)
+    proxy = FaultProxy(port_of(nginx), {"503": 0.2 if kind == "indexed" else 0.5}, seed=workers)
     try:
         source = f"{proxy.url}/{foreign_folder}/{SHARDS}" if kind == "foreign" else f"{proxy.url}/data/"
         options = {"cache_dir": tmp_path / "cache"} if kind == "cached" else {}
@@ -166,7 +162,7 @@ def test_over_http_each_503_counts_one_retry(nginx: str, foreign_folder: str, to
 def test_over_s3_each_503_counts_one_retry_and_botocore_adds_none(
         counts_bucket: str, seaweedfs: str, total_samples: int, fast_retries, monkeypatch, kind: str) -> None:
     _many_quick_retries(monkeypatch)
-    proxy = FaultProxy(_port_of(seaweedfs), {"503": 0.2 if kind == "indexed" else 0.5}, seed=5)
+    proxy = FaultProxy(port_of(seaweedfs), {"503": 0.2 if kind == "indexed" else 0.5}, seed=5)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     try:
         source = f"s3://{counts_bucket}/foreign/{SHARDS}" if kind == "foreign" else f"s3://{counts_bucket}/train"
@@ -183,8 +179,8 @@ def test_two_datasets_count_their_own_retries_and_new_workers_add_to_the_count(
     """Train and validation read at once (in one process, with 0 workers); each epoch of train
     starts new workers (with 2)."""
     _many_quick_retries(monkeypatch)
-    train_proxy = FaultProxy(_port_of(nginx), {"503": 0.2}, seed=1)
-    val_proxy = FaultProxy(_port_of(nginx), {"503": 0.3}, seed=2)
+    train_proxy = FaultProxy(port_of(nginx), {"503": 0.2}, seed=1)
+    val_proxy = FaultProxy(port_of(nginx), {"503": 0.3}, seed=2)
     try:
         # the retries of opening the index count too: every 503 each proxy serves is one
         train = make_loader(f"{train_proxy.url}/data/", num_workers=train_workers, persistent_workers=False,
@@ -253,7 +249,7 @@ def test_over_s3_botocore_makes_no_attempt_of_its_own(counts_bucket: str, seawee
     """Nor does the presigned path: every 503 is one of our retries, through either."""
     monkeypatch.setenv("PIPELINE_S3_PRESIGNED", presigned)
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "3")
-    proxy = FaultProxy(_port_of(seaweedfs), {}, fail_after=0)
+    proxy = FaultProxy(port_of(seaweedfs), {}, fail_after=0)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     count = Count()
     try:
@@ -267,7 +263,7 @@ def test_over_s3_botocore_makes_no_attempt_of_its_own(counts_bucket: str, seawee
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_dataset_keeps_the_policy_of_its_construction(nginx: str, fast_retries, monkeypatch, workers: int) -> None:
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "3")
-    proxy = FaultProxy(_port_of(nginx), {})
+    proxy = FaultProxy(port_of(nginx), {})
     try:
         loader = make_loader(f"{proxy.url}/data/", num_workers=workers, batch_size=64, shuffle_buffer=300)
         monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "50")  # too late for the loader
@@ -333,7 +329,7 @@ def test_after_a_cut_the_next_request_needs_no_retry(scripted, nginx: str, web_r
                                                      fast_retries) -> None:
     server = scripted(lambda n: "cut" if n == 0 else "ok")
     _cut_then_clean(server.url, blob, lambda: None)
-    proxy = FaultProxy(_port_of(nginx), {"cut": 1.0})
+    proxy = FaultProxy(port_of(nginx), {"cut": 1.0})
     try:
         _cut_then_clean(f"{proxy.url}/data/part-000000.tar", (web_root / "data" / "part-000000.tar").read_bytes(),
                         lambda: setattr(proxy, "faults", {}))

@@ -11,7 +11,7 @@ import pipeline
 from pipeline import OutputExistsError, Part, SourceError
 from pipeline.storage import read_bytes
 from tests.storage.conftest import all_ids, make_bucket
-from tests.storage.servers import FaultProxy
+from tests.storage.servers import FaultProxy, port_of
 
 from ..helpers import index_content
 
@@ -60,7 +60,7 @@ def test_parts_built_to_s3_merge_into_one_index(built_bucket: str, arrays, tmp_p
 def test_an_upload_that_keeps_failing_leaves_no_index(built_bucket: str, arrays, monkeypatch, fast_retries) -> None:
     """Through a proxy that answers 503 to everything after the first few requests."""
     endpoint = built_bucket and __import__("os").environ["AWS_ENDPOINT_URL"]
-    proxy = FaultProxy(int(endpoint.rsplit(":", 1)[1]), {}, fail_after=3)
+    proxy = FaultProxy(port_of(endpoint), {}, fail_after=3)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     try:
         with pytest.raises(SourceError, match=r"s3://built/failing/t-0000\d\d\.tar at byte 0: upload failed 6 times, last: S3 503"):

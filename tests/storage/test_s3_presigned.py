@@ -12,7 +12,7 @@ import pytest
 from pipeline import SourceError, make_loader
 from pipeline.storage import read_range
 from tests.storage.conftest import make_bucket, upload_folder
-from tests.storage.servers import FaultProxy
+from tests.storage.servers import FaultProxy, port_of
 
 SHARD = "part-000001.tar"
 
@@ -25,7 +25,7 @@ def proxied(s3_env: str, web_root: Path, monkeypatch):
     proxies = []
 
     def start(**options) -> FaultProxy:
-        proxy = FaultProxy(int(s3_env.rsplit(":", 1)[1]), {}, **options)
+        proxy = FaultProxy(port_of(s3_env), {}, **options)
         proxies.append(proxy)
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         return proxy

@@ -15,7 +15,7 @@ import pipeline
 from pipeline import SourceError, make_loader
 from pipeline.storage import read_range
 from tests.storage.conftest import make_bucket
-from tests.storage.servers import ACCESS_KEY, SECRET_KEY, FaultProxy, free_port
+from tests.storage.servers import ACCESS_KEY, SECRET_KEY, FaultProxy, free_port, port_of
 
 SIGNATURE, CREDENTIAL, PASSWORD = "sig-6f1d2e9a", "cred-AKIA7QZX", "pw-c4a1b7e2"
 SIGNED = f"?X-Amz-Signature={SIGNATURE}&X-Amz-Credential={CREDENTIAL}%2F20250101%2Fus-east-1&X-Amz-Expires=60"
@@ -74,7 +74,7 @@ def leaks(caplog, recwarn, fast_retries, monkeypatch) -> Iterator[Leaks]:
 def test_http_errors_retries_and_resumes_never_show_passwords_or_signatures(nginx: str, leaks: Leaks) -> None:
     error = leaks.error(lambda: read_range(with_secrets(nginx, "/data/nope.tar"), 0, 10))
     assert str(error).endswith("/data/nope.tar?<redacted> at byte 0: HTTP 404 not found")
-    port = int(nginx.rsplit(":", 1)[1])
+    port = port_of(nginx)
     unavailable, cutting = FaultProxy(port, {}, fail_after=0), FaultProxy(port, {"cut": 1.0})
     refused_upstream = FaultProxy(free_port(), {})
     try:

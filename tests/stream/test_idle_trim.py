@@ -15,21 +15,13 @@ import pipeline
 from pipeline.storage.buffers import process_pool
 from pipeline.stream import idle_trim as idle_trim_module
 from pipeline.stream.idle_trim import IdleTrim
+from tests.helpers import wait_for
 
 
 def held_after_a_loan(pool_bytes: int = 1 << 20) -> int:
     view = process_pool().take(pool_bytes)
     del view  # idle in the pool from now on
     return process_pool().held_bytes
-
-
-def wait_for(condition, seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 @pytest.fixture
