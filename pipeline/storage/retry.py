@@ -24,8 +24,15 @@ from .errors import SourceError, TransientError, redact
 log = logging.getLogger("pipeline.storage")
 T = TypeVar("T")
 #: What a resolver answers for a name that does not exist: a typo, not a passing failure (unlike
-#: ``EAI_AGAIN``, a resolver that did not answer in time, which is retried).
+#: ``EAI_AGAIN``, a resolver that did not answer in time, which is retried), unless the name
+#: has answered before (see :data:`_answered`).
 _NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
+#: The hosts (for S3, the buckets) that have sent bytes to this process, or to the process
+#: that forked it (a DataLoader worker inherits the training process's, which read the index).
+#: Why: a name that resolved once is no typo; its saying "no such name" an hour into a run is
+#: a resolver's passing fault (a DNS server restarting, a record being replaced), which must not
+#: end a job of days, so it is retried like a refused connection.
+_answered: set[str] = set()
 
 
 class ReadAbandoned(Exception):
@@ -162,10 +169,15 @@ class RetryBudget:
         self.stats = stats
         self.failures = 0
         self._first_failure = 0.0
+        self._host = _host(url)
+        self._answered = False
 
     def progressed(self) -> None:
-        """Bytes arrived: the next failure starts a new run."""
+        """Bytes arrived: the next failure starts a new run (and the host has answered)."""
         self.failures = 0
+        if not self._answered:
+            _answered.add(self._host)
+            self._answered = True
 
     def failed(self, exc: TransientError, what: str, resuming: bool = False) -> None:
         """Count the failed attempt ``exc``; then wait out the back-off before the next attempt
@@ -175,7 +187,10 @@ class RetryBudget:
         if unknown is not None:  # an S3 URL names a bucket: the host is its endpoint's
             host = urlsplit(self.url).hostname if self.url.startswith(("http://", "https://")) else None
             named = f"host name {host!r}" if host else "the endpoint's host name"
-            raise SourceError(self.url, exc.offset, f"{named} does not resolve: {unknown}") from None
+            if self._host not in _answered:
+                raise SourceError(self.url, exc.offset, f"{named} does not resolve: {unknown}") from None
+            exc = TransientError(self.url, exc.offset, f"{named} does not resolve ({unknown}), though it answered "
+                                                       f"earlier in this run")
         flags = _abandon_flags()
         if any(flag.is_set() for flag in flags):
             raise ReadAbandoned(self.url)
@@ -213,12 +228,21 @@ def _unknown_host(exc: BaseException) -> str | None:
     return None
 
 
+def _host(url: str) -> str:
+    """What a resolver is asked for ``url``'s reads: its host (for S3, its bucket), by scheme."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}"
+
+
 def with_retries(action: Callable[[], T], url: str, policy: RetryPolicy, what: str) -> T:
     """Run ``action`` (an upload, a listing: a call that is all or nothing, unlike a read that
     resumes); on a TransientError wait and try again, within one :class:`RetryBudget`."""
     budget = RetryBudget(policy, url)
     while True:
         try:
-            return action()
+            result = action()
         except TransientError as exc:
             budget.failed(exc, what)
+            continue
+        budget.progressed()
+        return result

@@ -7,12 +7,14 @@ from __future__ import annotations
 import shutil
 import socket
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
 import pipeline
 from pipeline.cli import main
-from pipeline.storage import RetryPolicy
+from pipeline.storage import RetryPolicy, retry
+from pipeline.storage import http as http_backend
 from pipeline.storage.opener import read_bytes
 
 NO_HOST = "no-such-host.invalid"  # a name that never resolves (RFC 6761)
@@ -102,3 +104,46 @@ def test_a_host_that_does_not_resolve_through_fsspec_is_a_source_error_naming_th
     assert _cli(capsys, "inspect", url) == (1, "", f"error: {url}/index.json: cannot read index file ({cause})\n")
     with pytest.raises(pipeline.SourceError, match=f"^{url}: {cause}$".replace("[", r"\[").replace("]", r"\]")):
         pipeline.make_loader(url, num_workers=0)
+
+
+class FlakyResolver:
+    """This process's resolver, saying "no such name" of every host for its next ``outage``
+    lookups (a DNS server restarting, a record being replaced), then answering again."""
+
+    def __init__(self, real: Callable[..., Any]) -> None:
+        self.real = real
+        self.outage = 0
+        self.words = _no_such_name()
+
+    def __call__(self, host: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.outage:
+            self.outage -= 1
+            raise socket.gaierror(socket.EAI_NONAME, self.words)
+        return self.real(host, *args, **kwargs)
+
+
+def test_a_host_that_answered_earlier_and_stops_resolving_is_retried(nginx: str, monkeypatch) -> None:
+    """A name that resolved once is no typo: its resolver failing an hour into a run is
+    retried like a refused connection, so that one fault does not end a job of days."""
+    monkeypatch.setattr(retry, "_answered", set())  # no test before this one has read from it
+    resolver = FlakyResolver(socket.getaddrinfo)
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    url = f"{nginx.replace('127.0.0.1', 'localhost')}/data/index.json"
+    policy = RetryPolicy(base_delay=0.01)
+    resolver.outage = 1
+    counts = Counts()
+    with pytest.raises(pipeline.SourceError, match="^.* at byte 0: host name 'localhost' does not resolve: "):
+        read_bytes(url, policy, stats=counts)  # never answered: a typo, told at once
+    assert (counts.requests, counts.retries) == (1, 0)
+    whole = read_bytes(url, policy)
+    http_backend._pool().clear()  # the next request needs a new connection, so a lookup
+    resolver.outage = 3
+    counts = Counts()
+    assert read_bytes(url, policy, stats=counts) == whole
+    assert (counts.requests, counts.retries, resolver.outage) == (4, 3, 0)
+    http_backend._pool().clear()
+    resolver.outage = policy.attempts
+    with pytest.raises(pipeline.SourceError, match=rf"request failed {policy.attempts} times, last: host name "
+                                                   rf"'localhost' does not resolve \(.*\), though it answered "
+                                                   rf"earlier in this run$"):
+        read_bytes(url, policy)
