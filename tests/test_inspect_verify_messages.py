@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +126,25 @@ def test_a_missing_table_says_how_to_rebuild_it(three: Path, capsys) -> None:
     assert run(capsys, "inspect", "s") == (1, "", told)
     assert run(capsys, "index", "s", "--overwrite", "--quiet")[0] == 0
     assert run(capsys, "verify", "s", "--quiet") == (0, "verified s: every shard matches its index\n", "")
+
+
+def _without_reading_others_files() -> list[str]:
+    """A command prefix that runs without the power to read files whatever their mode (root's)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root, without setpriv to drop the power to read any file")
+    return [setpriv, "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def test_a_table_that_cannot_be_read_is_named_with_the_reason(three: Path) -> None:
+    (three / "index.bin").chmod(0)
+    for command in ("inspect", "verify"):
+        done = subprocess.run([*_without_reading_others_files(), sys.executable, "-m", "pipeline", command, "s"],
+                              capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stdout, done.stderr) == (
+            1, "", "error: s/index.bin at byte 0: cannot read shard table: Permission denied\n")
 
 
 def test_verify_names_shards_by_the_paths_they_are_at_and_ends_with_the_result(tmp_path: Path, capsys,

@@ -10,7 +10,8 @@ Files are named as the user can open them: a local one by its path from the curr
 index's folder as given, joined with the name the index holds, ``../b/x.tar`` resolved), a
 remote one by its URL. A shard table whose sha256 differs is damaged: everything a shard is
 checked against comes from it, so a shard that disagrees with it is reported as doubtful, not
-as damaged (it may well be intact; re-indexing the shards settles it).
+as damaged (it may well be intact; re-indexing the shards settles it). One that cannot be read
+whole is an end of the check: no shard is checked against a table nobody has checked.
 """
 
 from __future__ import annotations
@@ -63,11 +64,15 @@ class Outcome:
     failed: int = 0
     doubtful: int = 0
     table_damaged: bool = False
+    table_unread: bool = False
 
     def __str__(self) -> str:
         """The result line ``pipeline verify`` ends with."""
         if not self.problems:
             return f"verified {self.location}: every shard matches its index"
+        if self.table_unread:
+            return (f"not verified {self.location}: its shard table cannot be read, so none of its {self.shards} "
+                    f"shards was checked")
         if self.table_damaged:
             return (f"not verified {self.location}: its shard table is damaged ({self.doubtful} of {self.shards} "
                     f"shards disagree with it, {self.failed} failed)")
@@ -104,6 +109,10 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
                 problem = replace(problem, reason=f"{problem.reason}: the shard table is damaged, so the shards "
                                                   f"cannot be checked against it; {_table_fix(base, index.shards.names)}")
             report(FAILED, url, problem)
+            if not read:  # what the shards would be checked against is unknown
+                outcome.table_unread = True
+                outcome.shards = len(index.shards)
+                return outcome
     for info in index.shards:
         outcome.shards += 1
         try:

@@ -77,9 +77,12 @@ class FileRange:
         self._pid = 0
 
     def __call__(self, start: int, stop: int) -> bytes:
-        if self._fd is None or self._pid != os.getpid():
-            self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
-        data = os.pread(self._fd, stop - start, start)
+        try:
+            if self._fd is None or self._pid != os.getpid():
+                self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
+            data = os.pread(self._fd, stop - start, start)
+        except OSError as exc:
+            raise IndexSourceError(self.path, start, f"cannot read shard table: {exc.strerror or exc}") from None
         if len(data) != stop - start:
             raise IndexFormatError(f"{self.path}: ends at byte {start + len(data)}, expected {stop}")
         return data

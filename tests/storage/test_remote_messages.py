@@ -16,6 +16,7 @@ from pipeline.cli import main
 from pipeline.storage import RetryPolicy, retry
 from pipeline.storage import http as http_backend
 from pipeline.storage.opener import read_bytes
+from tests.storage.servers import FaultProxy, port_of
 
 NO_HOST = "no-such-host.invalid"  # a name that never resolves (RFC 6761)
 GONE = "part-000002.tar"
@@ -147,3 +148,18 @@ def test_a_host_that_answered_earlier_and_stops_resolving_is_retried(nginx: str,
                                                    rf"'localhost' does not resolve \(.*\), though it answered "
                                                    rf"earlier in this run$"):
         read_bytes(url, policy)
+
+
+def test_verify_of_a_set_whose_shard_table_cannot_be_read_checks_no_shard_against_it(nginx: str, capsys) -> None:
+    """Its shards cannot be checked against a table that cannot be read: the result says so,
+    not "0 of 9 shards failed" under the table's own line, as if the shards had been checked."""
+    proxy = FaultProxy(port_of(nginx), {}, refuse=lambda head: head.startswith(b"GET /data/index.bin ")
+                       and b"\r\nrange:" not in head.lower())  # the table's ranges are read, its whole is refused
+    try:
+        url = f"{proxy.url}/data"
+        code, out, err = _cli(capsys, "verify", url)
+    finally:
+        proxy.close()
+    assert (code, err) == (1, "")
+    assert out == (f"FAIL {url}/index.bin: missing file or unreadable: HTTP 403 forbidden\n"
+                   f"not verified {url}: its shard table cannot be read, so none of its 9 shards was checked\n")
