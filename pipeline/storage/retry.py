@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -51,8 +52,40 @@ class Flag(Protocol):
 
 #: Set by whoever started the reads of this context (see :func:`abandoned_when`).
 _abandon: ContextVar[Flag | None] = ContextVar("abandon", default=None)
+#: How often a back-off looks at what abandons its read, in seconds.
+_LOOK_S = 0.05
 #: The flag of every read of this process (see :func:`abandon_process_reads_when`).
 _process_abandon: list[Flag] = []
+
+
+class _Exiting:
+    """Set as the interpreter begins to exit, before it waits for the threads of Python's thread
+    pools (which take no new work from then on): a read retrying in one would hold the exit for
+    as long as it retries. A plain attribute, not an Event: a process forked while a thread held
+    an Event's lock would hang when setting it at its own exit."""
+
+    def __init__(self) -> None:
+        self.value = False
+
+    def is_set(self) -> bool:
+        return self.value
+
+    def set(self) -> None:
+        self.value = True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        time.sleep(timeout or 0.0)
+        return self.value
+
+
+_exiting = _Exiting()
+#: Set by a hook of ``threading``'s, where one exists: the kind ``concurrent.futures`` joins its
+#: threads in. Hooks run last registered first, hence the import before.
+_at_threads_exit = getattr(threading, "_register_atexit", None)
+if _at_threads_exit is not None:
+    import concurrent.futures.thread  # noqa: F401 - registers its join of the pools' threads first
+
+    _at_threads_exit(_exiting.set)
 
 
 @contextmanager
@@ -78,22 +111,17 @@ def abandon_process_reads_when(flag: Flag) -> None:
 
 def _abandon_flags() -> list[Flag]:
     own = _abandon.get()
-    return [*_process_abandon, own] if own is not None else list(_process_abandon)
+    return [_exiting, *_process_abandon, own] if own is not None else [_exiting, *_process_abandon]
 
 
 def _abandoned_during(pause: float, flags: list[Flag]) -> bool:
     """Wait ``pause`` seconds, or less: True as soon as one of ``flags`` is set."""
-    if len(flags) <= 1:
-        if flags:
-            return flags[0].wait(pause)
-        time.sleep(pause)
-        return False
     deadline = time.monotonic() + pause
     while not any(flag.is_set() for flag in flags):
         left = deadline - time.monotonic()
         if left <= 0:
             return False
-        flags[-1].wait(min(left, 0.05))  # the thread's own flag, looking at the others now and then
+        flags[-1].wait(min(left, _LOOK_S))  # the thread's own flag, looking at the others now and then
     return True
 
 

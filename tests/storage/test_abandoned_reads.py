@@ -4,6 +4,8 @@ their retries, against a server (nginx behind a proxy) that refuses every reques
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import threading
 import time
 
@@ -64,3 +66,35 @@ def test_workers_stopped_while_their_reads_retry_exit_on_their_own(refusing_late
     assert time.monotonic() - began < 2.5 and [worker.exitcode for worker in workers] == [0, 0]
     proxy.fail_after = None
     assert sorted(first + all_ids(loader)) == list(range(total_samples))
+
+
+#: A training script that ends while its loader, still referenced, reads ahead: it prints the
+#: first batch's ids, then returns once told (a line on its stdin).
+_ENDS_MID_EPOCH = """
+import sys
+from pipeline import make_loader
+loader = make_loader(sys.argv[1], num_workers=0, batch_size=16, shuffle_buffer=300)
+batches = iter(loader)
+print(sorted(next(batches)["i"].tolist()), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_script_that_ends_while_its_reads_ahead_retry_exits_at_once(refusing_later: FaultProxy) -> None:
+    """Its interpreter's exit waits for the reader threads' pool: reads retrying for minutes
+    against a server that refuses them held the exit for as long (up to the retry deadline)."""
+    proxy = refusing_later
+    script = subprocess.Popen([sys.executable, "-c", _ENDS_MID_EPOCH, f"{proxy.url}/data/"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert script.stdout.readline().startswith("[")
+        proxy.fail_after = 0
+        assert wait_for(lambda: proxy.counts["503"] >= 3)
+        began = time.monotonic()
+        _, said = script.communicate("end\n", timeout=30)
+        took = time.monotonic() - began
+    finally:
+        script.kill()
+        script.wait()
+    assert script.returncode == 0, said
+    assert took < 2.5 and "Traceback" not in said
