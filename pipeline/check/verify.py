@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Callable
 
 from ..format.verify import Problem, verify_stream, verify_table_stream
 from ..storage import SourceError, is_remote, join, open_stream, redact
-from ..storage.indexes import open_index, reindex
+from ..storage.indexes import open_index
 
 #: The word ``pipeline verify`` prints before each file: sound, failed, or in doubt (it disagrees
 #: with a damaged shard table).
@@ -79,14 +79,6 @@ class Outcome:
         return f"not verified {self.location}: {self.failed} of {self.shards} shards failed"
 
 
-def _table_fix(base: str, names: Iterable[str]) -> str:
-    """What to do about a damaged shard table beside an index in ``base``: the command that
-    writes it again where it applies (local shards in that folder)."""
-    if is_remote(base) or any("/" in name for name in names):
-        return "copy it again with index.json, or re-index its shards"
-    return f"copy it again with index.json, or {reindex(_shown(base))}"
-
-
 def check_set(location: str | os.PathLike[str], on_file: FileReport | None = None) -> Outcome:
     """Check every shard named by the index at ``location`` (as for :func:`verify`), telling
     ``on_file`` of each file once checked; the :class:`Outcome` counts what was found."""
@@ -107,7 +99,7 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
             if read:  # read whole, and not what index.json says: damaged
                 outcome.table_damaged = True
                 problem = replace(problem, reason=f"{problem.reason}: the shard table is damaged, so the shards "
-                                                  f"cannot be checked against it; {_table_fix(base, index.shards.names)}")
+                                                  f"cannot be checked against it; {found.table_fix()}")
             report(FAILED, url, problem)
             if not read:  # what the shards would be checked against is unknown
                 outcome.table_unread = True

@@ -19,8 +19,9 @@ from urllib.parse import urlsplit
 from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, DatasetIndex, TableFile, TableOpener, TableReader, parse_index
 from ..format.shard_table import ShardTable
+from ..format.verify import verify_table_stream
 from .errors import SourceError, redact
-from .opener import is_remote, join, local_path, parent, read_bytes, read_range
+from .opener import is_remote, join, local_path, open_stream, parent, read_bytes, read_range
 from .retry import RetryPolicy, RetrySink
 
 #: Record offsets and checksums are fetched remotely 256 KiB (64k records) a request.
@@ -65,6 +66,27 @@ class IndexedShards:
     @property
     def remote(self) -> bool:
         return is_remote(self.base)
+
+    def damaged_table(self) -> str | None:
+        """Why the shard table is damaged (read whole, its sha256 is not the one index.json
+        gives), naming it; None when it is sound, when there is none, or when it cannot be read
+        now (the error at hand is then the one to tell)."""
+        if self.index.table is None:
+            return None
+        url = join(self.base, self.index.table.name)
+        try:
+            with open_stream(url) as stream:
+                problem = verify_table_stream(stream, redact(url), self.index.table)
+        except SourceError:
+            return None
+        return None if problem is None else str(problem)
+
+    def table_fix(self) -> str:
+        """What to do about a damaged shard table: the command that writes it again where it
+        applies (local shards in the index's folder)."""
+        if self.remote or any("/" in name for name in self.index.shards.names):
+            return f"copy it again with {INDEX_NAME}, or re-index its shards"
+        return f"copy it again with {INDEX_NAME}, or {reindex(os.path.normpath(self.base))}"
 
 
 class FileRange:

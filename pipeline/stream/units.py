@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..format.errors import SampleError, ShardError
+from ..format.errors import IndexFormatError, SampleError, ShardError
 from ..format.fixed_runs import RunLayouts
 from ..format.index import ShardInfo
 from ..format.packing import sample_keys
@@ -62,6 +62,7 @@ class UnitReader:
         self.spare: Columns | None = None  # rows of the last unit read: stand-ins when a whole unit fails
         self.searching = False  # reading blocks to find such rows: their losses are not this unit's
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
+        self.damaged_tables: dict[int, str | None] = {}  # by source, once one of its records failed
 
     def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
              blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
@@ -178,6 +179,7 @@ class UnitReader:
         started, waited = time.perf_counter(), 0.0
 
         def lost(exc: ShardError | SourceError, samples: int) -> None:
+            self._check_table(exc, source)
             exc = self._dropping_a_damaged_copy(exc, source, shard)
             if not self.searching:
                 log_skip(log, url, f"{samples} samples", exc)
@@ -197,6 +199,7 @@ class UnitReader:
                              lost if self.skip else None, join=False, layouts=self.layouts[source])
         except (ShardError, SourceError) as exc:
             if not self.skip or isinstance(exc, ServerSetupError):
+                self._check_table(exc, source)
                 told = _missing_shard(exc, url) or self._dropping_a_damaged_copy(exc, source, shard)
                 if told is exc:
                     raise
@@ -206,6 +209,21 @@ class UnitReader:
         finally:
             self.stats.spent(Count.STORAGE, waited)
             self.stats.spent(Count.DECODE, time.perf_counter() - started - waited)
+
+    def _check_table(self, exc: ShardError | SourceError, source: int) -> None:
+        """Raise, even under skip, when a read of ``source`` failed (``exc``) because the
+        source's shard table is damaged: its offsets and checksums are what the records are
+        read at and checked against, so every record would be blamed (or skipped) for it, and
+        the user sent to mend sound shards. The table is read whole once per source and
+        process, at its first failure (never before: that would cost every start a read of the
+        whole table)."""
+        shards = self.sources.shards[source]
+        if source not in self.damaged_tables:
+            self.damaged_tables[source] = shards.damaged_table()
+        damaged = self.damaged_tables[source]
+        if damaged is not None:
+            raise IndexFormatError(f"{damaged}: the shard table is damaged, so the records are read and checked "
+                                   f"against what it misstates ({exc}); {shards.table_fix()}")
 
     def _dropping_a_damaged_copy(self, exc: ShardError | SourceError, source: int,
                                  shard: int) -> ShardError | SourceError:

@@ -163,3 +163,18 @@ def test_verify_of_a_set_whose_shard_table_cannot_be_read_checks_no_shard_agains
     assert (code, err) == (1, "")
     assert out == (f"FAIL {url}/index.bin: missing file or unreadable: HTTP 403 forbidden\n"
                    f"not verified {url}: its shard table cannot be read, so none of its 9 shards was checked\n")
+
+
+def test_a_damaged_shard_table_on_the_server_is_blamed_not_the_shards(nginx: str, web_root: Path) -> None:
+    folder = Path(shutil.copytree(web_root / "data", web_root / "messages-damaged-table"))
+    table = bytearray((folder / "index.bin").read_bytes())
+    table[-1] ^= 0x10  # the last record's checksum
+    (folder / "index.bin").write_bytes(bytes(table))
+    url = f"{nginx}/messages-damaged-table"
+    for workers in (0, 2):
+        with pytest.raises(pipeline.IndexFormatError, match=rf"^{url}/index.bin: sha256 [0-9a-f]{{64}} differs from "
+                                                            rf"the index's [0-9a-f]{{64}}: the shard table is damaged.*"
+                                                            rf"is corrupt.*; copy it again with index.json, or re-index "
+                                                            rf"its shards(\nRaised in DataLoader worker|$)"):
+            for _ in pipeline.make_loader(url, num_workers=workers, batch_size=64, on_error="skip"):
+                pass

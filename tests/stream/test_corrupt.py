@@ -240,3 +240,29 @@ def test_an_index_json_whose_pack_disagrees_with_its_table_is_refused_when_loade
     with pytest.raises(pipeline.IndexFormatError, match=rf"index\.json: says pack={pack}, but shard part-000000\.tar "
                                                         rf"holds 13 records for 100 samples \(pack 8\?\)"):
         pipeline.load_index(folder)
+
+
+def test_a_bit_flipped_anywhere_in_the_shard_table_is_blamed_on_the_table_not_on_a_shard(shards: Path) -> None:
+    """The table says where each record starts and what its checksum is: a damaged one made
+    sound shards look damaged (an error telling the user to mend them), and under skip, lose
+    sound samples. A flip either changes nothing read, or is an error naming the table, with
+    the command that writes it again, under either policy."""
+    table = shards / "index.bin"
+    whole = table.read_bytes()
+    blamed = 0
+    for at in range(len(whole)):
+        flipped = bytearray(whole)
+        flipped[at] ^= 0x10
+        table.write_bytes(bytes(flipped))
+        for policy in ("raise", "skip"):
+            try:
+                ids, stats = read_all(shards, on_error=policy)  # fails the test on a wrong sample
+            except pipeline.IndexFormatError as exc:
+                assert str(exc).startswith((f"{table}", f"{shards / 'index.json'}")), exc
+                if "sha256" in str(exc):  # found by a read it failed: the shards are not blamed
+                    assert str(exc).endswith(f"copy it again with index.json, or re-index the shards: pipeline "
+                                             f"index {shards} --overwrite"), exc
+                    blamed += 1
+                continue
+            assert ids == list(range(12)) and stats["skipped_pieces"] == 0, (at, policy)
+    assert blamed >= 2 * 12 * 4  # each flip of a record's checksum, at least, under each policy
