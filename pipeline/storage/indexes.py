@@ -67,15 +67,16 @@ class IndexedShards:
     def remote(self) -> bool:
         return is_remote(self.base)
 
-    def damaged_table(self) -> str | None:
+    def damaged_table(self, policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> str | None:
         """Why the shard table is damaged (read whole, its sha256 is not the one index.json
         gives), naming it; None when it is sound, when there is none, or when it cannot be read
-        now (the error at hand is then the one to tell)."""
+        now (the error at hand is then the one to tell). A remote one is read under ``policy``,
+        its requests reported to ``stats``."""
         if self.index.table is None:
             return None
         url = join(self.base, self.index.table.name)
         try:
-            with open_stream(url) as stream:
+            with open_stream(url, policy, stats=stats) as stream:
                 problem = verify_table_stream(stream, redact(url), self.index.table)
         except SourceError:
             return None

@@ -216,10 +216,13 @@ class UnitReader:
         read at and checked against, so every record would be blamed (or skipped) for it, and
         the user sent to mend sound shards. The table is read whole once per source and
         process, at its first failure (never before: that would cost every start a read of the
-        whole table)."""
+        whole table). A remote read that failed after its retries is the network's or the
+        server's failure, not the table's: reading the table then would only fail again."""
         shards = self.sources.shards[source]
+        if not isinstance(exc, ShardError) and shards.remote:
+            return
         if source not in self.damaged_tables:
-            self.damaged_tables[source] = shards.damaged_table()
+            self.damaged_tables[source] = shards.damaged_table(self.policy, self.stats)
         damaged = self.damaged_tables[source]
         if damaged is not None:
             raise IndexFormatError(f"{damaged}: the shard table is damaged, so the records are read and checked "
