@@ -257,9 +257,13 @@ def _unknown_host(exc: BaseException) -> str | None:
 
 
 def _host(url: str) -> str:
-    """What a resolver is asked for ``url``'s reads: its host (for S3, its bucket), by scheme."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}"
+    """What a resolver is asked for ``url``'s reads: its host (for S3, its bucket), by scheme;
+    ``""`` for a URL that does not parse (its request fails, with an error of its own)."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.hostname}"
+    except ValueError:
+        return ""
 
 
 def with_retries(action: Callable[[], T], url: str, policy: RetryPolicy, what: str) -> T:
