@@ -135,6 +135,9 @@ class CastSource(Source):
     def __len__(self) -> int:
         return len(self.source)
 
+    def identity(self, digest: Any, rows: np.ndarray) -> None:
+        self.source.identity(digest, rows)
+
     def input_row(self, row: int) -> int:
         """The input row of ``row``. A split's subset (whose ``source_rows`` maps its rows to
         its source's) is seen through, so that a row of a training split is found in the input."""

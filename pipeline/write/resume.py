@@ -7,21 +7,29 @@ knows what each shard file must hold; it keeps a file when a scan of it agrees w
 (the planned samples, in records of the planned pack, with the source's fields and types) and
 writes it again otherwise.
 
-The scan checks a file's structure, not that its samples are the source's: resuming assumes
-the source and the options are those of the killed run. (A build started without ``resume``
-first deletes what lies under the names it plans, so the files a resume finds were written by
-that build or by its resumed runs, never by an earlier build of other data.)
+The scan checks a file's structure, not that its samples are the source's. So a build records
+its plan when it starts (:func:`record_plan`: a digest of each shard's rows, of where they lie in
+the source and of what names them there, such as their files), and a resume writes again the
+finished shards whose rows changed (:func:`drop_changed_shards`): one file removed from a folder
+shifts every row after it, and a finished shard of the same size but other rows would otherwise
+be kept. Rows known by position only (an array's) are assumed unchanged. (A build started
+without ``resume`` first deletes what lies under the names it plans, so the files a resume finds
+were written by that build or by its resumed runs, never by an earlier build of other data.)
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
+
+import numpy as np
 
 from ..format.errors import FormatError, ShardError
 from ..format.index import DatasetIndex, Schema, ShardInfo
 from ..format.scan import scan_shard
-from ..storage.destination import Destination
+from ..storage.destination import Destination, write_atomic
 from ..storage.indexes import load_index
 from ..storage.opener import map_range
 from .output import OutputExistsError
@@ -85,3 +93,44 @@ def finished_index(target: Destination, index_name: str, planned: list[tuple[str
         raise OutputExistsError(f"{url} is the index of a finished build with other shards than this one "
                                 f"plans; pass overwrite=True (--overwrite) to replace it")
     return index
+
+
+def shard_plan(source: Source, bounds: list[int], numbers: range, names: list[str]) -> dict[str, str]:
+    """For each shard a build plans, a digest of its rows: where they lie in the source, and
+    what names them there (see :meth:`~pipeline.write.source.Source.identity`)."""
+    plan = {}
+    for name, number in zip(names, numbers):
+        start, stop = bounds[number], bounds[number + 1]
+        digest = hashlib.sha256(f"{start}:{stop}".encode())
+        source.identity(digest, np.arange(start, stop, dtype=np.int64))
+        plan[name] = digest.hexdigest()[:32]
+    return plan
+
+
+def _plan_path(target: Destination, index_name: str) -> Path:
+    return target.staging / f".{Path(index_name).stem}.plan.json"
+
+
+def record_plan(target: Destination, index_name: str, plan: dict[str, str]) -> None:
+    """Keep the plan of a build that starts, beside where its index will be, until that index is
+    written (:func:`forget_plan`)."""
+    write_atomic(_plan_path(target, index_name), lambda out: out.write(json.dumps(plan).encode()))
+
+
+def forget_plan(target: Destination, index_name: str) -> None:
+    _plan_path(target, index_name).unlink(missing_ok=True)
+
+
+def drop_changed_shards(target: Destination, index_name: str, plan: dict[str, str]) -> list[str]:
+    """Delete the finished shards a stopped build planned other rows for than ``plan`` does (its
+    source changed since: a file removed shifts every row after it), so that they are written
+    again, not kept; their names. (A stopped build of an older version kept no plan: its shards
+    are kept as before, by their structure alone.)"""
+    try:
+        stopped = json.loads(_plan_path(target, index_name).read_text())
+    except (FileNotFoundError, ValueError):
+        return []
+    changed = [name for name, rows in plan.items() if stopped.get(name) != rows and (target.staging / name).exists()]
+    for name in changed:
+        (target.staging / name).unlink()
+    return changed

@@ -47,7 +47,15 @@ from .output import (
     shard_name,
 )
 from .progress import BuildProgress
-from .resume import finished_index, kept_shard, reference_schema
+from .resume import (
+    drop_changed_shards,
+    finished_index,
+    forget_plan,
+    kept_shard,
+    record_plan,
+    reference_schema,
+    shard_plan,
+)
 from .rows import encode_records
 from .shard_file import ShardFile
 from .source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES, Source, resolve_pack
@@ -280,8 +288,17 @@ def build_shards(
                 return done
         clear_child_sets(target, overwrite)
         old_shards = prepare_output(target, overwrite, index_name, resumable=True)
-        if not resume:
+        plan = shard_plan(source, bounds, numbers, names)
+        if resume:
+            changed = drop_changed_shards(target, index_name, plan)
+            if changed:
+                _say(quiet, f"writing again {len(changed)} finished shards whose rows changed since the stopped run "
+                            f"({changed[0]}, ...): its source changed")
+        else:
             clear_planned_shards(target, prefix, names, overwrite, resumable=True)
+        resumable = scheme(os.fspath(out_dir)) == "file"
+        if resumable:
+            record_plan(target, index_name, plan)
         rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0
         progress = BuildProgress(rows, f"{source.description} -> {target}", quiet)
         keep = reference_schema(source, pack) if resume else None
@@ -296,6 +313,8 @@ def build_shards(
         part_info = None if part is None else PartInfo(part.index, part.count, total)
         index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata)
         where = save_index(target, index, index_name)
+        if resumable:
+            forget_plan(target, index_name)
         remove_stale_shards(target, old_shards, index)
         remove_temporary_files(target, names, index_name)
         stale = remove_unplanned_shards(target, prefix, names) if resume and part is None else []

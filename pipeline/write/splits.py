@@ -76,7 +76,12 @@ class RowSubset(Source):
         """The source's row numbers of this subset's rows ``[start, stop)``."""
         if self._shifted is None:
             return self.rows[start:stop]
-        positions = np.arange(start, stop, dtype=np.int64)
+        return self._source_rows_at(np.arange(start, stop, dtype=np.int64))
+
+    def _source_rows_at(self, positions: np.ndarray) -> np.ndarray:
+        """The source's row numbers of this subset's rows ``positions``."""
+        if self._shifted is None:
+            return self.rows[positions]
         return positions + np.searchsorted(self._shifted, positions, side="right")
 
     def read(self, start: int, stop: int) -> RowBlock:
@@ -107,6 +112,11 @@ class RowSubset(Source):
 
     def approx_row_bytes(self) -> int:
         return self.source.approx_row_bytes()
+
+    def identity(self, digest: Any, rows: np.ndarray) -> None:
+        source_rows = self._source_rows_at(rows)
+        digest.update(source_rows.astype(np.int64).tobytes())  # which rows of the source: the split
+        self.source.identity(digest, source_rows)
 
 
 def _pieces(rows: np.ndarray, gap: int, span: int) -> list[np.ndarray]:

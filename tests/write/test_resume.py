@@ -24,6 +24,7 @@ from pipeline.format.scan import scan_shard
 from pipeline.write.rows import RowBlock
 from pipeline.write.source import Source
 from tests.helpers import child_pids, read_back
+from tests.images import image_folder
 
 OPTIONS = dict(pack=32, shard_bytes=40 << 10, quiet=True)
 
@@ -276,3 +277,40 @@ def test_a_new_build_first_deletes_the_shards_an_earlier_build_left_under_its_na
     assert 0 < len(list(out.glob("*.tar"))) < len(list((tmp_path / "whole").glob("*.tar")))
     pipeline.write_shards(out, new, resume=True, **options)
     assert files(out) == files(tmp_path / "whole")
+
+
+@pytest.mark.parametrize("validation, workers", [(0.2, 1), (None, 2)])
+def test_a_file_removed_before_a_resume_gives_the_set_a_fresh_build_gives(tmp_path: Path, validation, workers) -> None:
+    """The build stops at a file that is no image, whose error says to remove it; the resume
+    that follows must not keep finished shards whose rows moved: it kept 7 shards of rows shifted
+    by one (7 images lost, 7 twice, 6 of validation in train) and said the set verified."""
+    image_folder(tmp_path / "root", {"a": 20, "b": 20, "c": 20}, size=(8, 8))
+    bad = tmp_path / "root" / "b" / "0030.jpg"
+    bad.write_text("<html>")
+    options = dict(shard_samples=3, validation=validation, seed=3, workers=workers, quiet=True)
+    with pytest.raises(pipeline.SampleError, match="b/0030.jpg: not a JPEG, PNG or WebP image"):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", **options)
+    bad.unlink()  # as the error says
+    resumed = pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", resume=True, **options)
+    fresh = pipeline.build_imagefolder(tmp_path / "root", tmp_path / "fresh", **options)
+    splits = ("train", "validation") if validation else ("",)
+    for split in splits:
+        assert read_back(tmp_path / "out" / split) == read_back(tmp_path / "fresh" / split)
+    keys = [key for split in splits for key in read_back(tmp_path / "out" / split)[0]]
+    assert len(keys) == len(set(keys)) == 59
+    assert (type(resumed) is dict) == bool(validation) and (type(fresh) is dict) == bool(validation)
+    assert not list((tmp_path / "out").rglob(".*"))  # the plan, kept until the index is written
+
+
+def test_a_file_mended_in_place_before_a_resume_keeps_every_finished_shard(tmp_path: Path, capsys) -> None:
+    image_folder(tmp_path / "root", {"a": 20, "b": 20}, size=(8, 8))
+    bad = tmp_path / "root" / "b" / "0035.jpg"
+    good = bad.read_bytes()
+    bad.write_text("<html>")
+    with pytest.raises(pipeline.SampleError):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=3, quiet=True)
+    bad.write_bytes(good)  # the same name: no row moved
+    capsys.readouterr()
+    pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=3, resume=True)
+    assert "kept 11 shards (33 samples)" in capsys.readouterr().err
+    assert read_back(tmp_path / "out")[0] == sorted(read_back(tmp_path / "out")[0])
