@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import Any, Callable, Sequence
 
 from . import build_arrow, build_parquet
@@ -330,6 +331,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """A warning of a command as a line of its own: the Python line it points at (the command's
+    entry point) means nothing to a user of the command."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -339,7 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.command_parser if after_command else parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     run: Callable[[argparse.Namespace], int | None] = args.run
     try:
-        return run(args) or 0
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return run(args) or 0
     except (FormatError, OSError, ValueError, ImportError, OutputExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -98,6 +98,42 @@ def test_split_folders_other_than_train_and_val_are_refused_not_taken_for_classe
         pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
 
 
+def test_a_folder_beside_train_and_val_is_refused_not_left_out(tmp_path: Path) -> None:
+    for split in ("train", "val", "test"):
+        image_folder(tmp_path / "root" / split, {"cat": 1, "dog": 1})
+    with pytest.raises(pipeline.SampleError, match=re.escape(
+            f"{tmp_path / 'root'}: holds train/ and val/, which build two sets, and also the folders ['test'], which "
+            f"would be left out: build each of them on its own")):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+
+
+def test_files_that_are_no_images_by_name_are_counted_in_a_warning_and_linked_folders_are_read(
+        tmp_path: Path, capsys) -> None:
+    """torchvision's ImageFolder reads .bmp, .gif and .tif, and follows linked folders: a user
+    coming from it lost such files without a word, and every image of a linked folder."""
+    root = tmp_path / "root"
+    written = image_folder(root, {"cat": 3, "dog": 3}, size=(8, 8))
+    for name in ("scan.bmp", "anim.gif", "photo.tif"):
+        (root / "cat" / name).write_bytes(b"not read")
+    (root / "cat" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    elsewhere = tmp_path / "elsewhere"
+    image_folder(elsewhere, {"more": 2}, size=(8, 8))
+    (root / "dog" / "more").symlink_to(elsewhere / "more")
+    (root / "dog" / "loop").symlink_to(root / "dog")  # walked once
+    (root / "dog" / ".thumbnails").mkdir()  # hidden: no data, as a hidden class folder is no class
+    (root / "dog" / ".thumbnails" / "t.jpg").write_bytes(written["dog/0003.jpg"])
+    told = (f"{root}: left out 4 file(s) that are not .jpg/.jpeg/.png/.webp images (.bmp: 1, .gif: 1, .tif: 1, a "
+            f"link to nothing: 1; e.g. {root / 'cat' / 'anim.gif'}); convert them to JPEG or PNG to include them")
+    with pytest.warns(UserWarning, match=re.escape(told)):
+        pipeline.build_imagefolder(root, tmp_path / "out", quiet=True)
+    keys, fields = read_back(tmp_path / "out")
+    assert keys == ["cat_0000", "cat_0001", "cat_0002", "dog_0003", "dog_0004", "dog_0005", "dog_more_0000",
+                    "dog_more_0001"]
+    assert fields["label"] == [0, 0, 0, 1, 1, 1, 1, 1]
+    assert main(["build", "imagefolder", str(root), str(tmp_path / "cli"), "--quiet"]) == 0
+    assert capsys.readouterr().err == f"warning: {told}\n"  # a line of its own, not Python's source line
+
+
 def test_a_png_named_jpeg_is_kept_as_the_png_it_is(tmp_path: Path) -> None:
     (tmp_path / "root" / "a").mkdir(parents=True)
     png = encoded(photo(20, 30), "PNG")

@@ -7,7 +7,8 @@ sample is ``{"image": the file's bytes, "label": int}``: the bytes are kept as t
 them in the loader, see :class:`pipeline.Images`), unless ``max_side`` asks to shrink large
 photos, which are then re-encoded as JPEG in the build's workers.
 
-Files are found in each class folder and its subfolders, in name order. What a file holds is
+Files are found in each class folder and its subfolders (linked ones too), in name order; files
+of other suffixes are left out with a warning that counts them. What a file holds is
 told from its first bytes, not its extension (a PNG named ``.JPEG`` is a PNG): a file that is
 not a JPEG, PNG or WebP image is an error naming it, and the build stops without an index.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections import Counter
 from pathlib import Path
 
 from ...caller_warning import warn_caller
@@ -44,9 +46,53 @@ def _holds_folders(folder: Path) -> bool:
 
 def split_folders(root: Path) -> dict[str, Path] | None:
     """``{"train": ROOT/train, "validation": ROOT/val}`` when ROOT holds a train folder and a
-    val (or validation) folder, each of class folders; ``None`` for a plain image folder."""
+    val (or validation) folder, each of class folders; ``None`` for a plain image folder. Other
+    folders beside them (a ``test/``) are refused: they would be left out without a word."""
     found = {split: root / name for name, split in SPLIT_FOLDERS.items() if (root / name).is_dir()}
-    return found if set(found) == {"train", "validation"} else None
+    if set(found) != {"train", "validation"}:
+        return None
+    others = [name for name in class_folders(root) if root / name not in found.values()]
+    if others:
+        raise SampleError(f"{root}: holds train/ and val/, which build two sets, and also the folders {others}, "
+                          f"which would be left out: build each of them on its own (its labels are the training "
+                          f"set's when it holds the same class folders), or move them out of {root}")
+    return found
+
+
+def image_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """The image files under ``folder`` (by suffix), in path order, following linked folders
+    (each real folder once: a link loop is walked once), and the other files left out (another
+    suffix, a link to nothing). Hidden files and folders are neither: a ``.thumbnails`` folder
+    is no data, as a hidden class folder is no class."""
+    images: list[Path] = []
+    others: list[Path] = []
+    seen: set[str] = set()
+
+    def walk(path: Path) -> None:
+        real = os.path.realpath(path)
+        if real in seen:
+            return
+        seen.add(real)
+        for entry in sorted(os.scandir(path), key=lambda entry: entry.name):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                walk(Path(entry.path))
+            elif entry.is_file() and entry.name.lower().endswith(IMAGE_SUFFIXES):
+                images.append(Path(entry.path))
+            else:
+                others.append(Path(entry.path))
+    walk(folder)
+    return images, others
+
+
+def _left_out(root: Path, others: list[Path]) -> str:
+    """A warning of the files an image folder's build leaves out, by kind, with an example."""
+    kinds = Counter("a link to nothing" if not path.exists() else path.suffix.lower() or "no suffix"
+                    for path in others)
+    listed = ", ".join(f"{kind}: {count}" for kind, count in sorted(kinds.items()))
+    return (f"{root}: left out {len(others)} file(s) that are not {'/'.join(IMAGE_SUFFIXES)} images ({listed}; e.g. "
+            f"{others[0]}); convert them to JPEG or PNG to include them")
 
 
 class ImageFolderSource(FileRowsSource):
@@ -80,12 +126,14 @@ class ImageFolderSource(FileRowsSource):
         self.max_side, self.quality = max_side, quality
         self.paths: list[Path] = []
         self.labels: list[int] = []
+        left_out: list[Path] = []
         for name in found:
-            label = self.classes.index(name)
-            for path in sorted((self.root / name).rglob("*")):
-                if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file() and not path.name.startswith("."):
-                    self.paths.append(path)
-                    self.labels.append(label)
+            images, others = image_files(self.root / name)
+            self.paths += images
+            self.labels += [self.classes.index(name)] * len(images)
+            left_out += others
+        if left_out:
+            warn_caller(_left_out(self.root, left_out))
         if not self.paths:
             raise FileNotFoundError(f"{self.root}: no {'/'.join(IMAGE_SUFFIXES)} files in its class folders")
         self.keys = self._keys()
