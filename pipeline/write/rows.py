@@ -8,6 +8,7 @@ slicing, so array sources never loop in Python per sample when ``pack > 1``.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
@@ -41,6 +42,24 @@ def check_key(key: Any) -> str:
     if len(key.encode("utf-8")) > _MAX_KEY_BYTES:
         raise SampleError(f"sample key {key!r} is longer than {_MAX_KEY_BYTES} bytes")
     return key
+
+
+def key_for_name(name: str, taken: set[str]) -> str:
+    """A sample key for ``name`` (a file's path, say), unique among ``taken``: the name with what
+    a key may not hold made ``_`` (``cat/0001`` -> ``cat_0001``), and where that is still no key
+    (too long, one another name already gave: ``x.jpg`` beside ``x.png``) shortened and ended
+    with a digest of the name. So that any file a folder holds makes a sample, as any file makes
+    one in torchvision's ImageFolder, rather than the build stopping at the first odd name."""
+    key = re.sub(r"^__+", "_", _BAD_KEY.sub("_", name))
+    if len(key.encode("utf-8")) <= _MAX_KEY_BYTES and key not in taken:
+        return key
+    head = key.encode("utf-8")[:_MAX_KEY_BYTES - 13].decode("utf-8", "ignore")
+    tries = 0
+    while True:  # (a digest another name gave, as x.webp's beside x.jpg and x.png: the next one)
+        digest = hashlib.sha256(f"{name}#{tries}".encode()).hexdigest()[:12]
+        if f"{head}_{digest}" not in taken:
+            return f"{head}_{digest}"
+        tries += 1
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import pickle
 import re
@@ -142,12 +143,22 @@ def test_a_png_named_jpeg_is_kept_as_the_png_it_is(tmp_path: Path) -> None:
     assert read_back(tmp_path / "out")[1]["image"] == [png]
 
 
-def test_two_files_that_make_one_key_are_both_named(tmp_path: Path) -> None:
-    (tmp_path / "root" / "a").mkdir(parents=True)
-    (tmp_path / "root" / "a" / "x.jpg").write_bytes(encoded(photo(8, 8)))
-    (tmp_path / "root" / "a" / "x.png").write_bytes(encoded(photo(8, 8), "PNG"))
-    with pytest.raises(pipeline.SampleError, match=r"a/x\.png and .*a/x\.jpg would both be sample 'a_x': rename one"):
-        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+def test_any_file_name_makes_a_sample_with_a_key_of_its_own(tmp_path: Path) -> None:
+    """Names torchvision's ImageFolder reads stopped the build: two files of one stem, a long
+    name (a web download's, or 30 CJK characters, over a key's 92 bytes), a class named
+    ``__background__`` (keys may not start with ``__``)."""
+    names = ["a/x.jpg", "a/x.png", "a/x.webp", "a/x.y.jpg", "a/x_y.jpg", "a/" + "柴犬の写真" * 7 + ".jpg",
+             "a/a-very-long-descriptive-name-of-a-photo-downloaded-from-the-web-of-a-golden-retriever.jpg",
+             "__background__/bg.jpg"]
+    for n, name in enumerate(names):
+        (tmp_path / "root" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "root" / name).write_bytes(encoded(photo(8, 8, seed=n), "PNG" if name.endswith("png") else "JPEG"))
+    pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quiet=True)
+    keys, fields = read_back(tmp_path / "out")
+    assert len(set(keys)) == len(names) and all(len(key.encode()) <= 92 and not key.startswith("__") for key in keys)
+    assert sorted(fields["image"]) == sorted((tmp_path / "root" / name).read_bytes() for name in names)
+    assert keys[2:5] == ["a_x", *("a_x_" + hashlib.sha256(f"a/x#{n}".encode()).hexdigest()[:12] for n in (0, 1))]
+    assert keys[0] == "_background___bg"
 
 
 @pytest.mark.parametrize("layout", ["empty", "files only", "empty classes"])

@@ -23,7 +23,7 @@ from pathlib import Path
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError
 from ...format.image_kind import image_format, pillow_rgb
-from ..rows import RowBlock, check_key
+from ..rows import RowBlock, key_for_name
 from ..source import FileRowsSource
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
@@ -151,14 +151,13 @@ class ImageFolderSource(FileRowsSource):
         self.description = f"image folder {self.root} ({len(self.classes)} classes)"
 
     def _keys(self) -> list[str]:
-        keys: dict[str, Path] = {}
+        """Each file's key: its path below ROOT, as a key (see :func:`key_for_name`)."""
+        keys: list[str] = []
+        taken: set[str] = set()
         for path in self.paths:
-            relative = path.relative_to(self.root).with_suffix("").as_posix()
-            key = check_key(relative.replace("/", "_").replace(".", "_"))
-            if key in keys:
-                raise SampleError(f"{path} and {keys[key]} would both be sample {key!r}: rename one")
-            keys[key] = path
-        return list(keys)
+            keys.append(key_for_name(path.relative_to(self.root).with_suffix("").as_posix(), taken))
+            taken.add(keys[-1])
+        return keys
 
     def __len__(self) -> int:
         return len(self.paths)
