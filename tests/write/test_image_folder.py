@@ -63,12 +63,17 @@ def test_validation_splits_a_plain_image_folder(tmp_path: Path) -> None:
     assert result["validation"].metadata == {"classes": ["a", "b"]}
 
 
-def test_a_file_that_is_not_an_image_is_named_and_the_build_stops_without_an_index(tmp_path: Path) -> None:
+def test_files_that_are_no_images_are_all_named_before_a_shard_is_written(tmp_path: Path) -> None:
     image_folder(tmp_path / "root", {"a": 30})
-    (tmp_path / "root" / "a" / "9999.jpg").write_text("not a picture")  # the last file: shards were written before it
-    with pytest.raises(pipeline.SampleError, match=r"a/9999\.jpg: not a JPEG, PNG or WebP image \(it starts with b'not a pi'"):
+    for name in ("0003.jpg", "0020.png", "9999.jpg"):
+        (tmp_path / "root" / "a" / name).write_text("<html>" if name != "9999.jpg" else "not a picture")
+    with pytest.raises(pipeline.SampleError, match=re.escape(
+            f"3 file(s) are not JPEG, PNG or WebP images: {tmp_path / 'root' / 'a' / '0003.jpg'} (it starts with "
+            f"b'<html>'); {tmp_path / 'root' / 'a' / '0020.png'} (it starts with b'<html>'); "
+            f"{tmp_path / 'root' / 'a' / '9999.jpg'} (it starts with b'not a pi'); replace them with whole images, "
+            f"or remove them")):
         pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=5, quiet=True)
-    assert not (tmp_path / "out" / "index.json").exists() and (tmp_path / "out" / "shard-000000.tar").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_empty_image_files_are_all_named_before_a_shard_is_written(tmp_path: Path) -> None:

@@ -279,16 +279,24 @@ def test_a_new_build_first_deletes_the_shards_an_earlier_build_left_under_its_na
     assert files(out) == files(tmp_path / "whole")
 
 
+def _stop_at(image: Path) -> bytes:
+    """Cut ``image`` short, so that a build that shrinks images stops there, part way (a file
+    that is no image at all is found before a shard is written); its bytes."""
+    whole = image.read_bytes()
+    image.write_bytes(whole[:40])
+    return whole
+
+
 @pytest.mark.parametrize("validation, workers", [(0.2, 1), (None, 2)])
 def test_a_file_removed_before_a_resume_gives_the_set_a_fresh_build_gives(tmp_path: Path, validation, workers) -> None:
-    """The build stops at a file that is no image, whose error says to remove it; the resume
-    that follows must not keep finished shards whose rows moved: it kept 7 shards of rows shifted
-    by one (7 images lost, 7 twice, 6 of validation in train) and said the set verified."""
+    """The build stops at a damaged image, whose error says to remove it; the resume that
+    follows must not keep finished shards whose rows moved: it kept 7 shards of rows shifted by
+    one (7 images lost, 7 twice, 6 of validation in train) and said the set verified."""
     image_folder(tmp_path / "root", {"a": 20, "b": 20, "c": 20}, size=(8, 8))
     bad = tmp_path / "root" / "b" / "0030.jpg"
-    bad.write_text("<html>")
-    options = dict(shard_samples=3, validation=validation, seed=3, workers=workers, quiet=True)
-    with pytest.raises(pipeline.SampleError, match="b/0030.jpg: not a JPEG, PNG or WebP image"):
+    _stop_at(bad)
+    options = dict(shard_samples=3, validation=validation, seed=3, workers=workers, max_side=4, quiet=True)
+    with pytest.raises(pipeline.SampleError, match="b/0030.jpg: cannot read the image to shrink it"):
         pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", **options)
     bad.unlink()  # as the error says
     resumed = pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", resume=True, **options)
@@ -305,12 +313,11 @@ def test_a_file_removed_before_a_resume_gives_the_set_a_fresh_build_gives(tmp_pa
 def test_a_file_mended_in_place_before_a_resume_keeps_every_finished_shard(tmp_path: Path, capsys) -> None:
     image_folder(tmp_path / "root", {"a": 20, "b": 20}, size=(8, 8))
     bad = tmp_path / "root" / "b" / "0035.jpg"
-    good = bad.read_bytes()
-    bad.write_text("<html>")
+    whole = _stop_at(bad)
     with pytest.raises(pipeline.SampleError):
-        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=3, quiet=True)
-    bad.write_bytes(good)  # the same name: no row moved
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=3, max_side=4, quiet=True)
+    bad.write_bytes(whole)  # the same name: no row moved
     capsys.readouterr()
-    pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=3, resume=True)
+    pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=3, max_side=4, resume=True)
     assert "kept 11 shards (33 samples)" in capsys.readouterr().err
     assert read_back(tmp_path / "out")[0] == sorted(read_back(tmp_path / "out")[0])

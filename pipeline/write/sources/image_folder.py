@@ -9,8 +9,8 @@ photos, which are then re-encoded as JPEG in the build's workers.
 
 Files are found in each class folder and its subfolders (linked ones too), in name order; files
 of other suffixes are left out with a warning that counts them. What a file holds is
-told from its first bytes, not its extension (a PNG named ``.JPEG`` is a PNG): a file that is
-not a JPEG, PNG or WebP image is an error naming it, and the build stops without an index.
+told from its first bytes, not its extension (a PNG named ``.JPEG`` is a PNG): files that are
+no JPEG, PNG or WebP images are an error naming them all, before a shard is written.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ...caller_warning import warn_caller
@@ -86,6 +87,25 @@ def image_files(folder: Path) -> tuple[list[Path], list[Path]]:
     return images, others
 
 
+def _head(path: Path) -> bytes:
+    with open(path, "rb") as file:
+        return file.read(12)
+
+
+def _refuse_non_images(paths: list[Path]) -> None:
+    """Raise, naming them all, when files named as images are none (a web page saved as .jpg):
+    told before a shard is written, not one build at a time, each stopping part way. Their
+    first bytes are read by a few threads at once (a file's open is the cost, on a network
+    file system most of all)."""
+    with ThreadPoolExecutor(8) as pool:
+        bad = [(path, head) for path, head in zip(paths, pool.map(_head, paths, chunksize=256))
+               if image_format(head) is None]
+    if bad:
+        shown = "; ".join(f"{path} (it starts with {head[:8]!r})" for path, head in bad[:5])
+        raise SampleError(f"{len(bad)} file(s) are not JPEG, PNG or WebP images: {shown}{'; ...' if len(bad) > 5 else ''}"
+                          f"; replace them with whole images, or remove them")
+
+
 def _left_out(root: Path, others: list[Path]) -> str:
     """A warning of the files an image folder's build leaves out, by kind, with an example."""
     kinds = Counter("a link to nothing" if not path.exists() else path.suffix.lower() or "no suffix"
@@ -142,6 +162,7 @@ class ImageFolderSource(FileRowsSource):
         if empty:  # told of all at once, before a shard is written, not one build at a time
             raise SampleError(f"{len(empty)} image file(s) are empty (0 bytes): {', '.join(map(str, empty[:5]))}"
                               f"{', ...' if len(empty) > 5 else ''}; copy them again, or remove them")
+        _refuse_non_images(self.paths)
         if classes is None:
             labelled = set(self.labels)
             unused = [name for name in found if self.classes.index(name) not in labelled]
