@@ -152,7 +152,8 @@ class ShardDataset(IterableDataset):
             check_read_fields(self.as_tuple, self.fill, self.foreign_fields, not self.plain_messages,
                               "the fields read (those of the shards' first record, or fields=)")
         self.image_decoding = None if not images else ImageDecoding(
-            check_image_fields(images, None if self.sources is None else self.sources.schema(self.fields)), seed,
+            check_image_fields(images, None if self.sources is None else self.sources.schema(self.fields), self.fields),
+            seed,
             on_error == "skip", self.read_stats)
         self.shuffle_buffer = shuffle_buffer or self._default_buffer()
         if self.sources is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -31,11 +31,18 @@ Provenance = Callable[[int], tuple[str, int | None, str]]
 log = logging.getLogger("pipeline.stream")
 
 
-def check_image_fields(images: Mapping[str, Images], schema: Schema | None) -> dict[str, Images]:
-    """The ``images`` option, checked against the index's fields (when there is one)."""
+def check_image_fields(images: Mapping[str, Images], schema: Schema | None,
+                       fields: Sequence[str] | None = None) -> dict[str, Images]:
+    """The ``images`` option, checked against the fields read (``fields``, and the index's when
+    there is one)."""
+    if not isinstance(images, Mapping):
+        raise TypeError(f"images takes a dict of field names to Images(...), such as images={{'image': Images(224)}}, "
+                        f"got {type(images).__name__}")
     for name, spec in images.items():
         if not isinstance(spec, Images):
             raise TypeError(f"images[{name!r}] must be an Images(...), got {type(spec).__name__}")
+        if fields is not None and name not in fields:
+            raise ValueError(f"images names field {name!r}, which fields={list(fields)} leaves out: add it to fields")
         if schema and name not in schema:
             raise ValueError(f"images names field {name!r}, which the index does not have (it has {sorted(schema)})")
         if schema and schema[name].dtype != "bytes":

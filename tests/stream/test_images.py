@@ -193,6 +193,12 @@ def test_images_must_name_a_field_of_image_bytes(image_shards: Path) -> None:
         make_loader(image_shards, images={"label": Images(8)})
     with pytest.raises(TypeError, match=r"images\['image'\] must be an Images\(...\), got int"):
         make_loader(image_shards, images={"image": 224})
+    with pytest.raises(TypeError, match=r"^images takes a dict of field names to Images\(...\), such as "
+                                        r"images=\{'image': Images\(224\)\}, got Images$"):
+        make_loader(image_shards, images=Images(8))
+    with pytest.raises(ValueError, match=r"^images names field 'image', which fields=\['label'\] leaves out: add it "
+                                         r"to fields$"):
+        make_loader(image_shards, fields=["label"], images={"image": Images(8)})
     with pytest.raises(ValueError, match="crop must be one of"):
         Images(8, crop="middle")
 
