@@ -179,6 +179,16 @@ def test_a_folder_without_images_says_what_it_lacks(tmp_path: Path, layout: str)
         pipeline.build_imagefolder(root, tmp_path / "out", quiet=True)
 
 
+def test_an_image_given_for_the_folder_says_so(tmp_path: Path) -> None:
+    image_folder(tmp_path / "root", {"a": 1})
+    image = tmp_path / "root" / "a" / "0000.png"
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{image}: is a file, not a folder: pass the folder of class "
+                                                          f"folders (ROOT/<class>/<image>.jpg)")):
+        pipeline.build_imagefolder(image, tmp_path / "out", quiet=True)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'nowhere'}: no such folder")):
+        pipeline.build_imagefolder(tmp_path / "nowhere", tmp_path / "out", quiet=True)
+
+
 def test_max_side_shrinks_large_photos_in_the_build_workers_and_keeps_small_ones(tmp_path: Path) -> None:
     (tmp_path / "root" / "a").mkdir(parents=True)
     large, small = encoded(photo(300, 400), "PNG"), encoded(photo(90, 120))

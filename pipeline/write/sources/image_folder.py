@@ -34,7 +34,8 @@ SPLIT_NAMES = {*SPLIT_FOLDERS, "test"}  # class folders so named, holding folder
 def class_folders(root: Path) -> list[str]:
     """The class names of an image folder: its subfolders (not hidden), sorted."""
     if not root.is_dir():
-        raise FileNotFoundError(f"{root}: no such folder")
+        what = "is a file, not a folder: pass the folder of class folders" if root.exists() else "no such folder"
+        raise FileNotFoundError(f"{root}: {what} (ROOT/<class>/<image>.jpg)")
     names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
     if not names:
         raise FileNotFoundError(f"{root}: no class folders (ROOT/<class>/<image>.jpg)")
