@@ -133,7 +133,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if problem is not None or not args.quiet:
             print(f"{status:<4} {problem or shown}", flush=True)
 
-    outcome = check_set(args.index, report)
+    outcome = check_set(args.index, report, images=args.images)
     print(outcome)
     return 1 if outcome.problems else 0
 
@@ -266,10 +266,13 @@ def make_parser() -> argparse.ArgumentParser:
 
     check = _command(commands, "verify", "check every shard against the index (size, sha256, records, checksums)",
                      "  pipeline verify shards/train          # exit 1 and one line per broken shard\n"
-                     "  pipeline verify https://data.example.org/shards/train/index.json --quiet")
+                     "  pipeline verify https://data.example.org/shards/train/index.json --quiet\n"
+                     "  pipeline verify shards/photos/train --images   # and decode every image")
     check.add_argument("index", help=_INDEX_HELP)
     check.add_argument("--quiet", action="store_true", help="print only the files with a problem and the result, "
                                                             "not each shard")
+    check.add_argument("--images", action="store_true", help="also decode every image, as the loader will (a file cut "
+                                                             "short or damaged passes the build and the checksums)")
     check.set_defaults(run=_cmd_verify)
 
     tune = _command(commands, "tune", "measure num_workers and prefetch_factor on these shards and this machine, "

@@ -17,6 +17,7 @@ import pytest
 import pipeline
 from pipeline.cli import main
 from pipeline.format.errors import IndexFormatError
+from tests.images import image_folder
 
 
 def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
@@ -183,3 +184,26 @@ def test_a_damaged_table_is_blamed_and_not_the_shards_it_misdescribes(three: Pat
                          "not verified s: its shard table is damaged (1 of 3 shards disagree with it, 0 failed)"]
     assert [p.shard for p in pipeline.verify("s")] == ["s/index.bin", "s/train-000000.tar"]
     assert os.path.exists(lines[1].split()[1])  # a path the user can open
+
+
+def test_verify_images_decodes_every_image_and_names_those_that_do_not(tmp_path: Path, capsys,
+                                                                        monkeypatch) -> None:
+    """A photo cut short passes the build (it starts as an image) and the checksums (they are
+    of what was written): only a training run found it, part way through an epoch."""
+    monkeypatch.chdir(tmp_path)
+    image_folder(Path("root"), {"a": 6, "b": 6}, size=(32, 32))
+    cut = {}
+    for name in ("a/0002.jpg", "b/0008.png"):
+        whole = (Path("root") / name).read_bytes()
+        cut[name] = len(whole) * 2 // 3
+        (Path("root") / name).write_bytes(whole[:cut[name]])
+    index = pipeline.build_imagefolder("root", "s", shard_samples=4, quiet=True)
+    assert run(capsys, "verify", "s", "--quiet") == (0, "verified s: every shard matches its index\n", "")
+    code, out, _ = run(capsys, "verify", "s", "--images", "--quiet")
+    assert code == 1 and out.splitlines()[:2] == [
+        f"FAIL s/shard-000000.tar record 2 (byte {index.shards[0].offsets[2]}): record 'a_0002': field 'image': a "
+        f"truncated JPEG ({cut['a/0002.jpg']} bytes, it ends before its end-of-image marker)",
+        f"FAIL s/shard-000002.tar record 0 (byte 0): record 'b_0008': field 'image': a PNG that cannot be decoded "
+        f"({cut['b/0008.png']} bytes: truncated or damaged)"]
+    assert out.splitlines()[2:] == ["not verified s: 2 of 3 shards failed"]
+    assert [p.record for p in pipeline.verify("s", images=True)] == [2, 0]

@@ -24,6 +24,7 @@ from typing import BinaryIO, Callable
 from ..format.verify import Problem, verify_stream, verify_table_stream
 from ..storage import SourceError, is_remote, join, open_stream, redact
 from ..storage.indexes import open_index
+from .images import undecodable_image
 
 #: The word ``pipeline verify`` prints before each file: sound, failed, or in doubt (it disagrees
 #: with a damaged shard table).
@@ -79,10 +80,11 @@ class Outcome:
         return f"not verified {self.location}: {self.failed} of {self.shards} shards failed"
 
 
-def check_set(location: str | os.PathLike[str], on_file: FileReport | None = None) -> Outcome:
+def check_set(location: str | os.PathLike[str], on_file: FileReport | None = None, images: bool = False) -> Outcome:
     """Check every shard named by the index at ``location`` (as for :func:`verify`), telling
     ``on_file`` of each file once checked; the :class:`Outcome` counts what was found."""
     found = open_index(location)
+    record_check = undecodable_image if images else None
     index, base = found.index, found.base
     outcome = Outcome(redact(os.fspath(location)))
 
@@ -113,7 +115,7 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
             outcome.failed += 1
             report(FAILED, info.url, Problem(info.url, f"not a file's name: {exc.reason or exc}"))
             continue
-        problem, read = _check_file(url, partial(verify_stream, info=info, index=index))
+        problem, read = _check_file(url, partial(verify_stream, info=info, index=index, check=record_check))
         if problem is None:
             report(OK, url, None)
         elif outcome.table_damaged and read:  # what it was checked against is what is damaged
@@ -125,10 +127,11 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
     return outcome
 
 
-def verify(location: str | os.PathLike[str], on_file: FileReport | None = None) -> list[Problem]:
+def verify(location: str | os.PathLike[str], on_file: FileReport | None = None, images: bool = False) -> list[Problem]:
     """The problems of the shards named by the index at ``location`` (an index file, its
     folder, or a URL of either: ``https://...``, ``s3://bucket/prefix``), and of its shard table;
     ``[]`` when every one matches. ``on_file(status, shown, problem)`` is told of each file once
-    checked. An index that cannot be opened raises :class:`~pipeline.IndexFormatError` (there
-    is nothing to check the shards against)."""
-    return check_set(location, on_file).problems
+    checked. ``images``: also decode every image (see :mod:`.images`). An index that cannot be
+    opened raises :class:`~pipeline.IndexFormatError` (there is nothing to check the shards
+    against)."""
+    return check_set(location, on_file, images).problems

@@ -10,12 +10,12 @@ or URL), so this module reads nothing but the streams it is given, each once, fr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from .errors import ShardError
 from .hashing import HashingReader
 from .index import DatasetIndex, ShardInfo, TableFile
-from .walk import walk_shard
+from .walk import WalkedRecord, walk_shard
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,22 @@ class Problem:
         return f"{where}: {self.reason}"
 
 
-def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex, shard: str) -> Problem | None:
-    """The first problem of the records of a shard (offsets, checksums, keys, decoding, counts)."""
+#: A check of a record's values beyond the format's (its images decode, say): the reason it
+#: fails, or None.
+RecordCheck = Callable[[WalkedRecord], str | None]
+
+
+def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex, shard: str,
+                    check: RecordCheck | None = None) -> Problem | None:
+    """The first problem of the records of a shard (offsets, checksums, keys, decoding, counts,
+    and ``check``)."""
     samples = 0
     number = 0  # the record being read
     try:
         for walked in walk_shard(stream, shard, schema=index.fields or None, entry=info):  # type: ignore[arg-type]
+            reason = None if check is None else check(walked)
+            if reason is not None:
+                return Problem(shard, f"record {walked.key!r}: {reason}", number, walked.offset)
             samples += walked.rows
             number += 1
     except ShardError as exc:  # after the last record, no record of the index is to blame
@@ -54,12 +64,14 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
     return None
 
 
-def verify_stream(stream: BinaryIO, shard: str, info: ShardInfo, index: DatasetIndex) -> Problem | None:
+def verify_stream(stream: BinaryIO, shard: str, info: ShardInfo, index: DatasetIndex,
+                  check: RecordCheck | None = None) -> Problem | None:
     """The first problem of one shard, read whole from ``stream``, or ``None`` if it matches its
-    index entry; ``shard`` names it in the problem. A size that differs from the index's is
-    reported before what it breaks (a cut shard's last record is cut too)."""
+    index entry (and each record passes ``check``); ``shard`` names it in the problem. A size
+    that differs from the index's is reported before what it breaks (a cut shard's last record
+    is cut too)."""
     reader = HashingReader(stream)
-    problem = _record_problem(reader, info, index, shard)
+    problem = _record_problem(reader, info, index, shard, check)
     reader.drain()
     if reader.size != info.bytes:
         return Problem(shard, f"size is {reader.size} bytes, the index says {info.bytes}")
