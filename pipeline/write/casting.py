@@ -135,8 +135,8 @@ class CastSource(Source):
     def __len__(self) -> int:
         return len(self.source)
 
-    def identity(self, digest: Any, rows: np.ndarray) -> None:
-        self.source.identity(digest, rows)
+    def identity(self, digest: Any, start: int, stop: int) -> None:
+        self.source.identity(digest, start, stop)
 
     def input_row(self, row: int) -> int:
         """The input row of ``row``. A split's subset (whose ``source_rows`` maps its rows to

@@ -24,8 +24,6 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
-
 from ..format.errors import FormatError, ShardError
 from ..format.index import DatasetIndex, Schema, ShardInfo
 from ..format.scan import scan_shard
@@ -102,7 +100,7 @@ def shard_plan(source: Source, bounds: list[int], numbers: range, names: list[st
     for name, number in zip(names, numbers):
         start, stop = bounds[number], bounds[number + 1]
         digest = hashlib.sha256(f"{start}:{stop}".encode())
-        source.identity(digest, np.arange(start, stop, dtype=np.int64))
+        source.identity(digest, start, stop)
         plan[name] = digest.hexdigest()[:32]
     return plan
 

@@ -11,8 +11,6 @@ import copy
 from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
-import numpy as np
-
 from ..format.tar import BLOCK, END_OF_ARCHIVE, member_bytes
 from .rows import RowBlock, encode_records
 
@@ -63,8 +61,8 @@ class Source(ABC):
         Sources that know better (arrays, files) override this guess."""
         return 64 << 10
 
-    def identity(self, digest: Any, rows: np.ndarray) -> None:
-        """Feed ``digest`` (a hashlib object) what names the source's ``rows`` (row numbers), for
+    def identity(self, digest: Any, start: int, stop: int) -> None:
+        """Feed ``digest`` (a hashlib object) what names the source's rows ``[start, stop)``, for
         a resumed build to see which finished shards still hold the rows it plans: here nothing
         (rows known by position only: a resume assumes them unchanged); a source of files,
         their names and labels."""
@@ -146,8 +144,8 @@ class SourceWindow(Source):
     def read(self, start: int, stop: int) -> RowBlock:
         return self.source.read(self.start + start, self.start + stop)
 
-    def identity(self, digest: Any, rows: np.ndarray) -> None:
-        self.source.identity(digest, rows + self.start)
+    def identity(self, digest: Any, start: int, stop: int) -> None:
+        self.source.identity(digest, self.start + start, self.start + stop)
 
     def approx_row_bytes(self) -> int:
         return self.source.approx_row_bytes()
@@ -177,13 +175,12 @@ class FileRowsSource(Source):
     def approx_row_bytes(self) -> int:
         return max(sum(self.sizes) // max(len(self), 1), 1)
 
-    def identity(self, digest: Any, rows: np.ndarray) -> None:
+    def identity(self, digest: Any, start: int, stop: int) -> None:
         """The rows' entries of the per-row lists but the sizes: a file added, removed or renamed
         before them, or a label changed, changes it."""
         for name in self.row_lists or ():
             if name != "sizes":
-                entries = getattr(self, name)
-                digest.update(repr([entries[row] for row in rows.tolist()]).encode())
+                digest.update(repr(getattr(self, name)[start:stop]).encode())
 
     def shard_bounds(self, shard_samples: int | None, shard_bytes: int | None, pack: int) -> list[int]:
         return greedy_bounds(self.sizes, len(self.fields), shard_samples, shard_bytes, pack)

@@ -76,12 +76,7 @@ class RowSubset(Source):
         """The source's row numbers of this subset's rows ``[start, stop)``."""
         if self._shifted is None:
             return self.rows[start:stop]
-        return self._source_rows_at(np.arange(start, stop, dtype=np.int64))
-
-    def _source_rows_at(self, positions: np.ndarray) -> np.ndarray:
-        """The source's row numbers of this subset's rows ``positions``."""
-        if self._shifted is None:
-            return self.rows[positions]
+        positions = np.arange(start, stop, dtype=np.int64)
         return positions + np.searchsorted(self._shifted, positions, side="right")
 
     def read(self, start: int, stop: int) -> RowBlock:
@@ -113,10 +108,15 @@ class RowSubset(Source):
     def approx_row_bytes(self) -> int:
         return self.source.approx_row_bytes()
 
-    def identity(self, digest: Any, rows: np.ndarray) -> None:
-        source_rows = self._source_rows_at(rows)
-        digest.update(source_rows.astype(np.int64).tobytes())  # which rows of the source: the split
-        self.source.identity(digest, source_rows)
+    def identity(self, digest: Any, start: int, stop: int) -> None:
+        """Which rows of the source these are (the split), and what names them there, a run of
+        consecutive ones at a time (a million rows at most at once: bounded memory)."""
+        for first in range(start, stop, 1 << 20):
+            rows = self.source_rows(first, min(first + (1 << 20), stop))
+            digest.update(rows.tobytes())
+            for run in np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1):
+                if len(run):
+                    self.source.identity(digest, int(run[0]), int(run[-1]) + 1)
 
 
 def _pieces(rows: np.ndarray, gap: int, span: int) -> list[np.ndarray]:
