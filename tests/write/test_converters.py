@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import joblib
@@ -153,6 +154,20 @@ def test_one_file_per_sample_with_labels_and_partition_gives_one_shard_set_per_s
         assert fields["y"] == [labels[i] for i in split_ids]
         assert [float(x[0, 0]) for x in fields["x"]] == [float(ids.index(i)) for i in split_ids]
     assert (tmp_path / "out" / "train" / "train-000000.tar").exists()
+
+
+def test_a_file_or_id_that_makes_no_sample_key_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    long = "x" * 93
+    (folder / f"{long}.jpg").write_bytes(b"x")
+    with pytest.raises(SampleError, match=re.escape(f"{folder / long}.jpg: sample key '{long}' is longer than 92 bytes; "
+                                                    f"rename it")):
+        pipeline.build_folder(folder, tmp_path / "out", quiet=True)
+    make_sample_files(tmp_path / "data", [long])
+    with pytest.raises(SampleError, match=re.escape(f"split 'train' of the partition: sample key '{long}' is longer than 92 "
+                                                    "bytes")):
+        pipeline.build_sample_files(tmp_path / "data", {long: 0}, {"train": [long]}, tmp_path / "out", quiet=True)
 
 
 def test_partition_ids_without_file_or_label_are_errors_before_anything_is_written(tmp_path: Path) -> None:

@@ -38,7 +38,10 @@ class FolderSource(FileRowsSource):
             key, ext = split_name(relative)
             if key is None or ext is None:
                 raise SampleError(f"{path}: a file name needs a stem and an extension (key.ext)")
-            key = check_key(key.replace("/", "_"))
+            try:
+                key = check_key(key.replace("/", "_"))
+            except SampleError as exc:  # named by the file, which the user can rename
+                raise SampleError(f"{path}: {exc}; rename it") from None
             if ext in groups.setdefault(key, {}):
                 raise SampleError(f"{path}: two files give key {key!r} the same extension {ext!r}")
             groups[key][ext] = path

@@ -126,7 +126,10 @@ class SampleFileSource(FileRowsSource):
         if repeated:
             raise SampleError(f"{named}: {len(repeated)} IDs are listed more than once, e.g. {repeated[:3]}")
         for sample_id in ids:
-            check_key(sample_id)
+            try:
+                check_key(sample_id)
+            except SampleError as exc:
+                raise SampleError(f"{named}: {exc}") from None
         no_label = [i for i in ids if i not in labels]
         if no_label:
             raise SampleError(f"{named}: {len(no_label)} IDs have no label, e.g. {no_label[:3]}")
