@@ -193,7 +193,7 @@ def test_verify_images_decodes_every_image_and_names_those_that_do_not(tmp_path:
     monkeypatch.chdir(tmp_path)
     image_folder(Path("root"), {"a": 6, "b": 6}, size=(32, 32))
     cut = {}
-    for name in ("a/0002.jpg", "b/0008.png"):
+    for name in ("a/0002.jpg", "a/0003.jpg", "b/0008.png"):
         whole = (Path("root") / name).read_bytes()
         cut[name] = len(whole) * 2 // 3
         (Path("root") / name).write_bytes(whole[:cut[name]])
@@ -202,7 +202,8 @@ def test_verify_images_decodes_every_image_and_names_those_that_do_not(tmp_path:
     code, out, _ = run(capsys, "verify", "s", "--images", "--quiet")
     assert code == 1 and out.splitlines()[:2] == [
         f"FAIL s/shard-000000.tar record 2 (byte {index.shards[0].offsets[2]}): record 'a_0002': field 'image': a "
-        f"truncated JPEG ({cut['a/0002.jpg']} bytes, it ends before its end-of-image marker)",
+        f"truncated JPEG ({cut['a/0002.jpg']} bytes, it ends before its end-of-image marker); and 1 more: record "
+        f"'a_0003': field 'image': a truncated JPEG ({cut['a/0003.jpg']} bytes, it ends before its end-of-image marker)",
         f"FAIL s/shard-000002.tar record 0 (byte 0): record 'b_0008': field 'image': a PNG that cannot be decoded "
         f"({cut['b/0008.png']} bytes: truncated or damaged)"]
     assert out.splitlines()[2:] == ["not verified s: 2 of 3 shards failed"]

@@ -44,15 +44,17 @@ RecordCheck = Callable[[WalkedRecord], str | None]
 
 def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex, shard: str,
                     check: RecordCheck | None = None) -> Problem | None:
-    """The first problem of the records of a shard (offsets, checksums, keys, decoding, counts,
-    and ``check``)."""
+    """The first problem of the records of a shard (offsets, checksums, keys, decoding, counts);
+    else those ``check`` finds, all of them in one problem (the first's place, the others listed:
+    a damaged image is worth knowing of before training, each of them)."""
     samples = 0
     number = 0  # the record being read
+    failed: list[tuple[int, int, str]] = []
     try:
         for walked in walk_shard(stream, shard, schema=index.fields or None, entry=info):  # type: ignore[arg-type]
             reason = None if check is None else check(walked)
             if reason is not None:
-                return Problem(shard, f"record {walked.key!r}: {reason}", number, walked.offset)
+                failed.append((number, walked.offset, f"record {walked.key!r}: {reason}"))
             samples += walked.rows
             number += 1
     except ShardError as exc:  # after the last record, no record of the index is to blame
@@ -61,7 +63,13 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
         return Problem(shard, f"{number} records, the index says {info.records}")
     if samples != info.samples:
         return Problem(shard, f"{samples} samples, the index says {info.samples}")
-    return None
+    if not failed:
+        return None
+    first, offset, reason = failed[0]
+    others = [listed for *_, listed in failed[1:]]
+    if others:
+        reason += f"; and {len(others)} more: {'; '.join(others[:5])}{'; ...' if len(others) > 5 else ''}"
+    return Problem(shard, reason, first, offset)
 
 
 def verify_stream(stream: BinaryIO, shard: str, info: ShardInfo, index: DatasetIndex,
