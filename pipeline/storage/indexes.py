@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +23,7 @@ from ..format.shard_table import ShardTable
 from ..format.verify import verify_table_stream
 from .errors import SourceError, redact
 from .opener import is_remote, join, local_path, open_stream, parent, read_bytes, read_range
+from .per_process import per_process
 from .retry import RetryPolicy, RetrySink
 
 #: Record offsets and checksums are fetched remotely 256 KiB (64k records) a request.
@@ -71,16 +73,17 @@ class IndexedShards:
         """Why the shard table is damaged (read whole, its sha256 is not the one index.json
         gives), naming it; None when it is sound, when there is none, or when it cannot be read
         now (the error at hand is then the one to tell). A remote one is read under ``policy``,
-        its requests reported to ``stats``."""
+        its requests reported to ``stats``. Read once per process: the answer is kept, and the
+        reader threads whose pieces failed together wait for the one that reads it."""
         if self.index.table is None:
             return None
         url = join(self.base, self.index.table.name)
-        try:
-            with open_stream(url, policy, stats=stats) as stream:
-                problem = verify_table_stream(stream, redact(url), self.index.table)
-        except SourceError:
-            return None
-        return None if problem is None else str(problem)
+        answers, lock = _table_answers()
+        with lock:  # (a local table copied again since is read again)
+            key = (url, self.index.table.sha256, None if self.remote else _version(url))
+            if key not in answers:
+                answers[key] = _table_problem(url, self.index.table, policy, stats)
+            return answers[key]
 
     def table_fix(self) -> str:
         """What to do about a damaged shard table: the command that writes it again where it
@@ -88,6 +91,28 @@ class IndexedShards:
         if self.remote or any("/" in name for name in self.index.shards.names):
             return f"copy it again with {INDEX_NAME}, or re-index its shards"
         return f"copy it again with {INDEX_NAME}, or {reindex(os.path.normpath(self.base))}"
+
+
+#: The answers of :meth:`IndexedShards.damaged_table` in this process, and the lock they are
+#: found under (made anew in a forked child: a lock held at the fork would never be let go).
+_table_answers = per_process(lambda: ({}, threading.Lock()))
+
+
+def _version(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_mtime_ns, found.st_size
+
+
+def _table_problem(url: str, table: TableFile, policy: RetryPolicy | None, stats: RetrySink | None) -> str | None:
+    try:
+        with open_stream(url, policy, stats=stats) as stream:
+            problem = verify_table_stream(stream, redact(url), table)
+    except SourceError:
+        return None
+    return None if problem is None else str(problem)
 
 
 class FileRange:

@@ -62,7 +62,6 @@ class UnitReader:
         self.spare: Columns | None = None  # rows of the last unit read: stand-ins when a whole unit fails
         self.searching = False  # reading blocks to find such rows: their losses are not this unit's
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
-        self.damaged_tables: dict[int, str | None] = {}  # by source, once one of its records failed
 
     def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
              blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
@@ -198,7 +197,9 @@ class UnitReader:
                              timed_reader, shards.index.fields or None, self.check_records, self.fill,
                              lost if self.skip else None, join=False, layouts=self.layouts[source])
         except (ShardError, SourceError) as exc:
-            if not self.skip or isinstance(exc, ServerSetupError):
+            # a local shard table that cannot be read is no damage of a piece: every piece needs it
+            unread_table = isinstance(exc, IndexFormatError) and not shards.remote
+            if not self.skip or isinstance(exc, ServerSetupError) or unread_table:
                 self._check_table(exc, source)
                 told = _missing_shard(exc, url) or self._dropping_a_damaged_copy(exc, source, shard)
                 if told is exc:
@@ -221,9 +222,7 @@ class UnitReader:
         shards = self.sources.shards[source]
         if not isinstance(exc, ShardError) and shards.remote:
             return
-        if source not in self.damaged_tables:
-            self.damaged_tables[source] = shards.damaged_table(self.policy, self.stats)
-        damaged = self.damaged_tables[source]
+        damaged = shards.damaged_table(self.policy, self.stats)
         if damaged is not None:
             raise IndexFormatError(f"{damaged}: the shard table is damaged, so the records are read and checked "
                                    f"against what it misstates ({exc}); {shards.table_fix()}")

@@ -266,3 +266,16 @@ def test_a_bit_flipped_anywhere_in_the_shard_table_is_blamed_on_the_table_not_on
                 continue
             assert ids == list(range(12)) and stats["skipped_pieces"] == 0, (at, policy)
     assert blamed >= 2 * 12 * 4  # each flip of a record's checksum, at least, under each policy
+
+
+def test_a_local_shard_table_gone_while_workers_read_it_is_an_error_even_under_skip(tmp_path: Path) -> None:
+    """Each worker opens the table again for the offsets of its own pieces: a table that cannot
+    be read then fails every piece alike, which skip took for damage of each (training on
+    stand-ins) rather than the error it is."""
+    pipeline.write_shards(tmp_path, {"x": np.arange(60000, dtype=np.float32)}, shard_samples=100, pack=1, quiet=True)
+    loader = pipeline.make_loader(tmp_path, num_workers=2, batch_size=100, on_error="skip")  # read the table's head
+    (tmp_path / "index.bin").unlink()
+    with pytest.raises(pipeline.IndexFormatError, match=rf"^{tmp_path / 'index.bin'} at byte \d+: cannot read shard "
+                                                        r"table: No such file or directory"):
+        for _ in loader:
+            pass
