@@ -50,13 +50,15 @@ def key_for_name(name: str, taken: set[str]) -> str:
     (too long, one another name already gave: ``x.jpg`` beside ``x.png``) shortened and ended
     with a digest of the name. So that any file a folder holds makes a sample, as any file makes
     one in torchvision's ImageFolder, rather than the build stopping at the first odd name."""
-    key = re.sub(r"^__+", "_", _BAD_KEY.sub("_", name))
+    # a file name that is no UTF-8 (Linux allows any bytes) comes as surrogates: shown as U+FFFD
+    readable = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    key = re.sub(r"^__+", "_", _BAD_KEY.sub("_", readable))
     if len(key.encode("utf-8")) <= _MAX_KEY_BYTES and key not in taken:
         return key
     head = key.encode("utf-8")[:_MAX_KEY_BYTES - 13].decode("utf-8", "ignore")
     tries = 0
     while True:  # (a digest another name gave, as x.webp's beside x.jpg and x.png: the next one)
-        digest = hashlib.sha256(f"{name}#{tries}".encode()).hexdigest()[:12]
+        digest = hashlib.sha256(f"{name}#{tries}".encode("utf-8", "surrogateescape")).hexdigest()[:12]
         if f"{head}_{digest}" not in taken:
             return f"{head}_{digest}"
         tries += 1

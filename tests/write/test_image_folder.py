@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import pickle
 import re
 from pathlib import Path
@@ -129,7 +130,8 @@ def test_files_that_are_no_images_by_name_are_counted_in_a_warning_and_linked_fo
     (root / "dog" / ".thumbnails").mkdir()  # hidden: no data, as a hidden class folder is no class
     (root / "dog" / ".thumbnails" / "t.jpg").write_bytes(written["dog/0003.jpg"])
     told = (f"{root}: left out 4 file(s) that are not .jpg/.jpeg/.png/.webp images (.bmp: 1, .gif: 1, .tif: 1, a "
-            f"link to nothing: 1; e.g. {root / 'cat' / 'anim.gif'}); convert them to JPEG or PNG to include them")
+            f"link to nothing: 1; e.g. {root / 'cat' / 'anim.gif'}); convert them to JPEG or PNG (or mend the links) to "
+            f"include them")
     with pytest.warns(UserWarning, match=re.escape(told)):
         pipeline.build_imagefolder(root, tmp_path / "out", quiet=True)
     keys, fields = read_back(tmp_path / "out")
@@ -154,7 +156,7 @@ def test_any_file_name_makes_a_sample_with_a_key_of_its_own(tmp_path: Path) -> N
     ``__background__`` (keys may not start with ``__``)."""
     names = ["a/x.jpg", "a/x.png", "a/x.webp", "a/x.y.jpg", "a/x_y.jpg", "a/" + "柴犬の写真" * 7 + ".jpg",
              "a/a-very-long-descriptive-name-of-a-photo-downloaded-from-the-web-of-a-golden-retriever.jpg",
-             "__background__/bg.jpg"]
+             "__background__/bg.jpg", os.fsdecode(b"a/caf\xe9.jpg")]  # a name that is no UTF-8 (Latin-1)
     for n, name in enumerate(names):
         (tmp_path / "root" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "root" / name).write_bytes(encoded(photo(8, 8, seed=n), "PNG" if name.endswith("png") else "JPEG"))
@@ -162,8 +164,8 @@ def test_any_file_name_makes_a_sample_with_a_key_of_its_own(tmp_path: Path) -> N
     keys, fields = read_back(tmp_path / "out")
     assert len(set(keys)) == len(names) and all(len(key.encode()) <= 92 and not key.startswith("__") for key in keys)
     assert sorted(fields["image"]) == sorted((tmp_path / "root" / name).read_bytes() for name in names)
-    assert keys[2:5] == ["a_x", *("a_x_" + hashlib.sha256(f"a/x#{n}".encode()).hexdigest()[:12] for n in (0, 1))]
-    assert keys[0] == "_background___bg"
+    assert keys[3:6] == ["a_x", *("a_x_" + hashlib.sha256(f"a/x#{n}".encode()).hexdigest()[:12] for n in (0, 1))]
+    assert keys[0] == "_background___bg" and "a_caf\ufffd" in keys
 
 
 @pytest.mark.parametrize("layout", ["empty", "files only", "empty classes"])

@@ -98,9 +98,11 @@ def _refuse_non_images(paths: list[Path]) -> None:
     told before a shard is written, not one build at a time, each stopping part way. Their
     first bytes are read by a few threads at once (a file's open is the cost, on a network
     file system most of all)."""
+    bad = []
     with ThreadPoolExecutor(8) as pool:
-        bad = [(path, head) for path, head in zip(paths, pool.map(_head, paths, chunksize=256))
-               if image_format(head) is None]
+        for first in range(0, len(paths), 4096):  # a batch at a time: a future for each of a million is GBs
+            batch = paths[first:first + 4096]
+            bad += [(path, head) for path, head in zip(batch, pool.map(_head, batch)) if image_format(head) is None]
     if bad:
         shown = "; ".join(f"{path} (it starts with {head[:8]!r})" for path, head in bad[:5])
         raise SampleError(f"{len(bad)} file(s) are not JPEG, PNG or WebP images: {shown}{'; ...' if len(bad) > 5 else ''}"
@@ -113,7 +115,7 @@ def _left_out(root: Path, others: list[Path]) -> str:
                     for path in others)
     listed = ", ".join(f"{kind}: {count}" for kind, count in sorted(kinds.items()))
     return (f"{root}: left out {len(others)} file(s) that are not {'/'.join(IMAGE_SUFFIXES)} images ({listed}; e.g. "
-            f"{others[0]}); convert them to JPEG or PNG to include them")
+            f"{others[0]}); convert them to JPEG or PNG (or mend the links) to include them")
 
 
 class ImageFolderSource(FileRowsSource):
