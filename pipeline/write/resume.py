@@ -19,6 +19,7 @@ were written by that build or by its resumed runs, never by an earlier build of 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -116,7 +117,11 @@ def record_plan(target: Destination, index_name: str, plan: dict[str, str]) -> N
 
 
 def forget_plan(target: Destination, index_name: str) -> None:
-    _plan_path(target, index_name).unlink(missing_ok=True)
+    """Delete the plan, and what a run killed while writing it left (its temporary file)."""
+    path = _plan_path(target, index_name)
+    path.unlink(missing_ok=True)
+    for left in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
+        left.unlink(missing_ok=True)
 
 
 def drop_changed_shards(target: Destination, index_name: str, plan: dict[str, str]) -> list[str]:

@@ -284,11 +284,13 @@ def build_shards(
             done = finished_index(target, index_name, planned, pack)
             if done is not None:  # a run killed after its index still leaves temporary files
                 remove_temporary_files(target, names, index_name)
+                forget_plan(target, index_name)
                 _say(quiet, f"{target.url(index_name)} is already complete ({len(planned)} shards); nothing to resume")
                 return done
         clear_child_sets(target, overwrite)
         old_shards = prepare_output(target, overwrite, index_name, resumable=True)
-        plan = shard_plan(source, bounds, numbers, names)
+        resumable = scheme(os.fspath(out_dir)) == "file"  # (a remote build cannot resume: no plan to keep)
+        plan = shard_plan(source, bounds, numbers, names) if resumable else {}
         if resume:
             changed = drop_changed_shards(target, index_name, plan)
             if changed:
@@ -296,7 +298,6 @@ def build_shards(
                             f"({changed[0]}, ...): its source changed")
         else:
             clear_planned_shards(target, prefix, names, overwrite, resumable=True)
-        resumable = scheme(os.fspath(out_dir)) == "file"
         if resumable:
             record_plan(target, index_name, plan)
         rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0

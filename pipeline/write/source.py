@@ -7,9 +7,11 @@ samples whether the build runs in one process, in a pool, or as parts on several
 
 from __future__ import annotations
 
+import bisect
 import copy
+import pickle
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..format.tar import BLOCK, END_OF_ARCHIVE, member_bytes
 from .rows import RowBlock, encode_records
@@ -67,6 +69,16 @@ class Source(ABC):
         (rows known by position only: a resume assumes them unchanged); a source of files,
         their names and labels."""
         return None
+
+
+def span_identity(digest: Any, starts: Sequence[int], name_of: Callable[[int], Any], start: int, stop: int) -> None:
+    """:meth:`Source.identity` of a source whose rows come in spans (files, batches): the name
+    (``name_of(i)``) and the rows of each span that rows ``[start, stop)`` touch (``starts``:
+    each span's first row, then the end), so that a span removed or added before them shifts
+    what they are."""
+    first = bisect.bisect_right(starts, start) - 1
+    last = bisect.bisect_left(starts, stop)
+    digest.update(repr([(name_of(i), starts[i], starts[i + 1]) for i in range(max(first, 0), last)]).encode())
 
 
 def resolve_pack(pack: int | str, source: Source) -> int:
@@ -176,11 +188,12 @@ class FileRowsSource(Source):
         return max(sum(self.sizes) // max(len(self), 1), 1)
 
     def identity(self, digest: Any, start: int, stop: int) -> None:
-        """The rows' entries of the per-row lists but the sizes: a file added, removed or renamed
-        before them, or a label changed, changes it."""
+        """The rows' keys (or IDs) and labels, what the per-row lists hold but the files' paths
+        and sizes (a file mended in place, or the folder given by another path, is the same
+        row): a file added, removed or renamed before them, or a label changed, changes it."""
         for name in self.row_lists or ():
-            if name != "sizes":
-                digest.update(repr(getattr(self, name)[start:stop]).encode())
+            if name not in ("paths", "sizes"):
+                digest.update(pickle.dumps(getattr(self, name)[start:stop], protocol=4))
 
     def shard_bounds(self, shard_samples: int | None, shard_bytes: int | None, pack: int) -> list[int]:
         return greedy_bounds(self.sizes, len(self.fields), shard_samples, shard_bytes, pack)

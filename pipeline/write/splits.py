@@ -111,10 +111,11 @@ class RowSubset(Source):
     def identity(self, digest: Any, start: int, stop: int) -> None:
         """Which rows of the source these are (the split), and what names them there, a run of
         consecutive ones at a time (a million rows at most at once: bounded memory)."""
+        names_rows = type(self.source).identity is not Source.identity  # else only where they lie
         for first in range(start, stop, 1 << 20):
             rows = self.source_rows(first, min(first + (1 << 20), stop))
             digest.update(rows.tobytes())
-            for run in np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1):
+            for run in np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1) if names_rows else ():
                 if len(run):
                     self.source.identity(digest, int(run[0]), int(run[-1]) + 1)
 

@@ -21,6 +21,7 @@ import pytest
 
 import pipeline
 from pipeline.format.scan import scan_shard
+from pipeline.write.resume import shard_plan
 from pipeline.write.rows import RowBlock
 from pipeline.write.source import Source
 from tests.helpers import child_pids, read_back
@@ -321,3 +322,38 @@ def test_a_file_mended_in_place_before_a_resume_keeps_every_finished_shard(tmp_p
     pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", shard_samples=3, max_side=4, resume=True)
     assert "kept 11 shards (33 samples)" in capsys.readouterr().err
     assert read_back(tmp_path / "out")[0] == sorted(read_back(tmp_path / "out")[0])
+
+
+def _changed_shards(before: Source, after: Source, shard_samples: int) -> list[int]:
+    """The shards whose rows' digests differ between two plans of ``shard_samples`` rows each."""
+    plans = []
+    for source in (before, after):
+        bounds = list(range(0, len(source), shard_samples)) + [len(source)]
+        names = [f"s-{n:06d}.tar" for n in range(len(bounds) - 1)]
+        plans.append(shard_plan(source, bounds, range(len(names)), names))
+    return [n for n, name in enumerate(plans[1]) if plans[0].get(name) != plans[1][name]]
+
+
+def test_a_batch_file_or_a_table_file_removed_changes_the_plan_of_the_shards_after_it(tmp_path: Path) -> None:
+    """Rows of spans of files (joblib batch pairs, Parquet files and their row groups): the
+    shards wholly before a removed file keep their plan, those after it do not."""
+    from tests.write.test_converters import make_joblib_batches
+
+    make_joblib_batches(tmp_path / "jb", [40, 40, 40], per_sample=True)
+    before = pipeline.JoblibBatchSource(tmp_path / "jb")
+    for name in ("x_1.job", "y_1.job"):
+        (tmp_path / "jb" / name).unlink()
+    assert _changed_shards(before, pipeline.JoblibBatchSource(tmp_path / "jb"), 10) == [4, 5, 6, 7]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.write.sources.tables import ParquetSource
+
+    (tmp_path / "pq").mkdir()
+    for n in range(3):
+        pq.write_table(pa.table({"y": np.arange(40) + 40 * n}), tmp_path / "pq" / f"{n}.parquet", row_group_size=20)
+    before = ParquetSource(tmp_path / "pq")
+    (tmp_path / "pq" / "1.parquet").unlink()
+    assert _changed_shards(before, ParquetSource(tmp_path / "pq"), 10) == [4, 5, 6, 7]
+    arrays = pipeline.ArraySource({"y": np.arange(120)})  # rows known by position only: assumed unchanged
+    assert _changed_shards(arrays, pipeline.ArraySource({"y": np.arange(120) + 1}), 10) == []

@@ -20,6 +20,7 @@ import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError
@@ -185,6 +186,12 @@ class ImageFolderSource(FileRowsSource):
 
     def __len__(self) -> int:
         return len(self.paths)
+
+    def identity(self, digest: Any, start: int, stop: int) -> None:
+        """Its files' keys and labels, and how they are shrunk (a resume with another
+        ``max_side`` writes every shard again)."""
+        super().identity(digest, start, stop)
+        digest.update(f"{self.max_side}:{self.quality}".encode())
 
     def read(self, start: int, stop: int) -> RowBlock:
         images = [self._image(path) for path in self.paths[start:stop]]

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...format.errors import SampleError, explain, unloadable
 from ..rows import RowBlock
-from ..source import Source
+from ..source import Source, span_identity
 
 _NAME = re.compile(r"^([xy])_(\d+)\.job$")
 
@@ -161,6 +161,9 @@ class JoblibBatchSource(Source):
 
     def approx_row_bytes(self) -> int:
         return self._row_bytes
+
+    def identity(self, digest: Any, start: int, stop: int) -> None:
+        span_identity(digest, self.starts, self.batches.__getitem__, start, stop)
 
     def _batch(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if self._cache is None or self._cache[0] != i:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import os
 import shlex
 from pathlib import Path
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
@@ -41,7 +42,7 @@ except ImportError:
 from ...format.codec import check_field_names
 from ...format.errors import SampleError
 from ..rows import RowBlock
-from ..source import Source
+from ..source import Source, span_identity
 from .table_columns import FIXED_KINDS, RAGGED, column_kind, fill_value, null_rows, signature, to_column
 from .table_files import Inputs, parquet_files
 
@@ -153,6 +154,11 @@ class TableSource(Source):
             blocks.append(RowBlock({name: to_column(piece.batch.column(name), self.kinds[name], self.fill.get(name))
                                     for name in self.columns}))
         return RowBlock.concat(blocks)
+
+    def identity(self, digest: Any, start: int, stop: int) -> None:
+        def name_of(i: int) -> tuple[str, int]:
+            return os.path.basename(self.paths[self.units[i].file]), self.units[i].locator
+        span_identity(digest, self._starts, name_of, start + self._skip, stop + self._skip)
 
     def window(self, start: int, stop: int) -> Source:
         """Rows ``[start, stop)``: the same files, only the units that hold those rows."""
