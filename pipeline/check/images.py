@@ -10,7 +10,7 @@ its data read, which is what finds a cut or damage, at a fraction of a full deco
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..format.image_kind import image_format
 from ..format.walk import WalkedRecord
@@ -26,6 +26,13 @@ def _whole(width: int, height: int) -> tuple[int, int, int, int]:
 def _values(value: Any) -> list[Any]:
     """A field's values: one, or a packed record's column of them."""
     return value if isinstance(value, list) else [value]
+
+
+def image_check() -> Callable[[WalkedRecord], str | None]:
+    """:func:`undecodable_image`, once a decoder is known to import (else the ImportError saying
+    what to install, before the first shard is read)."""
+    decoder("auto")
+    return undecodable_image
 
 
 def undecodable_image(walked: WalkedRecord) -> str | None:

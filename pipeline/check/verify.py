@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable
 from ..format.verify import Problem, verify_stream, verify_table_stream
 from ..storage import SourceError, is_remote, join, open_stream, redact
 from ..storage.indexes import open_index
-from .images import undecodable_image
+from .images import image_check
 
 #: The word ``pipeline verify`` prints before each file: sound, failed, or in doubt (it disagrees
 #: with a damaged shard table).
@@ -84,7 +84,7 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
     """Check every shard named by the index at ``location`` (as for :func:`verify`), telling
     ``on_file`` of each file once checked; the :class:`Outcome` counts what was found."""
     found = open_index(location)
-    record_check = undecodable_image if images else None
+    record_check = image_check() if images else None
     index, base = found.index, found.base
     outcome = Outcome(redact(os.fspath(location)))
 
