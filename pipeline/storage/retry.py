@@ -61,8 +61,10 @@ _process_abandon: list[Flag] = []
 class _Exiting:
     """Set as the interpreter begins to exit, before it waits for the threads of Python's thread
     pools (which take no new work from then on): a read retrying in one would hold the exit for
-    as long as it retries. A plain attribute, not an Event: a process forked while a thread held
-    an Event's lock would hang when setting it at its own exit."""
+    as long as it retries. (A thread of the user's that goes on reading after the main thread
+    returned meets :class:`ReadAbandoned` at its next failure then, as it meets Python's own
+    refusal of new work for its thread pools.) A plain attribute, not an Event: a process forked
+    while a thread held an Event's lock would hang when setting it at its own exit."""
 
     def __init__(self) -> None:
         self.value = False
