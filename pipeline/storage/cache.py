@@ -8,7 +8,10 @@
 - A copy is of one version of a shard: its name holds the sha256 the index gives the shard, so a
   set rebuilt at the same URLs (``--overwrite``) is downloaded again instead of read from the
   old copies, which go once a new version of their shard is downloaded (or by eviction).
-- Least-recently-used eviction down to ``max_bytes``, which never deletes a shard being read
+- A copy whose size is not the index's (a crash as it was written, despite the sync before the
+  rename) is downloaded again.
+- Least-recently-used eviction of the cache's own copies (never of other files in its folder)
+  down to ``max_bytes``, before a download too, which never deletes a shard being read
   (readers hold a shared lock; eviction only takes shards it can lock exclusively without
   waiting) and never deadlocks: when nothing can go, the cache stays over its limit for a while,
   even when the limit is smaller than one shard.
@@ -23,13 +26,14 @@ import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from .errors import SourceError, redact
 from .opener import open_stream
 from .retry import RetryPolicy, RetrySink
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_COPY = re.compile(r"[0-9a-f]{24}-.+")  # the name of a copy (see ShardCache.path_for): the only files evicted
 _PARTIAL = re.compile(r"(?P<shard>.+)\.part-(?P<pid>\d+)-\d+")  # a download under way, or abandoned
 _VERSION_CHARS = 16  # of the index's sha256, in a copy's name: 64 bits tell a shard's versions apart
 
@@ -77,7 +81,8 @@ class ShardCache:
         self._over_limit = False  # whether this process's last eviction left the cache over max_bytes
         self._dropped: set[tuple[str, str]] = set()  # copies dropped as damaged (each version once)
         for partial in self.folder.glob("*.part-*"):
-            self._remove_abandoned(partial)
+            if _COPY.fullmatch(partial.name):
+                self._remove_abandoned(partial)
 
     def path_for(self, url: str, sha256: str | None = None) -> Path:
         """Where the version of ``url`` whose content has ``sha256`` (the index's) is cached: a
@@ -98,9 +103,10 @@ class ShardCache:
         try:
             with open_stream(url, self.policy, stats=self.stats) as source, open(partial, "wb") as out:
                 while chunk := source.read(8 << 20):
-                    out.write(chunk)
+                    self._write(out, chunk, partial)
                     digest.update(chunk)
                     written += len(chunk)
+                self._write(out, b"", partial)  # on disk before its rename: a crash leaves no short copy
             if size is not None and written != size:
                 raise SourceError(url, written, f"the shard has {written} bytes, the index says {size}")
             if self.verify and sha256 is not None and digest.hexdigest() != sha256:
@@ -109,23 +115,39 @@ class ShardCache:
         finally:
             partial.unlink(missing_ok=True)
 
+    def _write(self, out: BinaryIO, chunk: bytes, partial: Path) -> None:
+        """Write ``chunk`` to the copy being downloaded (``b""``: sync it); a disk that is full
+        or fails is an error of the cache, naming its folder and what to do (not a failure of the
+        shard, which skip would count lost)."""
+        try:
+            if chunk:
+                out.write(chunk)
+            else:
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:
+            raise OSError(exc.errno, f"{partial}: cannot write a shard's copy in cache_dir {self.folder} "
+                                     f"({exc.strerror}): free space there, or give a smaller cache_bytes (now "
+                                     f"{self.max_bytes:,}) or another cache_dir") from None
+
     def fetch(self, url: str, size: int | None = None, sha256: str | None = None) -> Path:
         """The local copy of ``url``, downloaded first if needed (once, whoever asks). A copy
-        already there costs a ``utime`` (recently used) and nothing else: no lock, and no
-        eviction unless the last one left the cache over its limit (a download makes it grow)."""
+        already there costs a ``stat`` (its size) and a ``utime`` (recently used) and nothing
+        else: no lock, and no eviction unless the last one left the cache over its limit."""
         path = self.path_for(url, sha256)
-        try:
-            os.utime(path)  # there (complete: copies arrive by rename): the common case
-        except FileNotFoundError:
-            pass
-        else:
-            if self._over_limit:
-                self.evict(keep=path)
-            return path
-        with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
-            if path.exists():
+        try:  # there (complete: copies arrive by rename): the common case
+            if size is None or os.stat(path).st_size == size:
                 os.utime(path)  # recently used
-            else:
+                if self._over_limit:
+                    self.evict(keep=path)
+                return path
+        except FileNotFoundError:  # not there, or evicted meanwhile
+            pass
+        with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
+            if path.exists() and (size is None or path.stat().st_size == size):
+                os.utime(path)  # recently used
+            else:  # missing, or cut short (a machine that crashed as it was written): fetched again
+                self.evict(keep=path, room=size or 0)  # room first: a full disk is a cache's to make room on
                 self._download(url, path, size, sha256)
                 self._remove_other_versions(url, path)
         self.evict(keep=path)
@@ -209,16 +231,16 @@ class ShardCache:
         with self.reading(url, size, sha256) as path:
             return read_range(str(path), start, stop)
 
-    def evict(self, keep: Path | None = None) -> None:
-        """Delete least recently used shards until the cache fits ``max_bytes``, skipping
-        ``keep`` and any shard a reader holds."""
+    def evict(self, keep: Path | None = None, room: int = 0) -> None:
+        """Delete least recently used shards until the cache fits ``max_bytes`` (with ``room``
+        bytes to spare, for a download to come), skipping ``keep`` and any shard a reader holds."""
         with _locked(self.folder / ".evict.lock", fcntl.LOCK_EX):
             entries = []
             for path in self.folder.iterdir():
+                if not _COPY.fullmatch(path.name) or path.name.endswith(".lock"):
+                    continue  # not ours (the user's own files, in a cache_dir shared with them): never deleted
                 if ".part-" in path.name:
                     self._remove_abandoned(path)
-                    continue
-                if path.name.startswith(".") or path.name.endswith(".lock"):
                     continue
                 try:
                     stat = path.stat()
@@ -228,10 +250,10 @@ class ShardCache:
             total = sum(size for _, size, _ in entries)
             self._over_limit = False
             for _, size, path in sorted(entries):
-                if total <= self.max_bytes:
+                if total <= self.max_bytes - room:
                     return
                 if path == keep or not self._remove_unless_held(path, path):
                     continue  # being read: it stays
                 total -= size
-            self._over_limit = total > self.max_bytes  # shards being read (or kept) stay: try again later
+            self._over_limit = total > self.max_bytes - room  # shards being read (or kept) stay: try again later
 

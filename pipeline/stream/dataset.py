@@ -53,7 +53,13 @@ from .batching import (
 from .foreign import ForeignStream, reference_fields
 from .idle_trim import idle_trim
 from .images import Images
-from .options import check_dataset_options, check_read_fields
+from .options import (
+    DEFAULT_CACHE_BYTES,
+    check_cache_options,
+    check_dataset_options,
+    check_read_fields,
+    warn_if_cache_is_small,
+)
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
 from .progress import delivered_per_source
 from .rank_agreement import check_ranks_agree
@@ -112,7 +118,7 @@ class ShardDataset(IterableDataset):
         world_size: int | None = None,
         on_error: str = "raise",
         cache_dir: str | os.PathLike[str] | None = None,
-        cache_bytes: int = 64 << 30,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
         verify: bool = False,
         check_records: bool = True,
         fill: Mapping[str, Any] | None = None,
@@ -143,9 +149,11 @@ class ShardDataset(IterableDataset):
         self.check_records = check_records  # each record read against its checksum in the index
         self.read_ahead = read_ahead  # units read ahead in a thread (None: see _read_ahead)
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
-        self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_bytes, verify, self.policy,
-                                                               self.read_stats)
+        folder = check_cache_options(cache_dir, cache_bytes, verify)
+        self.cache = None if folder is None else ShardCache(folder, cache_bytes, verify, self.policy, self.read_stats)
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven)
+        if self.cache is not None and self.sources is not None:
+            warn_if_cache_is_small(cache_bytes, self.sources)
         self.foreign_fields = None if self.sources is not None else reference_fields(
             self.shards.urls, self._wanted(), self.fill, on_error == "skip", self.policy, self.read_stats)
         if self.foreign_fields is not None:

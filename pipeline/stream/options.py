@@ -4,9 +4,12 @@ at the first batch, in a worker."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from ..caller_warning import warn_caller
 
 
 def _names(option: str, names: Sequence[str] | None) -> None:
@@ -68,3 +71,38 @@ def check_loader_options(num_workers: Any, prefetch_factor: int | None) -> None:
         raise ValueError(f"num_workers must be an integer >= 0 (0: read in the training process), got {num_workers!r}")
     if num_workers and prefetch_factor is not None and prefetch_factor < 1:
         raise ValueError(f"prefetch_factor must be >= 1 (messages each worker keeps ready), got {prefetch_factor}")
+
+
+#: ``cache_bytes``' default: what a cache holds unless told.
+DEFAULT_CACHE_BYTES = 64 << 30
+
+
+def check_cache_options(cache_dir: Any, cache_bytes: Any, verify: Any) -> str | None:
+    """The cache's folder (``~`` expanded), once its options are checked: ``cache_bytes`` and
+    ``verify`` given without a ``cache_dir`` would be ignored, and a folder that is a file would
+    fail at the first read."""
+    if not _whole(cache_bytes) or cache_bytes < 1:
+        raise ValueError(f"cache_bytes must be a number of bytes >= 1 (e.g. 100 << 30 for 100 GiB), got {cache_bytes!r}")
+    if not isinstance(verify, bool):
+        raise ValueError(f"verify must be True or False, got {verify!r}")
+    if cache_dir is None:
+        if verify or cache_bytes != DEFAULT_CACHE_BYTES:
+            raise ValueError("cache_bytes and verify are options of the cache of remote shards: pass cache_dir= too")
+        return None
+    folder = os.path.expanduser(os.fspath(cache_dir))
+    if not folder:
+        raise ValueError("cache_dir='' names no folder: pass one (it is created), or leave cache_dir out")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"cache_dir {folder} is a file, not a folder: pass a folder (it is created)")
+    return folder
+
+
+def warn_if_cache_is_small(cache_bytes: int, sources: Any) -> None:
+    """Warn when ``cache_bytes`` cannot hold the largest remote shard of ``sources`` (a
+    :class:`~pipeline.stream.sources.SourceSet`): each read of such a shard would download it
+    again (24 times the data an epoch, measured)."""
+    largest = max((int(shards.shards.nbytes.max()) for shards in sources.shards if shards.remote and len(shards.shards)),
+                  default=0)
+    if largest > cache_bytes:
+        warn_caller(f"cache_bytes={cache_bytes:,} holds less than the largest shard ({largest:,} bytes): shards are "
+                    f"downloaded again and again; give a cache_bytes of several shards at least")

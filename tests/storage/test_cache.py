@@ -132,9 +132,9 @@ def test_downloads_a_killed_process_left_are_removed_and_those_under_way_kept(ng
 def test_a_download_whose_process_this_one_cannot_see_is_kept_while_it_holds_its_lock(tmp_path: Path) -> None:
     """Its process may be in another PID namespace (a container sharing the folder): the shard's
     lock, which a download holds throughout, says it is under way."""
-    partial = tmp_path / f"0123-part-000001.tar.part-{_dead_pid()}-1"
+    partial = tmp_path / f"0123456789abcdef01234567-part-000001.tar.part-{_dead_pid()}-1"
     partial.write_bytes(b"half a shard")
-    with open(tmp_path / "0123-part-000001.tar.lock", "a+b") as lock:
+    with open(tmp_path / "0123456789abcdef01234567-part-000001.tar.lock", "a+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         ShardCache(tmp_path, 1 << 30)
         assert partial.exists()

@@ -1,0 +1,78 @@
+"""The cache of remote shards as a user sets it up: a cache_dir shared with their own files, a
+copy a crash left short, a full disk, and option values that are no options."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from pipeline import make_loader
+from pipeline.storage.cache import ShardCache
+from tests.storage.conftest import all_ids
+
+
+def test_eviction_deletes_only_the_caches_own_copies(nginx: str, tmp_path: Path, total_samples: int) -> None:
+    """A cache_dir holding the user's files lost them at the first eviction, and a folder there
+    stopped the loop with IsADirectoryError."""
+    (tmp_path / "model.pt").write_bytes(b"weights")
+    (tmp_path / "runs").mkdir()
+    with pytest.warns(UserWarning, match="holds less than the largest shard"):  # (every read evicts)
+        loader = make_loader(f"{nginx}/data/", num_workers=0, batch_size=64, cache_dir=tmp_path, cache_bytes=1)
+    assert all_ids(loader) == list(range(total_samples))
+    assert (tmp_path / "model.pt").read_bytes() == b"weights" and (tmp_path / "runs").is_dir()
+
+
+def test_a_cached_copy_cut_short_is_downloaded_again(nginx: str, web_root: Path, tmp_path: Path) -> None:
+    """A machine that crashed as a copy was written could leave it short: every later run
+    failed on it, or under skip lost its samples every epoch."""
+    url = f"{nginx}/data/part-000001.tar"
+    whole = (web_root / "data" / "part-000001.tar").read_bytes()
+    cache = ShardCache(tmp_path, 1 << 30)
+    path = cache.fetch(url, len(whole))
+    path.write_bytes(whole[:1000])
+    assert cache.read_range(url, 0, len(whole), size=len(whole)) == whole
+    assert path.read_bytes() == whole
+
+
+def test_a_full_disk_is_an_error_naming_the_cache_and_what_to_do(tmp_path: Path) -> None:
+    """A bare "No space left on device", naming nothing, which skip let through as an error of
+    the shard. /dev/full is a disk that is always full."""
+    cache = ShardCache(tmp_path, 1 << 30)
+    with open("/dev/full", "wb", buffering=0) as full:
+        with pytest.raises(OSError, match=re.escape(f"{tmp_path / 'x.part-1-1'}: cannot write a shard's copy in "
+                                                    f"cache_dir {tmp_path} (No space left on device): free space "
+                                                    f"there, or give a smaller cache_bytes (now 1,073,741,824) or "
+                                                    f"another cache_dir")):
+            cache._write(full, b"x" * 4096, tmp_path / "x.part-1-1")
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(cache_dir="c", cache_bytes="1GB"), "cache_bytes must be a number of bytes >= 1 (e.g. 100 << 30 for 100 "
+                                             "GiB), got '1GB'"),
+    (dict(cache_dir="c", cache_bytes=0), "cache_bytes must be a number of bytes >= 1"),
+    (dict(cache_dir="c", verify="no"), "verify must be True or False, got 'no'"),
+    (dict(verify=True), "cache_bytes and verify are options of the cache of remote shards: pass cache_dir= too"),
+    (dict(cache_bytes=1 << 30), "pass cache_dir= too"),
+    (dict(cache_dir=""), "cache_dir='' names no folder"),
+    (dict(cache_dir="file"), "cache_dir file is a file, not a folder"),
+])
+def test_cache_options_that_are_no_options_are_errors_naming_them(nginx: str, tmp_path: Path, monkeypatch, options,
+                                                                   message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("file").write_text("")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make_loader(f"{nginx}/data/", num_workers=0, **options)
+
+
+def test_a_cache_smaller_than_a_shard_is_warned_of_and_a_home_folder_expanded(nginx: str, tmp_path: Path,
+                                                                               monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    largest = max(shard.bytes for shard in pipeline.load_index(f"{nginx}/data/").shards)
+    with pytest.warns(UserWarning, match=re.escape(f"cache_bytes=1,000 holds less than the largest shard "
+                                                   f"({largest:,} bytes): shards are downloaded again and again")):
+        loader = make_loader(f"{nginx}/data/", num_workers=0, cache_dir="~/cache", cache_bytes=1000)
+    next(iter(loader))
+    assert list((tmp_path / "cache").glob("*.tar"))
