@@ -49,6 +49,10 @@ class DevicePrefetcher:
         self.loader = loader
         self.device = torch.device(device) if device is not None else (
             torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+        if self.device.type == "cuda" and not torch.cuda.is_available():  # told here, not in the loop, once it ran
+            raise ValueError(f"DevicePrefetcher(device={str(self.device)!r}): CUDA is not available on this machine "
+                             f"(torch {torch.__version__}); leave device out to use the GPU where there is one, "
+                             f"else the CPU")
         self.waited = 0.0
         self.elapsed = 0.0
         self.batches = 0

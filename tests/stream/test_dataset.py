@@ -134,6 +134,14 @@ def test_prefetcher_state_excludes_the_batch_fetched_ahead(shards: Path) -> None
     assert 0 <= prefetcher.stats()["input_bound"] <= 1
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA takes the device")
+def test_a_prefetcher_asked_for_cuda_without_it_says_so_before_the_loop(shards: Path) -> None:
+    with pytest.raises(ValueError, match=r"^DevicePrefetcher\(device='cuda'\): CUDA is not available on this machine "
+                                         r"\(torch .*\); leave device out to use the GPU where there is one, else the "
+                                         r"CPU$"):
+        pipeline.DevicePrefetcher(make_loader(shards, num_workers=0, batch_size=48), "cuda")
+
+
 def test_remainder_drop_last_fields_and_tuples(shards: Path) -> None:
     total = pipeline.load_index(shards).samples
     dataset = ShardDataset(shards, batch_size=100, drop_last=True, fields=["i"], as_tuple=["i"])
