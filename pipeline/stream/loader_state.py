@@ -81,6 +81,9 @@ def _upgraded(state: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(state, Mapping):
         raise TypeError(f"load_state_dict takes what the loader's state_dict() returned (a dict), not a "
                         f"{type(state).__name__}")
+    if "version" not in state:  # another object's state (a model's, an optimizer's), or {}
+        raise ValueError(f"load_state_dict takes what the loader's state_dict() returned; this dict is not one (it "
+                         f"has no 'version'; its keys: {sorted(map(str, state))[:8]})")
     if state.get("version") == 1 and not state.get("legs"):
         return {**state, "legs": [], "batches": 0, "shuffle_buffer": None, "mix": None}
     if state.get("version") != STATE_VERSION:

@@ -42,6 +42,10 @@ def test_a_state_loads_and_its_batches_follow(shards) -> None:
 @pytest.mark.parametrize("change, error, message", [
     (lambda state: None, TypeError, "load_state_dict takes what the loader's state_dict() returned (a dict), "
                                     "not a NoneType"),
+    (lambda state: {}, ValueError, "load_state_dict takes what the loader's state_dict() returned; this dict is "
+                                   "not one (it has no 'version'; its keys: [])"),
+    (lambda state: {"weight": 1, "bias": 2}, ValueError, "this dict is not one (it has no 'version'; its keys: "
+                                                         "['bias', 'weight'])"),
     (lambda state: {"version": 2}, ValueError, "not a loader state: it lacks ['epoch', 'legs', 'batches', "
                                                "'world_size'] (give load_state_dict what the loader's "
                                                "state_dict() returned)"),
