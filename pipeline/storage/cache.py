@@ -26,7 +26,7 @@ import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
 from .errors import SourceError, redact
 from .opener import open_stream
@@ -52,6 +52,18 @@ def _alive(pid: int) -> bool:
 def _url_prefix(url: str) -> str:
     """The start of the names of every cached version of ``url``."""
     return hashlib.sha256(url.encode()).hexdigest()[:24] + "-"
+
+
+def _used_whole(copy: Path, size: int | None) -> bool:
+    """Whether ``copy`` is there, of ``size`` bytes (the index's, when known); marked recently
+    used when it is."""
+    try:
+        if size is not None and os.stat(copy).st_size != size:
+            return False
+        os.utime(copy)
+    except FileNotFoundError:  # not there, or evicted meanwhile
+        return False
+    return True
 
 
 @contextmanager
@@ -103,10 +115,13 @@ class ShardCache:
         try:
             with open_stream(url, self.policy, stats=self.stats) as source, open(partial, "wb") as out:
                 while chunk := source.read(8 << 20):
-                    self._write(out, chunk, partial)
+                    with self._writing(partial):
+                        out.write(chunk)
                     digest.update(chunk)
                     written += len(chunk)
-                self._write(out, b"", partial)  # on disk before its rename: a crash leaves no short copy
+                with self._writing(partial):  # on disk before its rename: a crash leaves no short copy
+                    out.flush()
+                    os.fsync(out.fileno())
             if size is not None and written != size:
                 raise SourceError(url, written, f"the shard has {written} bytes, the index says {size}")
             if self.verify and sha256 is not None and digest.hexdigest() != sha256:
@@ -115,16 +130,13 @@ class ShardCache:
         finally:
             partial.unlink(missing_ok=True)
 
-    def _write(self, out: BinaryIO, chunk: bytes, partial: Path) -> None:
-        """Write ``chunk`` to the copy being downloaded (``b""``: sync it); a disk that is full
-        or fails is an error of the cache, naming its folder and what to do (not a failure of the
-        shard, which skip would count lost)."""
+    @contextmanager
+    def _writing(self, partial: Path) -> Iterator[None]:
+        """Writing to the copy being downloaded: a disk that is full or fails is an error of the
+        cache, naming its folder and what to do (not a failure of the shard, which skip would
+        count lost)."""
         try:
-            if chunk:
-                out.write(chunk)
-            else:
-                out.flush()
-                os.fsync(out.fileno())
+            yield
         except OSError as exc:
             raise OSError(exc.errno, f"{partial}: cannot write a shard's copy in cache_dir {self.folder} "
                                      f"({exc.strerror}): free space there, or give a smaller cache_bytes (now "
@@ -135,18 +147,12 @@ class ShardCache:
         already there costs a ``stat`` (its size) and a ``utime`` (recently used) and nothing
         else: no lock, and no eviction unless the last one left the cache over its limit."""
         path = self.path_for(url, sha256)
-        try:  # there (complete: copies arrive by rename): the common case
-            if size is None or os.stat(path).st_size == size:
-                os.utime(path)  # recently used
-                if self._over_limit:
-                    self.evict(keep=path)
-                return path
-        except FileNotFoundError:  # not there, or evicted meanwhile
-            pass
+        if _used_whole(path, size):  # there (complete: copies arrive by rename): the common case
+            if self._over_limit:
+                self.evict(keep=path)
+            return path
         with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
-            if path.exists() and (size is None or path.stat().st_size == size):
-                os.utime(path)  # recently used
-            else:  # missing, or cut short (a machine that crashed as it was written): fetched again
+            if not _used_whole(path, size):  # missing, or cut short (a crash as it was written): fetched again
                 self.evict(keep=path, room=size or 0)  # room first: a full disk is a cache's to make room on
                 self._download(url, path, size, sha256)
                 self._remove_other_versions(url, path)

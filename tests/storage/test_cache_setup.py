@@ -46,7 +46,8 @@ def test_a_full_disk_is_an_error_naming_the_cache_and_what_to_do(tmp_path: Path)
                                                     f"cache_dir {tmp_path} (No space left on device): free space "
                                                     f"there, or give a smaller cache_bytes (now 1,073,741,824) or "
                                                     f"another cache_dir")):
-            cache._write(full, b"x" * 4096, tmp_path / "x.part-1-1")
+            with cache._writing(tmp_path / "x.part-1-1"):
+                full.write(b"x" * 4096)
 
 
 @pytest.mark.parametrize("options, message", [
