@@ -13,6 +13,12 @@ import numpy as np
 _EXACT_IN_FLOAT64 = 1 << 53
 
 
+def is_whole(value: Any) -> bool:
+    """Whether ``value`` is an integer, Python's or NumPy's, and not a bool (which Python counts
+    as one): what an option that takes a count, a seed or a size accepts."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def inexact_int(values: Iterable[Any], numbers: np.ndarray) -> int | None:
     """An int of ``values`` that ``numbers`` (their array) does not hold exactly, if any."""
     if numbers.dtype.kind != "f" or not numbers.size or np.abs(numbers).max() <= _EXACT_IN_FLOAT64:

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..format.numbers import is_whole
 from .image_decoders import ImageError, decoder
 from .material import Draw, rng_for
 
@@ -189,10 +190,10 @@ def row_seeds(seed: int, epoch: int, places: np.ndarray) -> np.ndarray:
 def _size(size: Any) -> int | tuple[int, int]:
     """An output size as given: an int (a square) or ``(height, width)``; anything else (a string,
     whose characters would pass for numbers, a float, three numbers) is an error, not a shape."""
-    if isinstance(size, (int, np.integer)) and not isinstance(size, (bool, np.bool_)):
+    if is_whole(size):
         return int(size)
     if isinstance(size, Sequence) and not isinstance(size, (str, bytes)) and len(size) == 2 and all(
-            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in size):
+            is_whole(v) for v in size):
         return int(size[0]), int(size[1])
     raise ValueError(f"Images size must be an int (a square) or (height, width), two ints; got {size!r}")
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from ..caller_warning import warn_caller
+from ..format.numbers import is_whole
 
 
 def _names(option: str, names: Sequence[str] | None) -> None:
@@ -21,21 +20,17 @@ def _names(option: str, names: Sequence[str] | None) -> None:
         raise ValueError(f"{option}=[] names no field: name at least one, or leave {option} out")
 
 
-def _whole(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_ahead: int | None,
                           fields: Sequence[str] | None, as_tuple: Sequence[str] | None, transformed: bool,
                           seed: Any = 0, shuffle_buffer: Any = None, chunks_per_buffer: Any = None) -> None:
     """The options of a :class:`~pipeline.stream.dataset.ShardDataset` that need no shards to check
     (``transformed``: a transform runs, and may make fields of its own)."""
-    if not _whole(batch_size) or batch_size < 1:
+    if not is_whole(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if not _whole(seed) or seed < 0:
+    if not is_whole(seed) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0 (it picks the shuffle's orders), got {seed!r}")
     for name, value in (("shuffle_buffer", shuffle_buffer), ("chunks_per_buffer", chunks_per_buffer)):
-        if value is not None and (not _whole(value) or value < 1):
+        if value is not None and (not is_whole(value) or value < 1):
             raise ValueError(f"{name} must be an integer >= 1, or None for its default, got {value!r}")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -67,7 +62,7 @@ def check_read_fields(as_tuple: Sequence[str] | None, fill: Mapping[str, Any], f
 def check_loader_options(num_workers: Any, prefetch_factor: int | None) -> None:
     """The options of :func:`~pipeline.stream.loader.make_loader` that PyTorch checks late, or
     with an assertion."""
-    if not _whole(num_workers) or num_workers < 0:
+    if not is_whole(num_workers) or num_workers < 0:
         raise ValueError(f"num_workers must be an integer >= 0 (0: read in the training process), got {num_workers!r}")
     if num_workers and prefetch_factor is not None and prefetch_factor < 1:
         raise ValueError(f"prefetch_factor must be >= 1 (messages each worker keeps ready), got {prefetch_factor}")
@@ -81,7 +76,7 @@ def check_cache_options(cache_dir: Any, cache_bytes: Any, verify: Any) -> str | 
     """The cache's folder (``~`` expanded), once its options are checked: ``cache_bytes`` and
     ``verify`` given without a ``cache_dir`` would be ignored, and a folder that is a file would
     fail at the first read."""
-    if not _whole(cache_bytes) or cache_bytes < 1:
+    if not is_whole(cache_bytes) or cache_bytes < 1:
         raise ValueError(f"cache_bytes must be a number of bytes >= 1 (e.g. 100 << 30 for 100 GiB), got {cache_bytes!r}")
     if not isinstance(verify, bool):
         raise ValueError(f"verify must be True or False, got {verify!r}")

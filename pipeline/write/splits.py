@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..format.index import DatasetIndex
+from ..format.numbers import is_whole
 from ..storage import join
 from ..storage.destination import destination
 from .output import clear_split_parent
@@ -27,7 +28,7 @@ TRAIN, VALIDATION = "train", "validation"
 def validation_rows(rows: int, validation: float | int, seed: int) -> np.ndarray:
     """The sorted row numbers of the validation split: ``validation`` is a fraction in (0, 1)
     (a float) or a number of rows (an int), chosen at random by ``seed``."""
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not is_whole(seed) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0 (it picks the validation rows), got {seed!r}")
     if isinstance(validation, (bool, np.bool_)) or not isinstance(validation, (int, float, np.integer, np.floating)):
         raise ValueError(f"validation must be a fraction in (0, 1) or a number of rows, got {validation!r}")
