@@ -10,7 +10,7 @@ photos, which are then re-encoded as JPEG in the build's workers.
 Files are found in each class folder and its subfolders (linked ones too), in name order; files
 of other suffixes are left out with a warning that counts them. What a file holds is
 told from its first bytes, not its extension (a PNG named ``.JPEG`` is a PNG): files that are
-no JPEG, PNG or WebP images are an error naming them all, before a shard is written.
+no JPEG, PNG or WebP images are an error counting them (naming five), before a shard is written.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _head(path: Path) -> bytes:
 
 
 def _refuse_non_images(paths: list[Path]) -> None:
-    """Raise, naming them all, when files named as images are none (a web page saved as .jpg):
+    """Raise, counting them and naming the first five, when files named as images are none (a web page saved as .jpg):
     told before a shard is written, not one build at a time, each stopping part way. Their
     first bytes are read by a few threads at once (a file's open is the cost, on a network
     file system most of all)."""
