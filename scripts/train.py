@@ -14,6 +14,7 @@ memory, copies on a side stream), DDP when started by ``torchrun`` (gloo on CPU,
     torchrun --nproc-per-node 2 scripts/train.py --data shards
     python scripts/train.py --data shards --checkpoint ckpt.pt            # save every epoch
     python scripts/train.py --data shards --checkpoint ckpt.pt --resume   # continue it
+    python scripts/train.py --data s3://bucket/shards --cache-dir /scratch/cache  # epochs 2+ from disk
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
-from train_task import Task, UnusableData, choose_task, split_location  # scripts/train_task.py, beside this file
+from train_checkpoint import CannotResume, resume, save_checkpoint  # scripts/, beside this file
+from train_task import Task, UnusableData, choose_task, split_location
 
 from pipeline import DevicePrefetcher, FormatError, SourceError, WorkerError, make_loader
 
@@ -73,6 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     parser.add_argument("--stop-after", type=whole_number(1),
                         help="stop after N training batches (after saving a checkpoint): simulates a crash")
+    parser.add_argument("--cache-dir", type=Path,
+                        help="keep remote shards in this folder after their first read (epochs 2+ read it)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when present)")
     parser.add_argument("--threads", type=whole_number(1), default=1,
                         help="torch threads on CPU (the example model is tiny: more threads only add overhead)")
@@ -122,12 +126,6 @@ def all_sum(values: list[float], device: torch.device) -> list[float]:
     return tensor.tolist()
 
 
-def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loader_state: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader_state}, tmp)
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -148,17 +146,19 @@ def main(argv: list[str] | None = None) -> int:
     model = nn.parallel.DistributedDataParallel(module) if world > 1 else module
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
+    cache = {"cache_dir": args.cache_dir} if args.cache_dir else {}
     train_loader = make_loader(train_data, num_workers=args.workers, batch_size=args.batch_size,
-                               seed=args.seed, fields=["x", "y"])
+                               seed=args.seed, fields=["x", "y"], **cache)
     val_loader = make_loader(val_data, num_workers=args.workers, batch_size=4096,
-                             shuffle=False, remainder="keep", fields=["x", "y"])
+                             shuffle=False, remainder="keep", fields=["x", "y"], **cache)
     if args.resume:
-        state = torch.load(args.checkpoint, map_location=device, weights_only=True)
-        module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        train_loader.load_state_dict(state["loader"])
+        resume(args.checkpoint, module, optimizer, train_loader, device)
         if rank == 0:
             print(f"resumed from {args.checkpoint} at epoch {train_loader.epoch}", file=sys.stderr)
+            if train_loader.epoch >= args.epochs:
+                done = f"{train_loader.epoch} epoch{'s' if train_loader.epoch != 1 else ''}"
+                print(f"{args.checkpoint} has trained {done} already: nothing to do; give "
+                      f"--epochs {train_loader.epoch + 1} or more to train on", file=sys.stderr)
 
     metrics: dict[str, float] = {}
     batches_run = 0
@@ -244,5 +244,6 @@ if __name__ == "__main__":
         sys.exit(main())
     except WorkerError as exc:  # a dead DataLoader worker: a message, not a traceback from wherever it surfaced
         sys.exit(f"train.py: {exc}\nWith --checkpoint, --resume continues from the last checkpoint exactly.")
-    except (UnusableData, FormatError, SourceError) as exc:  # data it cannot train on, a split not there
+    except (UnusableData, FormatError, SourceError, CannotResume) as exc:  # data it cannot train on, a split
+        # not there, a checkpoint it cannot continue
         sys.exit(f"train.py: {exc}")

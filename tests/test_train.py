@@ -139,3 +139,38 @@ def test_labels_beyond_the_classes_given_are_an_error_naming_the_label_and_the_s
     assert run.stderr.splitlines()[-1] == (
         "train.py: label 2 in the train split is not one of the 2 classes (0 to 1) given by --classes 2: give "
         "--classes 3 or more, or leave it out to count the classes from the labels")
+
+
+def test_a_checkpoint_that_cannot_be_continued_is_a_message_naming_it_not_a_traceback(data: Path,
+                                                                                       tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt.pt"
+    assert train(data, tmp_path, "--workers", "0", "--checkpoint", str(checkpoint), "--stop-after", "3") == {}
+    damaged, other = tmp_path / "damaged.pt", tmp_path / "other.pt"
+    damaged.write_bytes(checkpoint.read_bytes()[:1000])
+    torch.save({"weights": torch.zeros(2)}, other)
+
+    def refused(saved: Path, *args: str) -> str:
+        run = subprocess.run(command(data, tmp_path, 2, "--workers", "0", "--checkpoint", str(saved), "--resume",
+                                     *args), capture_output=True, text=True, timeout=300)
+        assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
+        return run.stderr.splitlines()[-1]
+
+    cut = refused(damaged)
+    assert cut.startswith(f"train.py: cannot resume: {damaged} is not a checkpoint that torch can read (damaged, cut "
+                          f"short, or another kind of file: ") and cut.endswith(
+        "); give the right file, or leave out --resume to start afresh")
+    assert refused(other) == (f"train.py: cannot resume: {other} is not a checkpoint of this script (it has no "
+                              f"'model', 'optimizer', 'loader'); give the file its --checkpoint saved")
+    assert refused(checkpoint, "--task", "regression") == (
+        f"train.py: cannot resume from {checkpoint}: its model does not fit this data and task (weight 3x6 saved, 1x6 "
+        f"here; bias 3 saved, 1 here): it was trained on other data, or with another --task or --classes; give the "
+        f"same ones, or another --checkpoint to start afresh")
+    assert refused(checkpoint, "--batch-size", "25") == (
+        f"train.py: cannot resume from {checkpoint}: the checkpoint was taken with batch_size=50, this loader has "
+        f"batch_size=25 (it can change only at an epoch boundary)")
+    assert train(data, tmp_path, "--workers", "0", "--checkpoint", str(checkpoint), "--resume", epochs=1)["epoch"] == 0
+    run = subprocess.run(command(data, tmp_path, 1, "--workers", "0", "--checkpoint", str(checkpoint), "--resume"),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout == "", run.stderr[-3000:]
+    assert run.stderr.splitlines()[-1] == (f"{checkpoint} has trained 1 epoch already: nothing to do; give --epochs 2 "
+                                           f"or more to train on")

@@ -16,9 +16,9 @@ from tests.storage.conftest import make_bucket, upload_folder
 TRAIN = Path(__file__).resolve().parents[2] / "scripts" / "train.py"
 
 
-def train(data: str, result: Path) -> dict:
+def train(data: str, result: Path, *args: str) -> dict:
     run = subprocess.run([sys.executable, str(TRAIN), "--data", data, "--epochs", "1", "--batch-size", "50",
-                          "--workers", "2", "--quiet", "--result", str(result)],
+                          "--workers", "2", "--quiet", "--result", str(result), *args],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(result.read_text())
@@ -35,5 +35,9 @@ def test_training_on_s3_shards_gives_the_model_of_local_shards(s3_env: str, tmp_
     for split in ("train", "validation"):
         upload_folder(tmp_path / "data" / split, "training", f"run/{split}")
     local = train(str(tmp_path / "data"), tmp_path / "local.json")
-    remote = train("s3://training/run", tmp_path / "remote.json")
+    remote = train("s3://training/run", tmp_path / "remote.json", "--cache-dir", str(tmp_path / "cache"))
     assert remote["weights_sum"] == local["weights_sum"] and remote["val_accuracy"] == local["val_accuracy"] > 0.5
+    # --cache-dir kept a whole copy (URL hash-version-name) of each shard of both splits: later epochs read them
+    shards = sorted(path.name for split in ("train", "validation") for path in (tmp_path / "data" / split).glob("*.tar"))
+    copies = sorted(path.name.split("-", 2)[2] for path in (tmp_path / "cache").iterdir() if path.suffix == ".tar")
+    assert copies == shards and len(shards) == 5
