@@ -14,7 +14,8 @@
   down to ``max_bytes``, before a download too, which never deletes a shard being read
   (readers hold a shared lock; eviction only takes shards it can lock exclusively without
   waiting) and never deadlocks: when nothing can go, the cache stays over its limit for a while,
-  even when the limit is smaller than one shard.
+  even when the limit is smaller than one shard. A copy's lock file goes with it, so that a run
+  of days over more shards than the cache holds leaves no trail of them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from .errors import SourceError, redact
 from .opener import open_stream
@@ -66,14 +67,52 @@ def _used_whole(copy: Path, size: int | None) -> bool:
     return True
 
 
+def _take_lock(path: Path, mode: int) -> BinaryIO | None:
+    """The lock file ``path``, open and locked in ``mode``; ``None`` when ``mode`` has
+    ``LOCK_NB`` and someone holds it. A copy's lock file goes with the copy (deleted by whoever
+    holds it exclusively, so that they do not pile up in a long run): a lock taken on a file
+    deleted meanwhile guards nothing, so it is taken again on the file now at ``path``."""
+    while True:
+        handle = open(path, "a+b")
+        try:
+            fcntl.flock(handle, mode)
+            current = os.stat(path).st_ino
+        except (BlockingIOError, FileNotFoundError) as exc:
+            handle.close()
+            if isinstance(exc, BlockingIOError):
+                return None
+            continue
+        except BaseException:
+            handle.close()
+            raise
+        if current == os.fstat(handle.fileno()).st_ino:
+            return handle
+        handle.close()  # releases the lock on the deleted file
+
+
 @contextmanager
 def _locked(path: Path, mode: int) -> Iterator[None]:
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, mode)
+    handle = _take_lock(path, mode)
+    assert handle is not None  # a lock taken without LOCK_NB waits for its turn
+    with handle:
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _lock_of(copy: Path) -> Path:
+    return copy.with_name(copy.name + ".lock")
+
+
+def _remove_orphan_lock(copy: Path) -> None:
+    """Delete the lock file of ``copy`` if nobody holds it and ``copy`` is not there (looked at
+    under the lock: a download may have renamed it into place since the folder was listed)."""
+    handle = _take_lock(_lock_of(copy), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if handle is not None:
+        with handle:
+            if not copy.exists():
+                _lock_of(copy).unlink(missing_ok=True)
 
 
 class ShardCache:
@@ -151,7 +190,7 @@ class ShardCache:
             if self._over_limit:
                 self.evict(keep=path)
             return path
-        with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
+        with _locked(_lock_of(path), fcntl.LOCK_EX):
             if not _used_whole(path, size):  # missing, or cut short (a crash as it was written): fetched again
                 self.evict(keep=path, room=size or 0)  # room first: a full disk is a cache's to make room on
                 self._download(url, path, size, sha256)
@@ -178,14 +217,14 @@ class ShardCache:
     @staticmethod
     def _remove_unless_held(path: Path, shard: Path) -> bool:
         """Delete ``path`` if the lock of ``shard`` can be taken now (nobody reads or downloads
-        it); whether it went."""
-        with open(shard.with_name(shard.name + ".lock"), "a+b") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
+        it), and with the shard's copy its lock; whether it went."""
+        handle = _take_lock(_lock_of(shard), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if handle is None:
+            return False
+        with handle:
             path.unlink(missing_ok=True)
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if path == shard:
+                _lock_of(shard).unlink(missing_ok=True)
         return True
 
     def drop_if_other_version(self, url: str, sha256: str | None) -> bool:
@@ -200,7 +239,7 @@ class ShardCache:
             return False  # once a process: a copy damaged on the server comes back as damaged
         self._dropped.add((url, sha256))
         try:
-            with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX):
+            with _locked(_lock_of(path), fcntl.LOCK_EX):
                 digest = hashlib.sha256()
                 with open(path, "rb") as copy:
                     while chunk := copy.read(8 << 20):
@@ -208,6 +247,7 @@ class ShardCache:
                 if digest.hexdigest() == sha256:
                     return False
                 path.unlink()
+                _lock_of(path).unlink(missing_ok=True)
         except FileNotFoundError:  # dropped by another reader that failed on it too
             return True
         except OSError:  # a cache folder we may not change: the copy stays, the error is the read's
@@ -224,7 +264,7 @@ class ShardCache:
         """The local copy of ``url``, protected from eviction while the block runs."""
         while True:
             path = self.fetch(url, size, sha256)
-            with _locked(path.with_name(path.name + ".lock"), fcntl.LOCK_SH):
+            with _locked(_lock_of(path), fcntl.LOCK_SH):
                 if path.exists():  # not evicted between the fetch and the lock
                     yield path
                     return
@@ -241,10 +281,13 @@ class ShardCache:
         """Delete least recently used shards until the cache fits ``max_bytes`` (with ``room``
         bytes to spare, for a download to come), skipping ``keep`` and any shard a reader holds."""
         with _locked(self.folder / ".evict.lock", fcntl.LOCK_EX):
-            entries = []
+            entries, locks = [], []
             for path in self.folder.iterdir():
-                if not _COPY.fullmatch(path.name) or path.name.endswith(".lock"):
+                if not _COPY.fullmatch(path.name):
                     continue  # not ours (the user's own files, in a cache_dir shared with them): never deleted
+                if path.name.endswith(".lock"):
+                    locks.append(path)
+                    continue
                 if ".part-" in path.name:
                     self._remove_abandoned(path)
                     continue
@@ -253,6 +296,11 @@ class ShardCache:
                 except FileNotFoundError:
                     continue
                 entries.append((stat.st_mtime, stat.st_size, path))
+            copies = {path for _, _, path in entries}
+            for lock in locks:
+                copy = lock.with_name(lock.name.removesuffix(".lock"))
+                if copy not in copies and copy != keep:  # its copy went (or is being downloaded: then it is held)
+                    _remove_orphan_lock(copy)
             total = sum(size for _, size, _ in entries)
             self._over_limit = False
             for _, size, path in sorted(entries):

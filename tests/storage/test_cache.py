@@ -9,6 +9,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +169,43 @@ def test_a_cached_copy_that_fails_a_check_is_dropped_so_a_mended_server_copy_is_
     assert all_ids(again) == list(range(total)) and again.stats()["replaced_samples"] == pack  # none in epoch 2
     copies = [p for p in tmp_path.glob("*part-000001.tar") if ".part-" not in p.name]
     assert [p.read_bytes() == good for p in copies] == [True]
+
+
+def test_lock_files_go_with_their_copies_and_a_lock_on_a_deleted_file_is_taken_again(
+        nginx: str, web_root: Path, tmp_path: Path) -> None:
+    from pipeline.storage.cache import _locked
+
+    sizes = [(web_root / "data" / f"part-{i:06d}.tar").stat().st_size for i in range(6)]
+    cache = ShardCache(tmp_path, max_bytes=max(sizes) * 2)  # two copies at most: the rest evicted
+    for _ in range(2):  # two epochs
+        for i in range(6):
+            assert cache.read_range(f"{nginx}/data/part-{i:06d}.tar", 0, 512)
+    copies = sorted(path.name for path in tmp_path.glob("*.tar"))
+    assert len(copies) == 2
+    assert sorted(path.name for path in tmp_path.glob("*.lock")) == sorted([".evict.lock"] + [c + ".lock" for c in copies])
+    orphan = tmp_path / (copies[0].replace(".tar", "x.tar") + ".lock")  # a copy deleted by hand left its lock
+    orphan.touch()
+    cache.evict()
+    assert not orphan.exists()
+
+    # a waiter whose lock file was deleted by the holder takes the lock on the file now there
+    lock = tmp_path / "a.lock"
+    entered = threading.Event()
+
+    def wait_for_the_lock() -> None:
+        with _locked(lock, fcntl.LOCK_EX):
+            entered.set()
+            release.wait(10)
+
+    release = threading.Event()
+    with _locked(lock, fcntl.LOCK_EX):
+        waiter = threading.Thread(target=wait_for_the_lock)
+        waiter.start()
+        time.sleep(0.2)  # the waiter opened the file and waits in flock
+        lock.unlink()
+    assert entered.wait(10)
+    with open(lock, "a+b") as other:  # the file at the path now is the waiter's: held
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    release.set()
+    waiter.join(10)
