@@ -18,6 +18,7 @@ A range asked again of the new location keeps its ``Range`` header.
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -79,8 +80,24 @@ def request_range(pool: urllib3.PoolManager, url: str, start: int, stop: int | N
                                                                    read=policy.read_timeout))
     except urllib3.exceptions.LocationValueError as exc:
         raise SourceError(named, start, f"not a valid URL: {exc}") from None
+    except urllib3.exceptions.SSLError as exc:
+        raise tls_error(named, start, exc) from None
     except urllib3.exceptions.HTTPError as exc:
         raise TransientError(named, start, f"{type(exc).__name__}: {exc}") from None
+
+
+def tls_error(url: str, start: int, exc: urllib3.exceptions.SSLError) -> SourceError:
+    """A TLS handshake's failure: permanent where no retry can mend it (a certificate that
+    cannot be verified, a server that does not speak TLS at that port), else transient (a
+    connection cut during the handshake)."""
+    cause = exc.args[0] if exc.args else exc
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return SourceError(url, start, f"its TLS certificate cannot be verified ({cause.verify_message}): point "
+                           f"SSL_CERT_FILE (for S3: AWS_CA_BUNDLE) at the bundle of the authority that signed it")
+    if isinstance(cause, ssl.SSLError) and cause.reason == "WRONG_VERSION_NUMBER":
+        return SourceError(url, start, "the server does not speak TLS at this port (SSL: WRONG_VERSION_NUMBER): "
+                           "give its URL with http://, not https://")
+    return TransientError(url, start, f"SSLError: {cause}")
 
 
 def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> Response:

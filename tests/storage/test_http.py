@@ -6,6 +6,7 @@ import functools
 import http.server
 import json
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -203,3 +204,42 @@ def test_a_shard_without_an_index_cut_on_a_server_that_ignores_range_is_an_error
             all_ids(loader)
     finally:
         proxy.close()
+
+
+@pytest.fixture
+def self_signed_https(web_root: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTPS server on loopback serving ``web_root`` with a self-signed certificate: ``(URL, certificate)``."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(web_root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", cert
+    server.shutdown()
+    server.server_close()
+
+
+def test_tls_failures_no_retry_can_mend_are_errors_at_once(nginx: str, web_root: Path, self_signed_https,
+                                                           monkeypatch) -> None:
+    https, cert = self_signed_https
+    plain = nginx.replace("http://", "https://")
+    for url, reason in (
+            (f"{plain}/data/part-000000.tar", "the server does not speak TLS at this port (SSL: WRONG_VERSION_NUMBER): "
+                                              "give its URL with http://, not https://"),
+            (f"{https}/data/part-000000.tar", "its TLS certificate cannot be verified (self-signed certificate): point "
+                                              "SSL_CERT_FILE (for S3: AWS_CA_BUNDLE) at the bundle of the authority "
+                                              "that signed it")):
+        started = time.monotonic()
+        with pytest.raises(SourceError) as raised:
+            read_range(url, 0, 100)
+        assert str(raised.value) == f"{url} at byte 0: {reason}"
+        assert time.monotonic() - started < 5  # not retried: 8 attempts took 22 s
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # what the message says to do
+    assert read_range(f"{https}/data/part-000000.tar", 0, 100) == (web_root / "data" / "part-000000.tar").read_bytes()[:100]
