@@ -72,6 +72,16 @@ def test_a_missing_local_shard_of_a_pattern_is_a_source_error_naming_it(three: P
     assert (caught.value.url, str(caught.value)) == ("s/train-000003.tar", "s/train-000003.tar: no such shard or folder")
 
 
+@pytest.mark.parametrize("listed", [["s", "s"], ["s/index.json"], ["s/train-000000.tar", "s/"]])
+def test_a_shard_set_in_a_list_of_shards_says_how_to_pass_sets(three: Path, listed: list[str]) -> None:
+    with pytest.raises(ValueError) as caught:
+        pipeline.make_loader(listed, num_workers=0)
+    named = next(u for u in listed if not u.endswith(".tar"))
+    assert str(caught.value) == (
+        f"{named} is a shard set (a folder or an index), in a list of shards: pass one set alone (make_loader("
+        f"{named!r})), or mix sets as a mapping {{name: set}}, e.g. {{'a': 'A/', 'b': 'B/'}} (with weights= if you like)")
+
+
 def test_a_mistyped_path_is_offered_only_splits(three: Path, capsys) -> None:
     pipeline.write_shards("wds", {"x": np.zeros(4)}, quiet=True)  # sets beside each other: no splits
     what = "pass an index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)"

@@ -140,7 +140,9 @@ def _check_mix_names(dataset: ShardDataset, state: Mapping[str, Any]) -> None:
     mix, sources = state.get("mix"), dataset.sources
     if mix is not None and sources is not None and list(mix["names"]) != sources.names:
         raise ValueError(f"cannot resume: the checkpoint mixes sources {list(mix['names'])}, this loader "
-                         f"{sources.names} (the same names, in the same order)")
+                         f"{sources.names} (the same names, in the same order: a source's order of samples comes "
+                         f"from its place in the mix); give them so, or start the new mix afresh, without "
+                         f"load_state_dict (every source's stream then starts over)")
 
 
 def _continue_mix(dataset: ShardDataset, state: Mapping[str, Any], middle: bool) -> None:

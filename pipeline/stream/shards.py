@@ -71,11 +71,21 @@ def _is_index_location(text: str) -> bool:
     if is_remote(text):
         if "{" in text:
             return False
-        if scheme(text) in ("http", "https"):  # maybe a folder: no query, no name with a suffix at its end
-            parts = urlsplit(text)
-            return not parts.query and "." not in parts.path.rsplit("/", 1)[-1]
+        if scheme(text) in ("http", "https"):  # an index.json (a query string may follow), or maybe a folder
+            parts = urlsplit(text)  # (no query, no name with a suffix at its end)
+            return parts.path.endswith(".json") or not parts.query and "." not in parts.path.rsplit("/", 1)[-1]
         return scheme(text) == "s3" and not text.endswith(".tar")
     return Path(local_path(text)).is_dir()  # a file:// URL names a local path too
+
+
+def _refuse_sets_in_a_list(urls: list[str]) -> None:
+    """A list is of shards: a shard set in it (its folder or its index) would be read as a shard,
+    or looked for as one, so it is an error saying how to pass sets."""
+    for url in urls:
+        if url.endswith((".json", "/")) or (not is_remote(url) and os.path.isdir(local_path(url))):
+            raise ValueError(f"{url} is a shard set (a folder or an index), in a list of shards: pass one set alone "
+                             f"(make_loader({url!r})), or mix sets as a mapping {{name: set}}, e.g. {{'a': 'A/', "
+                             f"'b': 'B/'}} (with weights= if you like)")
 
 
 def _maybe_a_shard(text: str) -> bool:
@@ -99,6 +109,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         urls = list(braceexpand(text))
     else:
         urls = [os.fspath(u) for u in source]
+        _refuse_sets_in_a_list(urls)
     if not urls:
         raise ValueError("no shards given")
     indexed = _index_beside(urls, policy, stats)

@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..format.index import Schema
+from ..format.numbers import is_whole
 from ..storage.indexes import IndexedShards
 from ..storage.retry import RetryPolicy
 from .material import ChunkTable, Material, chunk_table, epoch_material, mix_counts
@@ -75,7 +76,9 @@ class SourceSet:
     def schema(self, fields: Sequence[str] | None) -> Schema:
         """The fields read (``fields``, or all), the same in every source: a field a source lacks,
         or holds with another type, is an error naming the sources and the field."""
-        first = self.shards[0].index.fields
+        # the first source with fields: an empty set has none to agree with
+        reference = next((i for i, shards in enumerate(self.shards) if shards.index.fields), 0)
+        first, first_name = self.shards[reference].index.fields, self.names[reference]
         for name, shards in zip(self.names, self.shards):
             have = shards.index.fields
             missing = sorted(set(fields or ()) - set(have))
@@ -83,14 +86,14 @@ class SourceSet:
                 raise ValueError(f"fields {missing} are not in the index{f' of source {name!r}' if name else ''} "
                                  f"(it has {sorted(have)})")
             if fields is None and have and set(have) != set(first):
-                raise ValueError(f"sources {self.names[0]!r} and {name!r} have different fields "
+                raise ValueError(f"sources {first_name!r} and {name!r} have different fields "
                                  f"({sorted(set(have) ^ set(first))} are in one only); choose the fields "
                                  f"every source has with fields=")
             for f in fields or have:
                 if f in first and (have[f].dtype, have[f].shape) != (first[f].dtype, first[f].shape):
                     raise ValueError(f"field {f!r} is {have[f].dtype}{list(have[f].shape or [])} in source "
                                      f"{name!r} and {first[f].dtype}{list(first[f].shape or [])} in source "
-                                     f"{self.names[0]!r}: the sources of a mix must agree")
+                                     f"{first_name!r}: the sources of a mix must agree")
         return {f: first[f] for f in (fields or first) if f in first}
 
     def __getstate__(self) -> dict:
@@ -113,18 +116,20 @@ def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, flo
                   samples: Mapping[str, int] | None, epoch_samples: int | None) -> SourceSet:
     """The sources of a mix and the samples each gives an epoch (see :func:`mix_counts`)."""
     names = list(shards)
-    for option, given in (("weights", weights or {}), ("samples", samples or {})):
-        unknown = sorted(set(given) - set(names))
+    for option, given, value_name in (("weights", weights, "weight"), ("samples", samples, "samples")):
+        if given is not None and not isinstance(given, Mapping):
+            raise TypeError(f"{option}= takes a mapping {{source name: {value_name}}} (the sources are {names}), "
+                            f"got {given!r}")
+        unknown = sorted(set(given or {}) - set(names), key=str)
         if unknown:
             raise ValueError(f"{option} names {unknown}, which are not sources (the sources are {names})")
     for name, value in (weights or {}).items():
-        if not 0 <= value < math.inf:
-            raise ValueError(f"the weight of source {name!r} must be a finite number >= 0, got {value}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+            raise ValueError(f"the weight of source {name!r} must be a finite number >= 0, got {value!r}")
     for name, value in (samples or {}).items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        if not is_whole(value) or value < 0:
             raise ValueError(f"samples= of source {name!r} must be a whole number >= 0, got {value!r}")
-    if epoch_samples is not None and (isinstance(epoch_samples, bool) or not isinstance(epoch_samples, numbers.Integral)
-                                      or epoch_samples < 1):
+    if epoch_samples is not None and (not is_whole(epoch_samples) or epoch_samples < 1):
         raise ValueError(f"epoch_samples= must be a whole number >= 1 (the samples of an epoch of the mix), got "
                          f"{epoch_samples!r}")
     if epoch_samples is not None and samples and set(samples) == set(names) and sum(samples.values()) != epoch_samples:

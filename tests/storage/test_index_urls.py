@@ -83,9 +83,11 @@ class Served:
         return self.folders[name]
 
     def spellings(self, name: str) -> list[str]:
-        """Every way to name a set's index: the folder, with a slash, the index file."""
+        """Every way to name a set's index: the folder, with a slash, the index file (over HTTP also
+        with a query string, a cache-buster say, or a fragment)."""
         folder = self.url(name)
-        return [folder, folder + "/", folder + "/index.json"]
+        extra = [folder + "/index.json?v=2", folder + "/index.json#top"] if folder.startswith("http") else []
+        return [folder, folder + "/", folder + "/index.json", *extra]
 
 
 @pytest.fixture(params=["http", "s3"])

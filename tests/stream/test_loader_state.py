@@ -77,7 +77,10 @@ def test_a_mix_whose_sources_come_in_another_order_is_told_so(shards) -> None:
     state = state_after(loader_of({"a": shards["a"], "b": shards["b"]}), 3)
     swapped = loader_of({"b": shards["b"], "a": shards["a"]})
     with pytest.raises(ValueError, match=re.escape("cannot resume: the checkpoint mixes sources ['a', 'b'], this "
-                                                   "loader ['b', 'a'] (the same names, in the same order)")):
+                                                   "loader ['b', 'a'] (the same names, in the same order: a "
+                                                   "source's order of samples comes from its place in the mix); give "
+                                                   "them so, or start the new mix afresh, without load_state_dict "
+                                                   "(every source's stream then starts over)")):
         swapped.load_state_dict(state)
 
 

@@ -4,6 +4,7 @@ subsampling across epochs, resume over several epochs on any number of workers."
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -139,6 +140,19 @@ def test_sources_must_agree_on_their_fields(mix: dict[str, str], tmp_path: Path)
     other = source_shards(tmp_path, "wide", 300, {"x": np.zeros((300, 2), np.float32)})
     with pytest.raises(ValueError, match=r"field 'x' is float32\[2\] in source 'wide' and float32\[\] in source 'large'"):
         make_loader({"large": mix["large"], "wide": str(other)}, num_workers=0)
+
+
+def test_an_empty_source_is_left_out_by_weight_0_wherever_it_stands_and_refused_a_share(mix: dict[str, str],
+                                                                                        tmp_path: Path) -> None:
+    empty = str(source_shards(tmp_path, "none", 0))
+    alone = epoch_batches(make_loader({"small": mix["small"]}, num_workers=0, batch_size=BATCH, seed=3))
+    for sources in ({"none": empty, "small": mix["small"]}, {"small": mix["small"], "none": empty}):
+        loader = make_loader(sources, num_workers=0, batch_size=BATCH, seed=3, weights={"none": 0, "small": 1})
+        batches = epoch_batches(loader)
+        assert sorted(flat(batches)) == sorted(flat(alone)) and len(batches) == len(alone)
+        with pytest.raises(ValueError, match=re.escape("sources ['none'] hold no samples: a mix cannot take a share "
+                                                       "of them (give them weight 0, or leave them out)")):
+            make_loader(sources, num_workers=0, weights={"none": 1, "small": 1})
 
 
 def test_the_mixing_benchmark_runs(tmp_path: Path) -> None:

@@ -48,12 +48,22 @@ def test_a_wrong_option_is_an_error_naming_it_when_the_loader_is_made(shards: Pa
         make_loader(shards, **options)
 
 
-@pytest.mark.parametrize("weight", [float("inf"), float("nan"), -1])
+@pytest.mark.parametrize("weight", [float("inf"), float("nan"), -1, "0.7", True])
 def test_a_weight_that_is_not_a_finite_number_at_least_0_is_an_error_naming_its_source(shards: Path,
                                                                                       weight: float) -> None:
     with pytest.raises(ValueError, match=re.escape(f"the weight of source 'a' must be a finite number >= 0, got "
-                                                   f"{weight}")):
+                                                   f"{weight!r}")):
         make_loader({"a": shards, "b": shards}, weights={"a": weight, "b": 1})
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("weights", [0.7, 0.3], "weights= takes a mapping {source name: weight} (the sources are ['a', 'b']), got [0.7, 0.3]"),
+    ("samples", 100, "samples= takes a mapping {source name: samples} (the sources are ['a', 'b']), got 100"),
+])
+def test_weights_or_samples_not_given_per_source_are_an_error_showing_the_form(shards: Path, option: str, value,
+                                                                               message: str) -> None:
+    with pytest.raises(TypeError, match=re.escape(message)):
+        make_loader({"a": shards, "b": shards}, **{option: value})
 
 
 def test_a_build_with_a_negative_seed_is_an_error_naming_it(tmp_path: Path) -> None:
