@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
 from . import s3
-from .opener import scheme
+from .opener import local_path, scheme
 from .retry import RetryPolicy
 
 T = TypeVar("T")
@@ -172,7 +172,7 @@ def destination(location: str | os.PathLike[str]) -> Destination:
     text = os.fspath(location)
     kind = scheme(text)
     if kind == "file":
-        return Destination(text)
+        return Destination(local_path(text))  # a file:// URL names a local folder
     if kind == "s3":
         return S3Destination(text)
     raise ValueError(f"{text}: builds write to local folders or s3:// prefixes, not {kind}://")

@@ -19,6 +19,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
+from .portable import AbsolutePathsExecutor
+
 ENGINES = ("local", "dask")
 #: Times Dask runs a failed task again before the build fails (a worker that dies is handled
 #: by Dask's own ``allowed-failures`` instead).
@@ -32,6 +34,7 @@ class Workers:
 
     executor: Executor | None
     slots: int
+    elsewhere: bool = False  # the workers of a running cluster: in folders of their own, maybe on other machines
 
 
 def check_engine(engine: str, scheduler: str | None = None, executor: Executor | None = None) -> None:
@@ -102,4 +105,9 @@ def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
         else:
             client = stack.enter_context(Client(scheduler))
         slots = sum(client.nthreads().values())
-        yield Workers(client.get_executor(retries=DASK_RETRIES, pure=False), max(slots, 1))
+        executor = client.get_executor(retries=DASK_RETRIES, pure=False)
+        # a running cluster's workers work in folders of their own: relative paths would name other files
+        if scheduler is None:
+            yield Workers(executor, max(slots, 1))
+        else:
+            yield Workers(AbsolutePathsExecutor(executor), max(slots, 1), elsewhere=True)

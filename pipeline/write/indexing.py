@@ -24,6 +24,7 @@ from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_sc
 from ..format.scan import scan_stream
 from ..storage import is_remote, join, open_stream, parent, redact, scheme
 from ..storage.destination import destination
+from ..storage.opener import local_path
 from .engines import open_workers
 from .output import OutputExistsError, save_index
 from .progress import BuildProgress
@@ -162,7 +163,11 @@ def index_shards(
         progress = BuildProgress(None, f"indexing {len(urls)} shards", quiet, verb="indexed")
         results = []
         with open_workers(engine, workers, scheduler, executor) as pool:
-            scans = map(scan_url, urls) if pool.executor is None else pool.executor.map(scan_url, urls)
+            if pool.executor is None:
+                scans = map(scan_url, urls)
+            else:  # a running cluster's workers work in folders of their own: local paths go absolute
+                sent = [os.path.abspath(local_path(u)) if pool.elsewhere and not is_remote(u) else u for u in urls]
+                scans = pool.executor.map(scan_url, sent)
             for info, schema, rows in scans:
                 progress.update(info.samples, info.bytes)
                 results.append((info, schema, rows))

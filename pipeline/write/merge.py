@@ -84,4 +84,7 @@ def merge_index_files(paths: Sequence[str | os.PathLike[str]],
         parts.append(part)
     index = merge_indexes(parts)
     target.prepare()
-    return index, save_index(target, index, name)
+    try:
+        return index, save_index(target, index, name)
+    finally:
+        target.close()  # an S3 prefix's staging folder: the table passed through it

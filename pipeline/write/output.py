@@ -69,7 +69,7 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
 
 
 def remove_unplanned_shards(destination: Destination, prefix: str, planned: Iterable[str]) -> list[str]:
-    """Delete the ``<prefix>-NNNNNN.tar`` files a resumed build does not name: a killed run's under
+    """Delete the ``<prefix>-NNNNNN.tar`` files a resumed or overwriting build does not name: a killed run's under
     other options (more shards, smaller) that a later ``pipeline index`` of the folder would
     otherwise take for data. Returns their names."""
     pattern = _shard_names(prefix)

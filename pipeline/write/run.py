@@ -287,9 +287,9 @@ def build_shards(
                 forget_plan(target, index_name)
                 _say(quiet, f"{target.url(index_name)} is already complete ({len(planned)} shards); nothing to resume")
                 return done
-        clear_child_sets(target, overwrite)
-        old_shards = prepare_output(target, overwrite, index_name, resumable=True)
         resumable = scheme(os.fspath(out_dir)) == "file"  # (a remote build cannot resume: no plan to keep)
+        clear_child_sets(target, overwrite)
+        old_shards = prepare_output(target, overwrite, index_name, resumable=resumable)
         plan = shard_plan(source, bounds, numbers, names) if resumable else {}
         if resume:
             changed = drop_changed_shards(target, index_name, plan)
@@ -297,7 +297,7 @@ def build_shards(
                 _say(quiet, f"writing again {len(changed)} finished shards whose rows changed since the stopped run "
                             f"({changed[0]}, ...): its source changed")
         else:
-            clear_planned_shards(target, prefix, names, overwrite, resumable=True)
+            clear_planned_shards(target, prefix, names, overwrite, resumable=resumable)
         if resumable:
             record_plan(target, index_name, plan)
         rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0
@@ -318,7 +318,8 @@ def build_shards(
             forget_plan(target, index_name)
         remove_stale_shards(target, old_shards, index)
         remove_temporary_files(target, names, index_name)
-        stale = remove_unplanned_shards(target, prefix, names) if resume and part is None else []
+        # what a killed run (under other options) wrote beyond this build's shards: not part of the set
+        stale = remove_unplanned_shards(target, prefix, names) if (resume or overwrite) and part is None else []
         if stale:
             _say(quiet, f"removed {len(stale)} shards an earlier run wrote beyond this build's ({stale[0]}, ...)")
         progress.close(where)

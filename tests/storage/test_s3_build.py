@@ -10,6 +10,8 @@ import pytest
 import pipeline
 from pipeline import OutputExistsError, Part, SourceError
 from pipeline.storage import read_bytes
+from pipeline.storage import s3 as s3_storage
+from pipeline.storage.retry import RetryPolicy
 from tests.storage.conftest import all_ids, make_bucket
 from tests.storage.servers import FaultProxy, port_of
 
@@ -39,6 +41,25 @@ def test_a_build_to_s3_uploads_the_bytes_of_a_local_build(built_bucket: str, arr
     assert all_ids(loader) == list(range(3000))
     with pytest.raises(OutputExistsError, match=r"s3://built/run1/index\.json already exists"):
         pipeline.write_shards("s3://built/run1", arrays, prefix="t", **options)
+
+
+def test_a_killed_build_to_s3_is_replaced_as_its_error_says_and_merges_leave_no_staging(
+        built_bucket: str, arrays, tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "staging").mkdir()
+    monkeypatch.setenv("PIPELINE_STAGING_DIR", str(tmp_path / "staging"))
+    options = dict(pack=8, shard_bytes=64 << 10, quiet=True)
+    pipeline.write_shards("s3://built/killed", arrays, prefix="t", **options)
+    s3_storage.delete("s3://built/killed/index.json", RetryPolicy())  # as if killed before its index
+    with pytest.raises(OutputExistsError) as refused:
+        pipeline.write_shards("s3://built/killed", arrays, prefix="t", **options)
+    assert str(refused.value).endswith("and no index names it: overwrite=True (--overwrite) replaces them; or write "
+                                       "to another folder, or another prefix")  # no resume: S3 builds have none
+    pipeline.write_shards("s3://built/killed", arrays, prefix="t", overwrite=True, **options)
+    assert all_ids(pipeline.make_loader("s3://built/killed", num_workers=0, batch_size=100)) == list(range(3000))
+    for i in range(2):
+        pipeline.write_shards("s3://built/merged", arrays, prefix="p", part=Part(i, 2), **options)
+    pipeline.merge_index_files(["s3://built/merged"])
+    assert list((tmp_path / "staging").iterdir()) == []
 
 
 def test_shard_writer_streams_to_s3(built_bucket: str, arrays) -> None:

@@ -165,3 +165,47 @@ def test_the_dask_benchmark_runs() -> None:
                             cwd=script.parent)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "dask, cluster of 2 already running | 5,000 |" in result.stdout
+
+
+CLUSTER_ELSEWHERE = """
+import sys, distributed
+with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                              dashboard_address=":0") as cluster:
+    print(cluster.scheduler_address, flush=True)
+    sys.stdin.read()  # until the test is done with it
+"""
+
+
+def test_a_running_cluster_whose_workers_work_in_another_folder_reads_the_files_named_here(
+        tmp_path: Path, monkeypatch) -> None:
+    """Relative paths name this process's files, not the ones of the same name in the folder the
+    cluster's workers run in (which the build read, without a word, before)."""
+    import numpy as np
+
+    from tests.helpers import index_content
+    from tests.write.test_indexing import webdataset_shards
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    for folder, value in ((here, 1), (there, 0)):  # the same names, other data
+        folder.mkdir()
+        np.save(folder / "x.npy", np.full((300, 4), value, np.float32))
+        np.save(folder / "y.npy", np.full(300, value))
+    webdataset_shards(here / "wds", [40, 7])
+    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER_ELSEWHERE], cwd=there, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        address = cluster.stdout.readline().strip()
+        monkeypatch.chdir(here)
+        assert main(["build", "arrays", "out", "--array", "x=x.npy", "--array", "y=y.npy", "--quiet",
+                     "--engine", "dask", "--scheduler", address]) == 0
+        batch = next(iter(pipeline.ShardDataset("out", batch_size=300, shuffle=False)))
+        assert batch["x"].sum() == 1200 and batch["y"].sum() == 300
+        assert not (there / "out").exists()
+        pipeline.write_shards("one", {"x": "x.npy", "y": "y.npy"}, quiet=True)
+        assert files(here / "out") == files(here / "one")
+        wds = [f"wds/{name.name}" for name in sorted((here / "wds").glob("*.tar"))]
+        on_cluster = pipeline.index_shards(wds, "indexed", engine="dask", scheduler=address, quiet=True)
+        assert index_content(on_cluster) == index_content(pipeline.index_shards(wds, "indexed-here", quiet=True))
+    finally:
+        cluster.stdin.close()
+        cluster.wait(timeout=60)

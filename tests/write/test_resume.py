@@ -184,6 +184,30 @@ def test_a_resume_under_other_options_removes_the_shards_beyond_its_plan(tmp_pat
     assert read_back(tmp_path)[1]["v"] == list(range(400))
 
 
+def test_an_overwrite_after_a_killed_build_leaves_only_its_own_set(tmp_path: Path, capsys) -> None:
+    """--overwrite, which the error about a killed build's shards offers, replaces them: the
+    shards and temporary files beyond its plan go too (not another tool's), as a resume's do."""
+    pipeline.write_shards(tmp_path, {"v": np.arange(400)}, shard_samples=10, quiet=True)  # 40 shards, "killed":
+    for name in ("index.json", "index.bin"):
+        (tmp_path / name).unlink()
+    (tmp_path / ".shard-000041.tar.tmp-12345").write_bytes(b"half a shard")
+    (tmp_path / "shard-000050.tar").write_bytes(b"another tool's")
+    pipeline.write_shards(tmp_path, {"v": np.arange(150)}, shard_samples=100, overwrite=True)
+    assert "removed 38 shards an earlier run wrote beyond this build's (shard-000002.tar, ...)" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.bin", "index.json", "shard-000000.tar",
+                                                           "shard-000001.tar", "shard-000050.tar"]
+    assert read_back(tmp_path)[1]["v"] == list(range(150))
+
+
+def test_a_build_to_a_file_url_writes_the_folder_it_names(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    pipeline.write_shards(f"file://{tmp_path}/out", {"v": np.arange(30)}, quiet=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["index.bin", "index.json", "shard-000000.tar"]
+    assert not Path("file:").exists()
+    assert read_back(tmp_path / "out")[1]["v"] == list(range(30))
+    assert pipeline.load_index(f"file://{tmp_path}/out").samples == 30
+
+
 def test_resume_of_a_finished_build_does_nothing_and_says_so(tmp_path: Path, npy_inputs) -> None:
     command = [sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "out"),
                "--array", f"x={npy_inputs['x']}", "--array", f"y={npy_inputs['y']}", "--pack", "32"]

@@ -31,9 +31,11 @@ from ..source import Source
 
 @dataclass(frozen=True)
 class FileColumn:
-    """A C-ordered array stored raw in a file at ``offset`` (a ``.npy`` body, a memmap)."""
+    """A C-ordered array stored raw in a file at ``offset`` (a ``.npy`` body, a memmap). The
+    path is a ``Path``, so that a task sent to a running cluster carries it absolute (see
+    :mod:`..portable`)."""
 
-    path: str
+    path: Path
     offset: int
     dtype: np.dtype
     shape: tuple[int, ...]
@@ -80,7 +82,7 @@ def _npy_column(path: Path, src: Any, base: int) -> FileColumn:
                           f"np.save(path, np.ascontiguousarray(a))")
     if not shape:
         raise SampleError(f"{path}: a 0-d array has no rows")
-    return FileColumn(str(path), base + origin + start, np.dtype(dtype), shape)
+    return FileColumn(path, base + origin + start, np.dtype(dtype), shape)
 
 
 def open_npy(path: str | os.PathLike[str]) -> FileColumn:
@@ -117,7 +119,7 @@ def open_npz(path: str | os.PathLike[str]) -> dict[str, Column]:
             data_start = info.header_offset + 30 + int(name_len) + int(extra_len)
             raw.seek(data_start)
             member = _npy_column(path / info.filename, raw, 0)
-            columns[name] = FileColumn(str(path), member.offset, member.dtype, member.shape)
+            columns[name] = FileColumn(path, member.offset, member.dtype, member.shape)
     return columns
 
 
@@ -132,7 +134,7 @@ def as_column(value: Any, name: str) -> Column:
             and value.flags.c_contiguous and value.ndim > 0 and value.mode != "c":
         # an unsliced memmap whose edits reach its file (not copy-on-write): read the file
         # instead of faulting its pages into our RSS
-        return FileColumn(value.filename, value.offset, value.dtype, value.shape)
+        return FileColumn(Path(value.filename), value.offset, value.dtype, value.shape)
     if type(value).__module__ == "torch":
         tensor = value.detach().cpu()
         value = _bfloat16_bits(tensor) if _is_bfloat16(tensor) else tensor.numpy()

@@ -14,9 +14,9 @@ from .table_files import Inputs, arrow_files
 from .tables import TableSource, Unit, pa  # pyarrow: .tables says how to install it when it is missing
 
 
-def _open_ipc(path: str) -> tuple[Any, Any]:
+def _open_ipc(path: Path) -> tuple[Any, Any]:
     """The reader of an IPC file or stream over a fresh memory map of it, and the map."""
-    source = pa.memory_map(path)
+    source = pa.memory_map(str(path))  # (pyarrow takes no Path here)
     try:
         return pa.ipc.open_file(source), source
     except pa.ArrowInvalid:
@@ -56,7 +56,7 @@ class ArrowSource(TableSource):
     def files(self, inputs: Inputs) -> list[Path]:
         return arrow_files(inputs)
 
-    def schema(self, path: str) -> pa.Schema:
+    def schema(self, path: Path) -> pa.Schema:
         return _open_ipc(path)[0].schema
 
     def open_state(self) -> dict[str, Any]:
@@ -68,7 +68,7 @@ class ArrowSource(TableSource):
         finally:
             self._open = None  # the map now lives only as long as the block that uses it
 
-    def scan(self, number: int, path: str) -> Iterator[tuple[Unit, int]]:
+    def scan(self, number: int, path: Path) -> Iterator[tuple[Unit, int]]:
         reader, source = _open_ipc(path)
         stream = not isinstance(reader, pa.ipc.RecordBatchFileReader)
         encoded = [field.name for field in reader.schema if pa.types.is_dictionary(field.type)]

@@ -17,6 +17,7 @@ it, and a null variable-length list an empty one.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -62,7 +63,7 @@ def _kind(type_: pa.DataType) -> str | None:
     return BINARY if _is(type_, _BINARY) else None
 
 
-def column_kind(name: str, type_: pa.DataType, path: str) -> str:
+def column_kind(name: str, type_: pa.DataType, path: os.PathLike[str] | str) -> str:
     """How column ``name`` of ``path`` becomes a field, or an error saying it cannot."""
     kind = _kind(type_)
     if kind is None:

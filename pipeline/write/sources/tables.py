@@ -65,7 +65,7 @@ class Unit(NamedTuple):
 class Piece(NamedTuple):
     """Rows read from one unit: where they come from (for errors) and the rows."""
 
-    path: str
+    path: Path
     first_row: int
     batch: pa.RecordBatch
 
@@ -79,7 +79,7 @@ class TableSource(Source):
     def __init__(self, inputs: Inputs, columns: Sequence[str] | None = None,
                  fill: Mapping[str, Any] | None = None) -> None:
         self.__dict__.update(self.open_state())
-        self.paths = [str(p) for p in self.files(inputs)]
+        self.paths = [Path(p) for p in self.files(inputs)]  # Paths: made absolute for a cluster's workers
         first = self.schema(self.paths[0])
         self.columns = self._select(first, columns)
         self.kinds = {name: column_kind(name, first.field(name).type, self.paths[0]) for name in self.columns}
@@ -110,11 +110,11 @@ class TableSource(Source):
         """The files of ``inputs``, folders expanded."""
         raise NotImplementedError
 
-    def schema(self, path: str) -> pa.Schema:
+    def schema(self, path: Path) -> pa.Schema:
         """The file's schema, read from its metadata."""
         raise NotImplementedError
 
-    def scan(self, number: int, path: str) -> Iterator[tuple[Unit, int]]:
+    def scan(self, number: int, path: Path) -> Iterator[tuple[Unit, int]]:
         """The file's units and their bytes (of the columns read), refusing nulls seen on the way."""
         raise NotImplementedError
 
@@ -196,7 +196,7 @@ class TableSource(Source):
                     f"(columns=[...] in Python)") from None
         return chosen
 
-    def _check_same_schema(self, first: pa.Schema, schema: pa.Schema, path: str, all_columns: bool) -> None:
+    def _check_same_schema(self, first: pa.Schema, schema: pa.Schema, path: Path, all_columns: bool) -> None:
         for name in self.columns:
             if name not in schema.names:
                 raise SampleError(f"{path} has no column {name!r}, which {self.paths[0]} has; every file needs "
@@ -210,7 +210,7 @@ class TableSource(Source):
             raise SampleError(f"{path} has column {extra[0]!r}, which {self.paths[0]} has not; every file needs "
                               f"the same columns (or choose some with --columns)")
 
-    def check_nulls(self, path: str, first_row: int, batch: pa.RecordBatch) -> None:
+    def check_nulls(self, path: Path, first_row: int, batch: pa.RecordBatch) -> None:
         """Refuse a null in a column of ``batch`` that has no fill; rows count from 0 in ``path``."""
         for name in batch.schema.names:
             if name in self.fill:
@@ -232,7 +232,7 @@ class _Cursor:
         self.unit, self.batches, self.start = unit, batches, 0
         self.batch = next(batches)
 
-    def advance(self, path: str) -> None:
+    def advance(self, path: Path) -> None:
         self.start += self.batch.num_rows
         try:
             self.batch = next(self.batches)
@@ -249,7 +249,7 @@ class ParquetSource(TableSource):
     def files(self, inputs: Inputs) -> list[Path]:
         return parquet_files(inputs)
 
-    def schema(self, path: str) -> pa.Schema:
+    def schema(self, path: Path) -> pa.Schema:
         return _parquet_file(path).schema_arrow
 
     def open_state(self) -> dict[str, Any]:
@@ -264,7 +264,7 @@ class ParquetSource(TableSource):
         return _decoded(self.paths[number], self._file(number).iter_batches(
             max(BATCH_BYTES // row_bytes, 1), row_groups=[row_group], columns=columns))
 
-    def scan(self, number: int, path: str) -> Iterator[tuple[Unit, int]]:
+    def scan(self, number: int, path: Path) -> Iterator[tuple[Unit, int]]:
         # statistics count empty lists as nulls: trust them for columns without variable-length lists
         watched = [name for name in self.columns if name not in self.fill and self.kinds[name] != RAGGED]
         metadata = _parquet_file(path).metadata
@@ -303,12 +303,12 @@ class ParquetSource(TableSource):
             lo += take
 
 
-def _unreadable(path: str, exc: Exception) -> SampleError:
+def _unreadable(path: Path, exc: Exception) -> SampleError:
     return SampleError(f"{path}: not a readable Parquet file ({exc}): replace it with a whole copy, or leave it "
                        f"out of the inputs")
 
 
-def _parquet_file(path: str, **options: Any) -> pq.ParquetFile:
+def _parquet_file(path: Path, **options: Any) -> pq.ParquetFile:
     """``path`` opened: pyarrow's error for a file not Parquet (or cut short) names no file."""
     try:
         return pq.ParquetFile(path, **options)
@@ -316,7 +316,7 @@ def _parquet_file(path: str, **options: Any) -> pq.ParquetFile:
         raise _unreadable(path, exc) from None
 
 
-def _decoded(path: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _decoded(path: Path, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``batches`` of ``path``, a decoding error (a corrupt page) naming the file."""
     try:
         yield from batches
