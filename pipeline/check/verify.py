@@ -12,6 +12,12 @@ remote one by its URL. A shard table whose sha256 differs is damaged: everything
 checked against comes from it, so a shard that disagrees with it is reported as doubtful, not
 as damaged (it may well be intact; re-indexing the shards settles it). One that cannot be read
 whole is an end of the check: no shard is checked against a table nobody has checked.
+
+``index.json``'s own fields are checked against its table when it is opened (its totals, shard
+count, and a pack that gives another number of records: an index that fails is refused, as the
+loader refuses it). A pack that gives as many records as the table holds is seen only in the
+records' rows: intact shards whose records follow another pack are reported once per pack, as a
+problem of ``index.json``, not of the shards.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import BinaryIO, Callable
 
-from ..format.verify import Problem, verify_stream, verify_table_stream
+from ..format.index import DatasetIndex, reindex_advice
+from ..format.verify import PackProblem, Problem, verify_stream, verify_table_stream
 from ..storage import SourceError, is_remote, join, open_stream, redact
-from ..storage.indexes import open_index
+from ..storage.indexes import index_url, open_index
 from .images import image_check
 
 #: The word ``pipeline verify`` prints before each file: sound, failed, or in doubt (it disagrees
@@ -54,10 +61,19 @@ def _check_file(url: str, check: Callable[[BinaryIO, str], Problem | None]) -> t
         return Problem(shown, f"read failed: {reason}", offset=exc.offset), False
 
 
+def _pack_problem(index: DatasetIndex, shown: str, found: PackProblem) -> Problem:
+    """The problem of the index file ``shown``, whose pack is not the one the records of the
+    intact shard ``found`` names follow."""
+    return Problem(shown, f"says pack={index.pack}, but the records of {found.shard} hold {found.pack} rows each "
+                          f"(pack={found.pack}), which the loader refuses: copy {os.path.basename(shown)} again from "
+                          f"the build that wrote it, or {reindex_advice(shown, index.shards.names)}")
+
+
 @dataclass
 class Outcome:
     """What checking a set found: the problems (the table's first), the number of shards
-    checked, of those that failed, and of those in doubt (they disagree with a damaged table)."""
+    checked, of those that failed, and of those in doubt (they disagree with a damaged table);
+    ``index_wrong``: ``index.json`` misdescribes intact shards (its pack is not theirs)."""
 
     location: str
     problems: list[Problem] = field(default_factory=list)
@@ -66,6 +82,7 @@ class Outcome:
     doubtful: int = 0
     table_damaged: bool = False
     table_unread: bool = False
+    index_wrong: bool = False
 
     def __str__(self) -> str:
         """The result line ``pipeline verify`` ends with."""
@@ -77,6 +94,9 @@ class Outcome:
         if self.table_damaged:
             return (f"not verified {self.location}: its shard table is damaged ({self.doubtful} of {self.shards} "
                     f"shards disagree with it, {self.failed} failed)")
+        if self.index_wrong:
+            failed = f", and {self.failed} of {self.shards} shards failed" if self.failed else ""
+            return f"not verified {self.location}: its index.json disagrees with its shards{failed}"
         return f"not verified {self.location}: {self.failed} of {self.shards} shards failed"
 
 
@@ -87,6 +107,8 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
     record_check = image_check() if images else None
     index, base = found.index, found.base
     outcome = Outcome(redact(os.fspath(location)))
+    index_file = index_url(location)
+    told_packs: set[int] = set()  # the packs of intact shards that index.json was blamed for
 
     def report(status: str, url: str, problem: Problem | None) -> None:
         if problem is not None:
@@ -121,6 +143,12 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
         elif outcome.table_damaged and read:  # what it was checked against is what is damaged
             outcome.doubtful += 1
             report(DOUBTFUL, url, replace(problem, reason=f"disagrees with the damaged shard table: {problem.reason}"))
+        elif isinstance(problem, PackProblem):  # an intact shard: index.json's pack is what is wrong
+            outcome.index_wrong = True
+            if problem.pack not in told_packs:
+                told_packs.add(problem.pack)
+                report(FAILED, index_file, _pack_problem(index, _shown(index_file), problem))
+            report(OK, url, None)
         else:
             outcome.failed += 1
             report(FAILED, url, problem)

@@ -20,6 +20,7 @@ local file, a URL or a bucket (:mod:`pipeline.storage.indexes` opens an index by
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
@@ -233,9 +234,29 @@ class DatasetIndex:
                     pack, part, table, metadata)
         for key, value in (("samples", index.samples), ("records", index.records), ("bytes", index.bytes)):
             if data.get(key) != value:
-                raise IndexFormatError(f"{where}: says {data.get(key)} {key}, its shard table holds {value}")
+                raise IndexFormatError(f"{where}: says {data.get(key)} {key}, its shard table holds {value}: "
+                                       f"{_other_build(where, index.shards.names)}")
         _check_pack(index, where)
         return index
+
+
+def reindex_advice(where: str, names: ShardNames) -> str:
+    """How to write the index at ``where`` again from its shards, whose records say what it
+    should hold (``pipeline index`` reads each shard once, and keeps no build metadata, such as
+    an image folder's classes: copying the build's own index is the better mend where one is at
+    hand). The command is given where it applies: a local ``index.json`` beside its shards."""
+    folder, _, name = where.rpartition("/")
+    if "://" in where or name != INDEX_NAME or any("/" in run.prefix for run in names.runs):
+        return "re-index its shards"
+    return f"re-index the shards: pipeline index {shlex.quote(folder or '.')} --overwrite"
+
+
+def _other_build(where: str, names: ShardNames) -> str:
+    """What to do about an index file whose totals or pack disagree with its shard table: either
+    may be the wrong one (of another build, or edited), and the shards settle it."""
+    name = where.rpartition("/")[2]
+    return (f"{name} and its shard table are of different builds, or one was edited: copy both again from the "
+            f"build that wrote them, or {reindex_advice(where, names)}")
 
 
 def _check_pack(index: DatasetIndex, where: str) -> None:
@@ -250,7 +271,7 @@ def _check_pack(index: DatasetIndex, where: str) -> None:
         records, samples = int(shards.records[i]), int(shards.samples[i])
         guess = f" (pack {-(-samples // records)}?)" if records else ""
         raise IndexFormatError(f"{where}: says pack={index.pack}, but shard {shards.names[i]} holds {records} records "
-                               f"for {samples} samples{guess}: index.json and index.bin are of different builds?")
+                               f"for {samples} samples{guess}: {_other_build(where, shards.names)}")
 
 
 def _names(data: Mapping[str, Any], where: str) -> ShardNames:

@@ -1,5 +1,6 @@
 """Check one shard, read from a stream, against its index entry: size, sha256, record offsets,
-checksums and counts, decoding; and a shard table against its sha256.
+checksums and counts, decoding, the rows of each record as the loader reads them; and a shard
+table against its sha256.
 
 Every problem is reported with the shard, the record number and byte offset when known, and
 the reason; a shard's check stops at its first problem (what follows is not trustworthy). Where
@@ -37,6 +38,50 @@ class Problem:
         return f"{where}: {self.reason}"
 
 
+@dataclass(frozen=True)
+class PackProblem(Problem):
+    """A shard whose records hold ``pack`` rows each (the last maybe fewer), not the index's
+    pack, and which is otherwise sound. The record counts of the shard table cannot tell packs
+    apart that give each shard as many records (200 samples are 4 records of 50 or of 64): only
+    the records' rows can, and the loader refuses the first record it reads. The shard is intact;
+    what is wrong is the pack ``index.json`` says (:mod:`pipeline.check.verify` blames it)."""
+
+    pack: int = 0
+
+
+@dataclass
+class _Rows:
+    """The rows of a shard's records as they are walked, against the loader's rule: record
+    ``n`` of a shard of ``samples`` holds ``min(pack, samples - n * pack)`` rows. Whether they
+    follow another pack (every record the first's rows, the last no more) says who is to blame:
+    the index's pack, or the shard."""
+
+    pack: int
+    samples: int
+    first: int | None = None  # the rows of record 0
+    last: int = 0  # the rows of the latest record
+    uneven: bool = False  # a record before the latest holds other rows than record 0
+    wrong: Problem | None = None  # the first record the loader would refuse
+
+    def add(self, walked: WalkedRecord, shard: str) -> None:
+        expected = min(self.pack, self.samples - walked.number * self.pack)
+        if walked.rows != expected and self.wrong is None:  # the loader's words (pipeline.stream.reader)
+            self.wrong = Problem(shard, f"record {walked.key!r} holds {walked.rows} rows, the index says {expected}",
+                                 walked.number, walked.offset)
+        if self.first is None:
+            self.first = walked.rows
+        elif self.last != self.first:
+            self.uneven = True
+        self.last = walked.rows
+
+    def other_pack(self) -> int | None:
+        """The pack the records follow when it is not the index's; None when they follow the
+        index's, or no pack at all (then :attr:`wrong` is the shard's problem)."""
+        if self.wrong is None or self.first is None or self.uneven or self.last > self.first:
+            return None
+        return self.first
+
+
 #: A check of a record's values beyond the format's (its images decode, say): the reason it
 #: fails, or None.
 RecordCheck = Callable[[WalkedRecord], str | None]
@@ -44,10 +89,12 @@ RecordCheck = Callable[[WalkedRecord], str | None]
 
 def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex, shard: str,
                     check: RecordCheck | None = None) -> Problem | None:
-    """The first problem of the records of a shard (offsets, checksums, keys, decoding, counts);
-    else those ``check`` finds, all of them in one problem (the first's place, the others listed:
-    a damaged image is worth knowing of before training, each of them)."""
+    """The first problem of the records of a shard (offsets, checksums, keys, decoding, counts,
+    rows); else those ``check`` finds, all of them in one problem (the first's place, the others
+    listed: a damaged image is worth knowing of before training, each of them); else a
+    :class:`PackProblem` when the records follow another pack than the index's."""
     samples = 0
+    rows = _Rows(index.pack, info.samples)
     number = 0  # the record being read
     failed: list[tuple[int, int, str]] = []
     try:
@@ -55,6 +102,7 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
             reason = None if check is None else check(walked)
             if reason is not None:
                 failed.append((number, walked.offset, f"record {walked.key!r}: {reason}"))
+            rows.add(walked, shard)
             samples += walked.rows
             number += 1
     except ShardError as exc:  # after the last record, no record of the index is to blame
@@ -63,8 +111,12 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
         return Problem(shard, f"{number} records, the index says {info.records}")
     if samples != info.samples:
         return Problem(shard, f"{samples} samples, the index says {info.samples}")
+    pack = rows.other_pack()
+    if rows.wrong is not None and pack is None:
+        return rows.wrong
     if not failed:
-        return None
+        return None if pack is None else PackProblem(shard, f"its records hold {pack} rows each, the index says "
+                                                            f"pack={index.pack}", pack=pack)
     first, offset, reason = failed[0]
     others = [listed for *_, listed in failed[1:]]
     if others:
@@ -77,17 +129,18 @@ def verify_stream(stream: BinaryIO, shard: str, info: ShardInfo, index: DatasetI
     """The first problem of one shard, read whole from ``stream``, or ``None`` if it matches its
     index entry (and each record passes ``check``); ``shard`` names it in the problem. A size
     that differs from the index's is reported before what it breaks (a cut shard's last record
-    is cut too)."""
+    is cut too); a :class:`PackProblem` only of a shard whose sha256 is the index's (an intact
+    shard, which the index's pack misdescribes)."""
     reader = HashingReader(stream)
     problem = _record_problem(reader, info, index, shard, check)
     reader.drain()
     if reader.size != info.bytes:
         return Problem(shard, f"size is {reader.size} bytes, the index says {info.bytes}")
-    if problem is not None:
+    if problem is not None and not isinstance(problem, PackProblem):
         return problem
     if reader.sha.hexdigest() != info.sha256:
         return Problem(shard, f"sha256 {reader.sha.hexdigest()} differs from the index's {info.sha256}")
-    return None
+    return problem
 
 
 def verify_table_stream(stream: BinaryIO, shown: str, table: TableFile) -> Problem | None:

@@ -1,0 +1,132 @@
+"""``verify`` on a set whose ``index.json`` disagrees with its shard table or its shards' records:
+an edited pack, sample total or shard count. Each is a problem naming ``index.json``, the field,
+both values and what to do, by ``pipeline.verify`` and by ``pipeline verify`` (exit 1), never a
+set verified that the loader then refuses in the middle of an epoch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline.cli import main
+from pipeline.format.codec import encode_fields
+from pipeline.format.errors import IndexFormatError, ShardError
+from pipeline.format.index import DatasetIndex
+from pipeline.format.packing import packed_fields
+from pipeline.format.scan import scan_shard
+from pipeline.storage.destination import destination
+from pipeline.write.output import save_index
+from tests.format.crafted import archive, member
+
+FIX = "re-index the shards: pipeline index s --overwrite"
+OTHER_BUILD = f"index.json and its shard table are of different builds, or one was edited: copy both again from the " \
+              f"build that wrote them, or {FIX}"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def edit(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """``index.json`` of ``folder`` with ``change`` applied, as a user's editor would leave it."""
+    path = folder / "index.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def packed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Three shards of 20 samples, 5 to a record (4 records each), built as ``s`` in the current
+    folder (``tmp_path``), so that messages name the paths a user typed."""
+    monkeypatch.chdir(tmp_path)
+    pipeline.write_shards("s", {"x": np.arange(120, dtype=np.float32).reshape(60, 2)}, prefix="train",
+                          shard_samples=20, pack=5, quiet=True)
+    assert pipeline.verify("s") == []
+    return Path("s")
+
+
+def test_a_pack_that_gives_as_many_records_is_blamed_on_index_json_once(packed: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """20 samples are 4 records of 5 or of 6: the table's counts agree with either, so the index
+    opens, and the loader refuses the first record it reads. The shards are intact: one problem,
+    of index.json, not one per shard."""
+    edit(packed, lambda d: d.update(pack=6))
+    with pytest.raises(ShardError, match=r"record '\d+' holds 5 rows, the index says 6"):
+        next(iter(pipeline.ShardDataset(packed)))
+    told = ("s/index.json: says pack=6, but the records of s/train-000000.tar hold 5 rows each (pack=5), which the "
+            f"loader refuses: copy index.json again from the build that wrote it, or {FIX}")
+    assert [str(p) for p in pipeline.verify(packed)] == [told]
+    shards = "".join(f"ok   s/train-00000{n}.tar\n" for n in range(3))
+    result = "not verified s: its index.json disagrees with its shards\n"
+    assert run(capsys, "verify", "s") == (1, f"FAIL {told}\n{shards}{result}", "")
+    assert run(capsys, "verify", "s", "--quiet") == (1, f"FAIL {told}\n{result}", "")
+
+
+def test_a_pack_that_gives_other_record_counts_is_refused_when_opened(packed: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    edit(packed, lambda d: d.update(pack=4))
+    told = (f"s/index.json: says pack=4, but shard train-000000.tar holds 4 records for 20 samples (pack 5?): "
+            f"{OTHER_BUILD}")
+    with pytest.raises(IndexFormatError) as caught:
+        pipeline.verify(packed)
+    assert str(caught.value) == told
+    assert run(capsys, "verify", "s") == (1, "", f"error: {told}\n")
+
+
+@pytest.mark.parametrize("field", ["samples", "records", "bytes"])
+def test_a_total_that_is_not_the_tables_is_refused_when_opened(packed: Path, capsys: pytest.CaptureFixture[str],
+                                                               field: str) -> None:
+    """What inspect would print and what the loader counts an epoch by must be the table's."""
+    right = json.loads((packed / "index.json").read_text())[field]
+    edit(packed, lambda d: d.update({field: right + 1}))
+    told = f"s/index.json: says {right + 1} {field}, its shard table holds {right}: {OTHER_BUILD}"
+    with pytest.raises(IndexFormatError) as caught:
+        pipeline.verify(packed)
+    assert str(caught.value) == told
+    assert run(capsys, "verify", "s") == (1, "", f"error: {told}\n")
+    assert run(capsys, "inspect", "s") == (1, "", f"error: {told}\n")
+
+
+@pytest.mark.parametrize(("change", "told"), [
+    (lambda d: d["shards"].update(count=2), "s/index.json: 3 shard names for 2 shards"),
+    (lambda d: d["shards"].update(count=4), "s/index.json: 3 shard names for 4 shards"),
+    (lambda d: d["shards"].update(count=2, names=["train-{000000..000001}.tar"]),
+     "s/index.bin: holds 3 shards, the index names 2"),
+])
+def test_a_shard_count_that_is_not_the_tables_is_refused_when_opened(packed: Path, capsys: pytest.CaptureFixture[str],
+                                                                     change: Callable[[dict[str, Any]], None],
+                                                                     told: str) -> None:
+    edit(packed, change)
+    with pytest.raises(IndexFormatError) as caught:
+        pipeline.verify(packed)
+    assert str(caught.value) == told
+    assert run(capsys, "verify", "s") == (1, "", f"error: {told}\n")
+
+
+def test_a_shard_whose_records_follow_no_pack_is_the_shards_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Records of 2, 1 and 2 rows: as many records as 5 samples packed 2 to a record give, so the
+    index opens; the second record is what the loader refuses, and what verify names."""
+    monkeypatch.chdir(tmp_path)
+    Path("s").mkdir()
+    rows = {"000000": 2, "000002": 1, "000003": 2}
+    shard = Path("s/train-000000.tar")
+    shard.write_bytes(archive(*(member(f"{key}.msgpack".encode(),
+                                       encode_fields(packed_fields({"x": np.zeros((n, 2), np.float32)}, n, None), key))
+                                for key, n in rows.items())))
+    info, schema = scan_shard(shard.read_bytes(), shard.name)
+    save_index(destination("s"), DatasetIndex(schema, [info], pack=2))
+    reason = "record '000002' holds 1 rows, the index says 2"
+    with pytest.raises(ShardError, match=reason):
+        next(iter(pipeline.ShardDataset("s")))
+    told = f"s/train-000000.tar record 1 (byte {int(info.offsets[1])}): {reason}"
+    assert [str(p) for p in pipeline.verify("s")] == [told]
+    assert run(capsys, "verify", "s") == (1, f"FAIL {told}\nnot verified s: 1 of 1 shards failed\n", "")
