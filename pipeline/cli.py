@@ -285,9 +285,9 @@ def make_parser() -> argparse.ArgumentParser:
                                                                    "4, ... up to the usable cores)")
     tune.add_argument("--prefetch", type=values.counts(1), metavar="N,N",
                       help="prefetch factors to try at the best number of workers (default: 1,4, besides 2)")
-    tune.add_argument("--step-ms", type=float, default=0.0, help="a simulated training step per batch, in ms")
-    tune.add_argument("--seconds", type=float, default=3.0, help="seconds each setting is measured (default 3)")
-    tune.add_argument("--memory-mb", type=float, help="leave out settings whose peak memory is above this")
+    tune.add_argument("--step-ms", type=values.finite_number(positive=False), default=0.0, help="a simulated training step per batch, in ms")
+    tune.add_argument("--seconds", type=values.finite_number(positive=True), default=3.0, help="seconds each setting is measured (default 3)")
+    tune.add_argument("--memory-mb", type=values.finite_number(positive=True), help="leave out settings whose peak memory is above this")
     tune.add_argument("--shuffle-buffer", type=values.positive, metavar="SAMPLES", help="as make_loader's shuffle_buffer")
     tune.add_argument("--images", type=values.image_field, action="append", default=[], metavar="FIELD=SIZE",
                       help="decode FIELD's images to SIZE x SIZE in the workers, as Images(SIZE) (repeatable)")

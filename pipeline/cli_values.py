@@ -5,6 +5,7 @@ shows beside the option's name."""
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import Any, Callable
 
@@ -40,6 +41,20 @@ def positive(text: str) -> int:
 def count(text: str) -> int:
     """A number of things that may be none (``inspect --samples 0``)."""
     return _whole(text, 0)
+
+
+def finite_number(positive: bool) -> Callable[[str], float]:
+    """A finite number, > 0 where ``positive`` (seconds to measure, a memory budget), else >= 0 (a
+    simulated step)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number {'>' if positive else '>='} 0")
+        return value
+    return parse
 
 
 def shard_bytes(text: str) -> int:

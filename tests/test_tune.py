@@ -194,18 +194,34 @@ def test_damaged_images_are_tuned_past_with_on_error_skip(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("option, value, message", [
-    ("--seconds", "0", "seconds must be finite and > 0, warmup and step_ms finite and >= 0; got seconds=0.0"),
-    ("--seconds", "inf", "seconds must be finite and > 0, warmup and step_ms finite and >= 0; got seconds=inf"),
-    ("--step-ms", "-5", "seconds must be finite and > 0, warmup and step_ms finite and >= 0; got seconds=3.0, "
-                        "warmup=0.5, step_ms=-5.0"),
-    ("--step-ms", "inf", "seconds must be finite and > 0, warmup and step_ms finite and >= 0; got seconds=3.0, "
-                         "warmup=0.5, step_ms=inf"),
-    ("--memory-mb", "nan", "memory_mb must be finite and > 0; got nan"),
-    ("--memory-mb", "0", "memory_mb must be finite and > 0; got 0.0"),
+    ("--seconds", "0", "argument --seconds: '0' is not a number > 0"),
+    ("--seconds", "inf", "argument --seconds: 'inf' is not a number > 0"),
+    ("--step-ms", "-5", "argument --step-ms: '-5' is not a number >= 0"),
+    ("--step-ms", "inf", "argument --step-ms: 'inf' is not a number >= 0"),
+    ("--memory-mb", "nan", "argument --memory-mb: 'nan' is not a number > 0"),
+    ("--memory-mb", "0", "argument --memory-mb: '0' is not a number > 0"),
 ])
-def test_bad_measuring_times_are_refused(shards: Path, option: str, value: str, message: str, capsys) -> None:
-    assert main(["tune", str(shards), option, value]) == 1
-    assert capsys.readouterr().err.startswith(f"error: {message}")
+def test_bad_measuring_times_are_usage_errors_naming_the_option(shards: Path, option: str, value: str, message: str,
+                                                               capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["tune", str(shards), option, value])
+    assert exited.value.code == 2  # as argparse's other refusals
+    assert capsys.readouterr().err.splitlines()[-1] == f"pipeline tune: error: {message}"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"seconds": 0}, "seconds must be finite and > 0, warmup and step_ms finite and >= 0; got seconds=0, warmup=0.5, "
+                     "step_ms=0.0"),
+    ({"step_ms": -5}, "seconds must be finite and > 0, warmup and step_ms finite and >= 0; got seconds=3.0, "
+                      "warmup=0.5, step_ms=-5"),
+    ({"memory_mb": float("nan")}, "memory_mb must be finite and > 0; got nan"),
+    ({"workers": []}, "workers= is empty: give the numbers of workers to try, e.g. workers=[0, 2], or leave it out "
+                      "for 0, 1, 2, 4, ... up to the cores you may use"),
+])
+def test_bad_values_in_python_are_refused_before_measuring(shards: Path, options: dict, message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        pipeline.tune(str(shards), **options)
+    assert str(refused.value) == message
 
 
 def test_the_plots_destination_is_checked_before_measuring(shards: Path, tmp_path: Path, capsys) -> None:

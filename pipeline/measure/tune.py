@@ -262,6 +262,9 @@ def _check_grid(name: str, what: str, values: Any, least: int) -> None:
         return
     if isinstance(values, (int, float, str)):
         raise ValueError(f"{name}= takes a list of {what} to try, e.g. {name}=[{values}]; got {values!r}")
+    if name == "workers" and not values:  # (no other prefetch factors than 2 is a choice; no workers none)
+        raise ValueError("workers= is empty: give the numbers of workers to try, e.g. workers=[0, 2], or leave it "
+                         "out for 0, 1, 2, 4, ... up to the cores you may use")
     if any(isinstance(n, bool) or not isinstance(n, Integral) or n < least for n in values):
         raise ValueError(f"{what} must be whole numbers >= {least}, got {list(values)}")
 
