@@ -4,6 +4,8 @@ tune a loader to the machine."""
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
 import warnings
 from typing import Any, Callable, Sequence
@@ -340,6 +342,19 @@ def _show_warning(message: Warning | str, category: type[Warning], *_: object, *
     print(f"warning: {message}", file=sys.stderr)
 
 
+#: The status of a command whose reader left: 128 + SIGPIPE, as a shell tool's that the signal ended.
+READER_LEFT = 141
+
+
+def _drop_stdout() -> None:
+    """Send what is left of standard output nowhere: Python would otherwise fail again to flush
+    it to the reader gone, at exit, with a traceback."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # not a file (output captured in-process)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -351,7 +366,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
-            return run(args) or 0
+            code = run(args) or 0
+        sys.stdout.flush()  # output still buffered goes now: a reader gone is seen here, not at exit
+        return code
+    except BrokenPipeError:  # the reader of the output left (pipeline verify DIR | head): end quietly
+        _drop_stdout()
+        return READER_LEFT
     except (FormatError, OSError, ValueError, ImportError, OutputExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

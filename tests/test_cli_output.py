@@ -101,3 +101,18 @@ def test_on_a_terminal_a_bar_shows_and_an_error_starts_a_line_of_its_own(tmp_pat
     assert f"joblib batches {batches} -> " in output[:error]  # the bar
     assert output[error - 1] == "\n", output
     assert "x_2.job: 99 feature rows but 100 labels in its y file" in output[error:]
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``pipeline inspect DIR | head -1``: no 'Broken pipe' error (for verify, exit 1 would say a
+    shard failed). The output (280 KB) is more than the pipe holds, so the command is still
+    writing when the reader leaves."""
+    import pipeline
+
+    pipeline.write_shards(tmp_path / "s", {"x": np.zeros((4000, 8), np.float32)}, quiet=True)
+    run = subprocess.Popen([sys.executable, "-m", "pipeline", "inspect", str(tmp_path / "s"), "--samples", "4000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert run.stdout.readline().startswith("index ")
+    run.stdout.close()  # as head does after its line
+    assert run.wait(timeout=60) == 141  # 128 + SIGPIPE, as a shell tool's
+    assert run.stderr.read() == ""
