@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import threading
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -25,6 +26,8 @@ ENGINES = ("local", "dask")
 #: Times Dask runs a failed task again before the build fails (a worker that dies is handled
 #: by Dask's own ``allowed-failures`` instead).
 DASK_RETRIES = 2
+#: How long a scheduler's address may take to accept a connection before a build refuses it.
+_SCHEDULER_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,30 @@ def check_engine(engine: str, scheduler: str | None = None, executor: Executor |
         except ImportError:
             raise ImportError("engine 'dask' needs the dask and distributed packages: "
                               "pip install 'pipeline[dask]'") from None
+        if scheduler is not None:
+            _check_scheduler(scheduler)
     elif scheduler is not None:
         raise ValueError("a scheduler address needs engine='dask' (--engine dask)")
+
+
+def _check_scheduler(address: str) -> None:
+    """Refuse a scheduler address that is not one, or that nothing answers at: Dask's client
+    would wait 30 s, then fail after the build made its output folder and plan."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        kind, location = parse_address(address)
+        host, port = parse_host_port(location) if kind in ("tcp", "tls") else (None, None)
+    except ValueError as exc:
+        raise ValueError(f"scheduler {address!r} is not a Dask scheduler's address ({exc}): give it as "
+                         f"tcp://HOST:PORT (8786 by default)") from None
+    if host is None:  # another transport (inproc, ucx): Dask's client says what it finds
+        return
+    try:
+        socket.create_connection((host, port), timeout=_SCHEDULER_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ValueError(f"no Dask scheduler answers at {address} ({exc.strerror or exc}): start one there "
+                         f"(dask scheduler), or give the address it prints; nothing was written") from None
 
 
 @contextmanager

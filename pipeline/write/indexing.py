@@ -25,7 +25,7 @@ from ..format.scan import scan_stream
 from ..storage import is_remote, join, open_stream, parent, redact, scheme
 from ..storage.destination import destination
 from ..storage.opener import local_path
-from .engines import open_workers
+from .engines import check_engine, open_workers
 from .output import OutputExistsError, save_index
 from .progress import BuildProgress
 
@@ -141,6 +141,7 @@ def index_shards(
     index file: ``DIR/index.json``; local or ``s3://``). The shards are read once each, in
     ``workers`` processes or on Dask, as a build runs (``engine``, ``scheduler``). Returns the
     index."""
+    check_engine(engine, scheduler, executor)  # before the output is touched
     urls = shard_urls(shards)
     if output is None:
         folders = {_canonical(parent(url)): parent(url) for url in urls}

@@ -209,3 +209,18 @@ def test_a_running_cluster_whose_workers_work_in_another_folder_reads_the_files_
     finally:
         cluster.stdin.close()
         cluster.wait(timeout=60)
+
+
+@pytest.mark.parametrize("address, message", [
+    ("tcp://127.0.0.1:1", "no Dask scheduler answers at tcp://127.0.0.1:1 (Connection refused): start one there "
+                          "(dask scheduler), or give the address it prints; nothing was written"),
+    ("notaurl", "scheduler 'notaurl' is not a Dask scheduler's address (missing port number in address 'notaurl'): "
+                "give it as tcp://HOST:PORT (8786 by default)"),
+])
+def test_a_scheduler_nothing_answers_at_is_refused_at_once_before_the_output_is_touched(
+        tmp_path: Path, npy_inputs, capsys, address: str, message: str) -> None:
+    for command in (["build", "arrays", str(tmp_path / "out"), "--array", f"x={npy_inputs['x']}"],
+                    ["index", str(tmp_path / "none.tar"), "--output", str(tmp_path / "out")]):
+        assert main([*command, "--engine", "dask", "--scheduler", address]) == 1  # at once: Dask's client waits 30 s
+        assert capsys.readouterr().err == f"error: {message}\n"
+        assert not (tmp_path / "out").exists()
