@@ -31,23 +31,13 @@ from typing import BinaryIO, Iterator
 
 from .errors import SourceError, redact
 from .opener import open_stream
+from .per_process import process_alive
 from .retry import RetryPolicy, RetrySink
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _COPY = re.compile(r"[0-9a-f]{24}-.+")  # the name of a copy (see ShardCache.path_for): the only files evicted
 _PARTIAL = re.compile(r"(?P<shard>.+)\.part-(?P<pid>\d+)-\d+")  # a download under way, or abandoned
 _VERSION_CHARS = 16  # of the index's sha256, in a copy's name: 64 bits tell a shard's versions apart
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (another user's, which we may not signal, counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _url_prefix(url: str) -> str:
@@ -211,7 +201,7 @@ class ShardCache:
         holds its shard's lock (a download holds it throughout: this spares one whose process we
         cannot see, in another PID namespace sharing the folder)."""
         match = _PARTIAL.fullmatch(partial.name)
-        if match is not None and not _alive(int(match["pid"])):
+        if match is not None and not process_alive(int(match["pid"])):
             self._remove_unless_held(partial, partial.with_name(match["shard"]))
 
     @staticmethod

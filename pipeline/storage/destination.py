@@ -8,15 +8,18 @@ local copy removed. The index is written last, so it never names a shard that is
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
 from . import s3
 from .opener import local_path, scheme
+from .per_process import process_alive
 from .retry import RetryPolicy
 
 T = TypeVar("T")
@@ -99,6 +102,19 @@ class Destination:
         """Release what the destination holds (the staging folder of a remote one)."""
 
 
+def _new_staging(parent: Path) -> Path:
+    """A fresh staging folder in ``parent``, named after this machine and process; those a build
+    of this machine left when it was killed (its process gone: no ``finally`` of it ran) are
+    deleted first, or their half-written shards would fill the disk, kill after kill. (A folder
+    of another machine, on a shared disk, is not ours to judge.)"""
+    mine = f"pipeline-staging-{socket.gethostname()}-"
+    for folder in parent.glob(glob.escape(mine) + "*"):
+        pid = folder.name[len(mine):].split("-", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{mine}{os.getpid()}-", dir=parent))
+
+
 class S3Destination(Destination):
     """An S3 prefix: shards are staged in a local temporary folder, then uploaded."""
 
@@ -113,8 +129,7 @@ class S3Destination(Destination):
         """The local folder shards are written to before upload: made on first use (a merge or
         a read needs none), and again on a machine where it does not exist (a cluster worker)."""
         if self._staging is None:
-            self._staging = Path(tempfile.mkdtemp(prefix="pipeline-staging-",
-                                                  dir=os.environ.get("PIPELINE_STAGING_DIR")))
+            self._staging = _new_staging(Path(os.environ.get("PIPELINE_STAGING_DIR") or tempfile.gettempdir()))
         self._staging.mkdir(parents=True, exist_ok=True)
         return self._staging
 

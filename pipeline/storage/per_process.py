@@ -1,5 +1,6 @@
 """One object per process: what a forked child must make anew rather than inherit (threads do
-not survive a fork, and sockets or buffers shared with the parent would be used by both)."""
+not survive a fork, and sockets or buffers shared with the parent would be used by both); and
+whether a process is still there, for what a killed one left behind."""
 
 from __future__ import annotations
 
@@ -21,3 +22,15 @@ def per_process(make: Callable[[], T]) -> Callable[[], T]:
             made[pid] = make()
         return made[pid]
     return get
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (another user's, which we may not signal,
+    counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
