@@ -36,6 +36,18 @@ _NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NON
 _answered: set[str] = set()
 
 
+def _host_named(url: str) -> str:
+    """The host name ``url`` is read from, in words: an S3 URL's is its endpoint's."""
+    if url.startswith(("http://", "https://")):
+        return f"host name {urlsplit(url).hostname!r}"
+    from .s3 import endpoint_and_identity  # (s3 reads through this module)
+
+    endpoint = endpoint_and_identity()[0] if url.startswith("s3://") else None
+    if endpoint:
+        return f"the S3 endpoint's host name {urlsplit(endpoint).hostname!r} (AWS_ENDPOINT_URL)"
+    return "the endpoint's host name"
+
+
 class ReadAbandoned(Exception):
     """A read whose result nobody will take any more (its loop broke off, its epoch was left)
     gave up at a failure instead of retrying. Not a SourceError: the data is not at fault, so
@@ -215,8 +227,7 @@ class RetryBudget:
         byte offset and the last cause, when the budget is spent."""
         unknown = _unknown_host(exc)
         if unknown is not None:  # an S3 URL names a bucket: the host is its endpoint's
-            host = urlsplit(self.url).hostname if self.url.startswith(("http://", "https://")) else None
-            named = f"host name {host!r}" if host else "the endpoint's host name"
+            named = _host_named(self.url)
             if self._host not in _answered:
                 raise SourceError(self.url, exc.offset, f"{named} does not resolve: {unknown}") from None
             exc = TransientError(self.url, exc.offset, f"{named} does not resolve ({unknown}), though it answered "

@@ -23,7 +23,9 @@ _DESCRIBED = {"NoSuchKey": "no such key", "NoSuchBucket": "no such bucket", "Acc
               "InvalidAccessKeyId": "invalid access key (bad credentials)",
               "SignatureDoesNotMatch": "signature does not match (bad credentials)",
               "InvalidRange": "range not satisfiable (the object is shorter than expected)",
-              "404": "not found", "403": "forbidden"}
+              "404": "not found",
+              "403": "forbidden (the credentials are wrong, or may not do this here: check AWS_ACCESS_KEY_ID and "
+                     "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, and the bucket's permissions)"}
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 _clients: dict[tuple, Any] = {}
 _lock = threading.Lock()

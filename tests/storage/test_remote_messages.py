@@ -99,6 +99,17 @@ def test_a_host_that_does_not_resolve_fails_at_once_naming_it(capsys) -> None:
     assert _cli(capsys, "inspect", url) == (1, "", f"error: {url}: cannot read index file ({reason})\n")
 
 
+def test_an_s3_endpoint_that_does_not_resolve_is_named(monkeypatch) -> None:
+    pytest.importorskip("boto3")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{NO_HOST}:8333")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    with pytest.raises(pipeline.SourceError) as caught:
+        read_bytes("s3://bucket/x/index.json", RetryPolicy(base_delay=60))  # a retry would wait 30 s or more
+    assert str(caught.value) == (f"s3://bucket/x/index.json at byte 0: the S3 endpoint's host name {NO_HOST!r} "
+                                 f"(AWS_ENDPOINT_URL) does not resolve: {_no_such_name()}")
+
+
 def test_a_host_that_does_not_resolve_through_fsspec_is_a_source_error_naming_the_url(capsys) -> None:
     url = f"ftp://{NO_HOST}/data"
     cause = f"fsspec cannot open it: [Errno {socket.EAI_NONAME}] {_no_such_name()}"

@@ -123,3 +123,13 @@ def test_the_staging_folder_of_a_killed_build_goes_with_the_next_build(built_buc
         (folder / ".t-000003.tar.tmp-1").write_bytes(b"half a shard")
     pipeline.write_shards("s3://built/after-kill", arrays, prefix="t", pack=8, shard_bytes=64 << 10, quiet=True)
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([alive.name, elsewhere.name])
+
+
+def test_a_build_with_a_wrong_secret_says_what_to_check(built_bucket: str, arrays, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
+    with pytest.raises(SourceError) as refused:
+        pipeline.write_shards("s3://built/refused", arrays, quiet=True)
+    assert "wrong-secret" not in str(refused.value)
+    assert str(refused.value).endswith(": S3 403: forbidden (the credentials are wrong, or may not do this here: check "
+                                       "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, and the bucket's "
+                                       "permissions)")
