@@ -263,7 +263,8 @@ def _local_table(folder: str, table: TableFile) -> TableReader:
         raise IndexSourceError(path, None, f"no such shard table (it is written with the index: copy it with "
                                f"{INDEX_NAME}, or {reindex(folder)})") from None
     if size != table.bytes:
-        raise IndexFormatError(f"{path}: is {size} bytes, the index says {table.bytes}")
+        raise IndexFormatError(f"{path}: is {size} bytes, the index says {table.bytes} (cut short or replaced: "
+                               f"copy it again with {INDEX_NAME}, or {reindex(folder)})")
     return TableReader(FileRange(path), path)
 
 

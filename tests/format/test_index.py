@@ -115,7 +115,9 @@ def test_a_table_that_does_not_match_its_index_is_refused(index_file: Path) -> N
     edit(index_file, lambda d: d.update(samples=100))
     data = table.read_bytes()
     table.write_bytes(data[:-4])
-    with pytest.raises(IndexFormatError, match=r"index\.bin: is \d+ bytes, the index says \d+"):
+    with pytest.raises(IndexFormatError, match=r"index\.bin: is \d+ bytes, the index says \d+ \(cut short or "
+                                               r"replaced: copy it again with index\.json, or re-index the shards: "
+                                               r"pipeline index \S+ --overwrite\)$"):
         pipeline.load_index(index_file)
     edit(index_file, lambda d: d["shards"].update(table_bytes=len(data) - 4))
     with pytest.raises(IndexFormatError, match=r"index\.bin: is \d+ bytes, its header implies \d+"):
