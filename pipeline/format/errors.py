@@ -54,10 +54,11 @@ class SampleError(FormatError, ValueError):
 
 
 def unloadable(path: object, loader: str, detail: str) -> SampleError:
-    """The error for a file another library could not load: its name, the library and its
-    reason, and what to do."""
+    """The error for a file another library could not load (a build's input): its name, the
+    library and its reason, and what to do."""
     return SampleError(f"{path}: cannot load with {loader} ({detail}); if the file is truncated or damaged, "
-                       f"save it again")
+                       f"save it again, then build again with --resume (resume=True), which keeps the shards "
+                       f"already written")
 
 
 class LocatedError(FormatError):

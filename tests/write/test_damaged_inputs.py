@@ -163,7 +163,9 @@ def test_joblib_files_that_cannot_be_used_are_errors_naming_them(tmp_path: Path)
         folder = dump_pairs(tmp_path / name, x, y)
         os.truncate(folder / name, 300)
         with pytest.raises(SampleError, match=re.escape(f"{folder / name}: cannot load with joblib (") + r".*\); if "
-                                              r"the file is truncated or damaged, save it again"):
+                                              r"the file is truncated or damaged, save it again, then build again "
+                                              r"with --resume \(resume=True\), which keeps the shards already "
+                                              r"written$"):
             pipeline.build_joblib(folder, tmp_path / "out", quiet=True, overwrite=True)
     folder = dump_pairs(tmp_path / "bf16", [torch.ones(4, 2, dtype=torch.bfloat16)], [torch.arange(4)])
     with pytest.raises(SampleError, match=re.escape(f"{folder / 'x_4.job'}: holds bfloat16 tensors, which NumPy "
