@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -37,6 +38,8 @@ from .retry import RetryPolicy, RetrySink
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _COPY = re.compile(r"[0-9a-f]{24}-.+")  # the name of a copy (see ShardCache.path_for): the only files evicted
 _PARTIAL = re.compile(r"(?P<shard>.+)\.part-(?P<pid>\d+)-\d+")  # a download under way, or abandoned
+#: How long a download that failed its sha256 check is refused again without a download.
+REFUSED_FOR_S = 600
 _VERSION_CHARS = 16  # of the index's sha256, in a copy's name: 64 bits tell a shard's versions apart
 
 
@@ -121,6 +124,7 @@ class ShardCache:
         self._paths: dict[tuple[str, str | None], Path] = {}
         self._over_limit = False  # whether this process's last eviction left the cache over max_bytes
         self._dropped: set[tuple[str, str]] = set()  # copies dropped as damaged (each version once)
+        self._refused: dict[tuple[str, str], tuple[float, str]] = {}  # downloads that failed sha256: when, why
         for partial in self.folder.glob("*.part-*"):
             if _COPY.fullmatch(partial.name):
                 self._remove_abandoned(partial)
@@ -154,7 +158,9 @@ class ShardCache:
             if size is not None and written != size:
                 raise SourceError(url, written, f"the shard has {written} bytes, the index says {size}")
             if self.verify and sha256 is not None and digest.hexdigest() != sha256:
-                raise SourceError(url, None, f"sha256 {digest.hexdigest()} differs from the index's {sha256}")
+                reason = f"sha256 {digest.hexdigest()} differs from the index's {sha256}"
+                self._refused[url, sha256] = (time.monotonic(), reason)
+                raise SourceError(url, None, reason)
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
@@ -176,6 +182,7 @@ class ShardCache:
         already there costs a ``stat`` (its size) and a ``utime`` (recently used) and nothing
         else: no lock, and no eviction unless the last one left the cache over its limit."""
         path = self.path_for(url, sha256)
+        self._refuse_again(url, sha256)
         if _used_whole(path, size):  # there (complete: copies arrive by rename): the common case
             if self._over_limit:
                 self.evict(keep=path)
@@ -187,6 +194,17 @@ class ShardCache:
                 self._remove_other_versions(url, path)
         self.evict(keep=path)
         return path
+
+    def _refuse_again(self, url: str, sha256: str | None) -> None:
+        """Raise the error of a download of ``url`` that failed its sha256 check lately: every
+        piece of the shard read asks for it, and a shard damaged on the server would otherwise be
+        downloaded whole again for each (under ``on_error="skip"``, a thousand times an epoch).
+        After :data:`REFUSED_FOR_S`, it is downloaded again: the server's copy may be mended."""
+        refused = self._refused.get((url, sha256)) if sha256 is not None else None
+        if refused is not None:
+            if time.monotonic() - refused[0] < REFUSED_FOR_S:
+                raise SourceError(url, None, refused[1])  # a new one: a raised error's traceback grows
+            del self._refused[url, sha256]
 
     def _remove_other_versions(self, url: str, keep: Path) -> None:
         """Delete the cached copies of ``url`` other than ``keep`` (just downloaded): older

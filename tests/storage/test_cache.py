@@ -209,3 +209,23 @@ def test_lock_files_go_with_their_copies_and_a_lock_on_a_deleted_file_is_taken_a
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     release.set()
     waiter.join(10)
+
+
+def test_a_download_that_fails_its_sha256_is_not_downloaded_again_for_each_piece_under_skip(
+        counting_proxy, web_root: Path, tmp_path: Path) -> None:
+    bad = web_root / "bad-each-piece"
+    if not bad.exists():
+        shutil.copytree(web_root / "data", bad)
+        shard = bad / "part-000001.tar"
+        data = bytearray(shard.read_bytes())
+        data[pipeline.load_index(bad).shards[1].offsets[2] + 600] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    index = pipeline.load_index(bad)
+    loader = make_loader(f"{counting_proxy.url}/bad-each-piece/", num_workers=0, batch_size=64, cache_dir=tmp_path,
+                         verify=True, on_error="skip", shuffle_buffer=64)  # many pieces of each shard
+    first = counting_proxy.counts["ok"]
+    delivered = sum(len(batch["i"]) for batch in loader)
+    assert counting_proxy.counts["ok"] - first == len(index.shards)  # the damaged shard too, once
+    stats = loader.stats()
+    assert stats["skipped_pieces"] > 3 and stats["replaced_samples"] == index.shards[1].samples
+    assert delivered == index.samples
