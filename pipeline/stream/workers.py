@@ -189,7 +189,23 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         self._contexts.update((worker.pid, weakref.WeakMethod(loader.death_context)) for worker in self._workers)
 
     def _try_get_data(self, timeout: float = WATCH_S) -> tuple[bool, Any]:
-        return super()._try_get_data(timeout)
+        """PyTorch's wait for a batch, with deaths the SIGCHLD handler reports held until it
+        ends: raised in its middle, one would cut short what it does when a receive fails (it
+        opens ten temporary files to see whether file descriptors ran out: one interrupted
+        between being made and being wrapped is left in the temporary folder), and the wait
+        finds a dead worker itself."""
+        _deaths_held.depth += 1
+        try:
+            got = super()._try_get_data(timeout)
+        finally:
+            _deaths_held.depth -= 1
+            held, _deaths_held.error = _deaths_held.error, None
+        if held is not None:  # (an error the wait raised itself, about the same death, goes first)
+            try:
+                raise held
+            finally:  # not kept in this frame, which its traceback holds: a cycle would keep the
+                del held  # iterator alive until a collection, maybe in a worker forked later
+        return got
 
     def _shutdown_workers(self) -> None:
         try:
@@ -202,6 +218,17 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             self._held_queues.pop(id(self), None)
             for worker in getattr(self, "_workers", ()):  # (not _workers(): module names may be gone by now)
                 self._contexts.pop(worker.pid, None)
+
+
+class _HeldDeaths:
+    """Deaths reported while the main thread waits for a batch (see
+    :meth:`WatchedWorkersIterator._try_get_data`): how deep in such waits it is, and the first."""
+
+    depth = 0
+    error: BaseException | None = None
+
+
+_deaths_held = _HeldDeaths()
 
 
 def translate_worker_deaths() -> None:
@@ -222,7 +249,16 @@ def translate_worker_deaths() -> None:
             if type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH):
                 if frame is not None and frame.f_code is _FINALIZER:
                     return  # the error would be printed and dropped: the loader's watch reports the death
-                raise WorkerError(WorkerError.explaining(str(exc).strip(), _death_context(str(exc)))) from exc
+                message = WorkerError.explaining(str(exc).strip(), _death_context(str(exc)))
+                if _deaths_held.depth:  # raised when the wait for a batch ends, its cause without the
+                    # traceback of this handler, whose frames (the one it interrupted among them) it would keep
+                    held = WorkerError(message)
+                    held.__cause__ = RuntimeError(str(exc))
+                    _deaths_held.error = _deaths_held.error or held
+                    return
+                # (no local holds the error raised: this frame is in its cause's traceback, a cycle that
+                # would keep the loader alive until a collection, maybe in a worker forked later)
+                raise WorkerError(message) from exc
             raise
 
     handler.translates_worker_deaths = True  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@ workers stopped, and an exact resume from the state saved before the kill."""
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -125,6 +126,34 @@ def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_st
     assert done - len(delivered) in (0, 1)  # the error may come between a batch and its step
     assert delivered == reference[:len(delivered)]
     assert ids(loader) == reference[done:]  # new workers replace the broken ones
+
+
+def _train_until_a_worker_dies(shards: Path, before: set[int], step_s: float) -> weakref.ref:
+    """A training loop in a function of its own (its frame goes when it returns, unless a cycle
+    keeps it) whose worker is killed; a weak reference to its loader."""
+    loader = new_loader(shards)
+    try:
+        for n, _ in enumerate(loader):
+            if n == 10:
+                os.kill(started_since(before)[0], signal.SIGKILL)
+            time.sleep(step_s)
+    except WorkerError:
+        pass
+    return weakref.ref(loader)
+
+
+def test_a_loader_whose_worker_died_is_freed_without_a_garbage_collection(shards: Path) -> None:
+    """A death told while the loop runs (or while the loader waits for a batch) leaves no
+    reference cycle through the error: one kept the loop's frame, its loader and the DataLoader
+    iterator until a collection, which may run in a worker forked later, where the iterator's
+    shutdown fails ('can only test a child process')."""
+    before = set(child_pids(os.getpid()))
+    gc.disable()
+    try:
+        for step_s in (0.01, 0.0):  # the death told in a step, or in the wait for a batch
+            assert _train_until_a_worker_dies(shards, before, step_s)() is None
+    finally:
+        gc.enable()
 
 
 class HangInFirstWorker:
