@@ -18,11 +18,21 @@ from pathlib import PurePath
 from typing import Any, Callable
 
 
-class _AbsolutePaths(pickle.Pickler):
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, PurePath) and not obj.is_absolute():
-            return type(obj), (os.path.abspath(obj),)
-        return NotImplemented
+def _pickled(payload: Any) -> bytes:
+    """``payload`` pickled by cloudpickle (as Dask pickles tasks: a ``Source`` class defined in
+    the script that runs the build goes by value, the workers cannot import it), relative paths
+    made absolute. (cloudpickle comes with Dask: a cluster is only reached through Dask.)"""
+    import cloudpickle
+
+    class AbsolutePaths(cloudpickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, PurePath) and not obj.is_absolute():
+                return type(obj), (os.path.abspath(obj),)
+            return super().reducer_override(obj)
+
+    buffer = io.BytesIO()
+    AbsolutePaths(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(payload)
+    return buffer.getvalue()
 
 
 def _run(payload: bytes) -> Any:
@@ -37,9 +47,7 @@ class AbsolutePathsExecutor(Executor):
         self.executor = executor
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        buffer = io.BytesIO()
-        _AbsolutePaths(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump((fn, args, kwargs))
-        return self.executor.submit(_run, buffer.getvalue())
+        return self.executor.submit(_run, _pickled((fn, args, kwargs)))
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self.executor.shutdown(wait=wait, cancel_futures=cancel_futures)
+        self.executor.shutdown(wait=wait)  # (Dask's executor takes no cancel_futures)

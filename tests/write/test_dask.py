@@ -176,6 +176,23 @@ with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
 """
 
 
+SOURCE_IN_A_SCRIPT = """
+import numpy as np, pipeline
+
+class Squares(pipeline.Source):
+    def __len__(self):
+        return 100
+
+    def read(self, start, stop):
+        i = np.arange(start, stop)
+        return pipeline.RowBlock({{"i": i, "square": i * i}})
+
+if __name__ == "__main__":
+    index = pipeline.build_shards(Squares(), "squares", engine="dask", scheduler="{address}", quiet=True)
+    print(index.samples, "samples")
+"""
+
+
 def test_a_running_cluster_whose_workers_work_in_another_folder_reads_the_files_named_here(
         tmp_path: Path, monkeypatch) -> None:
     """Relative paths name this process's files, not the ones of the same name in the folder the
@@ -203,6 +220,12 @@ def test_a_running_cluster_whose_workers_work_in_another_folder_reads_the_files_
         assert not (there / "out").exists()
         pipeline.write_shards("one", {"x": "x.npy", "y": "y.npy"}, quiet=True)
         assert files(here / "out") == files(here / "one")
+        script = here / "squares.py"  # a Source of the user's own, in the script that builds: sent by value
+        script.write_text(SOURCE_IN_A_SCRIPT.format(address=address))
+        run = subprocess.run([sys.executable, str(script)], cwd=here, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0 and run.stdout == "100 samples\n", run.stderr[-3000:]
+        squares = next(iter(pipeline.ShardDataset(here / "squares", batch_size=100, shuffle=False)))
+        assert squares["square"].tolist() == [i * i for i in range(100)]
         wds = [f"wds/{name.name}" for name in sorted((here / "wds").glob("*.tar"))]
         on_cluster = pipeline.index_shards(wds, "indexed", engine="dask", scheduler=address, quiet=True)
         assert index_content(on_cluster) == index_content(pipeline.index_shards(wds, "indexed-here", quiet=True))
