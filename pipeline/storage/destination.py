@@ -8,9 +8,10 @@ local copy removed. The index is written last, so it never names a shard that is
 
 from __future__ import annotations
 
-import glob
+import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -102,17 +103,35 @@ class Destination:
         """Release what the destination holds (the staging folder of a remote one)."""
 
 
-def _new_staging(parent: Path) -> Path:
-    """A fresh staging folder in ``parent``, named after this machine and process; those a build
-    of this machine left when it was killed (its process gone: no ``finally`` of it ran) are
-    deleted first, or their half-written shards would fill the disk, kill after kill. (A folder
-    of another machine, on a shared disk, is not ours to judge.)"""
-    mine = f"pipeline-staging-{socket.gethostname()}-"
-    for folder in parent.glob(glob.escape(mine) + "*"):
-        pid = folder.name[len(mine):].split("-", 1)[0]
-        if pid.isdigit() and not process_alive(int(pid)):
+_HELD = ".held"  # in a staging folder: locked by the build that made it for as long as it runs
+
+
+def _new_staging(parent: Path) -> tuple[Path, BinaryIO]:
+    """A fresh staging folder in ``parent``, and the open lock file that says it is in use.
+
+    Folders a killed build of this machine left (no ``finally`` of it ran: half-written shards
+    would fill the disk, kill after kill) are deleted first: those named after this machine
+    (exactly: ``node`` is not ``node-7``) whose process is gone and whose lock nobody holds (a
+    process in another PID namespace, a container sharing the folder, looks gone but holds
+    it). A folder is locked before it takes its name, so none is seen unlocked while alive."""
+    host = socket.gethostname()
+    named = re.compile(rf"pipeline-staging-{re.escape(host)}-(\d+)-[A-Za-z0-9_]+")
+    for folder in parent.glob("pipeline-staging-*"):
+        match = named.fullmatch(folder.name)
+        if match is None or process_alive(int(match[1])):
+            continue
+        with open(folder / _HELD, "a+b") as held:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
             shutil.rmtree(folder, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{mine}{os.getpid()}-", dir=parent))
+    making = Path(tempfile.mkdtemp(prefix=".pipeline-staging-new-", dir=parent))
+    held = open(making / _HELD, "a+b")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    folder = parent / f"pipeline-staging-{host}-{os.getpid()}-{making.name.rsplit('-', 1)[-1]}"
+    os.rename(making, folder)
+    return folder, held
 
 
 class S3Destination(Destination):
@@ -123,13 +142,15 @@ class S3Destination(Destination):
         s3.split_url(self.prefix + "/")  # validates the bucket part
         self.policy = policy or RetryPolicy.from_env()
         self._staging: Path | None = None
+        self._held: BinaryIO | None = None  # the staging folder's lock, held while this build runs
 
     @property
     def staging(self) -> Path:  # type: ignore[override]
         """The local folder shards are written to before upload: made on first use (a merge or
         a read needs none), and again on a machine where it does not exist (a cluster worker)."""
         if self._staging is None:
-            self._staging = _new_staging(Path(os.environ.get("PIPELINE_STAGING_DIR") or tempfile.gettempdir()))
+            self._staging, self._held = _new_staging(Path(os.environ.get("PIPELINE_STAGING_DIR")
+                                                          or tempfile.gettempdir()))
         self._staging.mkdir(parents=True, exist_ok=True)
         return self._staging
 
@@ -177,9 +198,12 @@ class S3Destination(Destination):
     def close(self) -> None:
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def __getstate__(self) -> dict:
-        return self.__dict__  # picklable: workers upload their own shards
+        return {**self.__dict__, "_held": None}  # workers upload their own shards; the lock stays here
 
 
 def destination(location: str | os.PathLike[str]) -> Destination:

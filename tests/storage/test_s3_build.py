@@ -108,21 +108,27 @@ def test_a_dask_build_to_s3_uploads_the_bytes_of_a_local_build(built_bucket: str
 
 def test_the_staging_folder_of_a_killed_build_goes_with_the_next_build(built_bucket: str, arrays,
                                                                       tmp_path: Path, monkeypatch) -> None:
+    import fcntl
+    import os
     import socket
     import subprocess
     import sys
 
     monkeypatch.setenv("PIPELINE_STAGING_DIR", str(tmp_path))
     host = socket.gethostname()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    killed = tmp_path / f"pipeline-staging-{host}-{int(dead.stdout)}-abc123"  # a process that is gone
-    alive = tmp_path / f"pipeline-staging-{host}-{__import__('os').getppid()}-def456"  # one still running
-    elsewhere = tmp_path / f"pipeline-staging-{host}x-{int(dead.stdout)}-ghi789"  # another machine's
-    for folder in (killed, alive, elsewhere):
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)  # a process that is gone
+    killed = tmp_path / f"pipeline-staging-{host}-{dead}-abc123xy"
+    alive = tmp_path / f"pipeline-staging-{host}-{os.getppid()}-def456xy"  # one still running
+    elsewhere = tmp_path / f"pipeline-staging-{host}-77777-{dead}-ghi789xy"  # machine '{host}-77777''s
+    hidden = tmp_path / f"pipeline-staging-{host}-{dead}-jkl012xy"  # in another PID namespace: looks gone, holds its lock
+    for folder in (killed, alive, elsewhere, hidden):
         folder.mkdir()
         (folder / ".t-000003.tar.tmp-1").write_bytes(b"half a shard")
-    pipeline.write_shards("s3://built/after-kill", arrays, prefix="t", pack=8, shard_bytes=64 << 10, quiet=True)
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([alive.name, elsewhere.name])
+    with open(hidden / ".held", "a+b") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        pipeline.write_shards("s3://built/after-kill", arrays, prefix="t", pack=8, shard_bytes=64 << 10, quiet=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([alive.name, elsewhere.name, hidden.name])
 
 
 def test_a_build_with_a_wrong_secret_says_what_to_check(built_bucket: str, arrays, monkeypatch) -> None:
