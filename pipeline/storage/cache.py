@@ -38,7 +38,9 @@ from .retry import RetryPolicy, RetrySink
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _COPY = re.compile(r"[0-9a-f]{24}-.+")  # the name of a copy (see ShardCache.path_for): the only files evicted
 _PARTIAL = re.compile(r"(?P<shard>.+)\.part-(?P<pid>\d+)-\d+")  # a download under way, or abandoned
-#: How long a download that failed its sha256 check is refused again without a download.
+_NOT_INDEXED = (": the server's copy is not the version the index names (rebuilt or replaced since, or damaged): "
+                "copy the set again whole, index and shards, or 'pipeline verify' it")
+#: How long a download that failed its size or sha256 check is refused again without a download.
 REFUSED_FOR_S = 600
 _VERSION_CHARS = 16  # of the index's sha256, in a copy's name: 64 bits tell a shard's versions apart
 
@@ -155,11 +157,15 @@ class ShardCache:
                 with self._writing(partial):  # on disk before its rename: a crash leaves no short copy
                     out.flush()
                     os.fsync(out.fileno())
+            reason = None
             if size is not None and written != size:
-                raise SourceError(url, written, f"the shard has {written} bytes, the index says {size}")
-            if self.verify and sha256 is not None and digest.hexdigest() != sha256:
+                reason = f"the shard has {written} bytes, the index says {size}"
+            elif self.verify and sha256 is not None and digest.hexdigest() != sha256:
                 reason = f"sha256 {digest.hexdigest()} differs from the index's {sha256}"
-                self._refused[url, sha256] = (time.monotonic(), reason)
+            if reason is not None:  # the server's copy is not the version indexed
+                reason += f"{_NOT_INDEXED}; not downloaded again for {REFUSED_FOR_S // 60} minutes"
+                if sha256 is not None:
+                    self._refused[url, sha256] = (time.monotonic(), reason)
                 raise SourceError(url, None, reason)
             os.replace(partial, path)
         finally:
@@ -196,7 +202,7 @@ class ShardCache:
         return path
 
     def _refuse_again(self, url: str, sha256: str | None) -> None:
-        """Raise the error of a download of ``url`` that failed its sha256 check lately: every
+        """Raise the error of a download of ``url`` that failed its size or sha256 check lately: every
         piece of the shard read asks for it, and a shard damaged on the server would otherwise be
         downloaded whole again for each (under ``on_error="skip"``, a thousand times an epoch).
         After :data:`REFUSED_FOR_S`, it is downloaded again: the server's copy may be mended."""

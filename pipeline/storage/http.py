@@ -33,6 +33,8 @@ from .streams import Response
 _PERMANENT = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 410: "gone",
               416: "range not satisfiable (the object is shorter than expected)"}
 _DRAIN_BYTES = 64 << 10  # an unused body up to this size is read off, so its connection serves again
+#: What OpenSSL says of a plain-HTTP answer to a TLS handshake (3.2 and later: RECORD_LAYER_FAILURE).
+_NOT_TLS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE")
 MAX_REDIRECTS = 5  # a chain longer than this is a loop, or a misconfigured server
 for _name in ("urllib3.connectionpool", "urllib3.poolmanager"):  # they log request lines and redirects
     logging.getLogger(_name).addFilter(RedactingFilter())
@@ -94,9 +96,9 @@ def tls_error(url: str, start: int, exc: urllib3.exceptions.SSLError) -> SourceE
     if isinstance(cause, ssl.SSLCertVerificationError):
         return SourceError(url, start, f"its TLS certificate cannot be verified ({cause.verify_message}): point "
                            f"SSL_CERT_FILE (for S3: AWS_CA_BUNDLE) at the bundle of the authority that signed it")
-    if isinstance(cause, ssl.SSLError) and cause.reason == "WRONG_VERSION_NUMBER":
-        return SourceError(url, start, "the server does not speak TLS at this port (SSL: WRONG_VERSION_NUMBER): "
-                           "give its URL with http://, not https://")
+    if isinstance(cause, ssl.SSLError) and cause.reason in _NOT_TLS:
+        return SourceError(url, start, f"the server does not speak TLS at this port (SSL: {cause.reason}): "
+                           f"give its URL with http://, not https://")
     return TransientError(url, start, f"SSLError: {cause}")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import multiprocessing
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -211,20 +212,29 @@ def test_lock_files_go_with_their_copies_and_a_lock_on_a_deleted_file_is_taken_a
     waiter.join(10)
 
 
-def test_a_download_that_fails_its_sha256_is_not_downloaded_again_for_each_piece_under_skip(
-        counting_proxy, web_root: Path, tmp_path: Path) -> None:
-    bad = web_root / "bad-each-piece"
+@pytest.mark.parametrize("damage, verify", [("flipped", True), ("cut", False)])
+def test_a_download_not_of_the_indexed_version_is_not_downloaded_again_for_each_piece_under_skip(
+        counting_proxy, web_root: Path, tmp_path: Path, caplog, damage: str, verify: bool) -> None:
+    """A shard whose download fails its sha256 (verify=True), or is shorter than the index says,
+    was downloaded whole again for every piece of it read: 73 downloads of a 9-shard set an epoch."""
+    bad = web_root / f"not-indexed-{damage}"
     if not bad.exists():
         shutil.copytree(web_root / "data", bad)
         shard = bad / "part-000001.tar"
         data = bytearray(shard.read_bytes())
-        data[pipeline.load_index(bad).shards[1].offsets[2] + 600] ^= 0xFF
-        shard.write_bytes(bytes(data))
+        if damage == "flipped":
+            data[pipeline.load_index(bad).shards[1].offsets[2] + 600] ^= 0xFF
+        shard.write_bytes(bytes(data) if damage == "flipped" else bytes(data[:len(data) // 2]))
     index = pipeline.load_index(bad)
-    loader = make_loader(f"{counting_proxy.url}/bad-each-piece/", num_workers=0, batch_size=64, cache_dir=tmp_path,
-                         verify=True, on_error="skip", shuffle_buffer=64)  # many pieces of each shard
+    loader = make_loader(f"{counting_proxy.url}/{bad.name}/", num_workers=0, batch_size=64, cache_dir=tmp_path,
+                         verify=verify, on_error="skip", shuffle_buffer=64)  # many pieces of each shard
     first = counting_proxy.counts["ok"]
     delivered = sum(len(batch["i"]) for batch in loader)
+    told = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping ")]
+    assert len(told) == 1 and re.search(
+        r"part-000001\.tar.*: the server's copy is not the version the index names \(rebuilt or replaced since, or "
+        r"damaged\): copy the set again whole, index and shards, or 'pipeline verify' it; not downloaded again for 10 "
+        r"minutes", told[0]), told
     assert counting_proxy.counts["ok"] - first == len(index.shards)  # the damaged shard too, once
     stats = loader.stats()
     assert stats["skipped_pieces"] > 3 and stats["replaced_samples"] == index.shards[1].samples
