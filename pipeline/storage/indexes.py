@@ -10,6 +10,7 @@ when remote, so opening a set of a million shards reads only its per-shard part.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import threading
@@ -57,6 +58,7 @@ class IndexedShards:
 
     index: DatasetIndex
     base: str
+    index_url: str | None = None  # the index file it was read from
 
     @property
     def shards(self) -> ShardTable:
@@ -84,6 +86,21 @@ class IndexedShards:
             if key not in answers:
                 answers[key] = _table_problem(url, self.index.table, policy, stats)
             return answers[key]
+
+    def replaced_since(self, policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> str | None:
+        """Why the set is not the one read when it was opened, when its index file names another
+        shard table now (the set was rebuilt, or copied anew, under a running job: its shards
+        fail against the table held, which is sound, of the set before); None otherwise."""
+        if self.index.table is None or self.index_url is None:
+            return None
+        try:
+            now = json.loads(read_bytes(self.index_url, policy, stats=stats)).get("shards", {}).get("table_sha256")
+        except (SourceError, OSError, ValueError, AttributeError):
+            return None
+        if now is None or now == self.index.table.sha256:
+            return None
+        return (f"{redact(self.index_url)} names another shard table than when this loader opened it: the set was "
+                f"rebuilt or copied anew since, and its shards are not the ones indexed then")
 
     def table_fix(self) -> str:
         """What to do about a damaged shard table: the command that writes it again where it
@@ -296,7 +313,7 @@ def open_index(location: str | os.PathLike[str], policy: RetryPolicy | None = No
     url = index_url(location)
     data = _read_index_file(url, policy, stats, patterns)
     base = parent(url)
-    return IndexedShards(parse_index(data, redact(url), _table_opener(base, policy, stats)), base)
+    return IndexedShards(parse_index(data, redact(url), _table_opener(base, policy, stats)), base, url)
 
 
 def load_index(location: str | os.PathLike[str]) -> DatasetIndex:

@@ -119,7 +119,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         if all(i is not None for i in wanted):
             subset = DatasetIndex(indexed.index.fields, indexed.shards.take(wanted), indexed.index.pack,
                                   metadata=indexed.index.metadata)  # type: ignore[arg-type]
-            return IndexedShards(subset, indexed.base)
+            return IndexedShards(subset, indexed.base, indexed.index_url)
     for url in urls:
         if not is_remote(url) and not Path(local_path(url)).is_file():
             hint = "" if url.endswith(".tar") else location_hint(local_path(url), patterns=True)  # a split, misspelt?

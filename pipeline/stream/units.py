@@ -223,6 +223,10 @@ class UnitReader:
         if not isinstance(exc, ShardError) and shards.remote:
             return
         damaged = shards.damaged_table(self.policy, self.stats)
+        replaced = shards.replaced_since(self.policy, self.stats) if damaged is not None else None
+        if replaced is not None:
+            raise IndexFormatError(f"{replaced} ({exc}): start the job again, or make a new loader, to read the set "
+                                   f"as it is now")
         if damaged is not None:
             raise IndexFormatError(f"{damaged}: the shard table is damaged, so the records are read and checked "
                                    f"against what it misstates ({exc}); {shards.table_fix()}")

@@ -279,3 +279,27 @@ def test_a_local_shard_table_gone_while_workers_read_it_is_an_error_even_under_s
                                                         r"table: No such file or directory"):
         for _ in loader:
             pass
+
+
+@pytest.mark.parametrize("workers, on_error", [(0, "raise"), (2, "skip")])
+def test_a_set_rebuilt_under_a_running_loader_is_told_so_not_blamed_on_its_table(tmp_path: Path, workers: int,
+                                                                                 on_error: str) -> None:
+    """The loader holds the index it opened; the new shards fail against it, and so does the new
+    table on disk. Re-indexing, the advice for a damaged table, cannot help the running job."""
+    def build(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        pipeline.write_shards(tmp_path, {"x": rng.random((2000, 16), dtype=np.float32)}, pack=1, shard_samples=400,
+                              overwrite=True, quiet=True)
+
+    build(0)
+    loader = pipeline.make_loader(tmp_path, num_workers=workers, batch_size=64, on_error=on_error)
+    assert sum(1 for _ in loader) == 32
+    build(7)  # a sound set: pipeline.verify(tmp_path) == []
+    assert pipeline.verify(tmp_path) == []
+    with pytest.raises(pipeline.IndexFormatError) as told:
+        for _ in loader:
+            pass
+    assert str(told.value).startswith(f"{tmp_path / 'index.json'} names another shard table than when this loader "
+                                      f"opened it: the set was rebuilt or copied anew since, and its shards are not "
+                                      f"the ones indexed then (")
+    assert str(told.value).endswith("): start the job again, or make a new loader, to read the set as it is now")
