@@ -29,7 +29,7 @@ from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
 from ..storage.errors import ServerSetupError
-from ..storage.indexes import nothing_at
+from ..storage.indexes import IndexedShards, nothing_at
 from ..storage.opener import has_ranged_reads, local_path, map_range, read_range_into
 from ..storage.per_process import per_process
 from ..storage.retry import RetryPolicy
@@ -61,6 +61,7 @@ class UnitReader:
         self.remote = any(shards.remote for shards in sources.shards)
         self.spare: Columns | None = None  # rows of the last unit read: stand-ins when a whole unit fails
         self.searching = False  # reading blocks to find such rows: their losses are not this unit's
+        self.last_loss: str | None = None  # why the latest piece skipped was lost
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
 
     def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
@@ -105,8 +106,10 @@ class UnitReader:
                     return columns
         finally:
             self.searching = False
-        raise ShardError(self._url(*locate(material, self.sources.chunks, *failed)[0][:2]), None,
-                         "every piece of every shard failed; nothing to stand in for them")
+        source, shard = locate(material, self.sources.chunks, *failed)[0][:2]
+        raise ShardError(self._url(source, shard), None,
+                         f"every piece of every shard failed, so nothing can stand in for them (the last: "
+                         f"{self.last_loss}){_what_to_do(self.sources.shards[source])}")
 
     def _read_block(self, material: Material, start: int, stop: int,
                     offsets: np.ndarray | None = None) -> Columns | None:
@@ -180,6 +183,7 @@ class UnitReader:
         def lost(exc: ShardError | SourceError, samples: int) -> None:
             self._check_table(exc, source)
             exc = self._dropping_a_damaged_copy(exc, source, shard)
+            self.last_loss = str(exc)
             if not self.searching:
                 log_skip(log, url, f"{samples} samples", exc)
                 self.stats.skipped(samples)
@@ -201,7 +205,7 @@ class UnitReader:
             unread_table = isinstance(exc, IndexFormatError) and not shards.remote
             if not self.skip or isinstance(exc, ServerSetupError) or unread_table:
                 self._check_table(exc, source)
-                told = _missing_shard(exc, url) or self._dropping_a_damaged_copy(exc, source, shard)
+                told = _missing_shard(exc, url) or _advised(self._dropping_a_damaged_copy(exc, source, shard), shards)
                 if told is exc:
                     raise
                 raise told from None
@@ -272,6 +276,22 @@ class UnitReader:
         out = process_pool().take(stop - start)
         read_range_into(url, start, out, self.policy, stats=self.stats)
         return out.toreadonly()  # read-only, as a local shard's mapped pages are
+
+
+def _what_to_do(shards: IndexedShards) -> str:
+    """What to do about shards of ``shards`` that fail their checks."""
+    where = shards.index_url.rsplit("/", 1)[0] if shards.index_url else shards.base
+    return (f": 'pipeline verify {redact(where)}' lists every shard that fails; copy those again or build the set "
+            f"again, or pass on_error='skip' to train past damaged records (stats() counts them)")
+
+
+def _advised(exc: ShardError | SourceError, shards: IndexedShards) -> ShardError | SourceError:
+    """``exc``, a shard's failure to pass its checks (a corrupt record, a tar header, a shard cut
+    short), with what to do about it; others as they are (a missing shard, the network's
+    failure and the index's own errors say what they are)."""
+    if type(exc) is not ShardError or exc.reason is None:
+        return exc
+    return ShardError(exc.url, exc.offset, exc.reason + _what_to_do(shards))
 
 
 #: Threads that read remote pieces of a block at once, one pool per process (a pool does not

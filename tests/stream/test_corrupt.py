@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -152,6 +153,24 @@ def test_a_record_changed_since_it_was_indexed_is_an_error_or_skipped(shards: Pa
         read_all(shards)
     ids, stats = read_all(shards, on_error="skip")
     assert len(ids) == 12 and 8 not in ids and stats["replaced_samples"] >= 1
+
+
+def test_a_damaged_shard_says_what_to_do_and_skip_with_nothing_left_names_the_cause(shards: Path) -> None:
+    offset = rewrite(shards / DAMAGED, 2, struct.pack("<f", 8.0), struct.pack("<f", 9.0))
+    advice = (f": 'pipeline verify {shards}' lists every shard that fails; copy those again or build the set again, "
+              f"or pass on_error='skip' to train past damaged records (stats() counts them)")
+    with pytest.raises(ShardError) as told:
+        read_all(shards)
+    assert str(told.value).startswith(f"{shards / DAMAGED} at byte {offset}: record ")
+    assert str(told.value).endswith(advice)
+    for name in ("part-000000.tar", DAMAGED):  # every shard cut short: nothing can stand in
+        with open(shards / name, "r+b") as shard:
+            shard.truncate(1000)
+    with pytest.raises(ShardError) as told:
+        read_all(shards, on_error="skip")
+    assert re.fullmatch(rf".*part-00000\d\.tar: every piece of every shard failed, so nothing can stand in for them "
+                        rf"\(the last: .*part-00000\d\.tar at byte \d+: ends at byte 1000, expected data up to byte "
+                        rf"\d+\){re.escape(advice)}", str(told.value)), str(told.value)
 
 
 def test_check_records_false_trusts_the_shards(shards: Path) -> None:
