@@ -38,6 +38,17 @@ def positive(text: str) -> int:
     return _whole(text, 1)
 
 
+def percent(text: str) -> int:
+    """A whole number from 1 to 100 (a JPEG quality)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 100")
+    return value
+
+
 def count(text: str) -> int:
     """A number of things that may be none (``inspect --samples 0``)."""
     return _whole(text, 0)

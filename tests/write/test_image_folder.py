@@ -209,6 +209,20 @@ def test_max_side_shrinks_large_photos_in_the_build_workers_and_keeps_small_ones
     assert deep_shrunk.size == (64, 128) and abs(np.asarray(deep_shrunk).astype(int) - 0x80).max() <= 2
 
 
+@pytest.mark.parametrize("quality", ["0", "101", "high"])
+def test_a_quality_out_of_range_is_a_usage_error_on_the_command_line_as_in_python(tmp_path: Path, capsys,
+                                                                                  quality: str) -> None:
+    image_folder(tmp_path / "root", {"cat": 1})
+    with pytest.raises(SystemExit) as exited:
+        main(["build", "imagefolder", str(tmp_path / "root"), str(tmp_path / "out"), "--quality", quality])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"argument --quality: {quality!r} is not a whole number from 1 to 100")
+    for value in (0, 101, True, 80.5):
+        with pytest.raises(ValueError, match=re.escape(f"quality must be a whole number from 1 to 100, got {value!r}")):
+            pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", max_side=64, quality=value, quiet=True)
+
+
 def test_parts_of_a_build_keep_the_class_list_and_merge_refuses_parts_of_other_builds(tmp_path: Path) -> None:
     image_folder(tmp_path / "root", {"a": 3, "b": 3})
     for part in range(2):

@@ -25,6 +25,7 @@ from typing import Any
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError
 from ...format.image_kind import image_format, pillow_rgb
+from ...format.numbers import is_whole
 from ..rows import RowBlock, key_for_name
 from ..source import FileRowsSource
 
@@ -145,8 +146,8 @@ class ImageFolderSource(FileRowsSource):
             raise SampleError(f"{self.root}: class folders {unknown} are not among the classes {self.classes}")
         if max_side is not None and max_side < 1:
             raise ValueError(f"max_side must be >= 1, got {max_side}")
-        if not 1 <= quality <= 100:
-            raise ValueError(f"quality must be in 1..100, got {quality}")
+        if not is_whole(quality) or not 1 <= quality <= 100:
+            raise ValueError(f"quality must be a whole number from 1 to 100, got {quality!r}")
         self.max_side, self.quality = max_side, quality
         self.paths: list[Path] = []
         self.labels: list[int] = []
