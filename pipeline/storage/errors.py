@@ -12,7 +12,7 @@ import logging
 
 from ..format.errors import LocatedError, redact, redact_text
 
-__all__ = ["RedactingFilter", "ServerSetupError", "SourceError", "TransientError", "redact", "redact_text"]
+__all__ = ["CutShort", "RedactingFilter", "ServerSetupError", "SourceError", "TransientError", "redact", "redact_text"]
 
 
 class RedactingFilter(logging.Filter):
@@ -28,6 +28,10 @@ class RedactingFilter(logging.Filter):
 
 class SourceError(LocatedError, OSError):
     """Bytes cannot be read from (or written to) a URL. Permanent: retrying will not help."""
+
+
+class CutShort(SourceError):
+    """An object that ends before the bytes asked of it: its ``offset`` is where it ends."""
 
 
 class TransientError(SourceError):

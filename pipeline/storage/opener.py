@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 from urllib.parse import urljoin, urlparse
 
 from . import http, s3
-from .errors import SourceError, redact
+from .errors import CutShort, SourceError, redact
 from .retry import RetryBudget, RetryPolicy, RetrySink
 from .streams import BufferedStream, ResumingStream
 
@@ -94,7 +94,7 @@ def _local_range(url: str, start: int, stop: int) -> bytes:
         while position < stop:
             data = os.pread(fd, min(stop - position, 64 << 20), position)
             if not data:
-                raise SourceError(url, position, f"ends at byte {position}, expected data up to byte {stop}")
+                raise CutShort(url, position, f"ends at byte {position}, expected data up to byte {stop}")
             chunks.append(data)
             position += len(data)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -112,7 +112,7 @@ def map_range(url: str, start: int, stop: int) -> memoryview:
     try:
         size = os.fstat(fd).st_size
         if size < stop:
-            raise SourceError(url, size, f"ends at byte {size}, expected data up to byte {stop}")
+            raise CutShort(url, size, f"ends at byte {size}, expected data up to byte {stop}")
         if stop == start:
             return memoryview(b"")
         base = start - start % mmap.ALLOCATIONGRANULARITY
@@ -160,7 +160,7 @@ def read_range_into(url: str, start: int, out: memoryview, policy: RetryPolicy |
 
 def _check_length(url: str, start: int, stop: int, got: int) -> None:
     if got != stop - start:
-        raise SourceError(url, start + got, f"ends at byte {start + got}, expected data up to byte {stop}")
+        raise CutShort(url, start + got, f"ends at byte {start + got}, expected data up to byte {stop}")
 
 
 def _skip(stream: Any, count: int, url: str) -> None:

@@ -22,6 +22,7 @@ from ..format.tar import open_archive
 from ..format.walk import WalkedRecord, walk_shard
 from ..storage import redact
 from ..storage.buffers import pooled_concatenate, pooled_stack
+from ..storage.errors import CutShort
 from ..storage.opener import open_stream, read_range
 from ..storage.retry import RetryPolicy, RetrySink
 
@@ -165,6 +166,35 @@ class _RowCollector:
         return self.parts
 
 
+def _read_to_the_end(reader: RangeReader, url: str, start: int, stop: int, shard: ShardInfo,
+                     last: bool) -> bytes | memoryview:
+    """Bytes ``[start, stop)`` of the shard (its records are views of them: no copies). A range
+    that takes in the shard's last record ends with the tar's end-of-archive blocks, which hold
+    no data: a shard cut short only there (written by a tool that stopped before them, or cut
+    in a copy) is read to where it ends, when its last record is whole in what is there."""
+    try:
+        return reader(url, start, stop, shard)
+    except CutShort as exc:
+        if not last or exc.offset is None or exc.offset <= start:
+            raise
+        end, reason = exc.offset, exc.reason
+    data = reader(url, start, end, shard)
+    if not _last_record_whole(memoryview(data), url, start, end, shard):
+        raise CutShort(url, end, reason)  # (a new error: one kept in a local here would be a cycle)
+    return data
+
+
+def _last_record_whole(view: memoryview, url: str, start: int, end: int, shard: ShardInfo) -> bool:
+    """Whether the shard's last record ends in ``view`` (its bytes from ``start`` to ``end``)."""
+    offset = int(shard.offsets[shard.records - 1])
+    try:
+        walked = next(walk_shard(view[offset - start:], url, start=offset, first_record=shard.records - 1,
+                                 whole=False, checksums=False, records=1))
+    except (ShardError, StopIteration):
+        return False
+    return walked.end <= end
+
+
 def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: int,
               wanted: set[str] | None = None, reader: RangeReader = _read_range,
               schema: Schema | None = None, check_records: bool = True,
@@ -185,7 +215,7 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     first, last = row_start // pack, -(-row_stop // pack)
     start = int(shard.offsets[first])
     stop = int(shard.offsets[last]) if last < shard.records else shard.bytes
-    view = memoryview(reader(url, start, stop, shard))  # members are views of it: no copies
+    view = memoryview(_read_to_the_end(reader, url, start, stop, shard, last == shard.records))
     if layouts is not None:
         fixed = _fixed_run(layouts, view, shard, pack, first, last, row_start, row_stop, wanted, check_records)
         if fixed is not None:
