@@ -165,6 +165,29 @@ def test_a_fill_that_the_column_cannot_hold_is_refused_when_the_source_opens(tmp
         ParquetSource(tmp_path / "f.parquet", fill={"y": "many"})
 
 
+def test_a_fill_that_would_be_stored_as_another_value_is_refused(tmp_path: Path) -> None:
+    """A float too large for its column became inf; None on a text column the text 'None'."""
+    pq.write_table(pa.table({"f": pa.array([1.0, None], pa.float32()), "h": pa.array([1.0, None], pa.float16()),
+                             "s": ["a", None], "b": [b"a", None]}), tmp_path / "f.parquet")
+    for column, value in (("f", 1e40), ("h", 70000.0)):
+        with pytest.raises(SampleError, match=re.escape(f"fill value {value!r} of column {column!r} does not fit")):
+            ParquetSource(tmp_path / "f.parquet", [column], fill={column: value})
+    for column in ("s", "b"):
+        with pytest.raises(SampleError, match=rf"fill value None of column '{column}' is no text, bytes or number"):
+            ParquetSource(tmp_path / "f.parquet", [column], fill={column: None})
+    assert ParquetSource(tmp_path / "f.parquet", ["f"], fill={"f": 2.5}).read(0, 2).columns["f"].tolist() == [1.0, 2.5]
+
+
+def test_inputs_and_columns_given_in_another_form_say_which_to_give(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"id": [1, 2], "s": ["a", "b"]}), tmp_path / "c.parquet")
+    with pytest.raises(TypeError, match=re.escape("columns= takes a list of column names, e.g. columns=['id']; got "
+                                                  "'id'")):
+        pipeline.build_parquet(tmp_path / "c.parquet", tmp_path / "out", columns="id", quiet=True)
+    with pytest.raises(TypeError, match=re.escape("inputs are the paths of Arrow IPC (.arrow, .feather) files or "
+                                                  "folders, got a Table: save a datasets.Dataset")):
+        pipeline.build_arrow(pa.table({"id": [1]}), tmp_path / "out", quiet=True)
+
+
 def test_a_folder_of_files_is_read_in_name_order(tmp_path: Path) -> None:
     (tmp_path / "parts").mkdir()
     for n in (2, 0, 1):
@@ -284,6 +307,33 @@ def test_arrow_nulls_are_found_from_batch_headers_when_the_source_opens(tmp_path
     with pytest.raises(SampleError, match=r"n\.arrows: column 'y' has nulls, at row 3 \(counting from 0 in the file\)"):
         ArrowSource(tmp_path / "n.arrows")
     assert ArrowSource(tmp_path / "n.arrows", fill={"y": 9}).read(1, 5).columns["y"].tolist() == [1, 2, 9, 4]
+
+
+def test_a_damaged_arrow_file_or_stream_is_an_error_naming_it(tmp_path: Path) -> None:
+    table = pa.table({"y": list(range(1000)), "s": [f"row {i}" for i in range(1000)]})
+    with pa.ipc.new_stream(tmp_path / "cut.arrows", table.schema) as stream:
+        for batch in table.to_batches(max_chunksize=100):
+            stream.write_batch(batch)
+    whole = (tmp_path / "cut.arrows").read_bytes()
+    (tmp_path / "cut.arrows").write_bytes(whole[:len(whole) // 2])
+    feather.write_feather(table, tmp_path / "flipped.feather", compression="lz4", chunksize=100)
+    data = bytearray((tmp_path / "flipped.feather").read_bytes())
+    data[3000:3400] = bytes(b ^ 0xFF for b in data[3000:3400])
+    (tmp_path / "flipped.feather").write_bytes(bytes(data))
+    for name in ("cut.arrows", "flipped.feather"):
+        with pytest.raises(SampleError, match=rf"^{re.escape(str(tmp_path / name))}: not a readable Arrow IPC file "
+                                              r"\(.+\): replace it with a whole copy, or leave it out of the inputs$"):
+            pipeline.build_arrow(tmp_path / name, tmp_path / f"out-{name}", quiet=True)
+
+
+def test_an_empty_saved_dataset_says_it_holds_no_rows(tmp_path: Path) -> None:
+    import datasets  # in the test extra; optional for users
+
+    datasets.Dataset.from_dict({"y": []}, features=datasets.Features({"y": datasets.Value("int64")})).save_to_disk(
+        str(tmp_path / "empty"))
+    with pytest.raises(SampleError, match=re.escape(f"{tmp_path / 'empty'}: the saved dataset holds no rows (its "
+                                                    f"state.json lists no data files): nothing to build")):
+        pipeline.build_arrow(tmp_path / "empty", tmp_path / "out", quiet=True)
 
 
 def test_a_datasets_save_to_disk_folder_is_read_in_the_order_of_its_state_file(tmp_path: Path) -> None:

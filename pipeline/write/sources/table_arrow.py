@@ -11,7 +11,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from ...format.errors import SampleError
 from ..rows import RowBlock
 from .table_files import Inputs, arrow_files
-from .tables import TableSource, Unit, pa  # pyarrow: .tables says how to install it when it is missing
+from .tables import TableSource, Unit, pa, unreadable  # pyarrow: .tables says how to install it when it is missing
 
 
 def _open_ipc(path: Path) -> tuple[Any, Any]:
@@ -78,20 +78,26 @@ class ArrowSource(TableSource):
         self.streams.append(stream)
         watched = [name for name in self.columns if name not in self.fill]
         first_row = 0
-        for locator, batch in _located_batches(reader, source):
-            if batch.num_rows:  # only metadata and null counts are read: the data stays on disk
-                self.check_nulls(path, first_row, batch.select(watched))
-                columns_bytes = sum(batch.column(name).get_total_buffer_size() for name in self.columns)
-                yield Unit(number, locator, first_row, batch.num_rows), columns_bytes
-            first_row += batch.num_rows
+        try:
+            for locator, batch in _located_batches(reader, source):
+                if batch.num_rows:  # only metadata and null counts are read: the data stays on disk
+                    self.check_nulls(path, first_row, batch.select(watched))
+                    columns_bytes = sum(batch.column(name).get_total_buffer_size() for name in self.columns)
+                    yield Unit(number, locator, first_row, batch.num_rows), columns_bytes
+                first_row += batch.num_rows
+        except (pa.ArrowException, OSError) as exc:  # cut short, or damaged: pyarrow names no file
+            raise unreadable(path, exc, "Arrow IPC") from None
 
     def read_unit(self, unit: Unit, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
         if self._open is None or self._open[0] != unit.file:
             self._open = (unit.file, *_open_ipc(self.paths[unit.file]))
         _, reader, source = self._open
-        if self.streams[unit.file]:
-            source.seek(unit.locator)
-            batch = pa.ipc.read_record_batch(pa.ipc.read_message(source), reader.schema)
-        else:
-            batch = reader.get_batch(unit.locator)
+        try:
+            if self.streams[unit.file]:
+                source.seek(unit.locator)
+                batch = pa.ipc.read_record_batch(pa.ipc.read_message(source), reader.schema)
+            else:
+                batch = reader.get_batch(unit.locator)
+        except (pa.ArrowException, OSError) as exc:  # changed since the scan, or damaged in a compressed buffer
+            raise unreadable(self.paths[unit.file], exc, "Arrow IPC") from None
         yield lo, batch.slice(lo, hi - lo)

@@ -17,6 +17,7 @@ it, and a null variable-length list an empty one.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -102,7 +103,9 @@ def fill_value(name: str, type_: pa.DataType, value: Any) -> Any:
     problem = None
     if isinstance(value, str) and not _is(leaf, _TEXT) and not _is(leaf, _BINARY):
         value = _number(value)
-    if _is(leaf, _TEXT):
+    if (_is(leaf, _TEXT) or _is(leaf, _BINARY)) and not isinstance(value, (str, bytes, int, float, np.number)):
+        problem = "is no text, bytes or number"  # (None would be stored as the text 'None')
+    elif _is(leaf, _TEXT):
         value = value if isinstance(value, str) else str(value)
     elif _is(leaf, _BINARY):
         value = value if isinstance(value, bytes) else str(value).encode()
@@ -116,9 +119,12 @@ def fill_value(name: str, type_: pa.DataType, value: Any) -> Any:
         value = int(value) if problem is None else value
     if problem is None:
         try:
-            pa.scalar(value, type=leaf)
+            stored = pa.scalar(value, type=leaf)
         except (pa.ArrowException, OverflowError, TypeError, ValueError):
             problem = "does not fit"
+        else:  # a float too large for the column becomes inf without a word
+            if pa.types.is_floating(leaf) and math.isfinite(float(value)) and not math.isfinite(stored.as_py()):
+                problem = "does not fit"
     if problem:
         raise SampleError(f"the fill value {given!r} of column {name!r} {problem}; the column holds {type_}: give "
                           f"a value of that type")

@@ -22,6 +22,10 @@ _ARROW_SUFFIXES = (".arrow", ".arrows", ".feather", ".ipc")
 def input_files(inputs: Inputs, folder_files: Callable[[Path], list[Path]], what: str) -> list[Path]:
     """The files named by ``inputs`` (files, and folders expanded by ``folder_files``), in order;
     a file named twice is refused (its rows would be built twice)."""
+    if not isinstance(inputs, (str, os.PathLike, list, tuple)):  # a datasets.Dataset would be iterated row by row
+        raise TypeError(f"inputs are the paths of {what} files or folders, got a {type(inputs).__name__}: save a "
+                        f"datasets.Dataset with its save_to_disk(FOLDER), or a pyarrow Table with "
+                        f"pyarrow.parquet.write_table(table, FILE), and give that")
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     files: list[Path] = []
     for path in map(Path, paths):
@@ -66,6 +70,9 @@ def _arrow_folder(folder: Path) -> list[Path]:
         listed = [entry["filename"] for entry in json.loads(state.read_text())["_data_files"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise SampleError(f"{state}: not the state.json of a saved dataset ({exc!r})") from None
+    if not listed:
+        raise SampleError(f"{folder}: the saved dataset holds no rows (its state.json lists no data files): "
+                          f"nothing to build")
     for name in listed:
         if not (folder / name).is_file():
             raise FileNotFoundError(f"{folder / name}: listed in {state}, but not there")

@@ -78,6 +78,9 @@ class TableSource(Source):
 
     def __init__(self, inputs: Inputs, columns: Sequence[str] | None = None,
                  fill: Mapping[str, Any] | None = None) -> None:
+        if isinstance(columns, str):  # (each letter would be taken for a column)
+            raise TypeError(f"columns= takes a list of column names, e.g. columns={columns.split(',')!r}; got "
+                            f"{columns!r}")
         self.__dict__.update(self.open_state())
         self.paths = [Path(p) for p in self.files(inputs)]  # Paths: made absolute for a cluster's workers
         first = self.schema(self.paths[0])
@@ -303,8 +306,9 @@ class ParquetSource(TableSource):
             lo += take
 
 
-def _unreadable(path: Path, exc: Exception) -> SampleError:
-    return SampleError(f"{path}: not a readable Parquet file ({exc}): replace it with a whole copy, or leave it "
+def unreadable(path: Path, exc: Exception, kind: str = "Parquet") -> SampleError:
+    """The error of a file pyarrow cannot read, whose own error names no file."""
+    return SampleError(f"{path}: not a readable {kind} file ({exc}): replace it with a whole copy, or leave it "
                        f"out of the inputs")
 
 
@@ -313,7 +317,7 @@ def _parquet_file(path: Path, **options: Any) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path, **options)
     except (pa.ArrowException, OSError) as exc:
-        raise _unreadable(path, exc) from None
+        raise unreadable(path, exc) from None
 
 
 def _decoded(path: Path, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -321,4 +325,4 @@ def _decoded(path: Path, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
     try:
         yield from batches
     except (pa.ArrowException, OSError) as exc:
-        raise _unreadable(path, exc) from None
+        raise unreadable(path, exc) from None
