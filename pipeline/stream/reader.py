@@ -37,12 +37,16 @@ LARGE_SAMPLE_BYTES = 16 << 10
 
 
 def stack_values(values: Sequence[Any]) -> Any:
-    """One column from per-sample values: an array if they are equally shaped arrays or
-    numbers (except large arrays, kept as a list of views until batching), else the list."""
+    """One column from per-sample values: an array if they are equally shaped arrays of one
+    dtype (stacked, an int64 beside a float32 would become a float64: another number), or numbers
+    an array holds exactly (except large arrays, kept as a list of views until batching), else
+    the list."""
     first = values[0]
     if isinstance(first, np.ndarray) and first.nbytes >= LARGE_SAMPLE_BYTES:
         return list(values)
     if isinstance(first, (np.ndarray, np.generic)):
+        if any(getattr(v, "dtype", None) != first.dtype for v in values):
+            return list(values)
         try:
             return pooled_stack(values)
         except ValueError:

@@ -274,6 +274,31 @@ def test_a_record_with_fields_the_first_lacks_is_told_of_and_read_when_named(tmp
     assert named["png"][9] == bytes([9]) * 8 and named["png"][:9] == [None] * 9 and named["jpg"][9] is None
 
 
+def test_foreign_samples_of_other_types_keep_their_values_and_types(tmp_path: Path) -> None:
+    """Stacked with a float32 beside it, an int64 of 2**62 + 1 became a float64 of 2**62; JSON's
+    2**53 + 1 beside 0.5 became 2**53 (numbers a float64 holds exactly still make one array)."""
+    import io
+
+    def npy(array: np.ndarray) -> bytes:
+        out = io.BytesIO()
+        np.save(out, array)
+        return out.getvalue()
+
+    with wds.TarWriter(str(tmp_path / "mixed.tar")) as sink:
+        sink.write({"__key__": "k0", "npy": npy(np.array([2**62 + 1], np.int64)), "json": b"9007199254740993"})
+        sink.write({"__key__": "k1", "npy": npy(np.array([0.5], np.float32)), "json": b"0.5"})
+        sink.write({"__key__": "k2", "npy": npy(np.array([3], np.int64)), "json": b"1"})
+    batch = next(iter(ShardDataset([str(tmp_path / "mixed.tar")], batch_size=3, shuffle=False)))
+    assert [a.tolist() for a in batch["npy"]] == [[2**62 + 1], [0.5], [3]]
+    assert [a.dtype for a in batch["npy"]] == [torch.int64, torch.float32, torch.int64]
+    assert batch["json"] == [9007199254740993, 0.5, 1] and [type(v) for v in batch["json"]] == [int, float, int]
+    with wds.TarWriter(str(tmp_path / "exact.tar")) as sink:
+        for key, text in (("k0", b"1"), ("k1", b"2.5")):
+            sink.write({"__key__": key, "json": text})
+    assert next(iter(ShardDataset([str(tmp_path / "exact.tar")], batch_size=2, shuffle=False)))["json"].tolist() == \
+        [1.0, 2.5]
+
+
 def test_foreign_shards_under_ddp_are_refused_unless_uneven_ranks_are_allowed(tmp_path: Path) -> None:
     urls = webdataset_shards(tmp_path / "wds", count=1, per_shard=10)
     with pytest.raises(ValueError, match=r"1 shards without an index, under DDP \(world size 2\): ranks would get "
