@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from ..format.errors import SampleError
+from ..format.errors import FormatError, SampleError
 from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.tar import END_OF_ARCHIVE, member_bytes
 from ..storage.destination import destination
@@ -128,15 +128,31 @@ class ShardWriter:
     # -- internals ---------------------------------------------------------------------------
 
     def _add(self, block: RowBlock) -> None:
+        """Take ``block``; one refused (other fields, a bad or duplicate key) leaves the writer as
+        it was, so that the samples before it, and those after it, are written."""
         if self._closed:
             raise RuntimeError("ShardWriter is closed")
-        self._track_keys(block)
-        self._pending.append(block)
-        self._pending_rows += len(block)
-        if self._pending_rows >= self.pack:
-            self._drain(final=False)
+        pending, rows, written, keyed = len(self._pending), self._pending_rows, self._next_index, self._seen_keys
+        added: list[str] = []
+        try:
+            self._track_keys(block, added)
+            self._pending.append(block)
+            self._pending_rows += len(block)
+            if self._pending_rows >= self.pack:
+                self._drain(final=False)
+        except FormatError:
+            if self._next_index == written:  # refused before a record was written (its checks come first)
+                del self._pending[pending:]
+                self._pending_rows = rows
+                if keyed is None:
+                    self._seen_keys = None
+                else:
+                    keyed.difference_update(added)
+            raise
 
-    def _track_keys(self, block: RowBlock) -> None:
+    def _track_keys(self, block: RowBlock, added: list[str]) -> None:
+        """Check the keys of ``block`` against those written and pending, noting in ``added``
+        those it adds."""
         given = block.keys is not None
         if self._next_index + self._pending_rows > 0 and given != (self._seen_keys is not None):
             raise SampleError("give a key for every sample or for none (generated keys)")
@@ -149,6 +165,7 @@ class ShardWriter:
             if key in self._seen_keys:
                 raise SampleError(f"duplicate sample key {key!r}")
             self._seen_keys.add(key)
+            added.append(key)
 
     def _room(self) -> int:
         """Samples the current shard can still take under the sample limit."""

@@ -293,3 +293,22 @@ def test_a_sample_that_disagrees_with_the_others_is_named_by_its_number_when_pac
         with ShardWriter(tmp_path / "out", pack=4) as writer:
             for i in range(8):
                 writer.write({"a": np.zeros(2, np.float64 if i == 6 else np.float32)})
+
+
+@pytest.mark.parametrize("pack", [1, 4])
+def test_a_refused_sample_leaves_the_writer_as_it_was(tmp_path: Path, pack: int) -> None:
+    """A refused write stayed queued: every later sample, and close(), failed on it, and the
+    samples written before were lost in a temporary file."""
+    with ShardWriter(tmp_path / "fields", pack=pack) as writer:
+        for i in range(3):
+            writer.write({"y": i})
+        with pytest.raises(pipeline.FormatError, match=r"fields|'z'"):
+            writer.write({"z": 2})
+        writer.write({"y": 9})
+    assert read_back(tmp_path / "fields")[1]["y"] == [0, 1, 2, 9]
+    with ShardWriter(tmp_path / "keys", pack=pack) as writer:
+        writer.write_columns({"y": [1, 2]}, keys=["x", "w"])
+        with pytest.raises(SampleError, match="duplicate sample key 'a'"):
+            writer.write_columns({"y": [3, 4, 5]}, keys=["a", "b", "a"])
+        writer.write_columns({"y": [5, 6]}, keys=["a", "b"])  # none of the refused keys was taken
+    assert read_back(tmp_path / "keys") == (["x", "w", "a", "b"], {"y": [1, 2, 5, 6]})
