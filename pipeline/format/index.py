@@ -248,7 +248,13 @@ def reindex_advice(where: str, names: ShardNames) -> str:
     folder, _, name = where.rpartition("/")
     if "://" in where or name != INDEX_NAME or any("/" in run.prefix for run in names.runs):
         return "re-index its shards"
-    return f"re-index the shards: pipeline index {shlex.quote(folder or '.')} --overwrite"
+    return reindex(folder or ".")
+
+
+def reindex(folder: str) -> str:
+    """How to write the index of the shards in a local ``folder`` again, from the shards alone
+    (shards of any tool, this library's too)."""
+    return f"re-index the shards: pipeline index {shlex.quote(folder)} --overwrite"
 
 
 def _other_build(where: str, names: ShardNames) -> str:

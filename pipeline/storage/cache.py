@@ -126,7 +126,7 @@ class ShardCache:
         self._paths: dict[tuple[str, str | None], Path] = {}
         self._over_limit = False  # whether this process's last eviction left the cache over max_bytes
         self._dropped: set[tuple[str, str]] = set()  # copies dropped as damaged (each version once)
-        self._refused: dict[tuple[str, str], tuple[float, str]] = {}  # downloads that failed sha256: when, why
+        self._refused: dict[tuple[str, str], tuple[float, str]] = {}  # downloads not of the indexed version: when, why
         for partial in self.folder.glob("*.part-*"):
             if _COPY.fullmatch(partial.name):
                 self._remove_abandoned(partial)

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, TableFile, TableOpener, TableReader, parse_index
+from ..format.index import INDEX_NAME, DatasetIndex, TableFile, TableOpener, TableReader, parse_index, reindex
 from ..format.shard_table import ShardTable
 from ..format.verify import verify_table_stream
 from .errors import SourceError, redact
@@ -294,12 +294,6 @@ def _table_opener(base: str, policy: RetryPolicy | None, stats: RetrySink | None
         url = join(base, table.name)
         return TableReader(UrlRange(url, policy, stats), redact(url), REMOTE_BLOCK_BYTES)
     return remote_table
-
-
-def reindex(folder: str) -> str:
-    """How to write the index of the shards in a local ``folder`` again, from the shards alone
-    (shards of any tool, this library's too): for a shard table that is missing or damaged."""
-    return f"re-index the shards: pipeline index {shlex.quote(folder)} --overwrite"
 
 
 def open_index(location: str | os.PathLike[str], policy: RetryPolicy | None = None,

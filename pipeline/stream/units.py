@@ -280,8 +280,7 @@ class UnitReader:
 
 def _what_to_do(shards: IndexedShards) -> str:
     """What to do about shards of ``shards`` that fail their checks."""
-    where = shards.index_url.rsplit("/", 1)[0] if shards.index_url else shards.base
-    return (f": 'pipeline verify {redact(where)}' lists every shard that fails; copy those again or build the set "
+    return (f": 'pipeline verify {redact(shards.base)}' lists every shard that fails; copy those again or build the set "
             f"again, or pass on_error='skip' to train past damaged records (stats() counts them)")
 
 
