@@ -48,7 +48,7 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
     """Make the destination ready; refuse an existing index unless ``overwrite`` (and say that
     ``resume`` finishes a stopped build, where the caller has one: ``resumable``).
 
-    With ``overwrite`` the old index is removed first (so that, if this build fails, no index
+    With ``overwrite`` the old index (and its shard table) is removed first (so that, if this build fails, no index
     names a mix of old and new shards) and the old shard names are returned, for
     :func:`remove_stale_shards` to delete once the new index is written.
     """
@@ -65,6 +65,7 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
     except (IndexFormatError, FileNotFoundError):  # gone meanwhile: another part of the build replaced it
         old = []
     destination.delete(index_name)
+    destination.delete(table_name_for(index_name))  # its shard table: else a failed build would leave it
     return old
 
 
@@ -143,15 +144,12 @@ def _is_split(target: Destination, name: str) -> bool:
 
 def _remove_set(target: Destination) -> None:
     """Delete the shard set in ``target``: its index, its shard table and the shards it names."""
-    old = prepare_output(target, overwrite=True)
-    for name in [*old, table_name_for(INDEX_NAME)]:
-        if "/" not in name and not name.startswith(".."):
-            target.delete(name)
+    remove_stale_shards(target, prepare_output(target, overwrite=True), written=())
 
 
-def remove_stale_shards(destination: Destination, old_shards: list[str], index: DatasetIndex) -> None:
-    """Delete shards of a replaced build that the new index does not name."""
-    keep = set(index.shards.names)
+def remove_stale_shards(destination: Destination, old_shards: list[str], written: Iterable[str]) -> None:
+    """Delete shards of a replaced build that the new one did not write (``written``)."""
+    keep = set(written)
     for name in old_shards:
         if name not in keep and "/" not in name and not name.startswith(".."):
             destination.delete(name)

@@ -316,7 +316,7 @@ def build_shards(
         where = save_index(target, index, index_name)
         if resumable:
             forget_plan(target, index_name)
-        remove_stale_shards(target, old_shards, index)
+        remove_stale_shards(target, old_shards, index.shards.names)
         remove_temporary_files(target, names, index_name)
         # what a killed run (under other options) wrote beyond this build's shards: not part of the set
         stale = remove_unplanned_shards(target, prefix, names) if (resume or overwrite) and part is None else []

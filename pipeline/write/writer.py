@@ -9,7 +9,10 @@ Use it when samples come from your own loop::
 Shards are named ``<prefix>-000000.tar``, ``<prefix>-000001.tar``..., each finalised
 atomically (and uploaded as soon as it is finished when ``out_dir`` is an ``s3://`` prefix);
 the index is written by ``close()`` (the end of the ``with`` block) and only if
-no error happened, so a failed build never leaves an index naming a broken shard.
+no error happened, so a failed build never leaves an index naming a broken shard. The shards it
+finished stay, whole (``pipeline index`` makes a set of them); with ``overwrite=True`` they are
+all that stays: the old set's index goes first, and, whether the writing ends well or not, its
+shards that were not written over go too, so that no folder holds a mix of old and new shards.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from .output import (
     clear_planned_shards,
     prepare_output,
     remove_stale_shards,
+    remove_unplanned_shards,
     save_index,
     shard_name,
 )
@@ -66,6 +70,7 @@ class ShardWriter:
         self.shard_samples = shard_samples
         self.shard_bytes = shard_bytes
         self.pack = pack
+        self.overwrite = overwrite
         clear_child_sets(self.destination, overwrite)
         self._old_shards = prepare_output(self.destination, overwrite)
         clear_planned_shards(self.destination, self.prefix, None, overwrite)
@@ -102,7 +107,7 @@ class ShardWriter:
             self._commit_shard()
             index = DatasetIndex(self._schema or {}, self._shards, self.pack)
             where = save_index(self.destination, index)
-            remove_stale_shards(self.destination, self._old_shards, index)
+            self._remove_replaced()
         finally:
             self.destination.close()
         self.progress.close(where)
@@ -111,10 +116,13 @@ class ShardWriter:
     def abort(self) -> None:
         """Stop without writing an index; the shard being written is removed."""
         self._closed = True
-        if self._shard is not None:
-            self._shard.abort()
-            self._shard = None
-        self.destination.close()
+        try:
+            if self._shard is not None:
+                self._shard.abort()
+                self._shard = None
+            self._remove_replaced()
+        finally:
+            self.destination.close()
 
     def __enter__(self) -> "ShardWriter":
         return self
@@ -126,6 +134,15 @@ class ShardWriter:
             self.close()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _remove_replaced(self) -> None:
+        """With ``overwrite``: delete the old set's shards and a killed writer's (of this library,
+        under this prefix) that this one did not write over."""
+        if not self.overwrite:
+            return
+        written = [shard.url for shard in self._shards]
+        remove_stale_shards(self.destination, self._old_shards, written)
+        remove_unplanned_shards(self.destination, self.prefix, written)
 
     def _add(self, block: RowBlock) -> None:
         """Take ``block``; one refused (other fields, a bad or duplicate key) leaves the writer as

@@ -151,6 +151,31 @@ def test_an_existing_index_is_refused_unless_overwrite_and_stale_shards_go(tmp_p
     assert read_back(tmp_path)[1]["v"] == list(range(30))
 
 
+
+def test_an_overwrite_that_fails_leaves_only_the_shards_it_wrote(tmp_path: Path) -> None:
+    """The old index goes first; the old shards past those written over must go too, else the
+    folder holds a mix of old and new shards that ``pipeline index`` would make a set of."""
+    with ShardWriter(tmp_path, "shard", shard_samples=10) as old:
+        old.write_columns({"v": np.arange(100, 150)})
+    with pytest.raises(RuntimeError, match="the source failed"):
+        with ShardWriter(tmp_path, "shard", shard_samples=10, overwrite=True) as writer:
+            writer.write_columns({"v": np.arange(25)})
+            raise RuntimeError("the source failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shard-000000.tar", "shard-000001.tar"]
+    pipeline.index_shards(tmp_path, quiet=True)
+    assert read_back(tmp_path)[1]["v"] == list(range(20))  # whole shards of the new samples, and only those
+    # a killed writer's shards past those of the next overwrite go once it is closed
+    with ShardWriter(tmp_path, "shard", shard_samples=10, overwrite=True) as writer:
+        writer.write_columns({"v": np.arange(5)})
+    (tmp_path / "index.json").unlink()
+    with ShardWriter(tmp_path, "shard", shard_samples=2, overwrite=True) as killed:
+        killed.write_columns({"v": np.arange(8)})
+    (tmp_path / "index.json").unlink()
+    with ShardWriter(tmp_path, "shard", shard_samples=10, overwrite=True) as writer:
+        writer.write_columns({"v": np.arange(7)})
+    assert sorted(p.name for p in tmp_path.glob("*.tar")) == ["shard-000000.tar"]
+    assert read_back(tmp_path)[1]["v"] == list(range(7))
+
 def test_tars_of_another_tool_under_the_shard_names_are_not_written_over(tmp_path: Path) -> None:
     """A folder of webdataset shards (``shard-000000.tar`` is its naming too) and no index: a build
     into it must not replace them unless told to."""
