@@ -87,7 +87,8 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
     if old.shape is None or new.shape is None:
         if old.shape is None and new.shape is None:
             return old if old.dtype == new.dtype else FieldSpec("any", None, old.optional)
-        raise IndexFormatError(f"{where}: field {name!r} is an array in some samples and not in others")
+        raise IndexFormatError(f"{where}: field {name!r} is {_kind_of(new)} here and {_kind_of(old)} in earlier "
+                               f"samples; give it one kind of value in every sample")
     if old.dtype != new.dtype:
         raise IndexFormatError(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}")
     if len(old.shape) != len(new.shape):
@@ -97,6 +98,15 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
     shape = tuple(a if a == b else None for a, b in zip(old.shape, new.shape))
     return FieldSpec(old.dtype, shape, old.optional)
 
+
+
+def _kind_of(spec: FieldSpec) -> str:
+    """What a value of ``spec`` is, in words, for an error."""
+    if spec.shape is None:
+        return f"a Python {spec.dtype}"
+    if spec.shape == ():
+        return f"a NumPy {spec.dtype} scalar (a 0-d array)"
+    return f"a {spec.dtype} array of shape {list(spec.shape)}"
 
 def merge_schema(old: Schema | None, new: Schema, where: str, optional: bool = False) -> Schema:
     """Combine two schemas of the same shard set; fields must be the same, unless ``optional``:

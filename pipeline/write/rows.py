@@ -123,6 +123,25 @@ class RowBlock:
         keys = None if blocks[0].keys is None else [k for b in blocks for k in b.keys]  # type: ignore[union-attr]
         return RowBlock(columns, keys)
 
+    def with_numbers_as(self, schema: Schema | None) -> "RowBlock":
+        """The block with each field of single numbers in one form: Python numbers (``int``,
+        ``float``, ``bool``) where its first sample (in ``schema``, the earlier samples', else in
+        this block) gave one, else NumPy scalars of the first's dtype, so that ``write({"y": 3})``
+        goes with ``write_columns({"y": np.arange(4)})`` or ``write({"y": labels[i]})`` (a
+        ``np.int64``). Only values that convert exactly and of the same kind are converted."""
+        columns = dict(self.columns)
+        for name, column in self.columns.items():
+            first = (schema or {}).get(name)
+            if first is None and len(column):
+                first = spec_of(column, packed=True) if isinstance(column, np.ndarray) else spec_of(column[0])
+            if first is None:
+                continue
+            if first.shape is None and first.dtype in _PYTHON_KINDS:
+                columns[name] = _as_python_numbers(column, _PYTHON_KINDS[first.dtype])
+            elif first.shape == () and isinstance(column, list) and first.dtype in _NUMPY_NUMBERS:
+                columns[name] = _as_numpy_numbers(column, np.dtype(first.dtype))
+        return RowBlock(columns, self.keys)
+
     def data_bytes(self) -> int:
         """Bytes of the values of the block's samples (array data, bytes and strings; 8 per
         number), without what encoding adds: what a record of them mostly holds."""
@@ -151,6 +170,34 @@ class RowBlock:
     def _where(self, i: int, first: int) -> str:
         return f"sample {self.keys[i]!r}" if self.keys else f"sample {first + i}"
 
+
+
+_PYTHON_KINDS = {"bool": "b", "int": "iu", "float": "f"}  # a Python number's type, the NumPy kinds it may hold
+_NUMPY_NUMBERS = {np.dtype(t).name for t in "?bhilqBHILQefd"}
+
+
+def _numpy_scalar(value: Any) -> bool:
+    return isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0)
+
+
+def _as_python_numbers(column: Any, kinds: str) -> Any:
+    """A column's NumPy scalars of ``kinds`` as Python numbers (``.item()``: exact)."""
+    if isinstance(column, np.ndarray):
+        return column.tolist() if column.ndim == 1 and column.dtype.kind in kinds else column
+    return [value.item() if _numpy_scalar(value) and value.dtype.kind in kinds else value for value in column]
+
+
+def _as_numpy_numbers(column: list, dtype: np.dtype) -> list:
+    """A column's Python numbers of ``dtype``'s kind as NumPy scalars of ``dtype``, those it holds exactly."""
+    def converted(value: Any) -> Any:
+        if dtype.kind not in _PYTHON_KINDS.get(type(value).__name__, "") or type(value) not in (bool, int, float):
+            return value
+        try:
+            number = dtype.type(value)
+        except OverflowError:
+            return value
+        return number if number.item() == value else value
+    return [converted(value) for value in column]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 

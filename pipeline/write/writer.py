@@ -194,7 +194,7 @@ class ShardWriter:
         record closes a shard at its sample limit (the only places a short record may be)."""
         if not self._pending:
             return
-        block = RowBlock.concat(self._pending)
+        block = RowBlock.concat(self._pending).with_numbers_as(self._schema)
         self._schema = merge_schema(self._schema, block.schema(self._next_index), str(self.destination))
         pos, n = 0, len(block)
         while pos < n:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import pipeline
 from pipeline import OutputExistsError, SampleError, ShardWriter
@@ -337,3 +338,27 @@ def test_a_refused_sample_leaves_the_writer_as_it_was(tmp_path: Path, pack: int)
             writer.write_columns({"y": [3, 4, 5]}, keys=["a", "b", "a"])
         writer.write_columns({"y": [5, 6]}, keys=["a", "b"])  # none of the refused keys was taken
     assert read_back(tmp_path / "keys") == (["x", "w", "a", "b"], {"y": [1, 2, 5, 6]})
+
+
+def test_numbers_as_python_or_numpy_scalars_mix_in_one_field(tmp_path: Path) -> None:
+    """``labels[i]`` is a ``np.int64``, ``int(...)`` a Python int: a field keeps its first
+    sample's form, and values of the other convert to it where exact."""
+    with ShardWriter(tmp_path / "python") as writer:
+        writer.write({"y": 3, "w": 0.5})
+        writer.write_columns({"y": np.arange(4), "w": np.array([0.25] * 4, np.float32)})
+        writer.write({"y": np.uint8(7), "w": np.float64(1.5)})
+    assert {name: spec.dtype for name, spec in pipeline.load_index(tmp_path / "python").fields.items()} == {
+        "y": "int", "w": "float"}
+    assert read_back(tmp_path / "python")[1] == {"y": [3, 0, 1, 2, 3, 7], "w": [0.5] + [0.25] * 4 + [1.5]}
+    with ShardWriter(tmp_path / "numpy", pack=2) as writer:
+        for value in (np.int16(3), 4, np.int16(-5)):
+            writer.write({"y": value})
+    assert pipeline.load_index(tmp_path / "numpy").fields["y"] == pipeline.FieldSpec("int16", ())
+    batch = next(iter(pipeline.make_loader(tmp_path / "numpy", 0, batch_size=3, shuffle=False)))
+    assert batch["y"].dtype == torch.int16 and batch["y"].tolist() == [3, 4, -5]
+    with pytest.raises(pipeline.IndexFormatError, match=re.escape(
+            "field 'y' is a Python float here and a NumPy float32 scalar (a 0-d array) in earlier samples; give it "
+            "one kind of value in every sample")):  # 0.1 is no float32
+        with ShardWriter(tmp_path / "inexact") as writer:
+            writer.write({"y": np.float32(0.5)})
+            writer.write({"y": 0.1})
