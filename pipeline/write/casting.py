@@ -21,8 +21,9 @@ from ..format.errors import SampleError
 from .rows import RowBlock
 from .source import Source
 
-#: Maps a row of the block being cast to its row in the input.
-RowOf = Callable[[int], int]
+#: Names a row of the block being cast as an error does: where the value is in the input (the
+#: source or its file, the field and the row: ``arrays x.npy, field 'x', row 4``).
+RowOf = Callable[[int], str]
 
 
 def parse_dtypes(specs: Mapping[str, str]) -> dict[str, np.dtype]:
@@ -38,7 +39,7 @@ def parse_dtypes(specs: Mapping[str, str]) -> dict[str, np.dtype]:
 
 def cast_column(values: Any, dtype: np.dtype, where: str, row_of: RowOf) -> Any:
     """``values`` as ``dtype``: an array column as one array, a list column (samples that may
-    differ in shape) value by value. ``row_of`` turns a row of ``values`` into its input row."""
+    differ in shape) value by value. ``row_of`` names a row of ``values`` in the input."""
     if isinstance(values, np.ndarray):
         return cast_array(values, dtype, where, row_of)
     # each value as a block of one row, and back: ``[0, ...]`` keeps a 0-d array an array
@@ -117,8 +118,8 @@ def _refuse(array: np.ndarray, bad: np.ndarray, where: str, row_of: RowOf, why: 
 
 def _changed(array: np.ndarray, position: int, where: str, row_of: RowOf, why: str) -> SampleError:
     """The error for the value at flat ``position`` of ``array``, naming its input row."""
-    row = row_of(position // max(array.size // max(len(array), 1), 1))
-    return SampleError(f"{where}, row {row}: value {array.flat[position].item()!r} {why}")
+    place = row_of(position // max(array.size // max(len(array), 1), 1))
+    return SampleError(f"{place}: value {array.flat[position].item()!r} {why}")
 
 
 class CastSource(Source):
@@ -144,6 +145,14 @@ class CastSource(Source):
         source_rows = getattr(self.source, "source_rows", None)
         return self.first_row + (int(source_rows(row, row + 1)[0]) if source_rows is not None else row)
 
+    def place(self, row: int, field: str) -> str:
+        """Where the value of ``field`` in ``row`` is, for an error: in its file where the source
+        knows it (a table's), else in the input."""
+        known = self.source.place(row)
+        if known is not None:
+            return f"{known[0]}, field {field!r}, {known[1]}"
+        return f"{self.description}, field {field!r}, row {self.input_row(row)}"
+
     def read(self, start: int, stop: int) -> RowBlock:
         block = self.source.read(start, stop)
         unknown = sorted(set(self.dtypes) - set(block.columns))
@@ -153,7 +162,7 @@ class CastSource(Source):
         columns = dict(block.columns)
         for name, dtype in self.dtypes.items():
             columns[name] = cast_column(columns[name], dtype, f"{self.description}, field {name!r}",
-                                        lambda row: self.input_row(start + row))
+                                        lambda row, name=name: self.place(start + row, name))
         return RowBlock(columns, block.keys)
 
     def shard_bounds(self, shard_samples: int | None, shard_bytes: int | None, pack: int) -> list[int]:

@@ -63,6 +63,11 @@ class Source(ABC):
         Sources that know better (arrays, files) override this guess."""
         return 64 << 10
 
+    def place(self, row: int) -> tuple[str, str] | None:
+        """Where row ``row`` is read from, for an error, where the source knows better than its
+        number in the input: ``(the file, "row 7 (counting from 0 in the file)")``. ``None`` here."""
+        return None
+
     def identity(self, digest: Any, start: int, stop: int) -> None:
         """Feed ``digest`` (a hashlib object) what names the source's rows ``[start, stop)``, for
         a resumed build to see which finished shards still hold the rows it plans: here nothing
@@ -158,6 +163,9 @@ class SourceWindow(Source):
 
     def identity(self, digest: Any, start: int, stop: int) -> None:
         self.source.identity(digest, self.start + start, self.start + stop)
+
+    def place(self, row: int) -> tuple[str, str] | None:
+        return self.source.place(self.start + row)
 
     def approx_row_bytes(self) -> int:
         return self.source.approx_row_bytes()

@@ -90,6 +90,9 @@ class RowSubset(Source):
             blocks.append(_take(self.source.read(first, int(piece[-1]) + 1), (piece - first).tolist()))
         return RowBlock.concat(blocks)
 
+    def place(self, row: int) -> tuple[str, str] | None:
+        return self.source.place(int(self.source_rows(row, row + 1)[0]))
+
     def window(self, start: int, stop: int) -> Source:
         if stop <= start:
             return RowSubset(self.source, self.rows[:0], self.name)

@@ -73,8 +73,21 @@ def test_a_refused_value_is_named_by_its_row_in_the_input_in_any_shard_part_or_s
 def test_values_of_a_list_column_are_named_by_their_own_rows() -> None:
     values = [np.ones(2), np.array([[1.0], [2.5]]), np.ones(3)]
     with pytest.raises(SampleError) as caught:
-        cast_column(values, np.dtype("int8"), "files, field 'x'", lambda row: row + 40)
+        cast_column(values, np.dtype("int8"), "files, field 'x'", lambda row: f"files, field 'x', row {row + 40}")
     assert str(caught.value) == ("files, field 'x', row 41: value 2.5 is not a whole number; it cannot be stored "
                                  "as int8 (store it as a float)")
-    cast = cast_column([np.float64(3.0), np.ones((2, 2))], np.dtype("int8"), "files, field 'x'", lambda row: row)
+    cast = cast_column([np.float64(3.0), np.ones((2, 2))], np.dtype("int8"), "files, field 'x'", str)
     assert [(type(v), v.dtype, v.shape) for v in cast] == [(np.ndarray, np.int8, ()), (np.ndarray, np.int8, (2, 2))]
+
+
+@pytest.mark.parametrize("options", [{}, {"validation": 3, "seed": 2}, {"workers": 2, "shard_samples": 2}])
+def test_a_refused_value_of_a_table_is_named_by_its_file_and_its_row_there(tmp_path: Path, options: dict) -> None:
+    """Rows of several files count in each file, as the null errors count them, not across all."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    files = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
+    pq.write_table(pa.table({"x": [1.0, 2.0, 3.0]}), files[0])
+    pq.write_table(pa.table({"x": [4.0, 5.0, 6.0, 7.5, 8.0]}), files[1], row_group_size=2)
+    with pytest.raises(SampleError) as caught:
+        pipeline.build_parquet(files, tmp_path / "out", dtypes={"x": "int64"}, quiet=True, **options)
+    assert str(caught.value) == (f"{files[1]}, field 'x', row 3 (counting from 0 in the file): value 7.5 is not a "
+                                 f"whole number; it cannot be stored as int64 (store it as a float)")

@@ -163,6 +163,13 @@ class TableSource(Source):
             return os.path.basename(self.paths[self.units[i].file]), self.units[i].locator
         span_identity(digest, self._starts, name_of, start + self._skip, stop + self._skip)
 
+    def place(self, row: int) -> tuple[str, str]:
+        """The file of ``row`` and its row there."""
+        row += self._skip
+        i = bisect.bisect_right(self._starts, row) - 1
+        unit = self.units[i]
+        return str(self.paths[unit.file]), f"row {unit.first_row + row - self._starts[i]} (counting from 0 in the file)"
+
     def window(self, start: int, stop: int) -> Source:
         """Rows ``[start, stop)``: the same files, only the units that hold those rows."""
         first = bisect.bisect_right(self._starts, start + self._skip) - 1
