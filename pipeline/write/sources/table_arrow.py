@@ -27,6 +27,12 @@ def _open_ipc(path: Path) -> tuple[Any, Any]:
         raise SampleError(f"{path}: not an Arrow IPC file or stream ({exc})") from None
 
 
+def _nulls_in(path: Path, name: str) -> int:
+    """The nulls of column ``name`` in the whole IPC file or stream, from its batches' headers."""
+    reader, source = _open_ipc(path)
+    return sum(batch.column(name).null_count for _, batch in _located_batches(reader, source))
+
+
 def _located_batches(reader: Any, source: Any) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Every record batch, with its locator (see :class:`Unit`)."""
     if isinstance(reader, pa.ipc.RecordBatchFileReader):
@@ -81,7 +87,7 @@ class ArrowSource(TableSource):
         try:
             for locator, batch in _located_batches(reader, source):
                 if batch.num_rows:  # only metadata and null counts are read: the data stays on disk
-                    self.check_nulls(path, first_row, batch.select(watched))
+                    self.check_nulls(path, first_row, batch.select(watched), lambda name: _nulls_in(path, name))
                     columns_bytes = sum(batch.column(name).get_total_buffer_size() for name in self.columns)
                     yield Unit(number, locator, first_row, batch.num_rows), columns_bytes
                 first_row += batch.num_rows

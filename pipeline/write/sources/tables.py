@@ -29,7 +29,7 @@ import copy
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -220,19 +220,26 @@ class TableSource(Source):
             raise SampleError(f"{path} has column {extra[0]!r}, which {self.paths[0]} has not; every file needs "
                               f"the same columns (or choose some with --columns)")
 
-    def check_nulls(self, path: Path, first_row: int, batch: pa.RecordBatch) -> None:
-        """Refuse a null in a column of ``batch`` that has no fill; rows count from 0 in ``path``."""
+    def check_nulls(self, path: Path, first_row: int, batch: pa.RecordBatch,
+                    in_file: Callable[[str], int | None] = lambda name: None) -> None:
+        """Refuse a null in a column of ``batch`` that has no fill; rows count from 0 in ``path``.
+        ``in_file`` gives a column's nulls in the whole file where the file's metadata says (the
+        batch's are only the first), else ``None``."""
         for name in batch.schema.names:
             if name in self.fill:
                 continue
             rows = null_rows(batch.column(name))
             if len(rows):
                 shown = ", ".join(str(first_row + r) for r in rows[:_SHOWN_ROWS].tolist())
-                more = ", ..." if len(rows) > _SHOWN_ROWS else ""
-                at = "row" if len(rows) == 1 else "rows"
-                raise SampleError(f"{path}: column {name!r} has nulls, at {at} {shown}{more} (counting from 0 in the "
-                                  f"file); fill them with --fill {name}=VALUE (fill={{{name!r}: VALUE}} in Python), "
-                                  f"or leave the column out with --columns")
+                total = in_file(name)
+                if total is None:
+                    found = f"nulls, the first at {'row' if len(rows) == 1 else 'rows'} {shown}"
+                else:
+                    found = f"{total} null{'s' if total > 1 else ''}, at {'row' if total == 1 else 'rows'} {shown}"
+                    found += ", ..." if total > min(len(rows), _SHOWN_ROWS) else ""
+                raise SampleError(f"{path}: column {name!r} has {found} (counting from 0 in the file); fill them with "
+                                  f"--fill {name}=VALUE (fill={{{name!r}: VALUE}} in Python), or leave the column out "
+                                  f"with --columns")
 
 
 class _Cursor:
@@ -278,6 +285,7 @@ class ParquetSource(TableSource):
         # statistics count empty lists as nulls: trust them for columns without variable-length lists
         watched = [name for name in self.columns if name not in self.fill and self.kinds[name] != RAGGED]
         metadata = _parquet_file(path).metadata
+        nulls = _null_counts(metadata, watched)
         first_row = 0
         for group in range(metadata.num_row_groups):
             meta = metadata.row_group(group)
@@ -294,7 +302,7 @@ class ParquetSource(TableSource):
             if suspects:  # find the rows, reading only those columns of this row group
                 start = first_row
                 for batch in self._batches(number, group, sorted(suspects), data_bytes // max(meta.num_rows, 1) + 1):
-                    self.check_nulls(path, start, batch)
+                    self.check_nulls(path, start, batch, nulls.get)
                     start += batch.num_rows
             if meta.num_rows:
                 yield Unit(number, group, first_row, meta.num_rows), data_bytes
@@ -311,6 +319,20 @@ class ParquetSource(TableSource):
             take = min(hi, cursor.start + cursor.batch.num_rows) - lo
             yield lo, cursor.batch.slice(lo - cursor.start, take)
             lo += take
+
+
+def _null_counts(metadata: pq.FileMetaData, names: list[str]) -> dict[str, int]:
+    """Nulls of each column of ``names`` stored as one leaf, in the whole file, where every row
+    group's statistics count them."""
+    counts: dict[str, int] = {}
+    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    for name in names:
+        if name not in leaves:  # a list or struct: several leaves, or statistics that count empty lists
+            continue
+        stats = [metadata.row_group(g).column(leaves[name]).statistics for g in range(metadata.num_row_groups)]
+        if all(stat is not None and stat.has_null_count for stat in stats):
+            counts[name] = sum(stat.null_count for stat in stats)
+    return counts
 
 
 def unreadable(path: Path, exc: Exception, kind: str = "Parquet") -> SampleError:
