@@ -85,9 +85,9 @@ def open_workers(engine: str = "local", workers: int = 1, scheduler: str | None 
 
     ``engine="local"``: ``executor`` if given, else ``workers`` spawned processes (none when
     ``workers <= 1``). ``engine="dask"``: a client of the cluster at ``scheduler``, or of a
-    cluster of ``workers`` processes started on this machine for the build.
+    cluster of ``workers`` processes started on this machine for the build. The caller has
+    called :func:`check_engine` first, before the build touched its output.
     """
-    check_engine(engine, scheduler, executor)
     if engine == "dask":
         with _dask_workers(scheduler, workers) as found:
             yield found
