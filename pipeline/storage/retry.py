@@ -36,6 +36,17 @@ _NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NON
 _answered: set[str] = set()
 
 
+def answered_hosts() -> frozenset[str]:
+    """The hosts that have answered this process, for a worker it starts with spawn (which
+    inherits nothing) to take on: :func:`take_answered_hosts`."""
+    return frozenset(_answered)
+
+
+def take_answered_hosts(hosts: frozenset[str]) -> None:
+    """Count ``hosts`` as having answered this process (see :data:`_answered`)."""
+    _answered.update(hosts)
+
+
 def _host_named(url: str) -> str:
     """The host name ``url`` is read from, in words: an S3 URL's is its endpoint's."""
     if url.startswith(("http://", "https://")):

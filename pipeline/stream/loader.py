@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Iterator, Mapping
+from functools import partial
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -49,10 +50,12 @@ def convert_keeping_tuples(item: Any) -> Any:
     return default_convert(item)
 
 
-def _seed_numpy_in_worker(worker_id: int) -> None:
+def _seed_numpy_in_worker(worker_id: int, then: Callable[[int], None] | None = None) -> None:
     """Give each worker's global NumPy RNG its own seed (for user transforms); the dataset's
-    own shuffling never uses global RNGs."""
+    own shuffling never uses global RNGs. Then run ``then``, the user's ``worker_init_fn``."""
     np.random.seed(torch.initial_seed() % 2**32)
+    if then is not None:
+        then(worker_id)
 
 
 class ShardLoader(DataLoader):
@@ -284,11 +287,16 @@ def make_loader(
     prefetch_factor: int | None = 2,
     persistent_workers: bool | None = None,
     pin_memory: bool | None = None,
+    multiprocessing_context: Any = None,
+    timeout: float = 0,
+    worker_init_fn: Callable[[int], None] | None = None,
     **dataset_options: Any,
 ) -> ShardLoader:
     """A :class:`ShardLoader` with sensible defaults: persistent workers, prefetching, per-worker
     NumPy seeds, and pinned memory when CUDA is present. ``dataset`` is a ShardDataset or what
-    ShardDataset takes as source (then ``dataset_options`` are its options)."""
+    ShardDataset takes as source (then ``dataset_options`` are its options). The DataLoader
+    options that make sense over batches that come collated from the workers are passed on
+    (``worker_init_fn`` runs after the NumPy seeding)."""
     check_loader_options(num_workers, prefetch_factor)
     loader_options = {"in_order": dataset_options.pop("in_order")} if "in_order" in dataset_options else {}
     if not isinstance(dataset, ShardDataset):
@@ -303,5 +311,8 @@ def make_loader(
         prefetch_factor=prefetch_factor if workers else None,
         persistent_workers=workers if persistent_workers is None else persistent_workers and workers,
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
-        worker_init_fn=_seed_numpy_in_worker if workers else None,
+        multiprocessing_context=multiprocessing_context if workers else None,
+        timeout=timeout,
+        worker_init_fn=(partial(_seed_numpy_in_worker, then=worker_init_fn) if worker_init_fn is not None
+                        else _seed_numpy_in_worker) if workers else None,
     )

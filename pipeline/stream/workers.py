@@ -51,7 +51,7 @@ from torch.utils.data import get_worker_info
 from torch.utils.data._utils import signal_handling
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-from ..storage.retry import abandon_process_reads_when
+from ..storage.retry import abandon_process_reads_when, answered_hosts, take_answered_hosts
 from .message_buffers import ReleaseTable, WorkerBuffers, install
 
 _TORCH_DEATH = "DataLoader worker (pid"
@@ -138,6 +138,7 @@ class LoaderWorker:
         self.then = then
         self.released = released
         self.shutdown: Any = None  # the multiprocessing Event its iterator sets when it stops its workers
+        self.answered: frozenset[str] = frozenset()  # the hosts that answered the training process
 
     def __call__(self, worker_id: int) -> None:
         # What the worker inherited from the training process (its model, a labels dict) is
@@ -147,6 +148,7 @@ class LoaderWorker:
         gc.freeze()
         if self.shutdown is not None:  # a read that retries when the loader stops its workers gives up
             abandon_process_reads_when(self.shutdown)
+        take_answered_hosts(self.answered)  # as a forked worker inherits them (a spawned one does not)
         info = get_worker_info()
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]
@@ -184,6 +186,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         if isinstance(loader.worker_init_fn, LoaderWorker):  # handed to the workers it starts
             context = loader.multiprocessing_context or multiprocessing.get_context()
             self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()
+            loader.worker_init_fn.answered = answered_hosts()
         super().__init__(loader)
         self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
         self._contexts.update((worker.pid, weakref.WeakMethod(loader.death_context)) for worker in self._workers)

@@ -4,6 +4,8 @@ exist (through our HTTP reader or through fsspec)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -160,6 +162,22 @@ def test_a_host_that_answered_earlier_and_stops_resolving_is_retried(nginx: str,
                                                    rf"earlier in this run$"):
         read_bytes(url, policy)
 
+
+
+def _write_answered_hosts(worker_id: int) -> None:
+    Path(os.environ["ANSWERED_HOSTS_FILE"]).write_text(json.dumps(sorted(retry._answered)))
+
+
+def test_a_worker_started_with_spawn_knows_the_hosts_that_answered_the_training_process(
+        nginx: str, tmp_path: Path, monkeypatch) -> None:
+    """A forked worker inherits them; a spawned one starts with none, so a resolver failing at
+    its first read would end the run as a typo would."""
+    monkeypatch.setenv("ANSWERED_HOSTS_FILE", str(tmp_path / "answered.json"))
+    url = f"{nginx.replace('127.0.0.1', 'localhost')}/data"
+    loader = pipeline.make_loader(url, 1, batch_size=4, multiprocessing_context="spawn",
+                                  worker_init_fn=_write_answered_hosts)
+    next(iter(loader))
+    assert "http://localhost" in json.loads((tmp_path / "answered.json").read_text())
 
 def test_verify_of_a_set_whose_shard_table_cannot_be_read_checks_no_shard_against_it(nginx: str, capsys) -> None:
     """Its shards cannot be checked against a table that cannot be read: the result says so,
