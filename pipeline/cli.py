@@ -22,6 +22,7 @@ from .write.indexing import index_shards
 from .write.merge import merge_index_files
 from .write.output import OutputExistsError
 from .write.source import DEFAULT_SHARD_BYTES
+from .write.sources.joblib_batches import LISTS
 
 
 def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None:
@@ -82,7 +83,7 @@ def _cmd_joblib(args: argparse.Namespace) -> None:
     if len(fields) != 2 or not all(fields):
         raise SystemExit("error: --fields takes two names, e.g. x,y")
     build_joblib(args.folder, args.out, fields=fields, batch_size=args.batch_size,  # type: ignore[arg-type]
-                 **_options(args))
+                 lists=args.lists, **_options(args))
 
 
 def _cmd_files(args: argparse.Namespace) -> None:
@@ -184,6 +185,9 @@ def _add_build_commands(commands: Any) -> None:
     joblib.add_argument("--batch-size", type=values.positive, metavar="B",
                         help="convert only x_B.job / y_B.job (a folder with files of several batch sizes holds "
                              "several copies of the data)")
+    joblib.add_argument("--lists", choices=LISTS,
+                        help="how a list of arrays that are not batches of B rows is read: each array a batch of "
+                             "samples, or one sample (labels that are arrays: one-hot rows, a sequence's tags)")
     joblib.set_defaults(run=_cmd_joblib)
     files = _command(layouts, "files", "from one <root>/<ID>.pt or .npy file per sample, with labels and a partition",
                      "  pipeline build files data/ shards --labels labels.json --partition partition.json\n"

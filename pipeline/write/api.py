@@ -53,11 +53,13 @@ def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], pre
 
 
 def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
-                 fields: tuple[str, str] = ("x", "y"), batch_size: int | None = None, **options: Any) -> BuildResult:
+                 fields: tuple[str, str] = ("x", "y"), batch_size: int | None = None, lists: str | None = None,
+                 **options: Any) -> BuildResult:
     """Convert ``x_<B>.job``/``y_<B>.job`` files (trusted input only: they are pickles);
-    ``batch_size=B`` picks the pair of one run of the batch recipe (see
+    ``batch_size=B`` picks the pair of one run of the batch recipe; ``lists="batches"`` or
+    ``"samples"`` reads lists of arrays that are no batches of ``B`` (see
     :class:`~pipeline.write.sources.joblib_batches.JoblibBatchSource`)."""
-    return build_dataset(JoblibBatchSource(folder, fields, batch_size), out_dir, prefix, **options)
+    return build_dataset(JoblibBatchSource(folder, fields, batch_size, lists), out_dir, prefix, **options)
 
 
 def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any,

@@ -109,7 +109,8 @@ def make_joblib_batches(folder: Path, sizes: list[int], per_sample: bool = False
 def test_joblib_batches_convert_in_numeric_batch_order(tmp_path: Path, per_sample: bool) -> None:
     sizes = [30, 7, 50, 13, 25, 11, 40, 9, 20, 16, 33]  # 11 batches: x_10 sorts after x_9
     x, y = make_joblib_batches(tmp_path / "jb", sizes, per_sample)
-    index = pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", shard_samples=45, pack=8, quiet=True)
+    options = {} if per_sample else {"lists": "batches"}  # (not batches of the number in their names)
+    index = pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", shard_samples=45, pack=8, quiet=True, **options)
     assert index.samples == sum(sizes)
     _, fields = read_back(tmp_path / "out")
     np.testing.assert_array_equal(np.stack(fields["x"]), x)
@@ -123,7 +124,7 @@ def test_joblib_files_without_partner_or_mismatched_rows_are_named(tmp_path: Pat
         pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", quiet=True)
     joblib.dump(np.arange(4), tmp_path / "jb" / "y_1.job")
     with pytest.raises(SampleError, match=r"x_1\.job: 2 arrays that add up to neither the 4 labels"):
-        pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", quiet=True)
+        pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", quiet=True, lists="batches")
     assert not (tmp_path / "out" / "index.json").exists()
 
 

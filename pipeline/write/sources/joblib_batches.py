@@ -1,11 +1,15 @@
 """The "batches saved with joblib" layout: ``x_<B>.job`` and ``y_<B>.job`` files.
 
-Each file holds an array, a list of per-batch arrays (concatenated), or a list of per-sample
-arrays (stacked), NumPy arrays or torch tensors; what ``B`` means is told apart by
-:class:`JoblibBatchSource`. joblib files are pickles: loading one can run arbitrary code, so
-convert only files you trust, and each file is loaded whole into RAM (its size is the
-memory a build needs per worker). The point of converting is that the shards never need
-either again.
+Each file holds an array, or a list (of NumPy arrays, torch tensors, Python lists or numbers).
+A list of single numbers is one label per sample. A list of arrays is a list of batches (joined)
+when every one but the last holds ``B`` rows, ``B`` the number in the file's name, as the batch
+recipe saves them; otherwise it may as well be a list of samples whose labels are arrays (a
+sequence's tags, one-hot rows), and guessing wrong would silently make one sample of each
+batch, or a sample of each row of each label, so the build asks (``lists="batches"`` or
+``"samples"``). What ``B`` means across files is told apart by :class:`JoblibBatchSource`.
+joblib files are pickles: loading one can run arbitrary code, so convert only files you trust,
+and each file is loaded whole into RAM (its size is the memory a build needs per worker). The
+point of converting is that the shards never need either again.
 """
 
 from __future__ import annotations
@@ -23,11 +27,14 @@ from ..rows import RowBlock
 from ..source import Source, span_identity
 
 _NAME = re.compile(r"^([xy])_(\d+)\.job$")
+#: How a list of arrays is read: each array a batch of samples (joined), or one sample (stacked).
+LISTS = ("batches", "samples")
 
 
 def _load(path: Path) -> Any:
-    """What one file holds, torch tensors (what a DataLoader yields, so what the recipe often
-    dumps) as NumPy arrays; a file that cannot be unpickled is an error naming it."""
+    """What one file holds: an array, or a list of arrays and numbers, torch tensors (what a
+    DataLoader yields, so what the recipe often dumps) and Python lists (``batch.tolist()``) as
+    NumPy arrays; a file that cannot be unpickled is an error naming it."""
     try:
         import joblib
     except ImportError:
@@ -39,14 +46,24 @@ def _load(path: Path) -> Any:
     except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in whatever its unpickling meets
         raise unloadable(path, "joblib", explain(exc)) from None
     if isinstance(obj, (list, tuple)):
-        return [_as_array(v, path) for v in obj]
+        if not obj:
+            raise SampleError(f"{path}: holds an empty list, so no samples: dump the data again, or move the file "
+                              f"and its x/y partner out of the folder")
+        return [_as_array(v, path, i) for i, v in enumerate(obj)]
     return _as_array(obj, path)
 
 
-def _as_array(value: Any, path: Path) -> Any:
-    """A tensor as a NumPy array (the rows of a file are joined with NumPy); anything else as it is."""
+def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
+    """A tensor or a list as a NumPy array (the rows of a file are joined with NumPy); anything
+    else as it is."""
     import torch
 
+    if isinstance(value, (list, tuple)):
+        try:
+            return np.asarray(value)
+        except ValueError:  # lists of lists of several lengths
+            raise SampleError(f"{path}: item {position} of its list is a list of lists of different lengths; "
+                              f"dump it as an array, or as a list of arrays") from None
     if not isinstance(value, torch.Tensor):
         return value
     if value.dtype == torch.bfloat16:
@@ -55,40 +72,79 @@ def _as_array(value: Any, path: Path) -> Any:
     return value.detach().cpu().numpy()
 
 
-def _label_rows(obj: Any, path: Path) -> np.ndarray:
-    """Labels of one file: an array, a list of scalars, or a list of per-batch arrays."""
-    if isinstance(obj, np.ndarray):
-        return obj
-    if isinstance(obj, (list, tuple)) and obj:
-        if all(isinstance(v, np.ndarray) and v.ndim >= 1 for v in obj):
-            return np.concatenate(obj)
-        return np.asarray(obj)
-    raise SampleError(f"{path}: expected an array or a list of arrays, got {type(obj).__name__}")
-
-
 def _batched_by(obj: Any, size: int) -> bool:
     """Whether ``obj`` is what the recipe saves for batch size ``size``: a list of batches of
     ``size`` rows each, the last one possibly shorter (when the tail was kept, not dropped)."""
-    if not isinstance(obj, (list, tuple)) or not obj or not all(isinstance(v, np.ndarray) and v.ndim >= 1
-                                                                for v in obj):
+    if not isinstance(obj, list) or not all(np.ndim(v) >= 1 for v in obj):
         return False
     return all(len(v) == size for v in obj[:-1]) and 0 < len(obj[-1]) <= size
 
 
-def _feature_rows(obj: Any, rows: int, path: Path) -> np.ndarray:
-    """Features of one file, matched to its ``rows`` labels."""
+def list_reading(labels: Any, number: int, path: Path, lists: str | None) -> str | None:
+    """How the list in ``path`` (a y file, ``number`` the B of its name) is read: ``"batches"``
+    or ``"samples"``; ``None`` for an array. A list of arrays whose lengths do not give it away
+    is read as ``lists`` says, else refused with both readings."""
+    if not isinstance(labels, list):
+        return None
+    single = [np.ndim(v) == 0 for v in labels]
+    if all(single):
+        return "samples"
+    if any(single):
+        raise SampleError(f"{path}: its list holds single numbers (item {single.index(True)}) and arrays "
+                          f"(item {single.index(False)}); dump one label per sample, or one array per batch")
+    if lists is not None:
+        return lists
+    if _batched_by(labels, number):
+        return "batches"
+    batches = (f"--lists batches (lists='batches': {sum(map(len, labels))} samples, each array a batch of them)")
+    shapes = {np.shape(v) for v in labels}
+    if len(shapes) > 1:
+        raise SampleError(f"{path}: a list of {len(labels)} arrays whose lengths are not batches of {number} (the "
+                          f"number in its name): if they are batches, say so with {batches}; if each is one "
+                          f"sample's labels, of several shapes (a sequence each), write them with "
+                          f"pipeline.ShardWriter, which takes samples of any shape")
+    raise SampleError(f"{path}: a list of {len(labels)} arrays whose lengths are not batches of {number} (the "
+                      f"number in its name), so they may be batches or samples: say which with {batches} or "
+                      f"--lists samples (lists='samples': {len(labels)} samples, labels of shape {shapes.pop()})")
+
+
+def _label_rows(obj: Any, path: Path, reading: str | None) -> np.ndarray:
+    """Labels of one file, read as :func:`list_reading` said."""
+    if reading is None:
+        return obj if isinstance(obj, np.ndarray) else _not_arrays(obj, path)
+    return _joined(obj, path, reading)
+
+
+def _joined(arrays: list, path: Path, reading: str) -> np.ndarray:
+    """A list of arrays as one: stacked (samples) or joined (batches), refused with the shapes
+    that differ."""
+    shapes = {np.shape(v) if reading == "samples" else np.shape(v)[1:] for v in arrays}
+    if len(shapes) > 1 or (reading == "batches" and not all(np.ndim(v) for v in arrays)):
+        what = "samples" if reading == "samples" else "batches (past their first axis)"
+        raise SampleError(f"{path}: its list holds {what} of different shapes: {sorted(map(list, shapes))[:3]}; "
+                          f"every {reading[:-1]} needs the same shape")
+    return np.stack(arrays) if reading == "samples" else np.concatenate(arrays)
+
+
+def _not_arrays(obj: Any, path: Path) -> np.ndarray:
+    raise SampleError(f"{path}: expected an array or a list, got {type(obj).__name__}")
+
+
+def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None) -> np.ndarray:
+    """Features of one file, matched to its ``rows`` labels: a list of batches where its labels
+    were, else batches if their rows add up to the labels, or one array per label."""
     if isinstance(obj, np.ndarray):
         array = obj
-    elif isinstance(obj, (list, tuple)) and obj and all(isinstance(v, np.ndarray) for v in obj):
-        if sum(len(v) if v.ndim else 0 for v in obj) == rows and all(v.ndim for v in obj):
-            array = np.concatenate(obj)  # a list of per-batch arrays
-        elif len(obj) == rows:
-            array = np.stack(obj)  # a list of per-sample arrays
-        else:
-            raise SampleError(f"{path}: {len(obj)} arrays that add up to neither the {rows} labels "
-                              f"of its y file nor one array per label")
+    elif isinstance(obj, list):
+        if reading != "batches":
+            joinable = all(np.ndim(v) >= 1 for v in obj) and sum(map(len, obj)) == rows
+            reading = "batches" if joinable else "samples"
+            if reading == "samples" and len(obj) != rows:
+                raise SampleError(f"{path}: {len(obj)} arrays that add up to neither the {rows} labels "
+                                  f"of its y file nor one array per label")
+        array = _joined(obj, path, reading)
     else:
-        raise SampleError(f"{path}: expected an array or a list of arrays, got {type(obj).__name__}")
+        _not_arrays(obj, path)
     if len(array) != rows:
         raise SampleError(f"{path}: {len(array)} feature rows but {rows} labels in its y file")
     return array
@@ -103,7 +159,10 @@ class JoblibBatchSource(Source):
     pair per batch, ``B`` numbering them. So: a single pair, or ``batch_size=B``, converts that
     pair; several pairs whose every batch holds ``B`` rows (the last one maybe fewer) are runs
     of the recipe, refused (converting them all would give every sample twice) with a message
-    naming them; other pairs are batches, converted in numeric order of ``B``.
+    naming them; other pairs are batches, converted in numeric order of ``B``, unless two of
+    them hold the same samples (the recipe's pairs holding one array each: refused alike).
+    ``lists`` says how a list of arrays whose lengths are no batches of ``B`` is read (see
+    :func:`list_reading`).
 
     Opening the source loads every ``y`` file once to count rows (labels are small); a build
     then loads each ``x`` file in the task that needs it, keeping the last pair loaded.
@@ -112,7 +171,9 @@ class JoblibBatchSource(Source):
     fixed_shape = True
 
     def __init__(self, folder: str | os.PathLike[str], fields: tuple[str, str] = ("x", "y"),
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, lists: str | None = None) -> None:
+        if lists not in (None, *LISTS):
+            raise ValueError(f"lists must be one of {', '.join(LISTS)}, got {lists!r}")
         self.folder = Path(folder)
         if not self.folder.is_dir():
             hint = " (it is a file: pass the folder that holds it)" if self.folder.is_file() else ""
@@ -146,12 +207,35 @@ class JoblibBatchSource(Source):
         self.x_paths = [found["x"][b] for b in numbers]
         self.y_paths = [found["y"][b] for b in numbers]
         self.fields = fields
-        counts = [len(_label_rows(labels[b], found["y"][b])) for b in numbers]
+        self.readings = [list_reading(labels[b], b, found["y"][b], lists) for b in numbers]
+        rows = [_label_rows(labels[b], found["y"][b], reading) for b, reading in zip(numbers, self.readings)]
+        self._refuse_copies(rows)
+        counts = [len(r) for r in rows]
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
         self.description = f"joblib batches {self.folder}"
         self._cache: tuple[int, np.ndarray, np.ndarray] | None = None
         x_bytes = sum(p.stat().st_size for p in self.x_paths)
         self._row_bytes = max(x_bytes // max(len(self), 1), 1)
+
+    def _refuse_copies(self, labels: list[np.ndarray]) -> None:
+        """Refuse two pairs that hold the same samples: runs of the recipe that dumped the whole
+        dataset as one array per file, which nothing else tells from numbered batches. Only the
+        features of pairs whose labels are the same are loaded to compare (a label file is
+        small, a feature file is not)."""
+        by_labels: dict[tuple, list[int]] = {}
+        for i, rows in enumerate(labels):
+            by_labels.setdefault((rows.shape, rows.dtype.str, rows.tobytes()), []).append(i)
+        for same in (group for group in by_labels.values() if len(group) > 1):
+            seen: dict[tuple, int] = {}
+            for i in same:
+                features = _feature_rows(_load(self.x_paths[i]), len(labels[i]), self.x_paths[i], self.readings[i])
+                first = seen.setdefault((features.shape, features.dtype.str, features.tobytes()), i)
+                if first != i:
+                    a, b = self.batches[first], self.batches[i]
+                    raise SampleError(f"x_{a}.job/y_{a}.job and x_{b}.job/y_{b}.job in {self.folder} hold the same "
+                                      f"{len(labels[i]):,} samples: runs of the joblib batch recipe with batch sizes "
+                                      f"{a} and {b}? Converting both would give every sample twice: choose one "
+                                      f"with --batch-size {a} (batch_size={a} in Python)")
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_cache": None}  # never ship a loaded batch to a worker
@@ -167,11 +251,11 @@ class JoblibBatchSource(Source):
 
     def _batch(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if self._cache is None or self._cache[0] != i:
-            labels = _label_rows(_load(self.y_paths[i]), self.y_paths[i])
+            labels = _label_rows(_load(self.y_paths[i]), self.y_paths[i], self.readings[i])
             expected = self.starts[i + 1] - self.starts[i]
             if len(labels) != expected:
                 raise SampleError(f"{self.y_paths[i]} changed while building: {len(labels)} rows, had {expected}")
-            features = _feature_rows(_load(self.x_paths[i]), len(labels), self.x_paths[i])
+            features = _feature_rows(_load(self.x_paths[i]), len(labels), self.x_paths[i], self.readings[i])
             self._cache = (i, features, labels)
         return self._cache[1], self._cache[2]
 

@@ -1,0 +1,93 @@
+"""How the lists in joblib batch files are read: as batches only where their lengths say so
+(batches of the ``B`` in the file's name), else as the user says; a reading that would make one
+sample of each batch, or a sample of each row of each label, must never be taken silently."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline import SampleError
+from tests.helpers import read_back
+
+
+def dump(folder: Path, b: int, x: object, y: object) -> Path:
+    folder.mkdir(exist_ok=True)
+    joblib.dump(x, folder / f"x_{b}.job")
+    joblib.dump(y, folder / f"y_{b}.job")
+    return folder
+
+
+def built(folder: Path, out: Path, **options) -> dict[str, list]:
+    pipeline.build_joblib(folder, out, quiet=True, **options)
+    return read_back(out)[1]
+
+
+@pytest.mark.parametrize("samples", [96, 100])  # 100: a short last batch
+def test_labels_dumped_as_python_lists_per_batch_are_batches(tmp_path: Path, samples: int) -> None:
+    x = np.arange(samples * 4, dtype=np.float64).reshape(samples, 4)
+    y = np.arange(samples) % 7
+    folder = dump(tmp_path / "out", 16, [x[i:i + 16] for i in range(0, samples, 16)],
+                  [y[i:i + 16].tolist() for i in range(0, samples, 16)])
+    fields = built(folder, tmp_path / "shards")
+    assert np.array_equal(np.stack(fields["x"]), x) and [int(v) for v in fields["y"]] == y.tolist()
+
+
+def test_a_list_of_samples_whose_labels_are_arrays_is_read_as_told(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((50, 10, 3)), rng.integers(0, 5, (50, 10))  # a sequence's tags
+    folder = dump(tmp_path / "out", 16, list(x), list(y))
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'y_16.job'}: a list of 50 arrays whose lengths are not batches of 16 (the number in its "
+            f"name), so they may be batches or samples: say which with --lists batches (lists='batches': 500 "
+            f"samples, each array a batch of them) or --lists samples (lists='samples': 50 samples, labels of "
+            f"shape (10,))")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+    assert not (tmp_path / "shards").exists()
+    cli = subprocess.run([sys.executable, "-m", "pipeline", "build", "joblib", str(folder), str(tmp_path / "shards"),
+                          "--lists", "samples"], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    _, fields = read_back(tmp_path / "shards")
+    assert np.array_equal(np.stack(fields["x"]), x) and np.array_equal(np.stack(fields["y"]), y)
+    assert pipeline.load_index(tmp_path / "shards").fields["y"].shape == (10,)
+
+
+def test_samples_of_several_shapes_are_sent_to_the_shard_writer(tmp_path: Path) -> None:
+    folder = dump(tmp_path / "out", 16, [np.ones((n, 3)) for n in (4, 9, 2)], [np.ones(n) for n in (4, 9, 2)])
+    with pytest.raises(SampleError, match=re.escape(
+            "if they are batches, say so with --lists batches (lists='batches': 15 samples, each array a batch of "
+            "them); if each is one sample's labels, of several shapes (a sequence each), write them with "
+            "pipeline.ShardWriter")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+    assert len(built(folder, tmp_path / "shards", lists="batches")["y"]) == 15
+
+
+def test_two_runs_that_dumped_the_whole_dataset_as_one_array_are_refused(tmp_path: Path) -> None:
+    x, y = np.arange(96 * 4, dtype=np.float32).reshape(96, 4), np.arange(96) % 3
+    folder = dump(tmp_path / "out", 16, x, y)
+    dump(folder, 32, x, y)
+    with pytest.raises(SampleError, match=re.escape(
+            f"x_16.job/y_16.job and x_32.job/y_32.job in {folder} hold the same 96 samples: runs of the joblib batch "
+            f"recipe with batch sizes 16 and 32? Converting both would give every sample twice: choose one with "
+            f"--batch-size 16")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+    assert len(built(folder, tmp_path / "shards", batch_size=32)["y"]) == 96
+    # numbered batches whose labels are the same (class-sorted data) but not their features are batches
+    sorted_classes = tmp_path / "sorted"
+    for n in range(3):
+        dump(sorted_classes, n, x[:8] + n, np.zeros(8, np.int64))
+    assert np.array_equal(np.stack(built(sorted_classes, tmp_path / "sorted-shards")["x"]),
+                          np.concatenate([x[:8] + n for n in range(3)]))
+
+
+def test_an_empty_list_says_so(tmp_path: Path) -> None:
+    folder = dump(tmp_path / "out", 16, [], [])
+    with pytest.raises(SampleError, match=re.escape(f"{folder}/y_16.job: holds an empty list, so no samples")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
