@@ -39,6 +39,11 @@ SAMPLE_FILE_DAMAGE = {
     "a .pt of a dict of tensors": (".pt", save_as({"x": torch.zeros(2), "mask": torch.ones(2)}),
                                    r"holds a dict, not a tensor: .* save one tensor per file \(torch\.save\(tensor, "
                                    r"path\)\), or write samples of several fields with pipeline\.ShardWriter"),
+    "a .pt of a sparse tensor": (".pt", save_as(torch.eye(3).to_sparse()),
+                                 r"holds a torch\.sparse_coo tensor: save it dense \(tensor\.to_dense\(\)\)"),
+    "a .pt of a float8 tensor": (".pt", save_as(torch.zeros(3).to(torch.float8_e4m3fn)),
+                                 r"holds a tensor of dtype torch\.float8_e4m3fn, which shards cannot store: save it "
+                                 r"as a dtype NumPy has \(tensor\.float\(\), say\)$"),
     "a .pt of garbage": (".pt", lambda path: path.write_bytes(b"garbage!" * 20),
                          r"cannot load with torch\.load\(weights_only=True\) \(Unsupported operand 103\); if the file "
                          r"is truncated or damaged, save it again"),

@@ -50,7 +50,16 @@ def load_sample_file(path: Path) -> Any:
         raise _torch_load_failure(path, exc) from None
     if isinstance(value, torch.Tensor):  # bfloat16, which NumPy lacks, is stored as such by the codec
         value = value.detach().cpu()
-        return value if value.dtype == torch.bfloat16 else value.numpy()
+        if value.layout != torch.strided:
+            raise SampleError(f"{path}: holds a {value.layout} tensor: save it dense (tensor.to_dense()), "
+                              f"the layout shards store")
+        if value.dtype == torch.bfloat16:
+            return value
+        try:
+            return value.numpy()
+        except TypeError:  # a dtype NumPy has not: float8, uint32 in older releases...
+            raise SampleError(f"{path}: holds a tensor of dtype {value.dtype}, which shards cannot store: save it "
+                              f"as a dtype NumPy has (tensor.float(), say)") from None
     if isinstance(value, (bool, int, float, np.ndarray, np.generic)):
         return value
     if isinstance(value, (list, tuple)) and numeric(value):
