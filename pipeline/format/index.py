@@ -90,7 +90,9 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
         raise IndexFormatError(f"{where}: field {name!r} is {_kind_of(new)} here and {_kind_of(old)} in earlier "
                                f"samples; give it one kind of value in every sample")
     if old.dtype != new.dtype:
-        raise IndexFormatError(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}")
+        raise IndexFormatError(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}; a "
+                               f"field needs one dtype: cast the values as you write them, or, in a build, with "
+                               f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)")
     if len(old.shape) != len(new.shape):
         raise IndexFormatError(
             f"{where}: field {name!r} has shape {list(new.shape)}, earlier samples {list(old.shape)}"
@@ -99,6 +101,14 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
     return FieldSpec(old.dtype, shape, old.optional)
 
 
+
+
+def _common_dtype(a: str, b: str) -> str:
+    """The dtype both hold (``float32`` and ``float64``: ``float64``), to suggest a cast to."""
+    try:
+        return np.promote_types(a, b).name
+    except TypeError:  # bfloat16, or dtypes that have none in common
+        return a
 
 def _kind_of(spec: FieldSpec) -> str:
     """What a value of ``spec`` is, in words, for an error."""

@@ -4,6 +4,7 @@ part or split of the build meets it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -91,3 +92,20 @@ def test_a_refused_value_of_a_table_is_named_by_its_file_and_its_row_there(tmp_p
         pipeline.build_parquet(files, tmp_path / "out", dtypes={"x": "int64"}, quiet=True, **options)
     assert str(caught.value) == (f"{files[1]}, field 'x', row 3 (counting from 0 in the file): value 7.5 is not a "
                                  f"whole number; it cannot be stored as int64 (store it as a float)")
+
+
+def test_files_of_two_dtypes_are_refused_with_the_cast_that_joins_them(tmp_path: Path) -> None:
+    """Two preprocessing runs, one that saved float64: the error says which --dtype stores both."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "data").mkdir()
+    for n in range(4):
+        torch.save(torch.full((3,), n + 0.5, dtype=torch.float64 if n == 0 else torch.float32),
+                   tmp_path / "data" / f"id-{n}.pt")
+    labels, partition = {f"id-{n}": n for n in range(4)}, {"train": [f"id-{n}" for n in range(4)]}
+    with pytest.raises(pipeline.IndexFormatError, match=re.escape(
+            "sample 'id-1': field 'x' has dtype float32, earlier samples float64; a field needs one dtype: cast the "
+            "values as you write them, or, in a build, with --dtype x=float64 (dtypes=)")):
+        pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", quiet=True)
+    pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", dtypes={"x": "float64"},
+                                quiet=True, resume=True)
+    assert [v.tolist() for v in read_back(tmp_path / "out" / "train")[1]["x"]] == [[n + 0.5] * 3 for n in range(4)]
