@@ -115,6 +115,27 @@ def test_problems_of_the_partition_name_its_file(tmp_path: Path) -> None:
                                     validation=0.5)
 
 
+
+def test_ids_that_are_paths_below_the_folder_make_keys_and_ids_outside_it_are_refused(tmp_path: Path) -> None:
+    """``data/cats/001.pt`` is ID ``cats/001``: its sample gets a key made from it, as an image
+    file's; an ID reaching out of the folder reads nothing there."""
+    (tmp_path / "data" / "cats").mkdir(parents=True)
+    for n, sample_id in enumerate(["cats/001", "scan.002", "cats_001", "plain"]):
+        torch.save(torch.full((2,), float(n)), tmp_path / "data" / f"{sample_id}.pt")
+    ids = ["cats/001", "scan.002", "cats_001", "plain"]
+    pipeline.build_sample_files(tmp_path / "data", {i: n for n, i in enumerate(ids)}, {"train": ids},
+                                tmp_path / "out", quiet=True)
+    got = {key: (float(s["x"][0]), int(s["y"])) for key, s in pipeline.iter_samples(tmp_path / "out" / "train")}
+    assert len(got) == 4 and got["scan_002"] == (1.0, 1) and got["cats_001"] == (2.0, 2) and got["plain"] == (3.0, 3)
+    [made] = set(got) - {"scan_002", "cats_001", "plain"}  # cats/001's: not the other ID's key
+    assert made.startswith("cats_001_") and got[made] == (0.0, 0)
+    torch.save(torch.zeros(2), tmp_path / "secret.pt")
+    with pytest.raises(SampleError, match=re.escape(
+            "split 'train' of the partition: 1 IDs name no file inside " f"{tmp_path / 'data'} (empty, absolute, or with '..'), e.g. "
+            "['../secret']")):
+        pipeline.build_sample_files(tmp_path / "data", {"../secret": 0}, {"train": ["../secret"]}, tmp_path / "o2",
+                                    quiet=True)
+
 def test_a_build_stopped_by_a_bad_file_in_its_second_split_resumes_once_the_file_is_mended(tmp_path: Path) -> None:
     ids = [f"id-{n}" for n in range(8)]
     make_sample_files(tmp_path / "data", ids)

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...format.errors import SampleError, explain, unloadable
-from ..rows import RowBlock, check_key
+from ..rows import RowBlock, check_key, key_for_name
 from ..source import FileRowsSource
 
 SAMPLE_SUFFIXES = (".pt", ".npy")
@@ -121,7 +121,7 @@ class SampleFileSource(FileRowsSource):
     may hold arrays of different shapes, so ``pack="auto"`` stores one sample per record (a
     ``pack`` given packs samples of one shape)."""
 
-    row_lists = ("ids", "paths", "labels", "sizes")
+    row_lists = ("ids", "keys", "paths", "labels", "sizes")
 
     def __init__(self, root: str | os.PathLike[str], ids: Sequence[str], labels: Mapping[str, Any],
                  split: str = "samples", fields: tuple[str, str] = ("x", "y"), listed_in: str | None = None,
@@ -134,11 +134,11 @@ class SampleFileSource(FileRowsSource):
         repeated = [i for i, n in Counter(ids).items() if n > 1]
         if repeated:
             raise SampleError(f"{named}: {len(repeated)} IDs are listed more than once, e.g. {repeated[:3]}")
-        for sample_id in ids:
-            try:
-                check_key(sample_id)
-            except SampleError as exc:
-                raise SampleError(f"{named}: {exc}") from None
+        outside = [i for i in ids if not i or Path(i).is_absolute() or ".." in Path(i).parts]
+        if outside:
+            raise SampleError(f"{named}: {len(outside)} IDs name no file inside {self.root} (empty, absolute, or "
+                              f"with '..'), e.g. {outside[:3]}; an ID is a file's path below the folder, without "
+                              f"its .pt or .npy")
         no_label = [i for i in ids if i not in labels]
         if no_label:
             raise SampleError(f"{named}: {len(no_label)} IDs have no label, e.g. {no_label[:3]}")
@@ -150,6 +150,7 @@ class SampleFileSource(FileRowsSource):
                 f"e.g. {no_file[:3]}"
             )
         self.ids = ids
+        self.keys = _keys_of(ids)
         self.paths: list[Path] = paths  # type: ignore[assignment]
         self.labels = [labels[i] for i in ids]
         self.fields = fields
@@ -163,7 +164,27 @@ class SampleFileSource(FileRowsSource):
     def read(self, start: int, stop: int) -> RowBlock:
         x_name, y_name = self.fields
         return RowBlock({x_name: [load_sample_file(p) for p in self.paths[start:stop]],
-                         y_name: self.labels[start:stop]}, self.ids[start:stop])
+                         y_name: self.labels[start:stop]}, self.keys[start:stop])
+
+
+def _keys_of(ids: list[str]) -> list[str]:
+    """Each sample's key: its ID, or, for an ID that is no key (``cats/001``, ``scan.001``), one
+    made from it (``cats_001``) that no other ID is, as an image file's is made from its path."""
+    taken = set()
+    for sample_id in ids:
+        try:
+            taken.add(check_key(sample_id))
+        except SampleError:
+            pass
+    keys = []
+    for sample_id in ids:
+        if sample_id not in taken:
+            made = key_for_name(sample_id, taken)
+            taken.add(made)
+            keys.append(made)
+        else:
+            keys.append(sample_id)
+    return keys
 
 
 def _examples(ids: Sequence[str], detail: Mapping[str, str], limit: int = 5) -> str:
