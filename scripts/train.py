@@ -3,7 +3,7 @@
 This is the classic "streaming from disk" recipe, corrected. It trains on what users have:
 the features ``x`` (any numeric dtype and shape) are flattened and cast to float32; labels
 ``y`` that are integers (or floats holding whole numbers, as the joblib batch recipe stores
-them) are classes (``CrossEntropyLoss``, validation accuracy), other real-valued labels a
+them, or one-hot rows) are classes (``CrossEntropyLoss``, validation accuracy), other real-valued labels a
 regression (``MSELoss``, validation RMSE); it says which it chose. Each epoch trains on
 ``DATA/train`` and evaluates on ``DATA/validation`` (``--train-split``, ``--validation-split``
 for other names), printing loss, the validation metric, samples/s and the input-bound

@@ -4,8 +4,9 @@
 splits (``--classes`` or ``--task regression`` skip it): integer labels (from 0), or float
 labels that all hold whole numbers from 0 to :data:`MAX_GUESSED_CLASSES` (as the joblib batch
 recipe stores class numbers), make a classification into ``largest label + 1`` classes; other
-real-valued labels a regression on as many outputs as a label has values. ``--task`` decides
-instead of the guess.
+real-valued labels a regression on as many outputs as a label has values, but for one-hot rows
+(0s and one 1 each: a classification into as many classes as a row has values). ``--task``
+decides instead of the guess.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ def split_location(data: str, split: str, option: str) -> str:
 @dataclass(frozen=True)
 class Task:
     """A linear model's job: ``features`` inputs, ``outputs`` outputs, ``classes`` > 0 for a
-    classification (then ``outputs == classes``), 0 for a regression."""
+    classification (then ``outputs == classes``), 0 for a regression; ``one_hot`` for classes
+    given as one-hot rows."""
 
     features: int
     outputs: int
     classes: int
     description: str
+    one_hot: bool = False
 
     def inputs(self, batch: dict) -> torch.Tensor:
         x = batch["x"]
@@ -68,7 +71,7 @@ class Task:
         y = batch["y"]
         if not self.classes:
             return y.reshape(len(y), -1).float()
-        target = y.reshape(-1).long()
+        target = y.reshape(len(y), -1).argmax(dim=1) if self.one_hot else y.reshape(-1).long()
         if target.device.type == "cpu" and len(target) and int(target.max()) >= self.classes:
             label = int(target.max())
             raise UnusableData(f"label {label} in the {split} split is not one of the {self.classes} classes "
@@ -145,16 +148,26 @@ def choose_task(train: str, validation: str, classes: int | None = None, task: s
         holding = "" if _kind(y.dtype) == "i" else ", floats holding whole numbers"
         return Task(features, count, count, f"classification into {count} classes (labels y: {y.dtype}"
                                             f"{holding}; CrossEntropyLoss, validation accuracy)")
+    if outputs > 1 and _one_hot(labels):
+        return Task(features, outputs, outputs, f"classification into {outputs} classes (labels y: one-hot rows of "
+                                                f"{y.dtype}; CrossEntropyLoss, validation accuracy)", one_hot=True)
     if task == "classification":
         raise UnusableData(f"{train}: --task classification needs one whole number per label; labels y hold "
                            f"{'arrays of ' + str(outputs) + ' values' if outputs > 1 else 'fractions'}")
     if not whole:
         why = "real values"
+    elif outputs > 1:
+        why = f"arrays of {outputs} values"
     elif labels.min() < 0:
         why = f"whole numbers from {labels.min():g}, not class numbers (from 0)"
     else:
         why = f"whole numbers up to {labels.max():g}, more than {MAX_GUESSED_CLASSES} classes"
     return _regression(features, outputs, f"labels y: {y.dtype}, {why}")
+
+
+def _one_hot(labels: np.ndarray) -> bool:
+    """Whether every row of ``labels`` is 0s and a single 1."""
+    return bool(np.all((labels == 0) | (labels == 1)) and np.all(labels.sum(axis=1) == 1))
 
 
 def _regression(features: int, outputs: int, why: str) -> Task:

@@ -38,7 +38,18 @@ def test_real_values_and_large_whole_numbers_are_a_regression(tmp_path: Path) ->
     assert task.classes == 0 and "more than 1000 classes" in task.description
     assert choose_task(*splits(tmp_path / "c", np.array([1, 2]), np.array([0, 1])), task="regression").classes == 0
     task = choose_task(*splits(tmp_path / "d", np.zeros((4, 3)), np.zeros((2, 3))))
-    assert task.classes == 0 and task.outputs == 3
+    assert task.classes == 0 and task.outputs == 3 and "arrays of 3 values" in task.description
+    multi_hot = np.array([[1, 1, 0], [0, 1, 0]])  # two labels in a row: no one-hot
+    assert choose_task(*splits(tmp_path / "e", multi_hot, multi_hot)).classes == 0
+
+
+def test_one_hot_labels_are_classes_their_rows_positions(tmp_path: Path) -> None:
+    one_hot = np.eye(5)[[3, 0, 4, 1]]
+    for task in ("auto", "classification"):
+        chosen = choose_task(*splits(tmp_path / task, one_hot, one_hot[:2]), task=task)
+        assert (chosen.outputs, chosen.classes, chosen.one_hot) == (5, 5, True)
+        assert "one-hot rows of float64" in chosen.description
+        assert chosen.targets({"y": torch.from_numpy(one_hot)}, "train").tolist() == [3, 0, 4, 1]
 
 
 def test_labels_it_cannot_train_on_are_clear_errors(tmp_path: Path) -> None:

@@ -97,6 +97,9 @@ def test_arrays_of_numbers_are_labels_and_files_may_hold_lists_of_numbers(tmp_pa
     pipeline.build_sample_files(tmp_path / "data", multi_hot, {"train": ["a", "b"]}, tmp_path / "out", quiet=True)
     samples = [s for _, s in pipeline.iter_samples(tmp_path / "out" / "train")]
     assert [list(s["y"]) for s in samples] == [[0, 1], [1, 0]] and [list(s["x"]) for s in samples] == [[0.5, 1.5, 2.5], [1.5, 2.5, 3.5]]
+    assert pipeline.load_index(tmp_path / "out" / "train").fields["y"] == pipeline.FieldSpec("int64", (2,))
+    batch = next(iter(pipeline.make_loader(tmp_path / "out" / "train", 0, batch_size=2, shuffle=False)))
+    assert batch["y"].tolist() == [[0, 1], [1, 0]]  # a tensor, not lists of Python numbers
 
 
 def test_problems_of_the_partition_name_its_file(tmp_path: Path) -> None:

@@ -152,7 +152,8 @@ class SampleFileSource(FileRowsSource):
         self.ids = ids
         self.keys = _keys_of(ids)
         self.paths: list[Path] = paths  # type: ignore[assignment]
-        self.labels = [labels[i] for i in ids]
+        # a label that is a list (JSON's arrays: a multi-hot row) is stored as the array it is
+        self.labels = [np.asarray(labels[i]) if isinstance(labels[i], (list, tuple)) else labels[i] for i in ids]
         self.fields = fields
         self.sizes = [p.stat().st_size for p in self.paths]
         self.description = f"{split} ({self.root})"
