@@ -151,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
                                seed=args.seed, fields=["x", "y"], **cache)
     val_loader = make_loader(val_data, num_workers=args.workers, batch_size=4096,
                              shuffle=False, remainder="keep", fields=["x", "y"], **cache)
+    epoch_so_far = (0.0, 0.0)  # the loss summed over the samples a resumed epoch trained on, and their number
     if args.resume:
-        resume(args.checkpoint, module, optimizer, train_loader, device)
+        epoch_so_far = resume(args.checkpoint, module, optimizer, train_loader, device)
+        if rank != 0:  # (the checkpoint holds the sums of every rank: counted once)
+            epoch_so_far = (0.0, 0.0)
         if rank == 0:
             print(f"resumed from {args.checkpoint} at epoch {train_loader.epoch}", file=sys.stderr)
             if train_loader.epoch >= args.epochs:
@@ -167,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         prefetcher = DevicePrefetcher(train_loader, device)
         profile_before = train_loader.stats()
         started = time.perf_counter()
-        loss_sum = samples = 0.0
+        loss_sum, samples = epoch_so_far
+        epoch_so_far, samples_before = (0.0, 0.0), samples
         stop = False
         bar = tqdm(total=len(train_loader), desc=f"epoch {epoch}", unit=" batches", file=sys.stderr,
                    disable=args.quiet or rank != 0 or not sys.stderr.isatty())
@@ -183,20 +187,22 @@ def main(argv: list[str] | None = None) -> int:
             stop = bool(args.stop_after and batches_run >= args.stop_after)
             if train_loader.epoch != epoch:
                 continue  # the epoch's last batch (the loader has moved on): the epoch's end comes first
-            if rank == 0 and (stop or (args.checkpoint_every and batches_run % args.checkpoint_every == 0)):
-                save_checkpoint(args.checkpoint, module, optimizer, prefetcher.state_dict())
+            if stop or (args.checkpoint_every and batches_run % args.checkpoint_every == 0):
+                so_far = all_sum([loss_sum, samples], device)  # (every rank is here: the same batches_run)
+                if rank == 0:
+                    save_checkpoint(args.checkpoint, module, optimizer, prefetcher.state_dict(), so_far)
             if stop:
                 bar.close()
                 return stopped(batches_run, args.checkpoint, rank, world)
         bar.close()
         elapsed = time.perf_counter() - started
-        loss_sum, samples = all_sum([loss_sum, samples], device)
+        loss_sum, samples, samples_run = all_sum([loss_sum, samples, samples - samples_before], device)
         score, seen = all_sum(list(evaluate(model, val_loader, task, args.validation_split, device)), device)
         stats = prefetcher.stats()
         profile = {key: value - profile_before[key] for key, value in train_loader.stats().items()
                    if key.endswith("_s")}
         metrics = {"epoch": epoch, "train_loss": loss_sum / max(samples, 1), "val_samples": seen,
-                   "train_samples": samples, "samples_per_s": samples / elapsed, "input_bound": stats["input_bound"],
+                   "train_samples": samples, "samples_per_s": samples_run / elapsed, "input_bound": stats["input_bound"],
                    "profile": profile}
         if task.classes:
             metrics["val_accuracy"] = score / max(seen, 1)

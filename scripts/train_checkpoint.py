@@ -22,18 +22,22 @@ class CannotResume(Exception):
     """A checkpoint that this run cannot continue; the message says why and what to do."""
 
 
-def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loader_state: dict) -> None:
+def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loader_state: dict,
+                    epoch_so_far: tuple[float, float] = (0.0, 0.0)) -> None:
     """Write the checkpoint beside ``path`` and rename it over ``path``: a run killed while it
-    saves leaves the previous checkpoint whole."""
+    saves leaves the previous checkpoint whole. ``epoch_so_far``: the loss summed over the samples
+    the epoch trained on before it, and their number, for the resumed epoch's train loss."""
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader_state}, tmp)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader_state,
+                "epoch_so_far": list(epoch_so_far)}, tmp)
     os.replace(tmp, path)
 
 
 def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loader: ShardLoader,
-           device: torch.device) -> None:
-    """Load the model, optimizer and loader of the checkpoint at ``path``; raise
-    :class:`CannotResume` naming the file and what differs."""
+           device: torch.device) -> tuple[float, float]:
+    """Load the model, optimizer and loader of the checkpoint at ``path``, and return what its
+    epoch trained on so far (see :func:`save_checkpoint`); raise :class:`CannotResume` naming
+    the file and what differs."""
     state = _read(path, device)
     try:
         model.load_state_dict(state["model"])
@@ -46,6 +50,8 @@ def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loade
         loader.load_state_dict(state["loader"])
     except (ValueError, KeyError, TypeError) as exc:
         raise CannotResume(f"cannot resume from {path}: {str(exc).removeprefix('cannot resume: ')}") from exc
+    loss_sum, samples = state.get("epoch_so_far", (0.0, 0.0))
+    return float(loss_sum), float(samples)
 
 
 def _read(path: Path, device: torch.device) -> dict[str, Any]:

@@ -62,6 +62,9 @@ def assert_resume_trains_the_same_model(data: Path, tmp_path: Path, workers: str
     straight = train(data, tmp_path / "a", "--workers", workers, epochs=epochs)
     assert resumed["weights_sum"] == pytest.approx(straight["weights_sum"], rel=1e-6)
     assert resumed["val_accuracy"] == straight["val_accuracy"] > 0.8
+    # the last epoch's loss is over all its samples, those before the stop too
+    assert resumed["train_samples"] == straight["train_samples"] == 2000
+    assert resumed["train_loss"] == pytest.approx(straight["train_loss"], rel=1e-6)
     profile = straight["profile"]  # the last epoch's, summed over the workers (when there are some)
     assert profile["decode_s"] > 0 and profile["gather_s"] > 0 and profile["wait_s"] > 0 and profile["step_s"] > 0
 

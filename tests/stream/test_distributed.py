@@ -149,12 +149,21 @@ def test_training_example_under_torchrun_on_uneven_data(tmp_path: Path) -> None:
         x = centres[y] + rng.normal(0, 1, (n, 8)).astype(np.float32)
         pipeline.write_shards(tmp_path / "data" / split, {"x": x, "y": y}, prefix=split, pack=16,
                               shard_samples=977, quiet=True)
-    result_file = tmp_path / "result.json"
-    torchrun(2, str(ROOT / "scripts" / "train.py"), "--data", str(tmp_path / "data"), "--epochs", "2",
-             "--workers", "2", "--batch-size", "64", "--quiet", "--result", str(result_file))
-    result = json.loads(result_file.read_text())
-    assert result["epoch"] == 1 and result["val_samples"] == 499
+    def train(*options: str) -> dict:
+        result_file = tmp_path / "result.json"
+        result_file.unlink(missing_ok=True)
+        torchrun(2, str(ROOT / "scripts" / "train.py"), "--data", str(tmp_path / "data"), "--epochs", "2",
+                 "--workers", "2", "--batch-size", "64", "--quiet", "--result", str(result_file), *options)
+        return json.loads(result_file.read_text()) if result_file.exists() else {}
+
+    result = train()
+    assert result["epoch"] == 1 and result["val_samples"] == 499 and result["train_samples"] == 3002  # 1 padded
     assert result["val_accuracy"] > 0.8
+    # stopped in the last epoch (24 batches a rank an epoch), resumed: the epoch's loss is every rank's, all of it
+    assert train("--checkpoint", str(tmp_path / "ckpt.pt"), "--stop-after", "30") == {}
+    resumed = train("--checkpoint", str(tmp_path / "ckpt.pt"), "--resume")
+    assert resumed["train_samples"] == 3002 and resumed["val_accuracy"] == result["val_accuracy"]
+    assert resumed["train_loss"] == pytest.approx(result["train_loss"], rel=1e-6)
 
 
 def test_a_job_past_its_time_fails_with_its_stacks_and_leaves_no_process() -> None:
