@@ -42,7 +42,7 @@ def shard_urls(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     given = [shards] if isinstance(shards, (str, os.PathLike)) else list(shards)
     urls: list[str] = []
     for item in map(os.fspath, given):
-        for url in braceexpand(item):
+        for url in map(local_path, braceexpand(item)):  # a file:// URL as the path it names
             if not _is_folder(url):
                 urls.append(url)
                 continue
