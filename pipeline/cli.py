@@ -62,7 +62,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                "overwrite": args.overwrite, "resume": args.resume, "engine": args.engine,
                "scheduler": args.scheduler, "quiet": args.quiet}
     if "validation" in args:
-        options.update(prefix=args.prefix or "shard", validation=args.validation, seed=args.seed)
+        options.update(prefix="shard" if args.prefix is None else args.prefix, validation=args.validation,
+                       seed=args.seed)
         if args.validation is not None and args.prefix:
             raise SystemExit("error: with --validation, shards are named after each split (train-000000.tar); "
                              "--prefix does not apply")

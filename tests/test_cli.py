@@ -85,6 +85,14 @@ def test_bad_input_is_one_line_error_not_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     result = run_cli("build", "arrays", str(tmp_path / "out"), "--array", "x")
     assert result.returncode == 2 and "expected NAME=PATH" in result.stderr
+    np.save(tmp_path / "x.npy", np.arange(4))
+    (tmp_path / "a-file").touch()
+    for out in ("a-file", "a-file/sub"):  # an output that is, or is inside, a file
+        result = run_cli("build", "arrays", str(tmp_path / out), "--array", f"x={tmp_path / 'x.npy'}")
+        assert (result.returncode, result.stderr) == (1, f"error: {tmp_path / 'a-file'} is a file, not a folder: give "
+                                                         f"an output folder that is not, nor is inside, a file\n")
+    result = run_cli("build", "arrays", str(tmp_path / "out"), "--array", f"x={tmp_path / 'x.npy'}", "--prefix", "")
+    assert result.returncode == 1 and "shard name prefix '' is not a plain file name" in result.stderr
 
 
 def test_a_name_given_twice_is_an_error_and_a_text_fill_may_be_empty(tmp_path: Path, capsys) -> None:

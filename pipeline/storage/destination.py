@@ -62,7 +62,12 @@ class Destination:
         return str(self.folder)
 
     def prepare(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):  # a file where the folder, or one above it, goes
+            file = next((p for p in (self.folder, *self.folder.parents) if p.is_file()), self.folder)
+            raise FileExistsError(f"{file} is a file, not a folder: give an output folder that is not, nor is "
+                                  f"inside, a file") from None
 
     def url(self, name: str) -> str:
         return str(self.folder / name)
