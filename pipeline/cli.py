@@ -16,6 +16,7 @@ from .check.describe import describe_parts
 from .check.verify import check_set
 from .format.errors import FormatError
 from .format.verify import Problem
+from .storage import is_remote
 from .write.api import build_folder, build_imagefolder, build_joblib, build_npz, build_sample_files, write_shards
 from .write.engines import ENGINES
 from .write.indexing import index_shards
@@ -381,5 +382,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"interrupted{_how_to_finish(args)}", file=sys.stderr)
         return 130
+
+
+def _how_to_finish(args: argparse.Namespace) -> str:
+    """What finishes a build that was interrupted (a local one resumes), in words to follow
+    "interrupted"; nothing for other commands."""
+    if not hasattr(args, "resume") or is_remote(str(args.out)):
+        return ""
+    instead = " in place of --overwrite" if args.overwrite else ""
+    return f": run the same command with --resume{instead} to finish the build, keeping the shards it finished"

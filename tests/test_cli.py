@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +97,24 @@ def test_bad_input_is_one_line_error_not_a_traceback(tmp_path: Path) -> None:
     result = run_cli("build", "arrays", str(tmp_path / "out"), "--array", f"x={tmp_path / 'x.npy'}", "--prefix", "")
     assert result.returncode == 1 and "shard name prefix '' is not a plain file name" in result.stderr
 
+
+
+@pytest.mark.parametrize("extra, told", [([], "--resume"), (["--overwrite"], "--resume in place of --overwrite")])
+def test_a_build_interrupted_says_how_to_finish_it(tmp_path: Path, extra: list[str], told: str) -> None:
+    """Ctrl-C once the build wrote its first of 2,000 small shards (seconds of work)."""
+    np.save(tmp_path / "x.npy", np.arange(20_000, dtype=np.float32))
+    command = [sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "out"), "--array",
+               f"x={tmp_path / 'x.npy'}", "--shard-samples", "10", "--pack", "1", "--quiet"]
+    build = subprocess.Popen([*command, *extra], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "out" / "shard-000000.tar").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    build.send_signal(signal.SIGINT)
+    _, stderr = build.communicate(timeout=60)
+    assert (build.returncode, stderr) == (130, f"interrupted: run the same command with {told} to finish the build, "
+                                               f"keeping the shards it finished\n")
+    assert subprocess.run([*command, "--resume"], capture_output=True).returncode == 0
+    assert read_back(tmp_path / "out")[1]["x"] == list(range(20_000))
 
 def test_a_name_given_twice_is_an_error_and_a_text_fill_may_be_empty(tmp_path: Path, capsys) -> None:
     np.save(tmp_path / "a.npy", np.arange(10.0))
