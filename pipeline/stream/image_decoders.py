@@ -3,7 +3,11 @@
 Each takes an image's bytes, a function that says which box of the decoded image becomes the
 output, and the output's size, and returns an ``(height, width, 3)`` RGB ``uint8`` array. Both
 give 8-bit RGB for grey, palette, alpha, CMYK and 16-bit images; both refuse a JPEG that was
-cut short (libjpeg would fill the missing rows with grey and only warn).
+cut short (libjpeg would fill the missing rows with grey and only warn), a PNG whose chunks fail
+their checksums or that was cut short (Pillow decodes damaged pixel data without a word, and a
+cut one too where a script set its ``LOAD_TRUNCATED_IMAGES``), and a WebP shorter than its
+header says.
+Damage inside a JPEG's or a lossy WebP's data cannot be seen: neither format has a checksum.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import functools
 import io
 import math
 import re
+import zlib
 from typing import Any, Callable
 
 import numpy as np
@@ -22,6 +27,7 @@ from ..format.image_kind import image_format, pillow_rgb
 BoxOf = Callable[[int, int], tuple[int, int, int, int]]
 Decoder = Callable[[Any, BoxOf, int, int], np.ndarray]
 _JPEG, _END_OF_IMAGE = b"\xff\xd8\xff", b"\xff\xd9"
+_PNG = b"\x89PNG\r\n\x1a\n"
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")  # after a scan: FF 00 is a stuffed byte, FF Dn a restart
 _REDUCED: dict[int, int] = {}  # DCT scale -> OpenCV's flag (filled on first use: cv2 is optional)
 
@@ -59,6 +65,35 @@ def single_threaded(pid: int) -> None:
     except ImportError:
         return
     cv2.setNumThreads(1)
+
+
+def check_whole(data: Any) -> tuple[int, int] | None:
+    """Refuse an image cut short or whose checksums fail (see the module docstring); return a
+    JPEG's ``(width, height)`` (see :func:`check_jpeg`)."""
+    head = bytes(memoryview(data)[:12])
+    if head.startswith(_PNG):
+        _check_png(data)
+    elif head.startswith(b"RIFF") and head[8:12] == b"WEBP" and len(data) < 8 + int.from_bytes(head[4:8], "little"):
+        raise ImageError(f"a truncated WebP ({len(data)} bytes, its header says {8 + int.from_bytes(head[4:8], 'little')})")
+    return check_jpeg(data)
+
+
+def _check_png(data: Any) -> None:
+    """Walk a PNG's chunks to its IEND, checking each one's CRC."""
+    view = memoryview(data)
+    at = len(_PNG)
+    while at + 12 <= len(view):
+        end = at + 12 + int.from_bytes(view[at:at + 4], "big")
+        if end > len(view):
+            break
+        kind = bytes(view[at + 4:at + 8])
+        if zlib.crc32(view[at + 4:end - 4]) != int.from_bytes(view[end - 4:end], "big"):
+            raise ImageError(f"a damaged PNG ({len(data)} bytes: its {kind.decode('latin-1')} chunk at byte {at} "
+                             f"fails its checksum)")
+        if kind == b"IEND":
+            return
+        at = end
+    raise ImageError(f"a truncated PNG ({len(data)} bytes, it ends before its IEND chunk)")
 
 
 def check_jpeg(data: Any) -> tuple[int, int] | None:
@@ -115,7 +150,7 @@ def opencv_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarr
     import cv2
 
     # a JPEG much larger than the output decodes at 1/2, 1/4 or 1/8 of its size, in the DCT (far faster)
-    size = check_jpeg(data)
+    size = check_whole(data)
     reduce = 1
     if size is not None:
         _, _, box_w, box_h = box_of(*size)
@@ -145,7 +180,7 @@ def opencv_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarr
 def pillow_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
-    check_jpeg(data)
+    check_whole(data)
     try:
         image = Image.open(io.BytesIO(data))
         full_w, full_h = image.size

@@ -207,6 +207,14 @@ def test_max_side_shrinks_large_photos_in_the_build_workers_and_keeps_small_ones
     assert (shrunk.format, shrunk.size) == ("JPEG", (128, 96))
     deep_shrunk = Image.open(io.BytesIO(images["a_deep"]))
     assert deep_shrunk.size == (64, 128) and abs(np.asarray(deep_shrunk).astype(int) - 0x80).max() <= 2
+    # a damaged PNG (a byte of its pixel data changed) is refused, not shrunk into a sound JPEG
+    damaged = bytearray(large)
+    damaged[len(large) // 2] ^= 0x5A
+    (tmp_path / "root" / "a" / "large.png").write_bytes(bytes(damaged))
+    with pytest.raises(pipeline.SampleError, match=re.escape(f"{tmp_path / 'root' / 'a' / 'large.png'}: cannot read the "
+                                                             f"image to shrink it: a damaged PNG ({len(large)} bytes: "
+                                                             f"its IDAT chunk at byte ")):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out2", max_side=128, quiet=True)
 
 
 @pytest.mark.parametrize("quality", ["0", "101", "high"])

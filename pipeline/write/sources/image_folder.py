@@ -26,6 +26,7 @@ from ...caller_warning import warn_caller
 from ...format.errors import SampleError
 from ...format.image_kind import image_format, pillow_rgb
 from ...format.numbers import is_whole
+from ...stream.image_decoders import check_whole
 from ..rows import RowBlock, key_for_name
 from ..source import FileRowsSource
 
@@ -212,6 +213,7 @@ def shrink(data: bytes, max_side: int, quality: int, where: str) -> bytes:
     from PIL import Image  # the build's only use of Pillow: needed for --max-side alone
 
     try:
+        check_whole(data)  # Pillow would shrink a damaged PNG into a sound JPEG, its damage then unseen
         with Image.open(io.BytesIO(data)) as image:
             if max(image.size) <= max_side:
                 return data
