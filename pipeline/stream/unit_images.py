@@ -107,7 +107,9 @@ class ImageDecoding:
                 raise ShardError(url, offset, f"{record}, {reason}; pass on_error='skip' to train on without it")
             if not good:
                 raise ShardError(url, offset, f"{record}, {reason}; no image of its unit could be decoded, so "
-                                              f"none can stand in for it")
+                                              f"none can stand in for it (a unit can be as small as a rank's last "
+                                              f"batch of an epoch): find the images that fail with pipeline verify "
+                                              f"--images, and mend or remove them")
             log.warning("replacing the sample of %s at %s: %s, %s", url, offset, record, reason)
             self.stats.skipped(1)
             _copy_row(unit, row, good[row % len(good)])

@@ -173,6 +173,23 @@ def test_a_bad_image_names_its_shard_record_key_and_field(damaged_shards: Path, 
         list(loader)
 
 
+def test_under_skip_a_unit_of_bad_images_alone_says_how_to_find_them(tmp_path: Path) -> None:
+    """9 samples in batches of 8: the rank's last batch, one sample, is a unit of its own; the
+    epoch that puts the truncated image there has no stand-in for it."""
+    with pipeline.ShardWriter(tmp_path, prefix="part") as writer:
+        for n in range(9):
+            data = encoded(photo(20, 20, seed=n))
+            writer.write({"image": data[:300] if n == 4 else data, "label": n}, key=f"img-{n}")
+    loader = make_loader(tmp_path, num_workers=0, batch_size=8, on_error="skip", seed=1, images={"image": Images(8)})
+    with pytest.raises(pipeline.ShardError, match=r"record 4 \(key 'img-4'\), field 'image': a truncated JPEG .*; no "
+                                                  r"image of its unit could be decoded, so none can stand in for it \(a "
+                                                  r"unit can be as small as a rank's last batch of an epoch\): find the "
+                                                  r"images that fail with pipeline verify --images, and mend or remove "
+                                                  r"them$"):
+        for _ in range(60):  # (each epoch puts it there with a chance of 1 in 9)
+            list(loader)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_under_skip_a_bad_image_costs_its_row_counted_and_replaced_whole(damaged_shards: Path, workers: int) -> None:
     loader = make_loader(damaged_shards, num_workers=workers, batch_size=5, on_error="skip", images={"image": Images(8)})
