@@ -183,16 +183,30 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 
 
 def per_sample(batch: Columns, transform: Callable[[dict[str, Any]], dict[str, Any]]) -> Columns:
-    """``transform`` applied to each sample of ``batch``, the results stacked again: tensors with
-    ``torch.stack``, arrays and numbers with ``np.stack``, anything else as a list."""
+    """``transform`` applied to each sample of ``batch``, the results put together again as the
+    loader puts stored fields together: values of one shape and dtype stacked (tensors with
+    ``torch.stack``, arrays and numbers with ``np.stack``), anything else (shapes that differ,
+    ``None``, text) as a list. Every sample must come back with the same fields."""
     n = len(next(iter(batch.values())))
     samples = [transform({k: v[i] for k, v in batch.items()}) for i in range(n)]
-    return {k: _stack([s[k] for s in samples]) for k in samples[0]}
+    fields = list(samples[0]) if samples else []
+    for sample in samples:
+        if not isinstance(sample, dict):
+            raise TypeError(f"sample_transform must return a dict of fields, got {type(sample).__name__}")
+        if sample.keys() != set(fields):
+            raise ValueError(f"sample_transform returned the fields {sorted(fields)} for one sample of a batch and "
+                             f"{sorted(sample)} for another: return the same fields for every sample (with None, or "
+                             f"a value that stands for none, where a sample has no value)")
+    return {k: _stack([s[k] for s in samples]) for k in fields}
 
 
 def _stack(values: list[Any]) -> Any:
-    if isinstance(values[0], torch.Tensor):
-        return torch.stack(values)
-    if isinstance(values[0], (np.ndarray, np.generic, int, float, bool)):
-        return np.stack([np.asarray(v) for v in values])
+    first = values[0]
+    if isinstance(first, torch.Tensor):
+        same = all(isinstance(v, torch.Tensor) and v.shape == first.shape and v.dtype == first.dtype for v in values)
+        return torch.stack(values) if same else values
+    if all(isinstance(v, (np.ndarray, np.generic, int, float, bool)) for v in values):
+        arrays = [np.asarray(v) for v in values]
+        if all(a.shape == arrays[0].shape and a.dtype.kind in "biuf" for a in arrays):
+            return np.stack(arrays)
     return values

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..format.numbers import is_whole
 from ..storage import is_remote, obstore_ranges, redact
 from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
@@ -56,8 +57,13 @@ from .images import Images
 from .options import (
     DEFAULT_CACHE_BYTES,
     check_cache_options,
+    check_callables,
     check_dataset_options,
+    check_epoch,
+    check_fill,
+    check_flags,
     check_read_fields,
+    environment_count,
     warn_if_cache_is_small,
 )
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
@@ -86,7 +92,7 @@ def distributed_rank_and_world() -> tuple[int, int]:
     """Rank and world size from torch.distributed when initialised, else RANK/WORLD_SIZE."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return environment_count("RANK", 0), environment_count("WORLD_SIZE", 1)
 
 
 class ShardDataset(IterableDataset):
@@ -133,14 +139,21 @@ class ShardDataset(IterableDataset):
         check_dataset_options(batch_size, on_error, remainder, read_ahead, fields, as_tuple,
                               sample_transform is not None or batch_transform is not None, seed, shuffle_buffer,
                               chunks_per_buffer)
+        check_flags(shuffle=shuffle, drop_last=drop_last, check_records=check_records, verify=verify,
+                    allow_uneven=allow_uneven)
+        check_callables(sample_transform=sample_transform, batch_transform=batch_transform)
+        check_fill(fill)
         self.read_stats = ReadStats()  # skips and retries, counted in every worker
         self.policy = RetryPolicy.from_env()  # read once: the workers get it with the dataset
         default_rank, default_world = distributed_rank_and_world()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size
+        if not is_whole(self.rank) or not is_whole(self.world_size):
+            raise TypeError(f"rank and world_size must be integers, got {self.rank!r} and {self.world_size!r}")
+        self.rank, self.world_size = int(self.rank), int(self.world_size)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is outside world size {self.world_size}")
-        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
+        self.batch_size, self.shuffle, self.seed, self.drop_last = int(batch_size), bool(shuffle), int(seed), bool(drop_last)
         self.remainder: Remainder = remainder
         self.fields = None if fields is None else list(fields)
         self.as_tuple = None if as_tuple is None else list(as_tuple)
@@ -232,7 +245,7 @@ class ShardDataset(IterableDataset):
         """Select the epoch the next iteration plays, from its start (also seen by persistent
         workers)."""
         self._position = None
-        self._epoch.fill_(int(epoch))
+        self._epoch.fill_(check_epoch(epoch))
 
     def resume(self, epoch: int, legs: Sequence[Leg], batches: int) -> None:
         """Continue ``epoch`` after ``legs`` (stretches on other world sizes) and the ``batches``
@@ -395,8 +408,15 @@ class ShardDataset(IterableDataset):
             batch = per_sample(batch, self.sample_transform)
         out = to_torch(batch)
         if self.batch_transform is not None:
-            return self.batch_transform(out)
-        if self.as_tuple is not None:
-            return tuple(out[name] for name in self.as_tuple)
-        return out
+            out = self.batch_transform(out)
+        if self.as_tuple is None:
+            return out
+        if not isinstance(out, Mapping):
+            raise TypeError(f"as_tuple picks fields of a batch, but batch_transform returned a {type(out).__name__}: "
+                            f"return a dict from it, or leave as_tuple out")
+        missing = [name for name in self.as_tuple if name not in out]
+        if missing:
+            raise KeyError(f"as_tuple names {missing}, which the batch (after the transforms) lacks: it has "
+                           f"{sorted(out)}")
+        return tuple(out[name] for name in self.as_tuple)
 

@@ -23,7 +23,7 @@ from .batching import FinishedBatches, split_message
 from .dataset import ShardDataset
 from .loader_state import Position, loader_state, resumed_position
 from .message_buffers import Lent, ReleaseTable
-from .options import check_loader_options
+from .options import check_epoch, check_loader_options
 from .plan import Leg
 from .workers import (
     LoaderWorker,
@@ -92,6 +92,7 @@ class ShardLoader(DataLoader):
         self._waited = self._stepped = 0.0  # seconds the training loop waited for batches, and ran its body
         self._generation = 0  # changed by set_epoch and load_state_dict: a loop begun before then is stale
         self._loaded = False  # whether the position is one load_state_dict set, no loop having run from it yet
+        self._loops = 0  # loops begun over it: a loop that is not the last begun is stale (see __iter__)
 
     def _get_iterator(self) -> Any:
         """DataLoader's iterator, with workers one that checks them while it waits (see
@@ -116,6 +117,7 @@ class ShardLoader(DataLoader):
         loaded by ``load_state_dict`` stands in goes on from there, so that the usual
         ``set_epoch(e)`` before each epoch of a resumed run replays nothing. A loop under way ends
         (its next step stops it) rather than going on from where the loader no longer stands."""
+        epoch = check_epoch(epoch)
         self._generation += 1
         if int(epoch) != self._epoch and self._loaded and (self._legs or self._batches) and len(self):
             warn_caller(f"set_epoch({int(epoch)}) leaves the position load_state_dict loaded (epoch {self._epoch}, "
@@ -141,6 +143,8 @@ class ShardLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
         self._loaded = False
+        self._loops += 1
+        loop = self._loops
         resumed = bool(self._legs or self._batches)
         dataset.resume(self._epoch, self._legs, self._batches) if resumed else dataset.set_epoch(self._epoch)
         if not resumed and dataset.exact and not len(self):
@@ -171,6 +175,11 @@ class ShardLoader(DataLoader):
                     handed = time.perf_counter()
                     yield batch
                     self._stepped += time.perf_counter() - handed
+                    if self._loops != loop:  # a second loop began meanwhile, and took the workers and position
+                        raise RuntimeError("this loader was iterated again while this loop over it ran (a second "
+                                           "for loop, zip(loader, loader)): the loops would share, and lose, the "
+                                           "epoch's batches; iterate a loader in one loop at a time (break out of "
+                                           "this one first), or make two loaders")
                     if self._generation != generation:  # set_epoch or load_state_dict since: where this
                         self._stop_workers(iterator)  # loop stood is no longer where the loader stands
                         return

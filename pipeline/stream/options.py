@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from ..caller_warning import warn_caller
 from ..format.numbers import is_whole
 
@@ -36,13 +38,53 @@ def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_a
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if remainder not in ("drop", "pad", "keep"):
         raise ValueError(f"remainder must be 'drop', 'pad' or 'keep', got {remainder!r}")
-    if read_ahead is not None and read_ahead < 0:
-        raise ValueError(f"read_ahead must be >= 0, got {read_ahead}")
+    if read_ahead is not None and (not is_whole(read_ahead) or read_ahead < 0):
+        raise ValueError(f"read_ahead must be an integer >= 0 (units read ahead), or None for its default, got "
+                         f"{read_ahead!r}")
     _names("fields", fields)
     _names("as_tuple", as_tuple)
     if fields is not None and as_tuple is not None and set(as_tuple) - set(fields) and not transformed:
         raise ValueError(f"as_tuple names {sorted(set(as_tuple) - set(fields))}, which fields= leaves out")
 
+
+
+def check_flags(**flags: Any) -> None:
+    """Options that are True or False: a string (``"False"`` from a config file) is truthy, and
+    would do the opposite of what it says."""
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+def check_callables(**functions: Any) -> None:
+    for name, function in functions.items():
+        if function is not None and not callable(function):
+            raise TypeError(f"{name} must be a function (or None), got {function!r}")
+
+
+def check_fill(fill: Any) -> None:
+    if fill is not None and not isinstance(fill, Mapping):
+        raise TypeError(f"fill maps field names to the values of samples that lack them, e.g. fill={{'txt': ''}}; "
+                        f"got {fill!r}")
+
+
+def check_epoch(epoch: Any) -> int:
+    """An epoch number: an integer >= 0 (``1.7`` would be played as epoch 1)."""
+    if not is_whole(epoch) or epoch < 0:
+        raise ValueError(f"an epoch is an integer >= 0, got {epoch!r}")
+    return int(epoch)
+
+
+def environment_count(name: str, default: int) -> int:
+    """An integer from the environment (``RANK``, ``WORLD_SIZE``, as torchrun sets them)."""
+    text = os.environ.get(name, "")
+    if not text.strip():
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"the environment variable {name}={text!r} is not an integer: set it as torchrun does, or "
+                         f"unset it") from None
 
 def check_read_fields(as_tuple: Sequence[str] | None, fill: Mapping[str, Any], fields: Any, transformed: bool,
                       where: str) -> None:

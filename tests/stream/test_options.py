@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import pipeline
 from pipeline import make_loader
@@ -38,7 +39,37 @@ BAD_OPTIONS = [
     ({"shuffle_buffer": -5}, "shuffle_buffer must be an integer >= 1, or None for its default, got -5"),
     ({"shuffle_buffer": 2.5}, "shuffle_buffer must be an integer >= 1, or None for its default, got 2.5"),
     ({"chunks_per_buffer": 0}, "chunks_per_buffer must be an integer >= 1, or None for its default, got 0"),
+    ({"read_ahead": "2"}, "read_ahead must be an integer >= 0 (units read ahead), or None for its default, got '2'"),
 ]
+
+#: options whose wrong type (a string from a config file, "False", is truthy) is a TypeError
+BAD_TYPES = [
+    ({"shuffle": "False"}, "shuffle must be True or False, got 'False'"),
+    ({"drop_last": "False"}, "drop_last must be True or False, got 'False'"),
+    ({"check_records": "false"}, "check_records must be True or False, got 'false'"),
+    ({"rank": "1", "world_size": 2}, "rank and world_size must be integers, got '1' and 2"),
+    ({"fill": 0}, "fill maps field names to the values of samples that lack them, e.g. fill={'txt': ''}; got 0"),
+    ({"sample_transform": "normalise"}, "sample_transform must be a function (or None), got 'normalise'"),
+]
+
+
+@pytest.mark.parametrize("options,message", BAD_TYPES, ids=[str(o) for o, _ in BAD_TYPES])
+def test_an_option_of_the_wrong_type_is_refused_not_taken_for_true(shards: Path, options: dict, message: str) -> None:
+    with pytest.raises(TypeError, match=re.escape(message)):
+        make_loader(shards, **options)
+
+
+def test_numpy_integers_are_whole_numbers_and_an_epoch_is_one_too(shards: Path, monkeypatch) -> None:
+    loader = make_loader(shards, num_workers=0, batch_size=50, seed=np.int64(1), rank=np.int64(0),
+                         world_size=np.int32(1))
+    assert next(iter(loader))["y"].tolist() == next(iter(make_loader(shards, num_workers=0, batch_size=50,
+                                                                      seed=1)))["y"].tolist()
+    for epoch in (1.7, -1):
+        with pytest.raises(ValueError, match=re.escape(f"an epoch is an integer >= 0, got {epoch!r}")):
+            loader.set_epoch(epoch)
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match=re.escape("the environment variable WORLD_SIZE='two' is not an integer")):
+        make_loader(shards)
 
 
 @pytest.mark.parametrize("options,message", BAD_OPTIONS, ids=[str(o) for o, _ in BAD_OPTIONS])
@@ -77,6 +108,41 @@ def test_a_transform_may_make_the_fields_as_tuple_names(shards: Path) -> None:
                          sample_transform=lambda s: {**s, "z": s["y"] * 2})
     y, z = next(iter(loader))
     assert z.tolist() == (2 * y).tolist() and len(z) == 50
+    loader = make_loader(shards, num_workers=0, batch_size=50, as_tuple=("z", "y"),
+                         batch_transform=lambda b: {"y": b["y"], "z": b["y"] + 1})
+    z, y = next(iter(loader))  # as_tuple applies to what batch_transform returns
+    assert z.tolist() == (y + 1).tolist()
+    loader = make_loader(shards, num_workers=0, batch_size=50, as_tuple=("x", "y"), batch_transform=lambda b: b["x"])
+    with pytest.raises(TypeError, match=re.escape("as_tuple picks fields of a batch, but batch_transform returned a "
+                                                  "Tensor: return a dict from it, or leave as_tuple out")):
+        next(iter(loader))
+
+
+def test_sample_transform_outputs_are_put_together_as_stored_fields_are(shards: Path) -> None:
+    def tokens(sample: dict) -> dict:
+        n = int(sample["y"])
+        return {"y": sample["y"], "tokens": np.arange(n % 3 + 1), "note": None if n % 2 else n}
+    batch = next(iter(make_loader(shards, num_workers=0, batch_size=6, shuffle=False, sample_transform=tokens)))
+    assert [t.tolist() for t in batch["tokens"]] == [list(range(n % 3 + 1)) for n in range(6)]  # shapes differ: a list
+    assert batch["note"] == [0, None, 2, None, 4, None] and batch["y"].tolist() == list(range(6))
+
+    def some_have_more(sample: dict) -> dict:
+        return {**sample, "w": 1} if int(sample["y"]) % 2 else dict(sample)
+    with pytest.raises(ValueError, match=re.escape("sample_transform returned the fields ['x', 'y'] for one sample of "
+                                                   "a batch and ['w', 'x', 'y'] for another: return the same fields")):
+        next(iter(make_loader(shards, num_workers=0, batch_size=6, shuffle=False, sample_transform=some_have_more)))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_iterated_by_two_loops_at_once_is_an_error_not_a_lost_epoch(shards: Path, workers: int) -> None:
+    loader = make_loader(shards, num_workers=workers, batch_size=10)
+    with pytest.raises(RuntimeError, match=re.escape("this loader was iterated again while this loop over it ran")):
+        for _ in zip(loader, loader):
+            pass
+    loader = make_loader(shards, num_workers=workers, batch_size=10)
+    first = next(iter(loader))  # a loop left behind (a break) is no matter: the next one goes on from there
+    rest = list(loader)
+    assert sorted(torch.cat([first["y"], *(batch["y"] for batch in rest)]).tolist()) == list(range(200))
 
 
 def test_an_empty_mix_is_an_error() -> None:

@@ -3,6 +3,7 @@ place, and nothing read on behind a loop that stopped."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -133,6 +134,8 @@ def test_the_batches_do_not_depend_on_how_far_ahead_a_worker_reads(shards: Path,
         assert len(ahead) == len(plain) and all((a == b).all() for a, b in zip(ahead, plain))
 
 
-def test_a_negative_read_ahead_is_refused(shards: Path) -> None:
-    with pytest.raises(ValueError, match="read_ahead must be >= 0, got -1"):
-        ShardDataset(shards, read_ahead=-1)
+@pytest.mark.parametrize("value", [-1, 1.5, "2"])
+def test_a_read_ahead_that_is_no_count_is_refused(shards: Path, value) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"read_ahead must be an integer >= 0 (units read ahead), or None "
+                                                   f"for its default, got {value!r}")):
+        ShardDataset(shards, read_ahead=value)
