@@ -13,9 +13,10 @@ from typing import Any, Callable, Sequence
 from . import build_arrow, build_parquet
 from . import cli_values as values
 from .check.describe import describe_parts
-from .check.verify import check_set
+from .check.verify import NOTE, check_set
 from .format.errors import FormatError
 from .format.verify import Problem
+from .interrupts import reliable_ctrl_c
 from .storage import is_remote
 from .write.api import build_folder, build_imagefolder, build_joblib, build_npz, build_sample_files, write_shards
 from .write.engines import ENGINES
@@ -135,7 +136,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     """Verify's report, all on stdout, in the order found: a line a file (``--quiet``: only the
     files with a problem), then the result line."""
     def report(status: str, shown: str, problem: Problem | None) -> None:
-        if problem is not None or not args.quiet:
+        if problem is not None or not args.quiet or status == NOTE:
             print(f"{status:<4} {problem or shown}", flush=True)
 
     outcome = check_set(args.index, report, images=args.images)
@@ -370,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.command_parser if after_command else parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     run: Callable[[argparse.Namespace], int | None] = args.run
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), reliable_ctrl_c():
             warnings.showwarning = _show_warning
             code = run(args) or 0
         sys.stdout.flush()  # output still buffered goes now: a reader gone is seen here, not at exit

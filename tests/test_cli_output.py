@@ -92,8 +92,8 @@ def test_on_a_terminal_a_bar_shows_and_an_error_starts_a_line_of_its_own(tmp_pat
     batches = tmp_path / "batches"
     batches.mkdir()
     for b in range(3):  # one file per batch; the last one's x has a row too few
-        joblib.dump(np.zeros((100 - (b == 2), 4)), batches / f"x_{b}.job")
-        joblib.dump(np.zeros(100), batches / f"y_{b}.job")
+        joblib.dump(np.full((100 - (b == 2), 4), b), batches / f"x_{b}.job")  # (batches that differ)
+        joblib.dump(np.full(100, b), batches / f"y_{b}.job")
     status, output = run_on_a_terminal([sys.executable, "-m", "pipeline", "build", "joblib", str(batches),
                                         str(tmp_path / "out"), "--shard-samples", "50", "--pack", "10"])
     assert status == 1

@@ -34,8 +34,8 @@ from ..storage.indexes import index_url, open_index
 from .images import image_check
 
 #: The word ``pipeline verify`` prints before each file: sound, failed, or in doubt (it disagrees
-#: with a damaged shard table).
-OK, FAILED, DOUBTFUL = "ok", "FAIL", "?"
+#: with a damaged shard table); and before a ``.tar`` beside the shards that the index does not name.
+OK, FAILED, DOUBTFUL, NOTE = "ok", "FAIL", "?", "note"
 
 #: ``on_file(status, shown, problem)``: told of each shard once checked, and first of the shard
 #: table when it is damaged.
@@ -97,7 +97,8 @@ class Outcome:
         if self.index_wrong:
             failed = f", and {self.failed} of {self.shards} shards failed" if self.failed else ""
             return f"not verified {self.location}: its index.json disagrees with its shards{failed}"
-        return f"not verified {self.location}: {self.failed} of {self.shards} shards failed"
+        return (f"not verified {self.location}: {self.failed} of {self.shards} shards failed: copy them again from "
+                f"where they came from, or build the set again (--overwrite)")
 
 
 def check_set(location: str | os.PathLike[str], on_file: FileReport | None = None, images: bool = False) -> Outcome:
@@ -152,7 +153,20 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
         else:
             outcome.failed += 1
             report(FAILED, url, problem)
+    for name in _strays(base, index):
+        if on_file is not None:
+            on_file(NOTE, f"{_shown(join(base, name))}: beside the shards, not in the index (pipeline index would take "
+                          f"it for one of them)", None)
     return outcome
+
+
+def _strays(base: str, index: DatasetIndex) -> list[str]:
+    """The ``.tar`` files in a local set's folder that its index does not name: a copy left
+    there, say, which re-indexing the folder would take for data."""
+    if is_remote(base) or not os.path.isdir(base):
+        return []
+    named = set(index.shards.names)
+    return sorted(name for name in os.listdir(base) if name.endswith(".tar") and name not in named)
 
 
 def verify(location: str | os.PathLike[str], on_file: FileReport | None = None, images: bool = False) -> list[Problem]:

@@ -129,4 +129,4 @@ def test_a_shard_whose_records_follow_no_pack_is_the_shards_problem(tmp_path: Pa
         next(iter(pipeline.ShardDataset("s")))
     told = f"s/train-000000.tar record 1 (byte {int(info.offsets[1])}): {reason}"
     assert [str(p) for p in pipeline.verify("s")] == [told]
-    assert run(capsys, "verify", "s") == (1, f"FAIL {told}\nnot verified s: 1 of 1 shards failed\n", "")
+    assert run(capsys, "verify", "s") == (1, f"FAIL {told}\nnot verified s: 1 of 1 shards failed: copy them again from where they came from, or build the set again (--overwrite)\n", "")

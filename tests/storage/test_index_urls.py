@@ -151,7 +151,7 @@ def test_verify_by_url_passes_then_names_the_flipped_record(served: Served, flip
     assert code == 1 and len(out.splitlines()) == 2, out
     assert out.startswith(f"FAIL {served.url('flipped')}/{FLIPPED_SHARD} record {FLIPPED_RECORD} "
                           f"(byte {flipped[1]}): record ") and "is corrupt: checksum" in out
-    assert out.endswith(f"\nnot verified {served.url('flipped')}: 1 of 9 shards failed\n")
+    assert out.endswith(f"\nnot verified {served.url('flipped')}: 1 of 9 shards failed: copy them again from where they came from, or build the set again (--overwrite)\n")
 
 
 def test_a_shard_missing_on_the_server_is_a_problem_naming_its_url(served: Served) -> None:

@@ -61,7 +61,7 @@ def test_verify_tells_the_same_of_a_remote_set_as_of_a_local_one(nginx: str, hol
     remote = _cli(capsys, "verify", url)
     assert remote == (local[0], local[1].replace(str(holes), url).replace(
         "cannot open: No such file or directory", "HTTP 404 not found"), "")
-    assert remote[0] == 1 and remote[1].endswith(f"\nnot verified {url}: 1 of 9 shards failed\n")
+    assert remote[0] == 1 and remote[1].endswith(f"\nnot verified {url}: 1 of 9 shards failed: copy them again from where they came from, or build the set again (--overwrite)\n")
     assert f"\nFAIL {url}/{GONE}: missing file or unreadable: HTTP 404 not found\n" in remote[1]
 
 
