@@ -1,0 +1,45 @@
+"""Ctrl-C that stops a command every time.
+
+Python raises ``KeyboardInterrupt`` wherever the main thread is when the signal is handled. When
+that is a weakref callback (a build ends a shard's writer thread for each shard, and the thread's
+end runs one), the exception is printed as "Exception ignored" and dropped, and the command goes
+on as if nothing was pressed. Here the interrupt that would land there is raised 10 ms later
+instead, from the code the callback returns to.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from types import FrameType
+from typing import Iterator
+
+#: Where a raised exception is dropped: the modules whose functions run as weakref callbacks.
+_DROPPING = ("_weakrefset.py", "weakref.py")
+_LATER_S = 0.01
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if frame is not None and frame.f_code.co_filename.endswith(_DROPPING):
+        signal.setitimer(signal.ITIMER_REAL, _LATER_S)  # its SIGALRM comes back here
+        return
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def reliable_ctrl_c() -> Iterator[None]:
+    """Ctrl-C raises ``KeyboardInterrupt`` outside weakref callbacks while the block runs (in the
+    main thread: elsewhere signals cannot be handled, and nothing is changed)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # another thread, or Ctrl-C already handled by someone else: left as it is
+        return
+    previous_alarm = signal.signal(signal.SIGALRM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGALRM, previous_alarm)
