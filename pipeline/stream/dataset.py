@@ -139,8 +139,7 @@ class ShardDataset(IterableDataset):
         check_dataset_options(batch_size, on_error, remainder, read_ahead, fields, as_tuple,
                               sample_transform is not None or batch_transform is not None, seed, shuffle_buffer,
                               chunks_per_buffer)
-        check_flags(shuffle=shuffle, drop_last=drop_last, check_records=check_records, verify=verify,
-                    allow_uneven=allow_uneven)
+        check_flags(shuffle=shuffle, drop_last=drop_last, check_records=check_records, allow_uneven=allow_uneven)
         check_callables(sample_transform=sample_transform, batch_transform=batch_transform)
         check_fill(fill)
         self.read_stats = ReadStats()  # skips and retries, counted in every worker
