@@ -38,7 +38,7 @@ def torchrun(nproc: int, *args: str, timeout: int = 180, check: bool = True) -> 
     except subprocess.TimeoutExpired:
         stop_job(job.pid, ask_for_stacks=True)
         stdout, stderr = job.communicate(timeout=30)
-        pytest.fail(f"torchrun {' '.join(args)} ran past {timeout} s; the job's stacks:\n{stderr[-20000:]}")
+        pytest.fail(f"torchrun {' '.join(args)} ran past {timeout} s; the job's stacks:\n{stderr[-100_000:]}")
     except BaseException:  # Ctrl-C, or the test's own time limit: the job is in sessions no signal of ours reaches
         stop_job(job.pid, ask_for_stacks=False)
         raise
