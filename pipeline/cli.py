@@ -8,6 +8,7 @@ import io
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import build_arrow, build_parquet
@@ -392,5 +393,7 @@ def _how_to_finish(args: argparse.Namespace) -> str:
     "interrupted"; nothing for other commands."""
     if not hasattr(args, "resume") or is_remote(str(args.out)):
         return ""
+    if not any(Path(args.out).glob("**/.index*.plan.json")):  # stopped before its plan (and its first shard): an
+        return ": run the same command again"  # old index may still be there, which --resume would take as done
     instead = " in place of --overwrite" if args.overwrite else ""
     return f": run the same command with --resume{instead} to finish the build, keeping the shards it finished"

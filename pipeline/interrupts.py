@@ -9,6 +9,7 @@ instead, from the code the callback returns to.
 
 from __future__ import annotations
 
+import _thread
 import signal
 import threading
 from contextlib import contextmanager
@@ -22,7 +23,9 @@ _LATER_S = 0.01
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     if frame is not None and frame.f_code.co_filename.endswith(_DROPPING):
-        signal.setitimer(signal.ITIMER_REAL, _LATER_S)  # its SIGALRM comes back here
+        later = threading.Timer(_LATER_S, _thread.interrupt_main)  # a SIGINT of its own, handled here again
+        later.daemon = True
+        later.start()
         return
     raise KeyboardInterrupt
 
@@ -35,11 +38,8 @@ def reliable_ctrl_c() -> Iterator[None]:
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield  # another thread, or Ctrl-C already handled by someone else: left as it is
         return
-    previous_alarm = signal.signal(signal.SIGALRM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGALRM, previous_alarm)

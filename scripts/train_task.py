@@ -135,8 +135,10 @@ def choose_task(train: str, validation: str, classes: int | None = None, task: s
     if task == "regression":
         return _regression(features, outputs, f"labels y: {y.dtype}; --task regression")
     if classes:
+        one_hot = outputs > 1 and _one_hot(np.concatenate([_labels(train), _labels(validation)]))
         return Task(features, classes, classes, f"classification into {classes} classes (--classes; labels y: "
-                                                f"{y.dtype}; CrossEntropyLoss, validation accuracy)")
+                                                f"{'one-hot rows of ' if one_hot else ''}{y.dtype}; CrossEntropyLoss, "
+                                                f"validation accuracy)", one_hot=one_hot)
     labels = np.concatenate([_labels(train), _labels(validation)])
     whole = bool(np.all(labels == np.round(labels)))
     if outputs == 1 and whole and (_kind(y.dtype) == "i" or task == "classification" or

@@ -226,3 +226,7 @@ def test_a_tar_beside_the_shards_that_the_index_does_not_name_is_noted(three: Pa
     shutil.copy(three / "train-000000.tar", three / "train-000003.tar")
     note = "note s/train-000003.tar: beside the shards, not in the index (pipeline index would take it for one of them)"
     assert run(capsys, "verify", "s", "--quiet") == (0, f"{note}\nverified s: every shard matches its index\n", "")
+    for part in range(2):  # the parts of a build in one folder: each index names its own shards
+        pipeline.write_shards("p", {"x": np.arange(40)}, shard_samples=10, part=pipeline.Part(part, 2), quiet=True)
+    assert run(capsys, "verify", "p/index.part-00000-of-00002.json", "--quiet") == (
+        0, "verified p/index.part-00000-of-00002.json: every shard matches its index\n", "")

@@ -50,6 +50,8 @@ def test_one_hot_labels_are_classes_their_rows_positions(tmp_path: Path) -> None
         assert (chosen.outputs, chosen.classes, chosen.one_hot) == (5, 5, True)
         assert "one-hot rows of float64" in chosen.description
         assert chosen.targets({"y": torch.from_numpy(one_hot)}, "train").tolist() == [3, 0, 4, 1]
+    given = choose_task(*splits(tmp_path / "given", one_hot, one_hot[:2]), classes=5)
+    assert given.one_hot and given.targets({"y": torch.from_numpy(one_hot)}, "train").tolist() == [3, 0, 4, 1]
 
 
 def test_labels_it_cannot_train_on_are_clear_errors(tmp_path: Path) -> None:

@@ -165,6 +165,8 @@ def _strays(base: str, index: DatasetIndex) -> list[str]:
     there, say, which re-indexing the folder would take for data."""
     if is_remote(base) or not os.path.isdir(base):
         return []
+    if sum(name.startswith("index") and name.endswith(".json") for name in os.listdir(base)) > 1:
+        return []  # the parts of a build: each index names its own shards
     named = set(index.shards.names)
     return sorted(name for name in os.listdir(base) if name.endswith(".tar") and name not in named)
 

@@ -20,7 +20,7 @@ import posixpath
 import stat
 import subprocess
 from typing import Any, BinaryIO
-from urllib.parse import urljoin, urlparse
+from urllib.parse import unquote, urljoin, urlparse
 
 from . import http, s3
 from .errors import CutShort, SourceError, redact
@@ -43,7 +43,7 @@ def is_remote(url: str) -> bool:
 
 def local_path(url: str) -> str:
     """The file system path of a local URL (``file://`` or a plain path)."""
-    return urlparse(url).path if url.startswith("file://") else url
+    return unquote(urlparse(url).path) if url.startswith("file://") else url  # (Path.as_uri() quotes: %20)
 
 
 #: The backends of the schemes read with ranged requests.

@@ -52,7 +52,7 @@ def check_flags(**flags: Any) -> None:
     """Options that are True or False: a string (``"False"`` from a config file) is truthy, and
     would do the opposite of what it says."""
     for name, value in flags.items():
-        if not isinstance(value, (bool, np.bool_)):
+        if not isinstance(value, (bool, np.bool_)) and not (is_whole(value) and value in (0, 1)):
             raise TypeError(f"{name} must be True or False, got {value!r}")
 
 

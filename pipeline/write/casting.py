@@ -64,27 +64,27 @@ def cast_array(array: np.ndarray, dtype: np.dtype, where: str, row_of: RowOf) ->
     if array.dtype.kind not in "biuf":
         raise SampleError(f"{where}: values of dtype {array.dtype} cannot be cast to {dtype}")
     if dtype.kind in "iub" and array.dtype.kind == "f":
-        _refuse(array, ~np.isfinite(array) | (array != np.round(array)), where, row_of,
+        _refuse(array, ~np.isfinite(array) | (array != np.round(array)), row_of,
                 f"is not a whole number; it cannot be stored as {dtype} (store it as a float)")
     if dtype.kind == "b":
-        _refuse(array, (array != 0) & (array != 1), where, row_of, "is not 0 or 1; it cannot be stored as bool")
+        _refuse(array, (array != 0) & (array != 1), row_of, "is not 0 or 1; it cannot be stored as bool")
     with np.errstate(all="ignore"):
         out = array.astype(dtype)
     if dtype.kind == "f":
-        _refuse(array, np.isfinite(array) & ~np.isfinite(out), where, row_of,
+        _refuse(array, np.isfinite(array) & ~np.isfinite(out), row_of,
                 f"does not fit in {dtype} (largest {np.finfo(dtype).max:g})")
         if array.dtype.kind in "iu" and not _holds_every_integer(dtype, array.dtype):
-            _refuse_inexact(array, out, where, row_of)
+            _refuse_inexact(array, out, row_of)
     elif dtype.kind in "iu":
         info = np.iinfo(dtype)
         why = f"does not fit in {dtype} ({info.min} to {info.max})"
         if array.dtype.kind == "f":  # whole numbers: exact unless out of range, which the way back shows
-            _refuse(array, out.astype(array.dtype) != array, where, row_of, why)
+            _refuse(array, out.astype(array.dtype) != array, row_of, why)
         elif array.size:  # integers: the extremes compared as Python ints, exact at any size
             if int(array.min()) < info.min:
-                raise _changed(array, int(np.argmin(array)), where, row_of, why)
+                raise _changed(array, int(np.argmin(array)), row_of, why)
             if int(array.max()) > info.max:
-                raise _changed(array, int(np.argmax(array)), where, row_of, why)
+                raise _changed(array, int(np.argmax(array)), row_of, why)
     return out
 
 
@@ -95,7 +95,7 @@ def _holds_every_integer(floats: np.dtype, integers: np.dtype) -> bool:
     return info.bits - (info.min < 0) <= np.finfo(floats).nmant + 1
 
 
-def _refuse_inexact(array: np.ndarray, out: np.ndarray, where: str, row_of: RowOf) -> None:
+def _refuse_inexact(array: np.ndarray, out: np.ndarray, row_of: RowOf) -> None:
     """Refuse integers that ``out``, their cast to a float, rounded: cast back, they differ.
     A float at or above the integer type's limit (a power of two, exact in any float) cannot
     come back, whatever the platform's conversion of it makes."""
@@ -106,17 +106,17 @@ def _refuse_inexact(array: np.ndarray, out: np.ndarray, where: str, row_of: RowO
         position = int(np.argmax(bad))
         wider = f"cast it to a wider float (float64) or keep {array.dtype}" if out.dtype.itemsize < 8 \
             else f"keep {array.dtype}"
-        raise _changed(array, position, where, row_of,
+        raise _changed(array, position, row_of,
                        f"would become {out.flat[position].item()!r} as {out.dtype}, which holds integers exactly "
                        f"only up to 2**{np.finfo(out.dtype).nmant + 1}: {wider}")
 
 
-def _refuse(array: np.ndarray, bad: np.ndarray, where: str, row_of: RowOf, why: str) -> None:
+def _refuse(array: np.ndarray, bad: np.ndarray, row_of: RowOf, why: str) -> None:
     if bad.any():
-        raise _changed(array, int(np.argmax(bad)), where, row_of, why)
+        raise _changed(array, int(np.argmax(bad)), row_of, why)
 
 
-def _changed(array: np.ndarray, position: int, where: str, row_of: RowOf, why: str) -> SampleError:
+def _changed(array: np.ndarray, position: int, row_of: RowOf, why: str) -> SampleError:
     """The error for the value at flat ``position`` of ``array``, naming its input row."""
     place = row_of(position // max(array.size // max(len(array), 1), 1))
     return SampleError(f"{place}: value {array.flat[position].item()!r} {why}")

@@ -196,7 +196,7 @@ def _as_numpy_numbers(column: list, dtype: np.dtype) -> list:
             number = dtype.type(value)
         except OverflowError:
             return value
-        return number if number.item() == value else value
+        return number if number.item() == value or (value != value and number != number) else value  # NaN too
     return [converted(value) for value in column]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1

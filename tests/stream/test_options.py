@@ -60,6 +60,7 @@ def test_an_option_of_the_wrong_type_is_refused_not_taken_for_true(shards: Path,
 
 
 def test_numpy_integers_are_whole_numbers_and_an_epoch_is_one_too(shards: Path, monkeypatch) -> None:
+    assert len(make_loader(shards, num_workers=0, batch_size=64, shuffle=0, drop_last=1)) == 3  # 0/1: as torch takes
     loader = make_loader(shards, num_workers=0, batch_size=50, seed=np.int64(1), rank=np.int64(0),
                          world_size=np.int32(1))
     assert next(iter(loader))["y"].tolist() == next(iter(make_loader(shards, num_workers=0, batch_size=50,

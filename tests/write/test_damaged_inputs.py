@@ -100,6 +100,9 @@ def test_arrays_of_numbers_are_labels_and_files_may_hold_lists_of_numbers(tmp_pa
     assert pipeline.load_index(tmp_path / "out" / "train").fields["y"] == pipeline.FieldSpec("int64", (2,))
     batch = next(iter(pipeline.make_loader(tmp_path / "out" / "train", 0, batch_size=2, shuffle=False)))
     assert batch["y"].tolist() == [[0, 1], [1, 0]]  # a tensor, not lists of Python numbers
+    mixed = {"a": [1, 2.5], "b": []}  # lists of ints, floats or nothing: one dtype for all
+    pipeline.build_sample_files(tmp_path / "data", mixed, {"train": ["a", "b"]}, tmp_path / "mixed", quiet=True)
+    assert [s["y"].tolist() for _, s in pipeline.iter_samples(tmp_path / "mixed" / "train")] == [[1.0, 2.5], []]
 
 
 def test_problems_of_the_partition_name_its_file(tmp_path: Path) -> None:

@@ -198,11 +198,11 @@ def test_an_index_elsewhere_names_the_shards_relative_to_it(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("form", ["pattern", "folder"])
 def test_shards_named_by_file_urls_are_indexed_as_their_paths_are(tmp_path: Path, form: str) -> None:
-    webdataset_shards(tmp_path / "data", [30, 20])
-    given = f"file://{tmp_path}/data/" + ("w-{000000..000001}.tar" if form == "pattern" else "")
+    webdataset_shards(tmp_path / "da ta", [30, 20])
+    given = (tmp_path / "da ta").as_uri() + "/" + ("w-{000000..000001}.tar" if form == "pattern" else "")  # da%20ta
     result = cli("index", given, "--output", tmp_path / "out" / "index.json")
     assert result.returncode == 0, result.stderr
-    assert list(pipeline.load_index(tmp_path / "out").shards.names) == ["../data/w-000000.tar", "../data/w-000001.tar"]
+    assert list(pipeline.load_index(tmp_path / "out").shards.names) == ["../da ta/w-000000.tar", "../da ta/w-000001.tar"]
     assert pipeline.load_index(tmp_path / "out").samples == 50
 
 def test_bad_input_to_the_indexer_is_one_clear_line(tmp_path: Path) -> None:

@@ -356,6 +356,10 @@ def test_numbers_as_python_or_numpy_scalars_mix_in_one_field(tmp_path: Path) -> 
     assert pipeline.load_index(tmp_path / "numpy").fields["y"] == pipeline.FieldSpec("int16", ())
     batch = next(iter(pipeline.make_loader(tmp_path / "numpy", 0, batch_size=3, shuffle=False)))
     assert batch["y"].dtype == torch.int16 and batch["y"].tolist() == [3, 4, -5]
+    with ShardWriter(tmp_path / "nan") as writer:  # a missing regression label
+        writer.write({"y": np.float64(0.5)})
+        writer.write({"y": float("nan")})
+    assert np.isnan(read_back(tmp_path / "nan")[1]["y"][1])
     with pytest.raises(pipeline.IndexFormatError, match=re.escape(
             "field 'y' is a Python float here and a NumPy float32 scalar (a 0-d array) in earlier samples; give it "
             "one kind of value in every sample")):  # 0.1 is no float32

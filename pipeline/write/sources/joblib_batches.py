@@ -15,6 +15,7 @@ point of converting is that the shards never need either again.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -221,7 +222,7 @@ class JoblibBatchSource(Source):
         """Refuse two pairs that hold the same samples: runs of the recipe that dumped the whole
         dataset as one array per file, which nothing else tells from numbered batches. Only the
         features of pairs whose labels are the same are loaded to compare (a label file is
-        small, a feature file is not)."""
+        small, a feature file is not: each is let go once its digest is taken)."""
         by_labels: dict[tuple, list[int]] = {}
         for i, rows in enumerate(labels):
             by_labels.setdefault((rows.shape, rows.dtype.str, rows.tobytes()), []).append(i)
@@ -229,7 +230,9 @@ class JoblibBatchSource(Source):
             seen: dict[tuple, int] = {}
             for i in same:
                 features = _feature_rows(_load(self.x_paths[i]), len(labels[i]), self.x_paths[i], self.readings[i])
-                first = seen.setdefault((features.shape, features.dtype.str, features.tobytes()), i)
+                digest = hashlib.sha256(np.ascontiguousarray(features)).hexdigest()
+                first = seen.setdefault((features.shape, features.dtype.str, digest), i)
+                del features
                 if first != i:
                     a, b = self.batches[first], self.batches[i]
                     raise SampleError(f"x_{a}.job/y_{a}.job and x_{b}.job/y_{b}.job in {self.folder} hold the same "

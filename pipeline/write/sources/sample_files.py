@@ -152,8 +152,7 @@ class SampleFileSource(FileRowsSource):
         self.ids = ids
         self.keys = _keys_of(ids)
         self.paths: list[Path] = paths  # type: ignore[assignment]
-        # a label that is a list (JSON's arrays: a multi-hot row) is stored as the array it is
-        self.labels = [np.asarray(labels[i]) if isinstance(labels[i], (list, tuple)) else labels[i] for i in ids]
+        self.labels = _arrays_of_lists([labels[i] for i in ids])
         self.fields = fields
         self.sizes = [p.stat().st_size for p in self.paths]
         self.description = f"{split} ({self.root})"
@@ -166,6 +165,16 @@ class SampleFileSource(FileRowsSource):
         x_name, y_name = self.fields
         return RowBlock({x_name: [load_sample_file(p) for p in self.paths[start:stop]],
                          y_name: self.labels[start:stop]}, self.keys[start:stop])
+
+
+def _arrays_of_lists(labels: list[Any]) -> list[Any]:
+    """Labels that are lists (JSON's arrays: a multi-hot row) as arrays of one dtype for all (that
+    of every number they hold: ``[1, 2]`` beside ``[0.5]`` is float64, ``[]`` too); others as they are."""
+    lists = [np.asarray(label) for label in labels if isinstance(label, (list, tuple))]
+    if not lists:
+        return labels
+    dtype = np.result_type(*(array for array in lists if array.size)) if any(a.size for a in lists) else np.float64
+    return [np.asarray(label, dtype) if isinstance(label, (list, tuple)) else label for label in labels]
 
 
 def _keys_of(ids: list[str]) -> list[str]:
