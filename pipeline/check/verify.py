@@ -165,10 +165,11 @@ def _strays(base: str, index: DatasetIndex) -> list[str]:
     there, say, which re-indexing the folder would take for data."""
     if is_remote(base) or not os.path.isdir(base):
         return []
-    if sum(name.startswith("index") and name.endswith(".json") for name in os.listdir(base)) > 1:
+    names = os.listdir(base)
+    if sum(name.startswith("index") and name.endswith(".json") for name in names) > 1:
         return []  # the parts of a build: each index names its own shards
     named = set(index.shards.names)
-    return sorted(name for name in os.listdir(base) if name.endswith(".tar") and name not in named)
+    return sorted(name for name in names if name.endswith(".tar") and name not in named)
 
 
 def verify(location: str | os.PathLike[str], on_file: FileReport | None = None, images: bool = False) -> list[Problem]:

@@ -101,14 +101,13 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
     return FieldSpec(old.dtype, shape, old.optional)
 
 
-
-
 def _common_dtype(a: str, b: str) -> str:
     """The dtype both hold (``float32`` and ``float64``: ``float64``), to suggest a cast to."""
     try:
         return np.promote_types(a, b).name
     except TypeError:  # bfloat16, or dtypes that have none in common
         return a
+
 
 def _kind_of(spec: FieldSpec) -> str:
     """What a value of ``spec`` is, in words, for an error."""
@@ -117,6 +116,7 @@ def _kind_of(spec: FieldSpec) -> str:
     if spec.shape == ():
         return f"a NumPy {spec.dtype} scalar (a 0-d array)"
     return f"a {spec.dtype} array of shape {list(spec.shape)}"
+
 
 def merge_schema(old: Schema | None, new: Schema, where: str, optional: bool = False) -> Schema:
     """Combine two schemas of the same shard set; fields must be the same, unless ``optional``:

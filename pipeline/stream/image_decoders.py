@@ -73,8 +73,10 @@ def check_whole(data: Any) -> tuple[int, int] | None:
     head = bytes(memoryview(data)[:12])
     if head.startswith(_PNG):
         _check_png(data)
-    elif head.startswith(b"RIFF") and head[8:12] == b"WEBP" and len(data) < 8 + int.from_bytes(head[4:8], "little"):
-        raise ImageError(f"a truncated WebP ({len(data)} bytes, its header says {8 + int.from_bytes(head[4:8], 'little')})")
+    elif head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        size = 8 + int.from_bytes(head[4:8], "little")  # the RIFF header's 8 bytes and what it says follows
+        if len(data) < size:
+            raise ImageError(f"a truncated WebP ({len(data)} bytes, its header says {size})")
     return check_jpeg(data)
 
 

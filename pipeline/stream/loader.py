@@ -119,12 +119,12 @@ class ShardLoader(DataLoader):
         (its next step stops it) rather than going on from where the loader no longer stands."""
         epoch = check_epoch(epoch)
         self._generation += 1
-        if int(epoch) != self._epoch and self._loaded and (self._legs or self._batches) and len(self):
-            warn_caller(f"set_epoch({int(epoch)}) leaves the position load_state_dict loaded (epoch {self._epoch}, "
-                        f"{self._batches} batches in): epoch {int(epoch)} plays from its start. To go on from the "
+        if epoch != self._epoch and self._loaded and (self._legs or self._batches) and len(self):
+            warn_caller(f"set_epoch({epoch}) leaves the position load_state_dict loaded (epoch {self._epoch}, "
+                        f"{self._batches} batches in): epoch {epoch} plays from its start. To go on from the "
                         f"checkpoint, count epochs from its epoch (set_epoch({self._epoch})), or leave set_epoch out")
-        if int(epoch) != self._epoch or not self._loaded:
-            self._epoch, self._legs, self._batches = int(epoch), [], 0
+        if epoch != self._epoch or not self._loaded:
+            self._epoch, self._legs, self._batches = epoch, [], 0
 
     def give_back(self, batches: int) -> None:
         """Count the last ``batches`` delivered as not delivered: the next iteration plays them
@@ -322,6 +322,5 @@ def make_loader(
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
         multiprocessing_context=multiprocessing_context if workers else None,
         timeout=timeout,
-        worker_init_fn=(partial(_seed_numpy_in_worker, then=worker_init_fn) if worker_init_fn is not None
-                        else _seed_numpy_in_worker) if workers else None,
+        worker_init_fn=partial(_seed_numpy_in_worker, then=worker_init_fn) if workers else None,
     )

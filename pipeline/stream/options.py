@@ -47,7 +47,6 @@ def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_a
         raise ValueError(f"as_tuple names {sorted(set(as_tuple) - set(fields))}, which fields= leaves out")
 
 
-
 def check_flags(**flags: Any) -> None:
     """Options that are True or False: a string (``"False"`` from a config file) is truthy, and
     would do the opposite of what it says."""
@@ -85,6 +84,7 @@ def environment_count(name: str, default: int) -> int:
     except ValueError:
         raise ValueError(f"the environment variable {name}={text!r} is not an integer: set it as torchrun does, or "
                          f"unset it") from None
+
 
 def check_read_fields(as_tuple: Sequence[str] | None, fill: Mapping[str, Any], fields: Any, transformed: bool,
                       where: str) -> None:

@@ -145,9 +145,9 @@ class CastSource(Source):
         source_rows = getattr(self.source, "source_rows", None)
         return self.first_row + (int(source_rows(row, row + 1)[0]) if source_rows is not None else row)
 
-    def place(self, row: int, field: str) -> str:
+    def _value_place(self, row: int, field: str) -> str:
         """Where the value of ``field`` in ``row`` is, for an error: in its file where the source
-        knows it (a table's), else in the input."""
+        knows it (a table's, see :meth:`Source.place`), else in the input."""
         known = self.source.place(row)
         if known is not None:
             return f"{known[0]}, field {field!r}, {known[1]}"
@@ -162,7 +162,7 @@ class CastSource(Source):
         columns = dict(block.columns)
         for name, dtype in self.dtypes.items():
             columns[name] = cast_column(columns[name], dtype, f"{self.description}, field {name!r}",
-                                        lambda row, name=name: self.place(start + row, name))
+                                        lambda row, name=name: self._value_place(start + row, name))
         return RowBlock(columns, block.keys)
 
     def shard_bounds(self, shard_samples: int | None, shard_bytes: int | None, pack: int) -> list[int]:

@@ -171,7 +171,6 @@ class RowBlock:
         return f"sample {self.keys[i]!r}" if self.keys else f"sample {first + i}"
 
 
-
 _PYTHON_KINDS = {"bool": "b", "int": "iu", "float": "f"}  # a Python number's type, the NumPy kinds it may hold
 _NUMPY_NUMBERS = {np.dtype(t).name for t in "?bhilqBHILQefd"}
 
@@ -190,7 +189,7 @@ def _as_python_numbers(column: Any, kinds: str) -> Any:
 def _as_numpy_numbers(column: list, dtype: np.dtype) -> list:
     """A column's Python numbers of ``dtype``'s kind as NumPy scalars of ``dtype``, those it holds exactly."""
     def converted(value: Any) -> Any:
-        if dtype.kind not in _PYTHON_KINDS.get(type(value).__name__, "") or type(value) not in (bool, int, float):
+        if type(value) not in (bool, int, float) or dtype.kind not in _PYTHON_KINDS[type(value).__name__]:
             return value
         try:
             number = dtype.type(value)
@@ -198,6 +197,7 @@ def _as_numpy_numbers(column: list, dtype: np.dtype) -> list:
             return value
         return number if number.item() == value or (value != value and number != number) else value  # NaN too
     return [converted(value) for value in column]
+
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 

@@ -11,6 +11,7 @@ names numbered by their sorted position (the names kept in the index's metadata)
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -173,7 +174,9 @@ def _arrays_of_lists(labels: list[Any]) -> list[Any]:
     lists = [np.asarray(label) for label in labels if isinstance(label, (list, tuple))]
     if not lists:
         return labels
-    dtype = np.result_type(*(array for array in lists if array.size)) if any(a.size for a in lists) else np.float64
+    # pairwise over the dtypes met (np.result_type takes at most 32 arguments in NumPy 1)
+    met = {array.dtype for array in lists if array.size}
+    dtype = functools.reduce(np.promote_types, met) if met else np.dtype(np.float64)
     return [np.asarray(label, dtype) if isinstance(label, (list, tuple)) else label for label in labels]
 
 

@@ -30,7 +30,8 @@ def _open_ipc(path: Path) -> tuple[Any, Any]:
 def _nulls_in(path: Path, name: str) -> int:
     """The nulls of column ``name`` in the whole IPC file or stream, from its batches' headers."""
     reader, source = _open_ipc(path)
-    return sum(batch.column(name).null_count for _, batch in _located_batches(reader, source))
+    with source:
+        return sum(batch.column(name).null_count for _, batch in _located_batches(reader, source))
 
 
 def _located_batches(reader: Any, source: Any) -> Iterator[tuple[int, pa.RecordBatch]]:
