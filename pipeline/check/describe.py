@@ -7,7 +7,8 @@ from contextlib import closing
 from itertools import islice
 from typing import Any, Iterator
 
-from ..format.index import DatasetIndex
+from ..format.errors import IndexSchemaError
+from ..format.index import DatasetIndex, index_fix
 from ..format.summary import describe_index, describe_samples, stream_samples
 from ..storage import join, open_stream, parent, redact
 from ..storage.indexes import index_url, open_index
@@ -27,7 +28,10 @@ def iter_samples(location: str | os.PathLike[str],
     for info in index.shards:
         shard = join(base, info.url)
         with open_stream(shard) as stream:
-            yield from stream_samples(stream, shard, info, index.fields or None)
+            try:
+                yield from stream_samples(stream, shard, info, index.fields or None)
+            except IndexSchemaError as exc:
+                raise IndexSchemaError(exc.url, exc.offset, f"{exc.reason}: {index_fix(redact(url), index.shards.names)}") from None
 
 
 def describe_parts(location: str | os.PathLike[str], samples: int = 3) -> Iterator[str]:

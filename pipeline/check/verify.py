@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import BinaryIO, Callable
 
-from ..format.index import DatasetIndex, reindex_advice
-from ..format.verify import PackProblem, Problem, verify_stream, verify_table_stream
+from ..format.index import DatasetIndex, index_fix
+from ..format.verify import IndexProblem, PackProblem, Problem, verify_stream, verify_table_stream
 from ..storage import SourceError, is_remote, join, open_stream, redact
 from ..storage.indexes import index_url, open_index
 from .images import image_check
@@ -61,19 +61,22 @@ def _check_file(url: str, check: Callable[[BinaryIO, str], Problem | None]) -> t
         return Problem(shown, f"read failed: {reason}", offset=exc.offset), False
 
 
-def _pack_problem(index: DatasetIndex, shown: str, found: PackProblem) -> Problem:
-    """The problem of the index file ``shown``, whose pack is not the one the records of the
-    intact shard ``found`` names follow."""
-    return Problem(shown, f"says pack={index.pack}, but the records of {found.shard} hold {found.pack} rows each "
-                          f"(pack={found.pack}), which the loader refuses: copy {os.path.basename(shown)} again from "
-                          f"the build that wrote it, or {reindex_advice(shown, index.shards.names)}")
+def _index_problem(index: DatasetIndex, shown: str, found: IndexProblem) -> Problem:
+    """The problem of the index file ``shown``, which misdescribes the intact shard ``found``
+    names: its pack, or its schema."""
+    if isinstance(found, PackProblem):
+        wrong = (f"says pack={index.pack}, but the records of {found.shard} hold {found.pack} rows each "
+                 f"(pack={found.pack})")
+    else:
+        wrong = f"its schema does not describe the records of {found.shard} ({found.reason})"
+    return Problem(shown, f"{wrong}, which the loader refuses: {index_fix(shown, index.shards.names)}")
 
 
 @dataclass
 class Outcome:
     """What checking a set found: the problems (the table's first), the number of shards
     checked, of those that failed, and of those in doubt (they disagree with a damaged table);
-    ``index_wrong``: ``index.json`` misdescribes intact shards (its pack is not theirs)."""
+    ``index_wrong``: ``index.json`` misdescribes intact shards (its pack or schema is not theirs)."""
 
     location: str
     problems: list[Problem] = field(default_factory=list)
@@ -109,7 +112,7 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
     index, base = found.index, found.base
     outcome = Outcome(redact(os.fspath(location)))
     index_file = index_url(location)
-    told_packs: set[int] = set()  # the packs of intact shards that index.json was blamed for
+    told: set[object] = set()  # what index.json was blamed for (see IndexProblem.told)
 
     def report(status: str, url: str, problem: Problem | None) -> None:
         if problem is not None:
@@ -144,11 +147,11 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
         elif outcome.table_damaged and read:  # what it was checked against is what is damaged
             outcome.doubtful += 1
             report(DOUBTFUL, url, replace(problem, reason=f"disagrees with the damaged shard table: {problem.reason}"))
-        elif isinstance(problem, PackProblem):  # an intact shard: index.json's pack is what is wrong
+        elif isinstance(problem, IndexProblem):  # an intact shard: index.json is what is wrong
             outcome.index_wrong = True
-            if problem.pack not in told_packs:
-                told_packs.add(problem.pack)
-                report(FAILED, index_file, _pack_problem(index, _shown(index_file), problem))
+            if problem.told not in told:
+                told.add(problem.told)
+                report(FAILED, index_file, _index_problem(index, _shown(index_file), problem))
             report(OK, url, None)
         else:
             outcome.failed += 1

@@ -86,3 +86,9 @@ class ShardError(LocatedError):
 
 class IndexFormatError(FormatError):
     """An index file is missing, unreadable, of an unknown version, or inconsistent."""
+
+
+class IndexSchemaError(LocatedError, IndexFormatError):
+    """A record as it was written (its checksum is the shard table's) that is not what the
+    index's schema says: ``index.json`` was edited, or comes from another build. Its shards are
+    sound, so it is no shard's damage: reading on, or skipping, would find every record wrong."""

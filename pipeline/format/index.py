@@ -271,6 +271,12 @@ def reindex_advice(where: str, names: ShardNames) -> str:
     return reindex(folder or ".")
 
 
+def index_fix(where: str, names: ShardNames) -> str:
+    """What to do about the index at ``where`` when it misdescribes its intact shards (an edited
+    one, or one copied from another build)."""
+    return f"copy {where.rpartition('/')[2]} again from the build that wrote it, or {reindex_advice(where, names)}"
+
+
 def reindex(folder: str) -> str:
     """How to write the index of the shards in a local ``folder`` again, from the shards alone
     (shards of any tool, this library's too)."""

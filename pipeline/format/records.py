@@ -17,9 +17,7 @@ import numpy as np
 
 from . import npy
 from .codec import array_view, decode_record
-from .conform import check_conforms
 from .errors import SampleError, ShardError
-from .index import Schema
 from .tar import DEFAULT_MAX_MEMBER_BYTES, iter_members, split_name
 
 
@@ -99,9 +97,8 @@ def decode_member(ext: str, data: bytes | memoryview) -> Any:
     return data if decoder is None else decoder(data)
 
 
-def decode_fields(record: Record, url: str, schema: Schema | None = None) -> dict[str, Any]:
-    """All fields of a record: the msgpack map merged with any per-field members. With the
-    index's ``schema``, the record must match it (see :mod:`pipeline.format.conform`)."""
+def decode_fields(record: Record, url: str) -> dict[str, Any]:
+    """All fields of a record: the msgpack map merged with any per-field members."""
     fields: dict[str, Any] = {}
     try:
         for ext, data in record.members.items():
@@ -110,8 +107,6 @@ def decode_fields(record: Record, url: str, schema: Schema | None = None) -> dic
             if twice:
                 raise SampleError(f"field(s) {twice} given both in the msgpack map and as members")
             fields.update(decoded)
-        if schema is not None:
-            check_conforms(fields, schema)
     except SampleError as exc:
         raise ShardError(url, record.offset, f"record {record.key!r}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # int(), json and UTF-8 on foreign members

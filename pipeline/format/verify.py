@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
-from .errors import ShardError
+from .conform import check_conforms
+from .errors import SampleError, ShardError
 from .hashing import HashingReader
 from .index import DatasetIndex, ShardInfo, TableFile
 from .walk import WalkedRecord, walk_shard
@@ -39,14 +40,34 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class PackProblem(Problem):
+class IndexProblem(Problem):
+    """A shard that is sound (its sha256 is the index's), but that ``index.json`` misdescribes:
+    what is wrong is the index (:mod:`pipeline.check.verify` blames it, once for each ``told``)."""
+
+    @property
+    def told(self) -> object:
+        """What this problem says of the index: the same is told once, not once per shard."""
+        return type(self)
+
+
+@dataclass(frozen=True)
+class PackProblem(IndexProblem):
     """A shard whose records hold ``pack`` rows each (the last maybe fewer), not the index's
-    pack, and which is otherwise sound. The record counts of the shard table cannot tell packs
-    apart that give each shard as many records (200 samples are 4 records of 50 or of 64): only
-    the records' rows can, and the loader refuses the first record it reads. The shard is intact;
-    what is wrong is the pack ``index.json`` says (:mod:`pipeline.check.verify` blames it)."""
+    pack. The record counts of the shard table cannot tell packs apart that give each shard as
+    many records (200 samples are 4 records of 50 or of 64): only the records' rows can, and the
+    loader refuses the first record it reads."""
 
     pack: int = 0
+
+    @property
+    def told(self) -> object:
+        return self.pack
+
+
+@dataclass(frozen=True)
+class SchemaProblem(IndexProblem):
+    """A shard whose records hold other fields, dtypes or shapes than the index's schema says
+    (an edited ``index.json``): the loader refuses the first record it reads."""
 
 
 @dataclass
@@ -92,13 +113,16 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
     """The first problem of the records of a shard (offsets, checksums, keys, decoding, counts,
     rows); else those ``check`` finds, all of them in one problem (the first's place, the others
     listed: a damaged image is worth knowing of before training, each of them); else a
-    :class:`PackProblem` when the records follow another pack than the index's."""
+    an :class:`IndexProblem` when the records follow another schema or pack than the index's."""
     samples = 0
     rows = _Rows(index.pack, info.samples)
     number = 0  # the record being read
     failed: list[tuple[int, int, str]] = []
+    schema_wrong: SchemaProblem | None = None  # the first record the index's schema does not describe
     try:
-        for walked in walk_shard(stream, shard, schema=index.fields or None, entry=info):  # type: ignore[arg-type]
+        for walked in walk_shard(stream, shard, entry=info):  # type: ignore[arg-type]
+            if schema_wrong is None and index.fields:
+                schema_wrong = _schema_problem(walked, index, shard)
             reason = None if check is None else check(walked)
             if reason is not None:
                 failed.append((number, walked.offset, f"record {walked.key!r}: {reason}"))
@@ -111,6 +135,8 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
         return Problem(shard, f"{number} records, the index says {info.records}")
     if samples != info.samples:
         return Problem(shard, f"{samples} samples, the index says {info.samples}")
+    if schema_wrong is not None:
+        return schema_wrong
     pack = rows.other_pack()
     if rows.wrong is not None and pack is None:
         return rows.wrong
@@ -124,19 +150,28 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
     return Problem(shard, reason, first, offset)
 
 
+def _schema_problem(walked: WalkedRecord, index: DatasetIndex, shard: str) -> SchemaProblem | None:
+    """The problem of a record that does not match the index's schema, else None."""
+    try:
+        check_conforms(walked.fields, index.fields)
+    except SampleError as exc:
+        return SchemaProblem(shard, f"record {walked.key!r}: {exc}", walked.number, walked.offset)
+    return None
+
+
 def verify_stream(stream: BinaryIO, shard: str, info: ShardInfo, index: DatasetIndex,
                   check: RecordCheck | None = None) -> Problem | None:
     """The first problem of one shard, read whole from ``stream``, or ``None`` if it matches its
     index entry (and each record passes ``check``); ``shard`` names it in the problem. A size
     that differs from the index's is reported before what it breaks (a cut shard's last record
-    is cut too); a :class:`PackProblem` only of a shard whose sha256 is the index's (an intact
+    is cut too); an :class:`IndexProblem` only of a shard whose sha256 is the index's (an intact
     shard, which the index's pack misdescribes)."""
     reader = HashingReader(stream)
     problem = _record_problem(reader, info, index, shard, check)
     reader.drain()
     if reader.size != info.bytes:
         return Problem(shard, f"size is {reader.size} bytes, the index says {info.bytes}")
-    if problem is not None and not isinstance(problem, PackProblem):
+    if problem is not None and not isinstance(problem, IndexProblem):
         return problem
     if reader.sha.hexdigest() != info.sha256:
         return Problem(shard, f"sha256 {reader.sha.hexdigest()} differs from the index's {info.sha256}")

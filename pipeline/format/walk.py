@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
-from .errors import SampleError, ShardError
+from .conform import check_conforms
+from .errors import IndexSchemaError, SampleError, ShardError
 from .index import Schema
 from .packing import checked_rows
 from .records import Record, decode_fields, iter_records
@@ -114,9 +115,25 @@ def _checked(record: Record, number: int, url: str, keys: dict[str, int], schema
         except ShardError:
             decode_fields(record, url)  # what no longer decodes says more than the checksum
             raise
-    fields = decode_fields(record, url, schema)
+    fields = decode_fields(record, url)
+    if schema is not None:
+        _check_schema(fields, schema, record, url, intact=entry is not None)
     try:
         rows = checked_rows(fields)
     except SampleError as exc:
         raise ShardError(url, record.offset, f"record {record.key!r}: {exc}") from None
     return WalkedRecord(record, number, fields, rows)
+
+
+def _check_schema(fields: dict[str, Any], schema: Schema, record: Record, url: str, intact: bool) -> None:
+    """Raise unless the decoded ``fields`` match the index's ``schema``: a ShardError (the
+    record is damaged), or, when the record is ``intact`` (its checksum is the table's), an
+    :class:`IndexSchemaError` (the index is what is wrong)."""
+    try:
+        check_conforms(fields, schema)
+    except SampleError as exc:
+        if not intact:
+            raise ShardError(url, record.offset, f"record {record.key!r}: {exc}") from None
+        raise IndexSchemaError(url, record.offset, f"record {record.key!r}: {exc}; the record is as written (its "
+                                                   f"checksum is the shard table's), so index.json's schema is not "
+                                                   f"the one its shards were written with") from None

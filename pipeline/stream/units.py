@@ -20,9 +20,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..format.errors import IndexFormatError, SampleError, ShardError
+from ..format.errors import IndexFormatError, IndexSchemaError, SampleError, ShardError
 from ..format.fixed_runs import RunLayouts
-from ..format.index import ShardInfo
+from ..format.index import ShardInfo, index_fix
 from ..format.packing import sample_keys
 from ..format.walk import walk_shard
 from ..storage import SourceError, is_remote, read_range, redact
@@ -200,6 +200,9 @@ class UnitReader:
             return read_rows(url, shards.shards[shard], shards.index.pack, start, stop, self.wanted,
                              timed_reader, shards.index.fields or None, self.check_records, self.fill,
                              lost if self.skip else None, join=False, layouts=self.layouts[source])
+        except IndexSchemaError as exc:  # sound shards the index misdescribes: no record is to skip
+            where = redact(shards.index_url or shards.base)
+            raise IndexSchemaError(exc.url, exc.offset, f"{exc.reason}: {index_fix(where, shards.shards.names)}") from None
         except (ShardError, SourceError) as exc:
             # a local shard table that cannot be read is no damage of a piece: every piece needs it
             unread_table = isinstance(exc, IndexFormatError) and not shards.remote

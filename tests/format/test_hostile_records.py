@@ -11,11 +11,13 @@ import msgpack
 import numpy as np
 import pytest
 
-from pipeline import SampleError, ShardError, decode_record, encode_sample
+from pipeline import SampleError, ShardError, decode_record
 from pipeline.format.codec import BFLOAT16_EXT, NUMPY_EXT
 from pipeline.format.conform import check_conforms
 from pipeline.format.index import FieldSpec
 from pipeline.format.records import Record, decode_fields
+from pipeline.format.walk import walk_shard
+from tests.format.crafted import archive, record_member
 
 NAME_A = b"\xa1a"  # msgpack "a"
 
@@ -208,7 +210,9 @@ def test_records_that_match_the_schema_pass_packed_or_not() -> None:
     check_conforms({"x": np.zeros((5, 3), np.float32), "label": 7}, SCHEMA)
     packed = {"x": np.zeros((4, 2, 3), np.float32), "label": np.arange(4), "__rows__": 4}
     check_conforms(packed, {"x": FieldSpec("float32", (2, 3)), "label": FieldSpec("int64", ())})
-    payload = encode_sample({"x": np.zeros((2, 3), np.float32)})
-    assert decode_fields(record(msgpack=payload), "s.tar", {"x": FieldSpec("float32", (2, 3))})["x"].shape == (2, 3)
-    with pytest.raises(ShardError, match=r"s\.tar at byte 1024: record 'k': field 'x' is float32\[2, 3\]"):
-        decode_fields(record(msgpack=payload), "s.tar", {"x": FieldSpec("float32", (3, 2))})
+    shard = archive(record_member("k", {"x": np.zeros((2, 3), np.float32)}))
+    assert next(walk_shard(shard, "s.tar", schema={"x": FieldSpec("float32", (2, 3))})).fields["x"].shape == (2, 3)
+    # without the shard table's checksum to tell it as written, the record is what is blamed
+    with pytest.raises(ShardError, match=r"^s\.tar at byte 0: record 'k': field 'x' is float32\[2, 3\], the index's "
+                                         r"schema says float32\[3, 2\]$"):
+        next(walk_shard(shard, "s.tar", schema={"x": FieldSpec("float32", (3, 2))}))

@@ -70,6 +70,35 @@ def test_a_pack_that_gives_as_many_records_is_blamed_on_index_json_once(packed: 
     assert run(capsys, "verify", "s", "--quiet") == (1, f"FAIL {told}\n{result}", "")
 
 
+@pytest.mark.parametrize(("change", "wrong"), [
+    (lambda d: d["fields"]["x"].update(dtype="float64"), "field 'x' is float32[2], the index's schema says float64[2]"),
+    (lambda d: d["fields"].update(z=d["fields"].pop("x")), "fields differ from the index's schema (missing ['z'], extra ['x'])"),
+], ids=["dtype", "name"])
+def test_an_edited_schema_is_blamed_on_index_json_not_on_the_shards(packed: Path, capsys: pytest.CaptureFixture[str],
+                                                                     change: Callable[[dict[str, Any]], None],
+                                                                     wrong: str) -> None:
+    """Every record is as written (its checksum is the table's): the loader raises, under skip
+    too (skipping would drop every sample), and says to mend index.json, not to copy the shards."""
+    edit(packed, change)
+    fix = f"copy index.json again from the build that wrote it, or {FIX}"
+    as_written = ("the record is as written (its checksum is the shard table's), so index.json's schema is not the one "
+                  "its shards were written with")
+    for options in ({}, {"on_error": "skip"}, {"num_workers": 2, "on_error": "skip"}):
+        with pytest.raises(IndexFormatError) as caught:
+            next(iter(pipeline.make_loader(packed, batch_size=4, **{"num_workers": 0, **options})))
+        assert str(caught.value).endswith(f"{wrong}; {as_written}: {fix}"), options
+    told = f"s/index.json: its schema does not describe the records of s/train-000000.tar (record '000000000000': {wrong}), " \
+           f"which the loader refuses: {fix}"
+    assert [str(p) for p in pipeline.verify(packed)] == [told]
+    shards = "".join(f"ok   s/train-00000{n}.tar\n" for n in range(3))
+    assert run(capsys, "verify", "s") == (1, f"FAIL {told}\n{shards}not verified s: its index.json disagrees with its "
+                                             f"shards\n", "")
+    code, _, err = run(capsys, "inspect", "s")
+    assert code == 1 and err == f"error: s/train-000000.tar at byte 0: record '000000000000': {wrong}; {as_written}: {fix}\n"
+    assert run(capsys, "index", "s", "--overwrite")[0] == 0  # the mend it names
+    assert pipeline.verify(packed) == []
+
+
 def test_a_pack_that_gives_other_record_counts_is_refused_when_opened(packed: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     edit(packed, lambda d: d.update(pack=4))
