@@ -93,6 +93,12 @@ def test_bad_input_is_one_line_error_not_a_traceback(tmp_path: Path) -> None:
         result = run_cli("build", "arrays", str(tmp_path / out), "--array", f"x={tmp_path / 'x.npy'}")
         assert (result.returncode, result.stderr) == (1, f"error: {tmp_path / 'a-file'} is a file, not a folder: give "
                                                          f"an output folder that is not, nor is inside, a file\n")
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    for out in ("link", "link/sub"):  # an output that is, or is inside, a link to nothing
+        result = run_cli("build", "arrays", str(tmp_path / out), "--array", f"x={tmp_path / 'x.npy'}")
+        assert (result.returncode, result.stderr) == (1, f"error: {tmp_path / 'link'} is a link to {tmp_path / 'gone'}, "
+                                                         f"which does not exist: make that folder, or give another "
+                                                         f"output folder\n")
     result = run_cli("build", "arrays", str(tmp_path / "out"), "--array", f"x={tmp_path / 'x.npy'}", "--prefix", "")
     assert result.returncode == 1 and "shard name prefix '' is not a plain file name" in result.stderr
 

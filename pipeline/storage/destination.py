@@ -65,6 +65,10 @@ class Destination:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):  # a file where the folder, or one above it, goes
+            link = next((p for p in (self.folder, *self.folder.parents) if p.is_symlink() and not p.exists()), None)
+            if link is not None:
+                raise FileExistsError(f"{link} is a link to {os.readlink(link)}, which does not exist: make that "
+                                      f"folder, or give another output folder") from None
             file = next((p for p in (self.folder, *self.folder.parents) if p.is_file()), self.folder)
             raise FileExistsError(f"{file} is a file, not a folder: give an output folder that is not, nor is "
                                   f"inside, a file") from None
