@@ -174,8 +174,12 @@ def to_torch(batch: Columns) -> dict[str, Any]:
     return out
 
 
+#: The kinds of NumPy arrays that become tensors (complex ones only a transform makes: no shard stores them).
+_NUMERIC_KINDS = "biufc"
+
+
 def _numeric(value: Any) -> bool:
-    return isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
+    return isinstance(value, np.ndarray) and value.dtype.kind in _NUMERIC_KINDS
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -205,8 +209,8 @@ def _stack(values: list[Any]) -> Any:
     if isinstance(first, torch.Tensor):
         same = all(isinstance(v, torch.Tensor) and v.shape == first.shape and v.dtype == first.dtype for v in values)
         return torch.stack(values) if same else values
-    if all(isinstance(v, (np.ndarray, np.generic, int, float, bool)) for v in values):
+    if all(isinstance(v, (np.ndarray, np.generic, int, float, complex)) for v in values):  # (bool is an int)
         arrays = [np.asarray(v) for v in values]
-        if all(a.shape == arrays[0].shape and a.dtype.kind in "biuf" for a in arrays):
+        if all(a.shape == arrays[0].shape and a.dtype.kind in _NUMERIC_KINDS for a in arrays):
             return np.stack(arrays)
     return values

@@ -126,6 +126,10 @@ def test_sample_transform_outputs_are_put_together_as_stored_fields_are(shards: 
     batch = next(iter(make_loader(shards, num_workers=0, batch_size=6, shuffle=False, sample_transform=tokens)))
     assert [t.tolist() for t in batch["tokens"]] == [list(range(n % 3 + 1)) for n in range(6)]  # shapes differ: a list
     assert batch["note"] == [0, None, 2, None, 4, None] and batch["y"].tolist() == list(range(6))
+    for workers in (0, 2):  # complex values (a spectrum, say) become a tensor too
+        batch = next(iter(make_loader(shards, num_workers=workers, batch_size=6, shuffle=False,
+                                      sample_transform=lambda s: {"y": s["y"], "z": s["x"] * 1j, "w": complex(s["y"])})))
+        assert batch["z"].dtype == torch.complex64 and batch["z"].shape == (6, 3) and batch["w"].tolist() == [*range(6)]
 
     def some_have_more(sample: dict) -> dict:
         return {**sample, "w": 1} if int(sample["y"]) % 2 else dict(sample)
