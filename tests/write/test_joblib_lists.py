@@ -91,3 +91,13 @@ def test_an_empty_list_says_so(tmp_path: Path) -> None:
     folder = dump(tmp_path / "out", 16, [], [])
     with pytest.raises(SampleError, match=re.escape(f"{folder}/y_16.job: holds an empty list, so no samples")):
         pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+
+
+def test_features_of_one_row_each_follow_the_lists_given(tmp_path: Path) -> None:
+    """Arrays of one row each add up to the labels as batches do: by default they are batches
+    (joined), and ``lists="samples"`` keeps each as one sample's array (stacked)."""
+    x, y = np.arange(12, dtype=np.float32).reshape(4, 1, 3), list(range(4))
+    folder = dump(tmp_path / "out", 4, list(x), y)
+    assert np.array_equal(np.stack(built(folder, tmp_path / "joined")["x"]), x[:, 0])
+    as_samples = built(folder, tmp_path / "stacked", lists="samples")
+    assert np.array_equal(np.stack(as_samples["x"]), x) and [int(v) for v in as_samples["y"]] == y

@@ -131,13 +131,15 @@ def _not_arrays(obj: Any, path: Path) -> np.ndarray:
     raise SampleError(f"{path}: expected an array or a list, got {type(obj).__name__}")
 
 
-def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None) -> np.ndarray:
-    """Features of one file, matched to its ``rows`` labels: a list of batches where its labels
-    were, else batches if their rows add up to the labels, or one array per label."""
+def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, told: str | None = None) -> np.ndarray:
+    """Features of one file, matched to its ``rows`` labels: a list read as ``told`` (the
+    ``lists`` given), else batches where its labels were, else batches if their rows add up to
+    the labels, or one array per label (arrays of one row each fit both: ``told`` settles it)."""
     if isinstance(obj, np.ndarray):
         array = obj
     elif isinstance(obj, list):
-        if reading != "batches":
+        reading = told or reading
+        if told is None and reading != "batches":
             joinable = all(np.ndim(v) >= 1 for v in obj) and sum(map(len, obj)) == rows
             reading = "batches" if joinable else "samples"
             if reading == "samples" and len(obj) != rows:
@@ -208,6 +210,7 @@ class JoblibBatchSource(Source):
         self.x_paths = [found["x"][b] for b in numbers]
         self.y_paths = [found["y"][b] for b in numbers]
         self.fields = fields
+        self.lists = lists
         self.readings = [list_reading(labels[b], b, found["y"][b], lists) for b in numbers]
         rows = [_label_rows(labels[b], found["y"][b], reading) for b, reading in zip(numbers, self.readings)]
         self._refuse_copies(rows)
@@ -258,7 +261,8 @@ class JoblibBatchSource(Source):
             expected = self.starts[i + 1] - self.starts[i]
             if len(labels) != expected:
                 raise SampleError(f"{self.y_paths[i]} changed while building: {len(labels)} rows, had {expected}")
-            features = _feature_rows(_load(self.x_paths[i]), len(labels), self.x_paths[i], self.readings[i])
+            features = _feature_rows(_load(self.x_paths[i]), len(labels), self.x_paths[i], self.readings[i],
+                                     self.lists)
             self._cache = (i, features, labels)
         return self._cache[1], self._cache[2]
 
