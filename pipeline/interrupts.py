@@ -1,10 +1,14 @@
-"""Ctrl-C that stops a command every time.
+"""Ctrl-C that stops a command every time, and never in the middle of what must not be cut.
 
 Python raises ``KeyboardInterrupt`` wherever the main thread is when the signal is handled. When
 that is a weakref callback (a build ends a shard's writer thread for each shard, and the thread's
 end runs one), the exception is printed as "Exception ignored" and dropped, and the command goes
 on as if nothing was pressed. Here the interrupt that would land there is raised 10 ms later
 instead, from the code the callback returns to.
+
+Some steps leave things broken when cut: a process pool cut while it starts a worker (the
+worker reads half of what it was sent, and prints a traceback) or its manager thread (the pool
+can then not be shut down). :func:`held_ctrl_c` holds an interrupt until such a step is done.
 """
 
 from __future__ import annotations
@@ -43,3 +47,20 @@ def reliable_ctrl_c() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextmanager
+def held_ctrl_c() -> Iterator[None]:
+    """Ctrl-C pressed while the block runs interrupts once it is done (in the main thread:
+    elsewhere no interrupt is raised, and nothing is changed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pressed:
+            signal.raise_signal(signal.SIGINT)  # handled now, as it would have been

@@ -23,6 +23,14 @@ def read_back(out_dir: Path) -> tuple[list[str], dict[str, list]]:
     return keys, fields
 
 
+def command_line(pid: int) -> str:
+    """The command line of ``pid`` (its arguments joined by NULs), or "" once it has ended."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
+        return ""
+
+
 def child_pids(pid: int) -> list[int]:
     """The live child processes of ``pid`` (DataLoader workers, for instance), from ``/proc``."""
     children = []

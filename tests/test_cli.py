@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -17,7 +19,7 @@ import pytest
 
 import pipeline
 from pipeline.cli import main
-from tests.helpers import read_back
+from tests.helpers import child_pids, command_line, read_back
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -103,7 +105,6 @@ def test_bad_input_is_one_line_error_not_a_traceback(tmp_path: Path) -> None:
     assert result.returncode == 1 and "shard name prefix '' is not a plain file name" in result.stderr
 
 
-
 @pytest.mark.parametrize("extra, told", [([], "--resume"), (["--overwrite"], "--resume in place of --overwrite")])
 def test_a_build_interrupted_says_how_to_finish_it(tmp_path: Path, extra: list[str], told: str) -> None:
     """Ctrl-C once the build wrote its first of 2,000 small shards (seconds of work)."""
@@ -120,6 +121,32 @@ def test_a_build_interrupted_says_how_to_finish_it(tmp_path: Path, extra: list[s
                                                f"keeping the shards it finished\n")
     assert subprocess.run([*command, "--resume"], capture_output=True).returncode == 0
     assert read_back(tmp_path / "out")[1]["x"] == list(range(20_000))
+
+
+def test_ctrl_c_while_the_pool_starts_is_one_line_not_the_workers_tracebacks(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the build's pool workers too, here while they import: each
+    used to print a page of traceback above the build's line."""
+    np.save(tmp_path / "x.npy", np.arange(20_000, dtype=np.float32))
+    command = [sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "out"), "--array",
+               f"x={tmp_path / 'x.npy'}", "--shard-samples", "10", "--pack", "1", "--workers", "2", "--quiet"]
+    build = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def importing_numpy(pid: int) -> bool:  # (before its own signal handling is set, SIGINT ends a process silently)
+        with contextlib.suppress(OSError):
+            return "spawn_main" in command_line(pid) and "_multiarray_umath" in Path(f"/proc/{pid}/maps").read_text()
+        return False
+
+    deadline = time.monotonic() + 60
+    while not any(map(importing_numpy, child_pids(build.pid))) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(build.pid, signal.SIGINT)  # the whole group, as a terminal sends it
+    _, stderr = build.communicate(timeout=60)
+    assert (build.returncode, stderr) == (130, "interrupted: run the same command with --resume to finish the build, "
+                                               "keeping the shards it finished\n")
+    assert not child_pids(build.pid)
+    assert subprocess.run([*command, "--resume"], capture_output=True).returncode == 0
+    assert read_back(tmp_path / "out")[1]["x"] == list(range(20_000))
+
 
 def test_a_name_given_twice_is_an_error_and_a_text_fill_may_be_empty(tmp_path: Path, capsys) -> None:
     np.save(tmp_path / "a.npy", np.arange(10.0))

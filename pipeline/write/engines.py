@@ -10,16 +10,14 @@ its worker died, leaves nothing half-written that an index could name.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import socket
-import threading
-import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
+from .pool_workers import pool_context, start_worker
 from .portable import AbsolutePathsExecutor
 
 ENGINES = ("local", "dask")
@@ -96,25 +94,12 @@ def open_workers(engine: str = "local", workers: int = 1, scheduler: str | None 
     elif workers <= 1:
         yield Workers(None, 1)
     else:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=exit_with_parent, initargs=(os.getpid(),))
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=pool_context(), initializer=start_worker,
+                                   initargs=(os.getpid(),))
         try:
             yield Workers(pool, workers)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-
-
-def exit_with_parent(parent: int, every: float = 0.5) -> None:
-    """Make this pool worker exit once the build that started it is gone (killed by SIGKILL, say,
-    which gives it no chance to stop its pool): else it would go on writing shards under the
-    names a resumed build writes too, then wait forever for work. A daemon thread watches the
-    parent's pid; the shard being written stays a temporary file, which a resume removes."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(every)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 @contextmanager

@@ -29,6 +29,7 @@ from ..format.index import (
     part_index_name,
     part_shard_range,
 )
+from ..interrupts import held_ctrl_c
 from ..storage.destination import Destination, destination
 from ..storage.errors import SourceError
 from ..storage.opener import scheme
@@ -46,6 +47,7 @@ from .output import (
     save_index,
     shard_name,
 )
+from .pool_workers import interruptible_task
 from .progress import BuildProgress
 from .resume import (
     drop_changed_shards,
@@ -165,7 +167,8 @@ class DataFailure:
 def write_run_in_worker(run: ShardRun) -> list[ShardResult] | DataFailure:
     """:func:`write_run`, its data errors returned (I/O errors, maybe passing, still raise)."""
     try:
-        return write_run(run)
+        with interruptible_task():
+            return write_run(run)
     except FormatError as exc:
         if isinstance(exc, SourceError):
             raise
@@ -210,7 +213,9 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
         return [r for task in tasks for r in write_run(task, report)]
     futures: dict[Future, int] = {}
     try:
-        futures = {executor.submit(write_run_in_worker, task): i for i, task in enumerate(tasks)}
+        for i, task in enumerate(tasks):
+            with held_ctrl_c():  # cut, a submit can leave a pool half-started (see pipeline.interrupts)
+                futures[executor.submit(write_run_in_worker, task)] = i
         done: list[list[ShardResult]] = [[] for _ in tasks]
         for future in as_completed(futures):
             outcome = future.result()

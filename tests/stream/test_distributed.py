@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import pipeline
-from tests.helpers import child_pids
+from tests.helpers import child_pids, command_line
 from tests.stream.shardsets import random_sizes, uneven_shards
 from tests.write.test_indexing import webdataset_shards
 
@@ -187,10 +187,3 @@ def test_an_interrupted_test_leaves_no_process_of_its_job() -> None:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if "stuck_rank.py" in command_line(pid)]
-
-
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
-        return ""

@@ -123,8 +123,13 @@ def test_joblib_files_without_partner_or_mismatched_rows_are_named(tmp_path: Pat
     with pytest.raises(FileNotFoundError, match=r"x_1\.job has no matching y_1\.job"):
         pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", quiet=True)
     joblib.dump(np.arange(4), tmp_path / "jb" / "y_1.job")
-    with pytest.raises(SampleError, match=r"x_1\.job: 2 arrays that add up to neither the 4 labels"):
+    with pytest.raises(SampleError, match=r"x_1\.job: 5 feature rows but 4 labels in its y file"):
         pipeline.build_joblib(tmp_path / "jb", tmp_path / "out", quiet=True, lists="batches")
+    (tmp_path / "one").mkdir()
+    joblib.dump([np.ones((2, 3)), np.ones((3, 3))], tmp_path / "one" / "x_1.job")
+    joblib.dump(np.arange(4), tmp_path / "one" / "y_1.job")
+    with pytest.raises(SampleError, match=r"x_1\.job: 2 arrays that add up to neither the 4 labels"):
+        pipeline.build_joblib(tmp_path / "one", tmp_path / "out", quiet=True)
     assert not (tmp_path / "out" / "index.json").exists()
 
 

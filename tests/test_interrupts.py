@@ -1,0 +1,39 @@
+"""Ctrl-C held through a step that must not be cut, then raised as it would have been."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from pipeline.interrupts import held_ctrl_c
+
+
+def test_ctrl_c_in_a_held_step_interrupts_once_it_is_done() -> None:
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with held_ctrl_c():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # (a signal is handled between two bytecodes: long past by now)
+            steps.append("finished")
+    assert steps == ["finished"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_without_ctrl_c_a_held_step_changes_nothing_and_other_threads_are_left_alone() -> None:
+    with held_ctrl_c():
+        pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    seen = []
+
+    def elsewhere() -> None:
+        with held_ctrl_c():  # signal handlers belong to the main thread: nothing to hold here
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert seen == [signal.default_int_handler]
