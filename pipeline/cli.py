@@ -34,8 +34,9 @@ def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None
     parser.add_argument("--shard-samples", type=values.positive, metavar="N", help="most samples per shard")
     parser.add_argument("--pack", type=values.pack, default="auto", metavar="K",
                         help="samples per record; 'auto' (default) fills records of about 64 KiB with "
-                             "fixed-shape samples, one sample per record when larger or when samples may "
-                             "differ in shape (one file per sample, folders, images)")
+                             "fixed-shape samples (smaller ones in a set under 32 MiB: 512 records at least, to "
+                             "shuffle), one sample per record when larger or when samples may differ in shape "
+                             "(one file per sample, folders, images)")
     parser.add_argument("--dtype", type=values.pair("FIELD=DTYPE"), action="append", default=[], metavar="FIELD=DTYPE",
                         help="store FIELD as DTYPE, e.g. x=float32 to halve float64 data (repeatable)")
     if splits:

@@ -255,8 +255,9 @@ def build_shards(
     """Write ``source`` as shards in ``out_dir`` (a folder or an ``s3://`` prefix) and return
     the index (also saved there).
 
-    ``pack="auto"`` stores samples of fixed shape in records of about 64 KiB (one sample per
-    record when a sample is larger, or when samples differ in shape); ``dtypes`` (``{"x":
+    ``pack="auto"`` stores samples of fixed shape in records of about 64 KiB (smaller in a set
+    under 32 MiB: see :func:`resolve_pack`; one sample per record when a sample is larger, or
+    when samples differ in shape); ``dtypes`` (``{"x":
     "float32"}``) stores fields cast to other dtypes (see :mod:`.casting`). With ``part``, only that part's shards are written and a partial index
     (``index.part-I-of-N.json``) is saved; join the parts with ``merge_index_files``.
     ``resume=True`` completes a build that was killed, keeping the shards it finished (a local

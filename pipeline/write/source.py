@@ -24,6 +24,10 @@ MIN_SHARD_BYTES = 4096
 #: What ``pack="auto"`` aims at: records large enough that the tar header (512 bytes) and the
 #: per-record costs of reading vanish, small enough to shuffle records of many shards at once.
 AUTO_RECORD_BYTES = 64 << 10
+#: ... but a set of fewer than 32 MiB still gets this many records: a loader mixes whole records,
+#: up to 64 chunks to a shuffle window of at most an eighth of the set, so that in a set of a few
+#: records of 64 KiB a batch would come from one or two of them (one class, of data sorted by class).
+AUTO_MIN_RECORDS = 512
 
 
 class Source(ABC):
@@ -88,15 +92,17 @@ def span_identity(digest: Any, starts: Sequence[int], name_of: Callable[[int], A
 
 def resolve_pack(pack: int | str, source: Source) -> int:
     """Samples per record: ``pack`` itself, or for ``"auto"`` as many fixed-shape samples as
-    fill about :data:`AUTO_RECORD_BYTES` (1 for larger samples, and for samples whose shapes
-    may differ, which cannot share a record)."""
+    fill about :data:`AUTO_RECORD_BYTES`, but no more than give the set :data:`AUTO_MIN_RECORDS`
+    records (1 for larger samples, and for samples whose shapes may differ, which cannot share
+    a record)."""
     if pack != "auto":
         if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
             raise ValueError(f"pack must be 'auto' or an integer >= 1, got {pack!r}")
         return pack
     if not source.fixed_shape or len(source) == 0:
         return 1
-    return max(AUTO_RECORD_BYTES // max(source.read(0, 1).data_bytes(), 1), 1)
+    by_size = AUTO_RECORD_BYTES // max(source.read(0, 1).data_bytes(), 1)
+    return max(min(by_size, len(source) // AUTO_MIN_RECORDS), 1)
 
 
 def uniform_bounds(rows: int, samples_per_shard: int) -> list[int]:

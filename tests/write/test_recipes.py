@@ -131,9 +131,9 @@ def test_a_split_of_per_file_samples_reads_each_file_once(tmp_path: Path) -> Non
 
 def test_dtype_stores_a_cast_copy_and_refuses_casts_that_change_values(tmp_path: Path, recipe_data) -> None:
     x, y = recipe_data
-    full = pipeline.write_shards(tmp_path / "f64", {"x": x, "y": y}, quiet=True)
+    full = pipeline.write_shards(tmp_path / "f64", {"x": x, "y": y}, pack=100, quiet=True)  # (headers: a tenth)
     half = pipeline.write_shards(tmp_path / "f32", {"x": x, "y": y.astype(np.float64)},
-                                 dtypes={"x": "float32", "y": "int16"}, quiet=True)
+                                 dtypes={"x": "float32", "y": "int16"}, pack=100, quiet=True)
     assert half.fields["x"].dtype == "float32" and half.fields["y"].dtype == "int16"
     assert half.bytes < 0.6 * full.bytes
     _, fields = read_back(tmp_path / "f32")
@@ -176,13 +176,16 @@ def test_dtype_casts_samples_of_different_shapes_one_by_one(tmp_path: Path) -> N
 
 def test_the_default_pack_keeps_small_samples_close_to_their_size_and_large_ones_whole(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
-    small = {"x": rng.random((20_000, 16), dtype=np.float32), "y": rng.integers(0, 9, 20_000)}
+    n = 600_000  # 43 MB: records of 64 KiB still make 512 of them
+    small = {"x": np.zeros((n, 16), np.float32), "y": rng.integers(0, 9, n)}
     index = pipeline.write_shards(tmp_path / "small", small, quiet=True)
     data = small["x"].nbytes + small["y"].nbytes
     assert index.pack == (64 << 10) // (16 * 4 + 8)
     assert index.bytes < 1.05 * data  # one record per sample would be 1024 bytes a sample: 14x the data
-    unpacked = pipeline.write_shards(tmp_path / "one", small, pack=1, quiet=True)
-    assert unpacked.bytes > 13 * data
+    few = {"x": small["x"][:20_000], "y": small["y"][:20_000]}  # 1.4 MB: 512 records (of 39), not 22 of 910
+    unpacked = pipeline.write_shards(tmp_path / "one", few, pack=1, quiet=True)
+    assert unpacked.bytes > 13 * (few["x"].nbytes + few["y"].nbytes)
+    assert pipeline.write_shards(tmp_path / "few", few, quiet=True).records == 20_000 // 39 + 1
     large = pipeline.write_shards(tmp_path / "large", {"x": rng.random((20, 40_000), dtype=np.float32)}, quiet=True)
     assert large.pack == 1
     folder = tmp_path / "files"
