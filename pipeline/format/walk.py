@@ -116,8 +116,9 @@ def _checked(record: Record, number: int, url: str, keys: dict[str, int], schema
             decode_fields(record, url)  # what no longer decodes says more than the checksum
             raise
     fields = decode_fields(record, url)
-    if schema is not None:
-        _check_schema(fields, schema, record, url, intact=entry is not None)
+    if schema is not None:  # (a checksum covers members' bytes, not their names: only a record of one
+        # msgpack member, as this library writes them, is as written in every part its fields come from)
+        _check_schema(fields, schema, record, url, intact=entry is not None and record.members.keys() == {"msgpack"})
     try:
         rows = checked_rows(fields)
     except SampleError as exc:
@@ -127,8 +128,9 @@ def _checked(record: Record, number: int, url: str, keys: dict[str, int], schema
 
 def _check_schema(fields: dict[str, Any], schema: Schema, record: Record, url: str, intact: bool) -> None:
     """Raise unless the decoded ``fields`` match the index's ``schema``: a ShardError (the
-    record is damaged), or, when the record is ``intact`` (its checksum is the table's), an
-    :class:`IndexSchemaError` (the index is what is wrong)."""
+    record is damaged), or, when the record is ``intact`` (what its fields are decoded from is
+    what the table's checksum covers, and matches it), an :class:`IndexSchemaError` (the index
+    is what is wrong)."""
     try:
         check_conforms(fields, schema)
     except SampleError as exc:
