@@ -52,6 +52,12 @@ class NoIndexError(IndexSourceError):
     (its shards are then streamed without an index)."""
 
 
+class UnansweredIndexError(IndexSourceError):
+    """A remote index file that cannot be read for another reason than its absence (a server
+    that refuses connections, credentials): an error where the index is what was given, but
+    for shards given by name only no index to use beside them (reading them will tell why)."""
+
+
 @dataclass(frozen=True)
 class IndexedShards:
     """Shards with an index; their URLs resolve against the index's folder ``base``."""
@@ -257,9 +263,10 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
         try:
             return read_bytes(url, policy, stats=stats)
         except SourceError as exc:
-            where = nothing_at(exc)  # else the reason says what to do (credentials...)
-            raise NoIndexError(url, None, f"cannot read index file ({exc.reason or exc})"
-                               + (f"; {_WHAT_TO_PASS}" if where else "")) from None
+            if not nothing_at(exc):  # not "no index here", which callers may take for shards without one: the
+                # reason says what to do (credentials, a server that does not answer...)
+                raise UnansweredIndexError(url, None, f"cannot read index file ({exc.reason or exc})") from None
+            raise NoIndexError(url, None, f"cannot read index file ({exc.reason or exc}); {_WHAT_TO_PASS}") from None
     try:
         with open(url, "rb") as file:
             return file.read()

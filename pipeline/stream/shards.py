@@ -21,7 +21,14 @@ from braceexpand import braceexpand
 from ..caller_warning import warn_caller
 from ..format.index import DatasetIndex
 from ..storage import SourceError, is_remote, parent, redact, scheme
-from ..storage.indexes import IndexedShards, NoIndexError, index_url, location_hint, open_index
+from ..storage.indexes import (
+    IndexedShards,
+    NoIndexError,
+    UnansweredIndexError,
+    index_url,
+    location_hint,
+    open_index,
+)
 from ..storage.opener import local_path
 from ..storage.retry import RetryPolicy, RetrySink
 
@@ -55,8 +62,8 @@ def _index_beside(urls: list[str], policy: RetryPolicy | None, stats: RetrySink 
         return None  # no index there: foreign shards
     try:
         return open_index(folder, policy, stats)
-    except NoIndexError:
-        return None  # no index there: foreign shards (a broken index is an error)
+    except (NoIndexError, UnansweredIndexError):
+        return None  # no index there to use: foreign shards (a broken index is an error)
 
 
 def _shard_key(url: str) -> str:

@@ -101,6 +101,24 @@ def test_a_host_that_does_not_resolve_fails_at_once_naming_it(capsys) -> None:
     assert _cli(capsys, "inspect", url) == (1, "", f"error: {url}: cannot read index file ({reason})\n")
 
 
+def test_an_index_at_a_server_that_refuses_connections_is_that_error_not_a_shard_to_read(monkeypatch, capsys) -> None:
+    """Refused is not "no index here": before, the URL was then read as a shard and its folder
+    searched for an index, each after its own retries (2 minutes in tune), and the error blamed
+    byte 0 of a shard."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # closed again: nothing listens there
+    monkeypatch.setenv("PIPELINE_RETRY_DELAY", "0.01")
+    url = f"http://127.0.0.1:{port}/data"
+    with pytest.raises(pipeline.SourceError) as caught:
+        pipeline.make_loader(url, num_workers=0)
+    told = str(caught.value)
+    assert told.startswith(f"{url}/index.json: cannot read index file (request failed 8 times, last: ") and \
+        "Connection refused" in told
+    code, out, err = _cli(capsys, "tune", url, "--workers", "0", "--seconds", "0.2")
+    assert (code, out, err) == (1, "", f"error: {told}\n")
+
+
 def test_an_s3_endpoint_that_does_not_resolve_is_named(monkeypatch) -> None:
     pytest.importorskip("boto3")
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{NO_HOST}:8333")
