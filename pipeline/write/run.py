@@ -77,17 +77,23 @@ class Part:
     index: int
     count: int
 
+    def __post_init__(self) -> None:
+        shown = f"{self.index}/{self.count}"
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (self.index, self.count)):
+            raise TypeError(f"a part is two whole numbers, Part(I, N) (--part I/N), got Part({self.index!r}, "
+                            f"{self.count!r})")
+        if self.count < 1:
+            raise ValueError(f"part {shown}: N is the number of parts, at least 1 (e.g. 0/4 to 3/4 for 4 parts)")
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"part {shown}: parts count from 0, so the parts of {self.count} are 0/{self.count} to "
+                             f"{self.count - 1}/{self.count}")
+
     @classmethod
     def parse(cls, text: str) -> "Part":
         try:
             index, count = (int(v) for v in text.split("/"))
         except ValueError:
             raise ValueError(f"--part takes I/N (e.g. 0/4), got {text!r}") from None
-        if count < 1:
-            raise ValueError(f"part {text!r}: N is the number of parts, at least 1 (e.g. 0/4 to 3/4 for 4 parts)")
-        if not 0 <= index < count:
-            raise ValueError(f"part {text!r}: parts count from 0, so the parts of {count} are 0/{count} to "
-                             f"{count - 1}/{count}")
         return cls(index, count)
 
     def shard_range(self, total: int) -> range:
@@ -266,6 +272,8 @@ def build_shards(
     ``workers`` local processes, or the one at ``scheduler``).
     """
     check_prefix(prefix)
+    if part is not None and not isinstance(part, Part):
+        raise TypeError(f"part takes pipeline.Part(I, N), part I of N counting from 0, e.g. Part(0, 4); got {part!r}")
     check_limits(shard_samples, shard_bytes, workers)
     check_engine(engine, scheduler, executor)
     if resume and overwrite:

@@ -144,3 +144,20 @@ def test_a_script_that_builds_with_workers_outside_a_main_guard_is_told_to_add_o
     assert result.returncode == 1 and any(line.startswith(ours) for line in result.stderr.splitlines()), \
         result.stderr[-2000:]  # (a worker's own traceback may be printed after it)
     assert not (tmp_path / "out" / "index.json").exists()
+
+
+@pytest.mark.parametrize(("part", "told"), [
+    ((-1, 3), "part -1/3: parts count from 0, so the parts of 3 are 0/3 to 2/3"),  # wrote an empty part named -0001
+    ((3, 3), "part 3/3: parts count from 0, so the parts of 3 are 0/3 to 2/3"),  # an IndexError
+    ((0, 0), "part 0/0: N is the number of parts, at least 1"),  # a ZeroDivisionError
+])
+def test_a_part_out_of_range_is_refused_when_made(part: tuple[int, int], told: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(told)):
+        Part(*part)
+
+
+def test_a_part_given_as_a_tuple_says_what_to_give(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=re.escape("part takes pipeline.Part(I, N), part I of N counting from 0, "
+                                                  "e.g. Part(0, 4); got (0, 2)")):
+        pipeline.write_shards(tmp_path / "p", {"x": np.arange(10)}, part=(0, 2), quiet=True)
+    assert not (tmp_path / "p").exists()
