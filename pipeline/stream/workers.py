@@ -30,10 +30,17 @@ stop message on queues that send nothing any more, and waits 5 s per worker befo
 them, in whatever thread the collection ran. :class:`WatchedWorkersIterator` keeps its queues
 in a table of this module until its workers are stopped, so that they are never part of such
 a cycle (the iterator itself is not kept: it goes when its loader and loop let go of it).
+
+Nor when a script ends with its loader alive (persistent workers, as ``make_loader`` starts
+them): multiprocessing's exit handler would terminate the workers (SIGTERM), which then leave
+the temporary folder each made when it first sent a batch (``/tmp/pymp-*``), two a run with
+two workers. The workers still running are stopped first, as a loader stops them, so that
+they end as they should (:func:`_stop_at_exit`).
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 import multiprocessing.connection
 import os
@@ -170,14 +177,20 @@ _QUEUES: dict[int, list[Any]] = {}
 _CONTEXTS: dict[int, weakref.WeakMethod] = {}
 
 
+#: The iterators whose workers run (not kept alive for it): stopped at exit.
+_RUNNING: "weakref.WeakSet[WatchedWorkersIterator]" = weakref.WeakSet()
+
+
 class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     """DataLoader's iterator over worker processes, its wait for a batch cut into slices of
     :data:`WATCH_S`, each ending in PyTorch's check that the workers live (a ``timeout`` given
-    to the loader is kept: it is passed in). Its queues are held in :data:`_QUEUES` until its
-    workers are stopped: through a class attribute, which the interpreter's finalization, when
-    a loader left alive by a script goes, does not clear as it clears module names."""
+    to the loader is kept: it is passed in). Its queues are held in :data:`_QUEUES`, and it is
+    in :data:`_RUNNING`, until its workers are stopped: through class attributes, which the
+    interpreter's finalization, when a loader left alive by a script goes, does not clear as it
+    clears module names."""
 
     _held_queues = _QUEUES
+    _running = _RUNNING
     _contexts = _CONTEXTS
     _finalizing = staticmethod(sys.is_finalizing)
 
@@ -188,6 +201,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()
             loader.worker_init_fn.answered = answered_hosts()
         super().__init__(loader)
+        self._running.add(self)
         self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
         self._contexts.update((worker.pid, weakref.WeakMethod(loader.death_context)) for worker in self._workers)
 
@@ -218,6 +232,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
                 self._abandon_reads.set()
             super()._shutdown_workers()
         finally:
+            self._running.discard(self)
             self._held_queues.pop(id(self), None)
             for worker in getattr(self, "_workers", ()):  # (not _workers(): module names may be gone by now)
                 self._contexts.pop(worker.pid, None)
@@ -313,6 +328,19 @@ def _unwatch(iterator: Any) -> None:
     if getattr(iterator, "_worker_pids_set", False):
         signal_handling._remove_worker_pids(id(iterator))
         iterator._worker_pids_set = False
+
+
+def _stop_at_exit() -> None:
+    """Stop the workers still running as the interpreter exits (see the module docstring).
+    Registered after multiprocessing's exit handler (imported above), so run before it."""
+    for iterator in list(_RUNNING):
+        try:
+            stop_workers(iterator)
+        except Exception:  # noqa: BLE001 - at exit, what was not stopped here multiprocessing terminates
+            continue
+
+
+atexit.register(_stop_at_exit)
 
 
 def stop_workers(iterator: Any) -> None:

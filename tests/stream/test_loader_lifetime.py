@@ -103,12 +103,18 @@ ENDINGS = {"a loop under way": "loop = iter(loader)\nnext(loop)", "an epoch done
 
 @pytest.mark.parametrize("ending", ENDINGS)
 @pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
-def test_a_script_that_ends_with_its_loader_alive_exits_without_a_word(shards: Path, workers: int,
-                                                                      persistent: bool, ending: str) -> None:
+def test_a_script_that_ends_with_its_loader_alive_exits_without_a_word_or_a_file(shards: Path, tmp_path: Path,
+                                                                                workers: int, persistent: bool,
+                                                                                ending: str) -> None:
     """The loader, and a loop's generator, go as the interpreter finalizes, when the loader's
     modules have lost their names: stopping the workers is the exit handlers' work by then, and
-    what the worker iterator runs then must need no module name."""
+    what the worker iterator runs then must need no module name. Workers still running are
+    stopped, as a loader stops them, before multiprocessing's exit handler would terminate them:
+    terminated, each left its temporary folder (``pymp-*``) behind, every run."""
     script = LEFT_AT_EXIT.format(workers=workers, persistent=persistent, ending=ENDINGS[ending])
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     run = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(shards)], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, env={**os.environ, "TMPDIR": str(temporary)})
     assert (run.returncode, run.stderr) == (0, "")
+    assert list(temporary.iterdir()) == []
