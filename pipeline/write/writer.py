@@ -59,8 +59,9 @@ class ShardWriter:
         overwrite: bool = False,
         quiet: bool = True,
     ) -> None:
-        if pack < 1:
-            raise ValueError(f"pack must be >= 1, got {pack}")
+        if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
+            auto = " ('auto' is a build's, which sees the samples' shapes before it writes)" if pack == "auto" else ""
+            raise ValueError(f"ShardWriter's pack is the samples a record holds, an integer >= 1, got {pack!r}{auto}")
         if shard_samples is not None and shard_samples < 1:
             raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
         if shard_bytes is not None and shard_bytes < 4096:

@@ -366,3 +366,17 @@ def test_numbers_as_python_or_numpy_scalars_mix_in_one_field(tmp_path: Path) -> 
         with ShardWriter(tmp_path / "inexact") as writer:
             writer.write({"y": np.float32(0.5)})
             writer.write({"y": 0.1})
+
+
+@pytest.mark.parametrize(("pack", "extra"), [
+    ("auto", " ('auto' is a build's, which sees the samples' shapes before it writes)"),  # was a TypeError on '<'
+    (2.5, ""),  # was taken, then a TypeError at the first write
+    (0, ""),
+    (True, ""),
+])
+def test_a_pack_that_is_not_a_whole_number_is_refused_before_anything_is_written(tmp_path: Path, pack: object,
+                                                                                 extra: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"ShardWriter's pack is the samples a record holds, an integer "
+                                                   f">= 1, got {pack!r}{extra}")):
+        pipeline.ShardWriter(tmp_path / "out", pack=pack)
+    assert not (tmp_path / "out").exists()
