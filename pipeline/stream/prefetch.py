@@ -45,6 +45,10 @@ class DevicePrefetcher:
     It also measures the input-bound fraction: the share of wall time the training loop spent
     waiting for the next batch rather than computing (``stats()``)."""
 
+    #: A loop left under way by a script is closed as the interpreter finalizes, when this
+    #: module's names may be gone: what that close runs is reached through the class.
+    _close = staticmethod(_close)
+
     def __init__(self, loader: Any, device: str | torch.device | None = None) -> None:
         self.loader = loader
         self.device = torch.device(device) if device is not None else (
@@ -106,13 +110,13 @@ class DevicePrefetcher:
                 self.elapsed = before + time.perf_counter() - start
                 yield batch
         except BaseException:  # the loop stopped early (a break, an error in its body, a worker's or a copy's)
-            _close(iterator)  # holding batches: the loader's loop ends, and the next one delivers them
+            self._close(iterator)  # holding batches: the loader's loop ends, and the next one delivers them
             if taken and self._fetched_at == self._loader_generation() and hasattr(self.loader, "give_back"):
                 self.loader.give_back(taken)
             raise
         finally:
             self._upcoming = None  # nothing held; a batch fetched before the loader moved is dropped
-        _close(iterator)
+        self._close(iterator)
         self.elapsed = before + time.perf_counter() - start
 
     def _loader_generation(self) -> int | None:

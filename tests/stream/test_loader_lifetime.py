@@ -98,7 +98,8 @@ import pipeline
 loader = pipeline.make_loader(sys.argv[1], num_workers={workers}, batch_size=32, persistent_workers={persistent})
 {ending}
 """
-ENDINGS = {"a loop under way": "loop = iter(loader)\nnext(loop)", "an epoch done": "for batch in loader:\n    pass"}
+ENDINGS = {"a loop under way": "loop = iter(loader)\nnext(loop)", "an epoch done": "for batch in loader:\n    pass",
+           "a prefetched loop under way": "loop = iter(pipeline.DevicePrefetcher(loader))\nnext(loop)"}
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
