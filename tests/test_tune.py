@@ -3,6 +3,8 @@ stopped early, and the recommendation the table and the call come down to."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 import socket
 import subprocess
@@ -15,6 +17,7 @@ import pytest
 import pipeline
 from pipeline.cli import main
 from pipeline.measure import throughput
+from pipeline.measure import tune as tune_module
 from pipeline.measure.throughput import Measured, Setting, measure
 from pipeline.measure.tune import TuneResult, worker_counts
 
@@ -80,6 +83,29 @@ def test_the_recommendation_prefers_less_memory_then_fewer_workers_among_the_nea
     assert TuneResult("data/", {}, rows, memory_mb=230).best.setting == Setting(0, None)
     with pytest.raises(ValueError, match="no setting ran within 150 MB"):
         _ = TuneResult("data/", {}, rows, memory_mb=150).best
+
+
+class Scale:
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    def __call__(self, batch: dict) -> dict:
+        return batch
+
+
+def test_the_call_names_an_object_of_the_users_by_its_option_where_no_python_writes_it() -> None:
+    """A function is written by its name, a value by its repr where that is Python; an object's
+    repr (``<...Scale object at 0x...>``), or a partial's, is no Python: the option's name
+    stands for the user's variable that holds it."""
+    rows = [row(0, 900, 200)]
+    options = {"batch_size": 64, "batch_transform": Scale(2.0), "sample_transform": functools.partial(print, end=""),
+               "fields": ["x", "y"], "shuffle_buffer": 1000}
+    call = TuneResult("data/", options, rows).call()
+    assert call == ("pipeline.make_loader('data/', num_workers=0, batch_size=64, batch_transform=batch_transform, "
+                    "sample_transform=sample_transform, fields=['x', 'y'], shuffle_buffer=1000)")
+    ast.parse(call)
+    method = TuneResult("data/", {"batch_transform": Scale(2.0).__call__}, rows).call()  # (a method: no name alone)
+    assert method == "pipeline.make_loader('data/', num_workers=0, batch_transform=batch_transform)"
 
 
 def test_worker_counts_double_up_to_the_cores() -> None:
@@ -222,6 +248,19 @@ def test_bad_values_in_python_are_refused_before_measuring(shards: Path, options
     with pytest.raises(ValueError) as refused:
         pipeline.tune(str(shards), **options)
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"batch_size": 0}, ValueError, "batch_size must be an integer >= 1, got 0"),
+    ({"options": {"shuffle_bufer": 10}}, TypeError, "unexpected keyword argument 'shuffle_bufer'"),
+    ({"options": {"batch_size": 3}}, ValueError, "options: batch_size is an argument of tune's own: give it as "
+                                                 "batch_size="),  # was taken over batch_size=, silently
+])
+def test_bad_loader_options_are_refused_as_themselves_before_measuring(shards: Path, monkeypatch, options: dict,
+                                                                        error: type, message: str) -> None:
+    monkeypatch.setattr(tune_module, "measure", None)  # (nothing may be measured)
+    with pytest.raises(error, match=re.escape(message)):
+        pipeline.tune(str(shards), workers=[0], **options)
 
 
 def test_the_plots_destination_is_checked_before_measuring(shards: Path, tmp_path: Path, capsys) -> None:

@@ -16,6 +16,7 @@ quality and memory that ``tune`` keeps as given.
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..stream.loader import make_loader
 from ..stream.shards import resolve_shards
 from .throughput import Measured, Setting, measure, pickled_options
 
@@ -82,7 +84,7 @@ class TuneResult:
     def call(self) -> str:
         """The ``make_loader(...)`` call that the recommendation comes down to."""
         setting = self.best.setting
-        options = "".join(f", {key}={_source(value)}" for key, value in self.options.items())
+        options = "".join(f", {key}={_source(key, value)}" for key, value in self.options.items())
         prefetch = f", prefetch_factor={setting.prefetch_factor}" if setting.num_workers else ""
         return f"pipeline.make_loader({self.data!r}, num_workers={setting.num_workers}{prefetch}{options})"
 
@@ -148,10 +150,18 @@ def _preference(row: Measured) -> tuple[float, int, int]:
     return row.peak_mb, row.setting.num_workers, row.setting.prefetch_factor or 0
 
 
-def _source(value: Any) -> str:
-    """An option as the call would be written: a function by its name, else its repr."""
+def _source(key: str, value: Any) -> str:
+    """Option ``key``'s value as the call would be written: a function by its name, else its
+    repr where that is Python; else (an object of the user's, a ``functools.partial``) the
+    option's name, as the name of the user's variable that holds it."""
     name = getattr(value, "__qualname__", None)
-    return name if callable(value) and isinstance(name, str) else repr(value)
+    if callable(value) and isinstance(name, str) and name.isidentifier():
+        return name
+    try:
+        ast.parse(repr(value), mode="eval")
+    except SyntaxError:
+        return key
+    return repr(value)
 
 
 def check_plot(path: str | os.PathLike[str]) -> Any:
@@ -215,8 +225,11 @@ def tune(data: str | Mapping[str, Any], *, batch_size: int = 256, workers: Seque
             raise ValueError(f"options: {key} is what tune varies: give the values to try as {name}=[...]")
     for location in data.values() if isinstance(data, Mapping) else [data]:  # a mix: each of its sources
         resolve_shards(location)  # data that is not there is told as itself, before a measuring process starts
+    if "batch_size" in (options or {}):
+        raise ValueError("options: batch_size is an argument of tune's own: give it as batch_size=")
     options = {"batch_size": batch_size, **(options or {})}
     pickled_options(options)  # one that cannot reach the measuring process is named before any starts
+    make_loader(data, num_workers=0, **options)  # (bad options are told here, each as itself, not by each setting)
     result = TuneResult(_text(data), dict(options), [], memory_mb, step_ms)
     rows = result.rows
 
