@@ -131,7 +131,7 @@ def faults(folder: Path, samples: int, sample_bytes: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a few MB, one run: a check that it works")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "indexing.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results", help="folder for indexing.json")
     args = parser.parse_args(argv)
     shapes = [("images", 100_000, 10_000, 40), ("small", 2_000, 250_000, 40)]
     runs = 1 if args.quick else 3
@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in results["faults"]:
         print(f"{row['damage']:<14} {row['lost_with_index']:>14} {row['wrong_with_index']:>6} "
               f"{row['lost_without']:>15} {row['wrong_without']:>6}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "indexing.json").write_text(json.dumps(results, indent=1))
     return 0
 
 
