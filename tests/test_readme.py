@@ -154,3 +154,12 @@ def test_skip_markers_sit_on_a_block_and_say_why() -> None:
                          ids=lambda b: f"line{b.line}")
 def test_python_blocks_compile(block: Block) -> None:
     compile(block.code, f"README.md:{block.line}", "exec")
+
+
+def test_every_public_name_is_in_the_readme() -> None:
+    """``pipeline/__init__.py`` says its names are documented in README.md: each is there, in code."""
+    import pipeline
+
+    text = (ROOT / "README.md").read_text()
+    missing = [name for name in pipeline.__all__ if not re.search(rf"`{re.escape(name)}[(`.\[]", text)]
+    assert missing == []
