@@ -219,7 +219,7 @@ def _add_build_commands(commands: Any) -> None:
     images.add_argument("out", help="output folder (train/ and validation/ in it for a split) or s3://bucket/prefix")
     images.add_argument("--max-side", type=values.positive, metavar="PIXELS",
                         help="shrink images whose longer side is larger, re-encoded as JPEG (default: bytes kept)")
-    images.add_argument("--quality", type=values.percent, default=90, help="JPEG quality of shrunk images (default 90)")
+    images.add_argument("--quality", type=values.percent, help="JPEG quality of the images --max-side shrinks (default 90)")
     images.set_defaults(run=_cmd_imagefolder)
     parquet = _command(layouts, "parquet", "from Parquet files: a row is a sample, a column a field (needs pyarrow)",
                        "  pipeline build parquet table.parquet shards --validation 0.1\n"

@@ -84,13 +84,13 @@ def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
 
 
 def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
-                      max_side: int | None = None, quality: int = 90, validation: float | int | None = None,
+                      max_side: int | None = None, quality: int | None = None, validation: float | int | None = None,
                       seed: int = 0, **options: Any) -> BuildResult:
     """``ROOT/<class>/<image>`` as ``{"image": bytes, "label": int}`` samples, the class names in
     the index's metadata. A ROOT holding ``train/`` and ``val/`` (or ``validation/``) class
     folders makes two sets, ``out_dir/train`` and ``out_dir/validation``, labelled by the
     training set's classes; else ``validation`` splits one folder. ``max_side`` shrinks larger
-    photos (JPEG of ``quality``), in the build's workers."""
+    photos (JPEG of ``quality``, 90 by default), in the build's workers."""
     root = os.fspath(root)
     folders = split_folders(Path(root))
     if folders is None:

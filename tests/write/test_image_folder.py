@@ -231,6 +231,19 @@ def test_a_quality_out_of_range_is_a_usage_error_on_the_command_line_as_in_pytho
             pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", max_side=64, quality=value, quiet=True)
 
 
+
+def test_a_quality_without_max_side_is_refused_not_ignored(tmp_path: Path, capsys) -> None:
+    """Images are stored as they are unless max_side shrinks them: a quality alone did nothing."""
+    image_folder(tmp_path / "root", {"cat": 1})
+    told = "quality=10 is the JPEG quality of the images that max_side= shrinks: give max_side too (without it, " \
+           "images are stored as they are)"
+    with pytest.raises(ValueError, match=re.escape(told)):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quality=10, quiet=True)
+    assert main(["build", "imagefolder", str(tmp_path / "root"), str(tmp_path / "out"), "--quality", "10"]) == 1
+    assert capsys.readouterr().err == f"error: {told}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_parts_of_a_build_keep_the_class_list_and_merge_refuses_parts_of_other_builds(tmp_path: Path) -> None:
     image_folder(tmp_path / "root", {"a": 3, "b": 3})
     for part in range(2):

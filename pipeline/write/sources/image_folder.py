@@ -44,6 +44,9 @@ def class_folders(root: Path) -> list[str]:
         raise FileNotFoundError(f"{root}: no class folders (ROOT/<class>/<image>.jpg)")
     return names
 
+#: The JPEG quality of images that ``max_side`` shrinks, unless another is given.
+DEFAULT_QUALITY = 90
+
 
 def _holds_folders(folder: Path) -> bool:
     return any(entry.is_dir() for entry in os.scandir(folder))
@@ -126,14 +129,15 @@ class ImageFolderSource(FileRowsSource):
     path (``cat/0001.jpg`` -> ``cat_0001``). ``classes`` fixes the class list (a validation
     folder takes its training folder's, so that labels agree; a class it lacks is fine, one
     the list lacks an error); ``max_side`` shrinks images whose longer side exceeds it,
-    re-encoded as JPEG of ``quality``."""
+    re-encoded as JPEG of ``quality`` (:data:`DEFAULT_QUALITY` unless given, and only given
+    with ``max_side``)."""
 
     row_lists = ("paths", "labels", "keys", "sizes")
 
     fields = ("image", "label")
 
     def __init__(self, root: str | os.PathLike[str], classes: list[str] | None = None,
-                 max_side: int | None = None, quality: int = 90) -> None:
+                 max_side: int | None = None, quality: int | None = None) -> None:
         self.root = Path(root)
         found = class_folders(self.root)
         splits = [name for name in found if name.lower() in SPLIT_NAMES and _holds_folders(self.root / name)]
@@ -147,9 +151,12 @@ class ImageFolderSource(FileRowsSource):
             raise SampleError(f"{self.root}: class folders {unknown} are not among the classes {self.classes}")
         if max_side is not None and max_side < 1:
             raise ValueError(f"max_side must be >= 1, got {max_side}")
-        if not is_whole(quality) or not 1 <= quality <= 100:
+        if quality is not None and max_side is None:
+            raise ValueError(f"quality={quality!r} is the JPEG quality of the images that max_side= shrinks: give "
+                             f"max_side too (without it, images are stored as they are)")
+        if quality is not None and (not is_whole(quality) or not 1 <= quality <= 100):
             raise ValueError(f"quality must be a whole number from 1 to 100, got {quality!r}")
-        self.max_side, self.quality = max_side, quality
+        self.max_side, self.quality = max_side, DEFAULT_QUALITY if quality is None else quality
         self.paths: list[Path] = []
         self.labels: list[int] = []
         left_out: list[Path] = []
