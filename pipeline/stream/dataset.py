@@ -162,8 +162,10 @@ class ShardDataset(IterableDataset):
         self.read_ahead = read_ahead  # units read ahead in a thread (None: see _read_ahead)
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         folder = check_cache_options(cache_dir, cache_bytes, verify)
-        self.cache = None if folder is None else ShardCache(folder, cache_bytes, verify, self.policy, self.read_stats)
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven)
+        # (local shards are read in place: no cache, nor a folder made for one, for a set that has none remote)
+        self.cache = None if folder is None or not self._remote() else ShardCache(
+            folder, cache_bytes, verify, self.policy, self.read_stats)
         if self.cache is not None and self.sources is not None:
             warn_if_cache_is_small(cache_bytes, self.sources)
         self.foreign_fields = None if self.sources is not None else reference_fields(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import pipeline
@@ -77,3 +78,12 @@ def test_a_cache_smaller_than_a_shard_is_warned_of_and_a_home_folder_expanded(ng
         loader = make_loader(f"{nginx}/data/", num_workers=0, cache_dir="~/cache", cache_bytes=1000, read_ahead=0)
     next(iter(loader))  # (no read ahead: no shard being admitted in a thread meanwhile, one evicted for it)
     assert list((tmp_path / "cache").glob("*.tar"))
+
+
+def test_a_cache_dir_given_with_local_shards_makes_no_folder(tmp_path: Path) -> None:
+    """Local shards are read in place: the same script over a local copy of a remote set makes
+    no empty cache folder."""
+    pipeline.write_shards(tmp_path / "local", {"x": np.arange(100)}, quiet=True)
+    loader = make_loader(tmp_path / "local", num_workers=0, batch_size=10, cache_dir=tmp_path / "cache")
+    assert sum(len(batch["x"]) for batch in loader) == 100
+    assert loader.dataset.cache is None and not (tmp_path / "cache").exists()
