@@ -28,10 +28,10 @@ def run(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def three(tmp_path: Path, monkeypatch) -> Path:
-    """Three shards of 100 samples, built as ``s`` in the current folder (``tmp_path``)."""
+    """Three shards of 100 samples, a record each, built as ``s`` in the current folder (``tmp_path``)."""
     monkeypatch.chdir(tmp_path)
     pipeline.write_shards("s", {"x": np.arange(1200, dtype=np.float32).reshape(300, 4)}, prefix="train",
-                          shard_samples=100, quiet=True)
+                          shard_samples=100, pack=100, quiet=True)
     return Path("s")
 
 
@@ -106,7 +106,7 @@ def test_inspect_rejects_a_negative_number_of_samples(three: Path, capsys) -> No
 
 def _header(set_folder: str) -> str:
     return (f"index    {set_folder}/index.json\n"
-            "samples  300 in 3 shards, 3 records (pack=4096)\n"
+            "samples  300 in 3 shards, 3 records (pack=100)\n"
             "bytes    10.5 KiB; shard sizes min 3.5 KiB / mean 3.5 KiB / max 3.5 KiB\n"
             "fields\n"
             "  x                float32 [4]\n")
@@ -216,9 +216,19 @@ def test_verify_images_decodes_every_image_and_names_those_that_do_not(tmp_path:
         f"'a_0003': field 'image': a truncated JPEG ({cut['a/0003.jpg']} bytes, it ends before its end-of-image marker)",
         f"FAIL s/shard-000002.tar record 0 (byte 0): record 'b_0008': field 'image': a truncated PNG "
         f"({cut['b/0008.png']} bytes, it ends before its IEND chunk)"]
-    assert out.splitlines()[2:] == ["not verified s: 2 of 3 shards failed: copy them again from where they came from, "
-                                    "or build the set again (--overwrite)"]
+    # the shards are intact: copying them again, or building them from the same files, mends nothing
+    assert out.splitlines()[2:] == ["not verified s: 2 of 3 shards failed: 2 hold images that do not decode, as they "
+                                    "were when built (the shards are intact): replace those images and build again, "
+                                    "or train past them with on_error='skip'"]
     assert [p.record for p in pipeline.verify("s", images=True)] == [2, 0]
+    shard = Path("s/shard-000001.tar")  # damaged after the build as well: that shard is to copy again
+    data = bytearray(shard.read_bytes())
+    data[700] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    assert run(capsys, "verify", "s", "--images", "--quiet")[1].splitlines()[-1] == (
+        "not verified s: 3 of 3 shards failed: 2 hold images that do not decode, as they were when built (the shards "
+        "are intact): replace those images and build again, or train past them with on_error='skip'; the other 1 are "
+        "damaged: copy them again from where they came from, or build the set again (--overwrite)")
 
 
 def test_a_tar_beside_the_shards_that_the_index_does_not_name_is_noted(three: Path, capsys) -> None:

@@ -28,7 +28,7 @@ from functools import partial
 from typing import BinaryIO, Callable
 
 from ..format.index import DatasetIndex, index_fix
-from ..format.verify import IndexProblem, PackProblem, Problem, verify_stream, verify_table_stream
+from ..format.verify import IndexProblem, PackProblem, Problem, ValueProblem, verify_stream, verify_table_stream
 from ..storage import SourceError, is_remote, join, open_stream, redact
 from ..storage.indexes import index_url, open_index
 from .images import image_check
@@ -82,6 +82,7 @@ class Outcome:
     problems: list[Problem] = field(default_factory=list)
     shards: int = 0
     failed: int = 0
+    as_built: int = 0  # of the failed: intact shards whose images do not decode (they were so when built)
     doubtful: int = 0
     table_damaged: bool = False
     table_unread: bool = False
@@ -100,8 +101,14 @@ class Outcome:
         if self.index_wrong:
             failed = f", and {self.failed} of {self.shards} shards failed" if self.failed else ""
             return f"not verified {self.location}: its index.json disagrees with its shards{failed}"
-        return (f"not verified {self.location}: {self.failed} of {self.shards} shards failed: copy them again from "
-                f"where they came from, or build the set again (--overwrite)")
+        failed = f"not verified {self.location}: {self.failed} of {self.shards} shards failed"
+        copy = "copy them again from where they came from, or build the set again (--overwrite)"
+        if not self.as_built:
+            return f"{failed}: {copy}"
+        damaged = self.failed - self.as_built
+        return (f"{failed}: {self.as_built} hold images that do not decode, as they were when built (the shards are "
+                f"intact): replace those images and build again, or train past them with on_error='skip'"
+                + (f"; the other {damaged} are damaged: {copy}" if damaged else ""))
 
 
 def check_set(location: str | os.PathLike[str], on_file: FileReport | None = None, images: bool = False) -> Outcome:
@@ -155,6 +162,7 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
             report(OK, url, None)
         else:
             outcome.failed += 1
+            outcome.as_built += isinstance(problem, ValueProblem)
             report(FAILED, url, problem)
     for name in _strays(base, index):
         if on_file is not None:

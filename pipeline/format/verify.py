@@ -70,6 +70,14 @@ class SchemaProblem(IndexProblem):
     (an edited ``index.json``): the loader refuses the first record it reads."""
 
 
+@dataclass(frozen=True)
+class ValueProblem(Problem):
+    """Records of a shard that pass the format's checks but fail a check of their values (images
+    that do not decode), in a shard whose sha256 is the index's: they were so when the set was
+    built, so copying the shard again, or building it again from the same files, does not mend
+    them."""
+
+
 @dataclass
 class _Rows:
     """The rows of a shard's records as they are walked, against the loader's rule: record
@@ -147,7 +155,7 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
     others = [listed for *_, listed in failed[1:]]
     if others:
         reason += f"; and {len(others)} more: {'; '.join(others[:5])}{'; ...' if len(others) > 5 else ''}"
-    return Problem(shard, reason, first, offset)
+    return ValueProblem(shard, reason, first, offset)
 
 
 def _schema_problem(walked: WalkedRecord, index: DatasetIndex, shard: str) -> SchemaProblem | None:
@@ -164,16 +172,16 @@ def verify_stream(stream: BinaryIO, shard: str, info: ShardInfo, index: DatasetI
     """The first problem of one shard, read whole from ``stream``, or ``None`` if it matches its
     index entry (and each record passes ``check``); ``shard`` names it in the problem. A size
     that differs from the index's is reported before what it breaks (a cut shard's last record
-    is cut too); an :class:`IndexProblem` only of a shard whose sha256 is the index's (an intact
-    shard, which the index's pack misdescribes)."""
+    is cut too); an :class:`IndexProblem` or a :class:`ValueProblem` only of a shard whose sha256
+    is the index's (an intact shard, which the index misdescribes, or that holds what was given)."""
     reader = HashingReader(stream)
     problem = _record_problem(reader, info, index, shard, check)
     reader.drain()
     if reader.size != info.bytes:
         return Problem(shard, f"size is {reader.size} bytes, the index says {info.bytes}")
-    if problem is not None and not isinstance(problem, IndexProblem):
+    if problem is not None and not isinstance(problem, (IndexProblem, ValueProblem)):
         return problem
-    if reader.sha.hexdigest() != info.sha256:
+    if reader.sha.hexdigest() != info.sha256:  # (values that fail their check in a damaged shard: its damage)
         return Problem(shard, f"sha256 {reader.sha.hexdigest()} differs from the index's {info.sha256}")
     return problem
 
