@@ -205,9 +205,9 @@ def test_limits_that_make_no_sense_are_refused(tmp_path: Path, recipe_data) -> N
                              ({"shard_samples": 0}, r"shard_samples must be >= 1")):
         with pytest.raises(ValueError, match=message):
             pipeline.write_shards(tmp_path / "out", {"x": x}, quiet=True, **options)
-    with pytest.raises(ValueError, match=r"part '4/4': parts count from 0, so the parts of 4 are 0/4 to 3/4"):
+    with pytest.raises(ValueError, match=r"part 4/4: parts count from 0, so the parts of 4 are 0/4 to 3/4"):
         pipeline.Part.parse("4/4")
-    with pytest.raises(ValueError, match=r"part '1/0': N is the number of parts, at least 1 \(e\.g\. 0/4 to 3/4"):
+    with pytest.raises(ValueError, match=r"part 1/0: N is the number of parts, at least 1 \(e\.g\. 0/4 to 3/4"):
         pipeline.Part.parse("1/0")
     np.save(tmp_path / "x.npy", x)
     cli = subprocess.run([sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "o"), "--array",
