@@ -84,9 +84,9 @@ class _Scan:
         return ShardInfo(self.url, sum(self.rows), len(self.offsets), size, sha256, self.offsets, self.checksums)
 
 
-def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema]:
-    """The index entry (``ShardInfo`` named ``url``) and the field schema of a shard held in
-    ``data`` (e.g. a mapped file).
+def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema, list[int]]:
+    """The index entry (``ShardInfo`` named ``url``), the field schema and the rows of each
+    record of a shard held in ``data`` (e.g. a mapped file).
 
     Accepts exactly what this library's writer produces: records one after another, then the
     end-of-archive blocks and nothing else. Anything else (a truncated member, a record that
@@ -100,7 +100,7 @@ def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema]:
     if view[scan.end:] != END_OF_ARCHIVE:
         raise ShardError(url, scan.end, f"expected the {len(END_OF_ARCHIVE)} end-of-archive bytes after the last "
                          f"record and nothing else, found {len(view) - scan.end} bytes")
-    return scan.entry(len(view), hashlib.sha256(view).hexdigest()), scan.inference.schema()
+    return scan.entry(len(view), hashlib.sha256(view).hexdigest()), scan.inference.schema(), scan.rows
 
 
 def scan_stream(stream: BinaryIO, url: str) -> tuple[ShardInfo, Schema, list[int]]:

@@ -43,19 +43,30 @@ def reference_schema(source: Source, pack: int) -> Schema:
 def kept_shard(folder: Path, name: str, samples: int, pack: int, expected: Schema) -> tuple[ShardInfo, Schema] | None:
     """The index entry and schema of the finished shard ``folder/name`` if it holds what the
     plan puts there (``samples`` samples in records of ``pack``, fields conforming to
-    ``expected``); ``None`` when it is missing, unreadable or different, to be written again."""
+    ``expected``); ``None`` when it is missing, unreadable or different, to be written again.
+
+    Every record's rows are compared, not just how many records there are: 100 samples make 10
+    records under a pack of 10 and of 11 alike, and a reader finds sample ``i`` in record
+    ``i // pack``, so a shard of the stopped run's pack must not be kept under another (``pack``
+    left to ``"auto"`` follows the source's size, which may have grown since)."""
     path = folder / name
     try:
         data = map_range(str(path), 0, os.path.getsize(path))
     except OSError:  # missing, or not readable: write it
         return None
     try:
-        info, schema = scan_shard(data, name)
+        info, schema, rows = scan_shard(data, name)
     except ShardError:
         return None
-    if info.samples != samples or info.records != -(-samples // pack) or not conforms(schema, expected):
+    if rows != planned_rows(samples, pack) or not conforms(schema, expected):
         return None
     return info, schema
+
+
+def planned_rows(samples: int, pack: int) -> list[int]:
+    """The rows of each record of a shard of ``samples`` written in records of ``pack``."""
+    full, rest = divmod(samples, pack)
+    return [pack] * full + ([rest] if rest else [])
 
 
 def conforms(found: Schema, expected: Schema) -> bool:

@@ -11,6 +11,7 @@ import pytest
 import pipeline
 from pipeline.format.scan import scan_shard
 from pipeline.format.tar import END_OF_ARCHIVE
+from pipeline.write.resume import planned_rows
 
 
 def entry(info: pipeline.ShardInfo) -> tuple:
@@ -25,9 +26,10 @@ def test_a_scan_gives_the_entry_and_schema_the_writer_gave(tmp_path: Path, pack:
     index = pipeline.write_shards(tmp_path, arrays, pack=pack, shard_bytes=16 << 10, quiet=True)
     assert len(index.shards) > 2
     for info in index.shards:
-        scanned, schema = scan_shard((tmp_path / info.url).read_bytes(), info.url)
+        scanned, schema, rows = scan_shard((tmp_path / info.url).read_bytes(), info.url)
         assert entry(scanned) == entry(info)
         assert schema == index.fields
+        assert rows == planned_rows(info.samples, pack)
 
 
 def test_a_packed_list_column_is_described_by_every_value(tmp_path: Path) -> None:
@@ -36,7 +38,7 @@ def test_a_packed_list_column_is_described_by_every_value(tmp_path: Path) -> Non
         (tmp_path / "files" / f"{i:04d}.txt").write_text(text)
     index = pipeline.build_folder(tmp_path / "files", tmp_path / "out", pack=3, quiet=True)
     for info in index.shards:
-        scanned, schema = scan_shard((tmp_path / "out" / info.url).read_bytes(), info.url)
+        scanned, schema, _ = scan_shard((tmp_path / "out" / info.url).read_bytes(), info.url)
         assert entry(scanned) == entry(info)
         assert schema == index.fields
 
