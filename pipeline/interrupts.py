@@ -25,7 +25,9 @@ _DROPPING = ("_weakrefset.py", "weakref.py")
 _LATER_S = 0.01
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
+def interrupt(signum: int, frame: FrameType | None) -> None:
+    """A SIGINT handler: raise ``KeyboardInterrupt``, or 10 ms later when ``frame`` is a weakref
+    callback's (see the module docstring)."""
     if frame is not None and frame.f_code.co_filename.endswith(_DROPPING):
         later = threading.Timer(_LATER_S, _thread.interrupt_main)  # a SIGINT of its own, handled here again
         later.daemon = True
@@ -42,7 +44,7 @@ def reliable_ctrl_c() -> Iterator[None]:
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield  # another thread, or Ctrl-C already handled by someone else: left as it is
         return
-    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGINT, interrupt)
     try:
         yield
     finally:
@@ -52,8 +54,11 @@ def reliable_ctrl_c() -> Iterator[None]:
 @contextmanager
 def held_ctrl_c() -> Iterator[None]:
     """Ctrl-C pressed while the block runs interrupts once it is done (in the main thread:
-    elsewhere no interrupt is raised, and nothing is changed)."""
-    if threading.current_thread() is not threading.main_thread():
+    elsewhere no interrupt is raised, and nothing is changed). Where Ctrl-C is ignored it stays
+    so: processes started in the block (a pool's workers) inherit the ignoring through their
+    exec, not a handler, which exec would reset to the default."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield
         return
     pressed: list[int] = []

@@ -148,6 +148,25 @@ def test_ctrl_c_while_the_pool_starts_is_one_line_not_the_workers_tracebacks(tmp
     assert read_back(tmp_path / "out")[1]["x"] == list(range(20_000))
 
 
+def test_a_build_that_ignores_ctrl_c_has_workers_that_ignore_it_too(tmp_path: Path) -> None:
+    """Started from a script with SIGINT ignored (as ``nohup`` or ``&`` in a script do), a build
+    runs to its end however often the group is sent SIGINT: its workers used to take it up."""
+    np.save(tmp_path / "x.npy", np.arange(20_000, dtype=np.float32))
+    command = [sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "out"), "--array",
+               f"x={tmp_path / 'x.npy'}", "--shard-samples", "10", "--pack", "1", "--workers", "2", "--quiet"]
+    build = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh", *command], stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "out" / "shard-000010.tar").exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    for _ in range(5):
+        os.killpg(build.pid, signal.SIGINT)
+        time.sleep(0.02)
+    _, stderr = build.communicate(timeout=60)
+    assert (build.returncode, stderr) == (0, "")
+    assert read_back(tmp_path / "out")[1]["x"] == list(range(20_000))
+
+
 def test_a_name_given_twice_is_an_error_and_a_text_fill_may_be_empty(tmp_path: Path, capsys) -> None:
     np.save(tmp_path / "a.npy", np.arange(10.0))
     np.save(tmp_path / "b.npy", np.arange(10))

@@ -37,3 +37,17 @@ def test_without_ctrl_c_a_held_step_changes_nothing_and_other_threads_are_left_a
     thread.start()
     thread.join()
     assert seen == [signal.default_int_handler]
+
+
+def test_where_ctrl_c_is_ignored_a_held_step_leaves_it_ignored() -> None:
+    """A process started in the step (a build's pool worker) inherits an ignored SIGINT through
+    its exec, but not a handler: the held step must not put one in place of the ignoring."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with held_ctrl_c():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -24,6 +24,8 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from types import FrameType
 from typing import Iterator
 
+from ..interrupts import interrupt
+
 
 class _QuietStartProcess(SpawnProcess):
     """A spawned process that starts with SIGINT blocked, until :func:`start_worker` runs."""
@@ -53,15 +55,17 @@ class _Tasks:
 
 def start_worker(parent: int) -> None:
     """The pool's initializer: take Ctrl-C only in a task (one pressed while starting, held until
-    now, passes), and end with the build (:func:`exit_with_parent`)."""
-    signal.signal(signal.SIGINT, _interrupt_task)
+    now, passes), and end with the build (:func:`exit_with_parent`). A build that ignores SIGINT
+    (started with ``nohup``, or in the background of a script) has workers that ignore it too."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # inherited through the spawn's exec
+        signal.signal(signal.SIGINT, _interrupt_task)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     exit_with_parent(parent)
 
 
 def _interrupt_task(signum: int, frame: FrameType | None) -> None:
     if _Tasks.running:
-        raise KeyboardInterrupt
+        interrupt(signum, frame)
 
 
 @contextmanager
