@@ -32,8 +32,9 @@ REMOTE_BLOCK_BYTES = 1 << 18
 
 _WHAT_TO_PASS = "pass an index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)"
 #: How a remote store says that nothing is at a location (then what to pass is the advice); S3
-#: also says "access denied" for a key that is not there to credentials that may not list the bucket.
-_NOT_THERE = ("not found", "no such key", "no such bucket", "gone", "access denied")
+#: also says "access denied" for a key that is not there to credentials that may not list the bucket,
+#: and so does a bucket served over HTTP (403 forbidden).
+_NOT_THERE = ("not found", "no such key", "no such bucket", "gone", "access denied", "forbidden")
 _SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 #: Names of the shard sets a build writes for its splits, and those of other tools: a folder beside
 #: a mistyped path that holds sets of these names is one of splits, whose names are worth offering.

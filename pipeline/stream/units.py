@@ -315,5 +315,9 @@ def _missing_shard(exc: ShardError | SourceError, url: str) -> SourceError | Non
         return SourceError(url, offset, f"{reason}; the credentials may not read this shard, or it is missing (S3 "
                            f"denies access to a key that does not exist when they may not list the bucket): check "
                            f"their permissions; 'pipeline verify' lists what is missing")
+    if "forbidden" in reason:  # a bucket served over HTTP answers so for a file that is not there too
+        return SourceError(url, offset, f"{reason}; the server may not let this shard be read, or it is missing (a "
+                           f"bucket served over HTTP forbids a file that does not exist): check what it may serve; "
+                           f"'pipeline verify' lists what is missing")
     return SourceError(url, offset, f"{reason}; the shard set is missing a shard its index names ('pipeline verify' "
                        f"lists what is missing): restore it, or rebuild the set")

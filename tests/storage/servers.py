@@ -100,6 +100,9 @@ http {{
         location /moved/ {{ rewrite ^/moved/(.*)$ /data/$1 redirect; }}
         location /relative/ {{ absolute_redirect off; rewrite ^/relative/(.*)$ /moved/$1 permanent; }}
         location /loop/ {{ rewrite ^/loop/(.*)$ /loop/$1 redirect; }}
+        # /private/X is /X, but a missing file is 403, as a bucket that does not let one list it answers
+        location /private/ {{ rewrite ^/private/(.*)$ /$1 break; error_page 404 = @forbidden; }}
+        location @forbidden {{ return 403; }}
     }}
 }}
 """

@@ -216,11 +216,13 @@ def test_an_index_refused_for_bad_credentials_says_so_without_advice_on_what_to_
                                   f"signature does not match (bad credentials))")
 
 
-def test_a_shard_url_without_a_suffix_streams_as_a_shard(nginx: str, web_root: Path) -> None:
-    """Read first as a folder (no index under it), then as what it is."""
+@pytest.mark.parametrize("where", ["", "/private"])  # (a missing file there is 403, not 404)
+def test_a_shard_url_without_a_suffix_streams_as_a_shard(nginx: str, web_root: Path, where: str) -> None:
+    """Read first as a folder (no index under it, whether the server says "not found" or
+    "forbidden", as a bucket that may not be listed does), then as what it is."""
     bare = web_root / "suffixless"
     bare.mkdir(exist_ok=True)
     shutil.copy(web_root / "data" / "part-000000.tar", bare / "part-000000")
     expected = pipeline.load_index(web_root / "data").shards.samples[0]
-    dataset = pipeline.ShardDataset(f"{nginx}/suffixless/part-000000", batch_size=64, shuffle=False)
+    dataset = pipeline.ShardDataset(f"{nginx}{where}/suffixless/part-000000", batch_size=64, shuffle=False)
     assert sum(len(batch["i"]) for batch in dataset) == expected

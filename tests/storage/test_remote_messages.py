@@ -78,6 +78,17 @@ def test_a_shard_missing_on_the_server_gets_the_hint_a_missing_local_one_gets(ng
     assert told["remote"] == f"{nginx}/messages-holes/{GONE} at byte 0: HTTP 404 not found{hint}"
 
 
+def test_a_shard_forbidden_by_the_server_is_named_as_refused_or_missing(nginx: str, holes: Path) -> None:
+    """A bucket served over HTTP that may not be listed answers 403 for a file that is not there."""
+    url = f"{nginx}/private/messages-holes"
+    with pytest.raises(pipeline.SourceError) as caught:
+        for _ in pipeline.make_loader(url, num_workers=0, batch_size=64, shuffle=False):
+            pass
+    assert str(caught.value) == (f"{url}/{GONE} at byte 0: HTTP 403 forbidden; the server may not let this shard be "
+                                 f"read, or it is missing (a bucket served over HTTP forbids a file that does not "
+                                 f"exist): check what it may serve; 'pipeline verify' lists what is missing")
+
+
 class Counts:
     """A RetrySink that counts."""
 
