@@ -182,7 +182,10 @@ def verify_stream(stream: BinaryIO, shard: str, info: ShardInfo, index: DatasetI
     if problem is not None and not isinstance(problem, (IndexProblem, ValueProblem)):
         return problem
     if reader.sha.hexdigest() != info.sha256:  # (values that fail their check in a damaged shard: its damage)
-        return Problem(shard, f"sha256 {reader.sha.hexdigest()} differs from the index's {info.sha256}")
+        changed = f"sha256 {reader.sha.hexdigest()} differs from the index's {info.sha256}"
+        if isinstance(problem, SchemaProblem):  # the shard changed where it holds a record's fields (a renamed
+            return Problem(shard, f"{problem.reason}; {changed}", problem.record, problem.offset)  # member): there
+        return Problem(shard, changed)
     return problem
 
 

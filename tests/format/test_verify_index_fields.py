@@ -151,7 +151,7 @@ def test_a_shard_whose_records_follow_no_pack_is_the_shards_problem(tmp_path: Pa
     shard.write_bytes(archive(*(member(f"{key}.msgpack".encode(),
                                        encode_fields(packed_fields({"x": np.zeros((n, 2), np.float32)}, n, None), key))
                                 for key, n in rows.items())))
-    info, schema = scan_shard(shard.read_bytes(), shard.name)
+    info, schema, _ = scan_shard(shard.read_bytes(), shard.name)
     save_index(destination("s"), DatasetIndex(schema, [info], pack=2))
     reason = "record '000002' holds 1 rows, the index says 2"
     with pytest.raises(ShardError, match=reason):
@@ -159,3 +159,21 @@ def test_a_shard_whose_records_follow_no_pack_is_the_shards_problem(tmp_path: Pa
     told = f"s/train-000000.tar record 1 (byte {int(info.offsets[1])}): {reason}"
     assert [str(p) for p in pipeline.verify("s")] == [told]
     assert run(capsys, "verify", "s") == (1, f"FAIL {told}\nnot verified s: 1 of 1 shards failed: copy them again from where they came from, or build the set again (--overwrite)\n", "")
+
+
+def test_a_renamed_member_of_a_foreign_shard_is_named_with_its_record(tmp_path: Path) -> None:
+    """A member renamed after indexing (``.txt`` to ``.dat``): its data, so its checksum, is
+    unchanged, but the record's fields are not the index's; the shard's sha256 differs, and the
+    problem says where, not only that."""
+    def shard(renamed: bytes) -> bytes:
+        return archive(member(b"0000.cls", b"1"), member(b"0000.txt", b"cat"),
+                       member(b"0001.cls", b"2"), member(b"0001" + renamed, b"dog"))
+
+    (tmp_path / "theirs.tar").write_bytes(shard(b".txt"))
+    pipeline.index_shards(tmp_path / "theirs.tar", quiet=True)
+    info = pipeline.load_index(tmp_path).shards[0]
+    (tmp_path / "theirs.tar").write_bytes(shard(b".dat"))
+    [problem] = pipeline.verify(tmp_path)
+    assert (problem.record, problem.offset) == (1, int(info.offsets[1]))
+    assert str(problem).startswith(f"{tmp_path / 'theirs.tar'} record 1 (byte {int(info.offsets[1])}): record '0001': ")
+    assert "differs from the index's" in str(problem)
