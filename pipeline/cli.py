@@ -100,6 +100,9 @@ def _cmd_folder(args: argparse.Namespace) -> None:
 
 
 def _cmd_imagefolder(args: argparse.Namespace) -> None:
+    if args.quality is not None and args.max_side is None:  # (told in the options' own names)
+        raise ValueError(f"--quality {args.quality} is the JPEG quality of the images --max-side shrinks: give "
+                         f"--max-side too (without it, images are stored as they are)")
     build_imagefolder(args.root, args.out, max_side=args.max_side, quality=args.quality, **_options(args))
 
 

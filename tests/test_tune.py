@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import pipeline
@@ -106,6 +107,15 @@ def test_the_call_names_an_object_of_the_users_by_its_option_where_no_python_wri
     ast.parse(call)
     method = TuneResult("data/", {"batch_transform": Scale(2.0).__call__}, rows).call()  # (a method: no name alone)
     assert method == "pipeline.make_loader('data/', num_workers=0, batch_transform=batch_transform)"
+    kept = {"batch_transform": Steps.scale, "weights": np.arange(10_000.0)}  # (its repr elides: [0., 1., ..., 9999.])
+    assert TuneResult("data/", kept, rows).call() == ("pipeline.make_loader('data/', num_workers=0, "
+                                                       "batch_transform=Steps.scale, weights=weights)")
+
+
+class Steps:
+    @staticmethod
+    def scale(batch: dict) -> dict:
+        return batch
 
 
 def test_worker_counts_double_up_to_the_cores() -> None:

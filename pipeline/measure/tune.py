@@ -17,6 +17,7 @@ quality and memory that ``tune`` keeps as given.
 from __future__ import annotations
 
 import ast
+import inspect
 import math
 import os
 from dataclasses import dataclass, field
@@ -155,12 +156,15 @@ def _source(key: str, value: Any) -> str:
     repr where that is Python; else (an object of the user's, a ``functools.partial``) the
     option's name, as the name of the user's variable that holds it."""
     name = getattr(value, "__qualname__", None)
-    if callable(value) and isinstance(name, str) and name.isidentifier():
+    if callable(value) and not inspect.ismethod(value) and isinstance(name, str) and \
+            all(part.isidentifier() for part in name.split(".")):  # a function, or a class's (``Steps.scale``)
         return name
     try:
-        ast.parse(repr(value), mode="eval")
+        tree = ast.parse(repr(value), mode="eval")
     except SyntaxError:
         return key
+    if any(isinstance(node, ast.Constant) and node.value is Ellipsis for node in ast.walk(tree)):
+        return key  # an elided repr (a long array's ``[0, 1, ..., 999]``) is Python, but not the value
     return repr(value)
 
 

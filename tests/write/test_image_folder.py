@@ -240,7 +240,8 @@ def test_a_quality_without_max_side_is_refused_not_ignored(tmp_path: Path, capsy
     with pytest.raises(ValueError, match=re.escape(told)):
         pipeline.build_imagefolder(tmp_path / "root", tmp_path / "out", quality=10, quiet=True)
     assert main(["build", "imagefolder", str(tmp_path / "root"), str(tmp_path / "out"), "--quality", "10"]) == 1
-    assert capsys.readouterr().err == f"error: {told}\n"
+    assert capsys.readouterr().err == ("error: --quality 10 is the JPEG quality of the images --max-side shrinks: "
+                                       "give --max-side too (without it, images are stored as they are)\n")
     assert not (tmp_path / "out").exists()
 
 
