@@ -67,6 +67,7 @@ class _Scan:
         self.offsets: list[int] = []
         self.checksums: list[int] = []
         self.rows: list[int] = []
+        self.packed: list[bool] = []  # whether each record is packed (a pack of 1 writes none so)
         self.inference = SchemaInference(optional)
         self.end = 0
 
@@ -78,15 +79,17 @@ class _Scan:
         self.offsets.append(walked.offset)
         self.checksums.append(record_checksum(walked.record.members.values()))
         self.rows.append(walked.rows)
+        self.packed.append(ROWS_FIELD in walked.fields)
         self.end = walked.end
 
     def entry(self, size: int, sha256: str) -> ShardInfo:
         return ShardInfo(self.url, sum(self.rows), len(self.offsets), size, sha256, self.offsets, self.checksums)
 
 
-def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema, list[int]]:
+def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema, list[int | None]]:
     """The index entry (``ShardInfo`` named ``url``), the field schema and the rows of each
-    record of a shard held in ``data`` (e.g. a mapped file).
+    record (``None`` for a sample stored unpacked) of a shard held in ``data`` (e.g. a mapped
+    file).
 
     Accepts exactly what this library's writer produces: records one after another, then the
     end-of-archive blocks and nothing else. Anything else (a truncated member, a record that
@@ -100,7 +103,8 @@ def scan_shard(data: bytes | memoryview, url: str) -> tuple[ShardInfo, Schema, l
     if view[scan.end:] != END_OF_ARCHIVE:
         raise ShardError(url, scan.end, f"expected the {len(END_OF_ARCHIVE)} end-of-archive bytes after the last "
                          f"record and nothing else, found {len(view) - scan.end} bytes")
-    return scan.entry(len(view), hashlib.sha256(view).hexdigest()), scan.inference.schema(), scan.rows
+    rows = [n if packed else None for n, packed in zip(scan.rows, scan.packed)]
+    return scan.entry(len(view), hashlib.sha256(view).hexdigest()), scan.inference.schema(), rows
 
 
 def scan_stream(stream: BinaryIO, url: str) -> tuple[ShardInfo, Schema, list[int]]:

@@ -63,8 +63,12 @@ def kept_shard(folder: Path, name: str, samples: int, pack: int, expected: Schem
     return info, schema
 
 
-def planned_rows(samples: int, pack: int) -> list[int]:
-    """The rows of each record of a shard of ``samples`` written in records of ``pack``."""
+def planned_rows(samples: int, pack: int) -> list[int | None]:
+    """The rows of each record of a shard of ``samples`` written in records of ``pack``, as
+    :func:`~pipeline.format.scan.scan_shard` gives them (``None``: a sample unpacked, as a pack
+    of 1 stores each; any other pack packs even a last record of one row)."""
+    if pack == 1:
+        return [None] * samples
     full, rest = divmod(samples, pack)
     return [pack] * full + ([rest] if rest else [])
 

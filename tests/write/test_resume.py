@@ -262,19 +262,22 @@ def test_a_shard_whose_stored_types_differ_from_the_source_is_rewritten(tmp_path
     assert all(before[name] != ino for name, ino in inodes(train).items() if name in before)
 
 
-def test_a_resume_under_another_pack_rewrites_shards_of_as_many_records(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stopped, pack, samples", [(10, 11, 300), (1, 4, 201)])
+def test_a_resume_under_another_pack_rewrites_shards_of_as_many_records(tmp_path: Path, stopped: int, pack: int,
+                                                                        samples: int) -> None:
     """100 samples make 10 records under a pack of 10 and of 11 alike; a reader of the pack-11
     index finds sample 10 in record 0, where the stopped run's pack-10 shard does not hold it.
+    A last shard of one sample is one record under any pack, unpacked under a pack of 1 only.
     (``pack="auto"`` follows the source's size, so a source grown since its stopped build
     changes the pack without the user asking.)"""
-    arrays = {"v": np.arange(300)}
-    pipeline.write_shards(tmp_path / "whole", arrays, pack=11, shard_samples=100, quiet=True)
-    pipeline.write_shards(tmp_path / "out", arrays, pack=10, shard_samples=100, quiet=True)
+    arrays = {"v": np.arange(samples)}
+    pipeline.write_shards(tmp_path / "whole", arrays, pack=pack, shard_samples=100, quiet=True)
+    pipeline.write_shards(tmp_path / "out", arrays, pack=stopped, shard_samples=100, quiet=True)
     for path in (tmp_path / "out").glob("index*"):
         path.unlink()  # killed just before the index was written
-    pipeline.write_shards(tmp_path / "out", arrays, pack=11, shard_samples=100, resume=True, quiet=True)
+    pipeline.write_shards(tmp_path / "out", arrays, pack=pack, shard_samples=100, resume=True, quiet=True)
     assert files(tmp_path / "out") == files(tmp_path / "whole")
-    assert read_back(tmp_path / "out")[1]["v"] == list(range(300))
+    assert read_back(tmp_path / "out")[1]["v"] == list(range(samples))
 
 
 class DiesAt(Source):
