@@ -32,9 +32,8 @@ REMOTE_BLOCK_BYTES = 1 << 18
 
 _WHAT_TO_PASS = "pass an index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)"
 #: How a remote store says that nothing is at a location (then what to pass is the advice); S3
-#: also says "access denied" for a key that is not there to credentials that may not list the bucket,
-#: and so does a bucket served over HTTP (403 forbidden).
-_NOT_THERE = ("not found", "no such key", "no such bucket", "gone", "access denied", "forbidden")
+#: also says "access denied" for a key that is not there to credentials that may not list the bucket.
+_NOT_THERE = ("not found", "no such key", "no such bucket", "gone", "access denied")
 _SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 #: Names of the shard sets a build writes for its splits, and those of other tools: a folder beside
 #: a mistyped path that holds sets of these names is one of splits, whose names are worth offering.
@@ -255,6 +254,12 @@ def nothing_at(exc: SourceError) -> bool:
     cannot be read: credentials, a host that does not resolve...)."""
     reason = str(exc.reason or exc)
     return any(word in reason for word in _NOT_THERE)
+
+
+def http_forbidden(exc: Exception) -> bool:
+    """Whether an HTTP server answered 403, which a bucket served over HTTP gives for a file
+    that is not there as for one it may not serve: maybe nothing there, maybe no right to it."""
+    return "HTTP 403 " in str(getattr(exc, "reason", None) or exc)
 
 
 def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | None, patterns: bool) -> bytes:

@@ -25,6 +25,7 @@ from ..storage.indexes import (
     IndexedShards,
     NoIndexError,
     UnansweredIndexError,
+    http_forbidden,
     index_url,
     location_hint,
     open_index,
@@ -110,8 +111,8 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         if _is_index_location(text):
             try:
                 return open_index(text, policy, stats, patterns=True)
-            except NoIndexError:
-                if not _maybe_a_shard(text):
+            except (NoIndexError, UnansweredIndexError) as exc:  # (a 403 may be a bucket's "not here")
+                if not _maybe_a_shard(text) or not (isinstance(exc, NoIndexError) or http_forbidden(exc)):
                     raise
         urls = list(braceexpand(text))
     else:

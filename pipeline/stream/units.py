@@ -29,7 +29,7 @@ from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
 from ..storage.errors import ServerSetupError
-from ..storage.indexes import IndexedShards, nothing_at
+from ..storage.indexes import IndexedShards, http_forbidden, nothing_at
 from ..storage.opener import has_ranged_reads, local_path, map_range, read_range_into
 from ..storage.per_process import per_process
 from ..storage.retry import RetryPolicy
@@ -305,7 +305,7 @@ def _missing_shard(exc: ShardError | SourceError, url: str) -> SourceError | Non
     """For a shard of the index that is not there (no such local file, a store's "not found"),
     an error that says what that means, the same wherever the set lives."""
     if is_remote(url):
-        gone = isinstance(exc, SourceError) and nothing_at(exc)
+        gone = isinstance(exc, SourceError) and (nothing_at(exc) or http_forbidden(exc))
     else:
         gone = not os.path.exists(local_path(url))
     if not gone:
@@ -315,7 +315,7 @@ def _missing_shard(exc: ShardError | SourceError, url: str) -> SourceError | Non
         return SourceError(url, offset, f"{reason}; the credentials may not read this shard, or it is missing (S3 "
                            f"denies access to a key that does not exist when they may not list the bucket): check "
                            f"their permissions; 'pipeline verify' lists what is missing")
-    if "forbidden" in reason:  # a bucket served over HTTP answers so for a file that is not there too
+    if http_forbidden(exc):  # a bucket served over HTTP answers so for a missing file too
         return SourceError(url, offset, f"{reason}; the server may not let this shard be read, or it is missing (a "
                            f"bucket served over HTTP forbids a file that does not exist): check what it may serve; "
                            f"'pipeline verify' lists what is missing")
