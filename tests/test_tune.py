@@ -107,6 +107,8 @@ def test_the_call_names_an_object_of_the_users_by_its_option_where_no_python_wri
     ast.parse(call)
     method = TuneResult("data/", {"batch_transform": Scale(2.0).__call__}, rows).call()  # (a method: no name alone)
     assert method == "pipeline.make_loader('data/', num_workers=0, batch_transform=batch_transform)"
+    for bound in ({}.get, np.add.reduce, "abc".upper):  # (bound methods of C types: a dotted name that is not them)
+        assert TuneResult("data/", {"batch_transform": bound}, rows).call().endswith("batch_transform=batch_transform)")
     kept = {"batch_transform": Steps.scale, "weights": np.arange(10_000.0)}  # (its repr elides: [0., 1., ..., 9999.])
     assert TuneResult("data/", kept, rows).call() == ("pipeline.make_loader('data/', num_workers=0, "
                                                        "batch_transform=Steps.scale, weights=weights)")

@@ -17,9 +17,9 @@ quality and memory that ``tune`` keeps as given.
 from __future__ import annotations
 
 import ast
-import inspect
 import math
 import os
+import types
 from dataclasses import dataclass, field
 from numbers import Integral
 from pathlib import Path
@@ -156,7 +156,8 @@ def _source(key: str, value: Any) -> str:
     repr where that is Python; else (an object of the user's, a ``functools.partial``) the
     option's name, as the name of the user's variable that holds it."""
     name = getattr(value, "__qualname__", None)
-    if callable(value) and not inspect.ismethod(value) and isinstance(name, str) and \
+    bound = not isinstance(getattr(value, "__self__", None), (type(None), types.ModuleType))  # (``d.get`` too)
+    if callable(value) and not bound and isinstance(name, str) and \
             all(part.isidentifier() for part in name.split(".")):  # a function, or a class's (``Steps.scale``)
         return name
     try:
