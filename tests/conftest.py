@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# A suite started with SIGINT ignored (`nohup`, a script's `&`) would pass the ignoring on to every
+# process it starts, and the tests of Ctrl-C would meet builds that rightly ignore it: take Ctrl-C
+# as a terminal's Python does.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
