@@ -141,6 +141,10 @@ def as_column(value: Any, name: str) -> Column:
     array = np.asarray(value)
     if array.ndim == 0:
         raise SampleError(f"field {name!r}: a 0-d array has no rows")
+    if isinstance(value, (list, tuple)) and array.dtype.kind in "US":
+        # kept as objects: NumPy would turn every value into a string as wide as the longest
+        # ('a', 1 -> 'a', '1'), where the column's check names the value that is not a string
+        return np.asarray(value, dtype=object)
     if isinstance(value, (list, tuple)):
         lost = inexact_int(np.asarray(value, dtype=object).ravel(), array)
         if lost is not None:
@@ -162,9 +166,11 @@ class ArraySource(Source):
         self.columns: dict[str, Column] = {name: as_column(v, name) for name, v in columns.items()}
         if not self.columns:
             raise SampleError("no arrays given")
+        self.text = frozenset(name for name, col in self.columns.items() if _is_text(name, col))
         for name, col in self.columns.items():
             try:
-                check_dtype(col.dtype)
+                if name not in self.text:
+                    check_dtype(col.dtype)
             except TypeError as exc:
                 raise SampleError(f"field {name!r} ({_where(col)}): {exc}") from None
         lengths = {name: len(col) for name, col in self.columns.items()}
@@ -188,6 +194,8 @@ class ArraySource(Source):
         columns = {}
         for name, col in self.columns.items():
             rows = col.read(start, stop) if isinstance(col, FileColumn) else col[start:stop]
+            if name in self.text:
+                rows = rows.tolist()
             columns[name] = _bfloat16_rows(rows) if name in self.bfloat16 else rows
         return RowBlock(columns, None if self.keys is None else self.keys[start:stop])
 
@@ -198,7 +206,7 @@ class ArraySource(Source):
         window.columns = {n: c.rows(start, stop) if isinstance(c, FileColumn) else c[start:stop]
                           for n, c in self.columns.items()}
         window.keys = None if self.keys is None else self.keys[start:stop]
-        window.bfloat16, window.fixed_shape = self.bfloat16, self.fixed_shape
+        window.bfloat16, window.text, window.fixed_shape = self.bfloat16, self.text, self.fixed_shape
         window.description = self.description
         return window
 
@@ -222,6 +230,26 @@ def _bfloat16_rows(bits: np.ndarray) -> list[Any]:
     import torch
 
     return list(torch.from_numpy(bits).view(torch.bfloat16))
+
+
+def _is_text(name: str, col: Column) -> bool:
+    """Whether ``col`` is a column of one string (``str``) or one ``bytes`` a row: a NumPy string
+    array (``<U``, ``S``), or an object array of ``str`` only or ``bytes`` only (a pandas column's
+    ``.values``). Its rows are written as those values (a packed record holds them as a list)."""
+    kind = col.dtype.kind
+    if kind not in "USO":
+        return False
+    if len(col.shape) != 1:
+        raise SampleError(f"field {name!r} ({_where(col)}): a {len(col.shape)}-d array of strings or objects; give one "
+                          f"string a row (a 1-d array), or join each row's strings into one")
+    if kind == "O":
+        expected = type(col[0]) if len(col) and type(col[0]) in (str, bytes) else str
+        wrong = next((row for row, value in enumerate(col) if type(value) is not expected), None)
+        if wrong is not None:
+            raise SampleError(f"field {name!r} ({_where(col)}): row {wrong} is {type(col[wrong]).__name__} "
+                              f"{col[wrong]!r}, where a column of objects may hold only str, or only bytes; give "
+                              f"numbers as an array of numbers (np.asarray(values, dtype=np.float32))")
+    return True
 
 
 def _row_bytes(col: Column) -> int:
