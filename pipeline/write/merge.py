@@ -60,6 +60,25 @@ def _relative(url: str, folder: str) -> str:
     return posixpath.relpath(path, base)
 
 
+def _refuse_other_builds(parts: dict[str, DatasetIndex]) -> None:
+    """Refuse, naming their files, partial indexes that are not the parts of one build: one
+    part found twice (each split's folder of a split build given at once, a part built again
+    into another folder) or parts of builds cut into different numbers of parts."""
+    seen: dict[int, str] = {}
+    first_url, counts = next(iter(parts)), None
+    for url, part in parts.items():
+        if part.part is None:
+            raise IndexFormatError(f"{url} is a complete index, not a partial one (it has no 'part')")
+        index, count = part.part.index, part.part.count
+        if counts is not None and count != counts:
+            raise IndexFormatError(f"{url} is part {index} of {count}, {first_url} a part of {counts}: "
+                                   f"give the parts of one build")
+        if index in seen:
+            raise IndexFormatError(f"{seen[index]} and {url} are both part {index} of {count}: give each part "
+                                   f"once, and each split's folder (train, validation) to a merge of its own")
+        seen[index], counts = url, count
+
+
 def merge_index_files(paths: Sequence[str | os.PathLike[str]],
                       output: str | os.PathLike[str] | None = None,
                       overwrite: bool = False) -> tuple[DatasetIndex, str]:
@@ -77,12 +96,13 @@ def merge_index_files(paths: Sequence[str | os.PathLike[str]],
     if target.exists(name) and not overwrite:
         raise OutputExistsError(f"{target.url(name)} already exists; pass overwrite=True (--overwrite) to replace it")
     out_folder = str(target).rstrip("/")
-    parts = []
+    parts: dict[str, DatasetIndex] = {}
     for place, part_name in parts_found:
         part = open_index(place.url(part_name)).index
         part.shards = part.shards.renamed(lambda folder, place=place: _relative(join(str(place), folder), out_folder))
-        parts.append(part)
-    index = merge_indexes(parts)
+        parts[place.url(part_name)] = part
+    _refuse_other_builds(parts)
+    index = merge_indexes(parts.values())
     target.prepare()
     try:
         return index, save_index(target, index, name)

@@ -161,3 +161,22 @@ def test_a_part_given_as_a_tuple_says_what_to_give(tmp_path: Path) -> None:
                                                   "e.g. Part(0, 4); got (0, 2)")):
         pipeline.write_shards(tmp_path / "p", {"x": np.arange(10)}, part=(0, 2), quiet=True)
     assert not (tmp_path / "p").exists()
+
+
+def test_merging_one_part_twice_names_both_files(tmp_path: Path, npy_inputs) -> None:
+    for i in range(2):
+        pipeline.write_shards(tmp_path / "out", npy_inputs, part=Part(i, 2), validation=0.1, **OPTIONS)
+    train, validation = (tmp_path / "out" / split / "index.part-00000-of-00002.json" for split in ("train", "validation"))
+    with pytest.raises(IndexFormatError, match=re.escape(
+            f"{train} and {validation} are both part 0 of 2: give each part once, and each split's folder "
+            f"(train, validation) to a merge of its own")):
+        pipeline.merge_index_files([tmp_path / "out" / "train", tmp_path / "out" / "validation"])
+
+
+def test_merging_parts_of_builds_cut_in_different_counts_names_them(tmp_path: Path, npy_inputs) -> None:
+    pipeline.write_shards(tmp_path / "a", npy_inputs, part=Part(0, 2), **OPTIONS)
+    pipeline.write_shards(tmp_path / "b", npy_inputs, part=Part(1, 3), **OPTIONS)
+    with pytest.raises(IndexFormatError, match=re.escape(
+            f"{tmp_path / 'b' / 'index.part-00001-of-00003.json'} is part 1 of 3, "
+            f"{tmp_path / 'a' / 'index.part-00000-of-00002.json'} a part of 2: give the parts of one build")):
+        pipeline.merge_index_files([tmp_path / "a", tmp_path / "b"], output=tmp_path / "index.json")
