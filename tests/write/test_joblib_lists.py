@@ -101,3 +101,13 @@ def test_features_of_one_row_each_follow_the_lists_given(tmp_path: Path) -> None
     assert np.array_equal(np.stack(built(folder, tmp_path / "joined")["x"]), x[:, 0])
     as_samples = built(folder, tmp_path / "stacked", lists="samples")
     assert np.array_equal(np.stack(as_samples["x"]), x) and [int(v) for v in as_samples["y"]] == y
+
+
+def test_labels_that_are_strings_are_refused_naming_their_file(tmp_path: Path) -> None:
+    folder = dump(tmp_path / "out", 4, [np.ones((4, 2)), np.zeros((4, 2))], [np.array(list("abca"))] * 2)
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'y_4.job'}: unsupported array dtype <U1 (supported: bool, int8-64, uint8-64, "
+            f"float16/32/64); convert its values to numbers and dump it again (class names: "
+            f"np.unique(labels, return_inverse=True)[1] numbers them)")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+    assert not (tmp_path / "shards").exists()

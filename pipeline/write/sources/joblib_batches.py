@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ...format.codec import check_dtype
 from ...format.errors import SampleError, explain, unloadable
 from ..rows import RowBlock
 from ..source import Source, span_identity
@@ -112,8 +113,20 @@ def list_reading(labels: Any, number: int, path: Path, lists: str | None) -> str
 def _label_rows(obj: Any, path: Path, reading: str | None) -> np.ndarray:
     """Labels of one file, read as :func:`list_reading` said."""
     if reading is None:
-        return obj if isinstance(obj, np.ndarray) else _not_arrays(obj, path)
-    return _joined(obj, path, reading)
+        return _storable(obj, path) if isinstance(obj, np.ndarray) else _not_arrays(obj, path)
+    return _storable(_joined(obj, path, reading), path)
+
+
+def _storable(array: np.ndarray, path: Path) -> np.ndarray:
+    """``array``, if shards can store its dtype; else an error naming its file, raised when the
+    file is loaded rather than when a shard meets its first row (named by a key the file never
+    had)."""
+    try:
+        check_dtype(array.dtype)
+    except TypeError as exc:
+        raise SampleError(f"{path}: {exc}; convert its values to numbers and dump it again (class names: "
+                          f"np.unique(labels, return_inverse=True)[1] numbers them)") from None
+    return array
 
 
 def _joined(arrays: list, path: Path, reading: str) -> np.ndarray:
@@ -150,7 +163,7 @@ def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, told: st
         _not_arrays(obj, path)
     if len(array) != rows:
         raise SampleError(f"{path}: {len(array)} feature rows but {rows} labels in its y file")
-    return array
+    return _storable(array, path)
 
 
 class JoblibBatchSource(Source):
