@@ -223,3 +223,28 @@ def test_folder_samples_with_different_extensions_are_named(tmp_path: Path) -> N
         (folder / name).write_bytes(b"x")
     with pytest.raises(SampleError, match=r"sample 'b' has files \['jpg'\], sample 'a' has \['jpg', 'json'\]"):
         pipeline.build_folder(folder, tmp_path / "out", quiet=True)
+
+
+def test_folder_stems_with_dots_are_told_the_key_ends_at_the_first_dot(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("2021.03.01.jpg", "2021.03.02.jpg", "2022.01.01.jpg"):
+        (folder / name).write_bytes(b"x")
+    with pytest.raises(SampleError, match=re.escape(
+            "sample '2022' has files ['01.01.jpg'], sample '2021' has ['03.01.jpg', '03.02.jpg']; every sample "
+            "needs the same extensions (a key is the name up to its first dot, as in webdataset's tars: "
+            "'a.seg.png' is field 'seg.png' of sample 'a'; rename files whose stems hold dots, '2021.03.01.jpg' "
+            "to '2021-03-01.jpg')")):
+        pipeline.build_folder(folder, tmp_path / "out", quiet=True)
+
+
+def test_folder_of_subfolders_points_at_recursive(tmp_path: Path) -> None:
+    for name in ("cats/0001.jpg", "dogs/0001.jpg"):
+        (tmp_path / "in" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "in" / name).write_bytes(name.encode())
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"{tmp_path / 'in'}: no files to build from; its files are in subfolders: pass --recursive "
+            f"(recursive=True) to take them, keyed by their paths")):
+        pipeline.build_folder(tmp_path / "in", tmp_path / "out", quiet=True)
+    pipeline.build_folder(tmp_path / "in", tmp_path / "out", recursive=True, quiet=True)
+    assert read_back(tmp_path / "out") == (["cats_0001", "dogs_0001"], {"jpg": [b"cats/0001.jpg", b"dogs/0001.jpg"]})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Iterable
 
 from ...format.errors import SampleError
 from ...format.tar import split_name
@@ -46,7 +47,7 @@ class FolderSource(FileRowsSource):
                 raise SampleError(f"{path}: two files give key {key!r} the same extension {ext!r}")
             groups[key][ext] = path
         if not groups:
-            raise FileNotFoundError(f"{self.folder}: no files to build from")
+            raise FileNotFoundError(f"{self.folder}: no files to build from{_subfolders_hint(self.folder, recursive)}")
         self.keys = sorted(groups)
         first = self.keys[0]
         fields = sorted(groups[first])
@@ -54,7 +55,7 @@ class FolderSource(FileRowsSource):
             if sorted(groups[key]) != fields:
                 raise SampleError(
                     f"{self.folder}: sample {key!r} has files {sorted(groups[key])}, sample {first!r} "
-                    f"has {fields}; every sample needs the same extensions"
+                    f"has {fields}; every sample needs the same extensions{_dots_hint(groups[key], fields)}"
                 )
         self.fields = fields
         self.paths = [[groups[key][ext] for ext in fields] for key in self.keys]
@@ -68,3 +69,19 @@ class FolderSource(FileRowsSource):
         rows = self.paths[start:stop]
         columns = {ext: [paths[j].read_bytes() for paths in rows] for j, ext in enumerate(self.fields)}
         return RowBlock(columns, self.keys[start:stop])
+
+
+def _subfolders_hint(folder: Path, recursive: bool) -> str:
+    """What to do when ``folder`` holds no files of its own but its subfolders do."""
+    if recursive or not any(path.is_dir() and not path.name.startswith(".") for path in folder.iterdir()):
+        return ""
+    return "; its files are in subfolders: pass --recursive (recursive=True) to take them, keyed by their paths"
+
+
+def _dots_hint(*extensions: Iterable[str]) -> str:
+    """Why extensions differ when a file's stem holds dots: the key ends at the first dot, so
+    ``2021.03.01.jpg`` is field ``03.01.jpg`` of sample ``2021``."""
+    if not any("." in ext for exts in extensions for ext in exts):
+        return ""
+    return (" (a key is the name up to its first dot, as in webdataset's tars: 'a.seg.png' is field 'seg.png' of "
+            "sample 'a'; rename files whose stems hold dots, '2021.03.01.jpg' to '2021-03-01.jpg')")
