@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..format.codec import check_field_names, encode_parts
+from ..format.codec import check_dtype, check_field_names, encode_parts
 from ..format.errors import SampleError
 from ..format.index import Schema, merge_spec, spec_of
 from ..format.packing import packed_fields, stack_column
@@ -23,6 +23,18 @@ from ..format.packing import packed_fields, stack_column
 KEY_DIGITS = 12
 _MAX_KEY_BYTES = 100 - len(".msgpack")
 _BAD_KEY = re.compile(r"[./\\\x00-\x1f\x7f]")
+
+
+def storable(array: Any, path: Any, remedy: str) -> Any:
+    """``array``, if shards can store its dtype (anything not an array passes); else an error
+    naming the file it came from and saying what to do, raised as the file is loaded rather
+    than when a shard meets the value (named by a key the file may not know)."""
+    if isinstance(array, (np.ndarray, np.generic)):
+        try:
+            check_dtype(array.dtype)
+        except TypeError as exc:
+            raise SampleError(f"{path}: {exc}; {remedy}") from None
+    return array
 
 
 def generated_key(index: int) -> str:

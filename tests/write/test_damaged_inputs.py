@@ -53,6 +53,11 @@ SAMPLE_FILE_DAMAGE = {
     "an .npy cut short": (".npy", cut_to(140), r"cannot load with np\.load \(ValueError: .*\); if the file is "
                                                r"truncated or damaged, save it again"),
     "an empty .npy": (".npy", cut_to(0), r"cannot load with np\.load \(EOFError: No data left in file\)"),
+    "an .npy of strings": (".npy", lambda path: np.save(path, np.array(["cat", "dog"])),
+                           r"unsupported array dtype <U3 \(supported: bool, int8-64, uint8-64, float16/32/64\); save "
+                           r"it as numbers of a dtype shards store \(tensor\.float\(\), say\)$"),
+    "a .pt of complex numbers": (".pt", save_as(torch.ones(2, dtype=torch.complex64)),
+                                 r"unsupported array dtype complex64 .*; save it as numbers of a dtype shards store"),
 }
 
 

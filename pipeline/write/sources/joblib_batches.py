@@ -23,14 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from ...format.codec import check_dtype
 from ...format.errors import SampleError, explain, unloadable
-from ..rows import RowBlock
+from ..rows import RowBlock, storable
 from ..source import Source, span_identity
 
 _NAME = re.compile(r"^([xy])_(\d+)\.job$")
 #: How a list of arrays is read: each array a batch of samples (joined), or one sample (stacked).
 LISTS = ("batches", "samples")
+#: What to do with a file of values shards cannot store (strings of class names, say).
+_CONVERT = ("convert its values to numbers and dump it again (class names: np.unique(labels, "
+            "return_inverse=True)[1] numbers them)")
 
 
 def _load(path: Path) -> Any:
@@ -113,20 +115,8 @@ def list_reading(labels: Any, number: int, path: Path, lists: str | None) -> str
 def _label_rows(obj: Any, path: Path, reading: str | None) -> np.ndarray:
     """Labels of one file, read as :func:`list_reading` said."""
     if reading is None:
-        return _storable(obj, path) if isinstance(obj, np.ndarray) else _not_arrays(obj, path)
-    return _storable(_joined(obj, path, reading), path)
-
-
-def _storable(array: np.ndarray, path: Path) -> np.ndarray:
-    """``array``, if shards can store its dtype; else an error naming its file, raised when the
-    file is loaded rather than when a shard meets its first row (named by a key the file never
-    had)."""
-    try:
-        check_dtype(array.dtype)
-    except TypeError as exc:
-        raise SampleError(f"{path}: {exc}; convert its values to numbers and dump it again (class names: "
-                          f"np.unique(labels, return_inverse=True)[1] numbers them)") from None
-    return array
+        return storable(obj, path, _CONVERT) if isinstance(obj, np.ndarray) else _not_arrays(obj, path)
+    return storable(_joined(obj, path, reading), path, _CONVERT)
 
 
 def _joined(arrays: list, path: Path, reading: str) -> np.ndarray:
@@ -163,7 +153,7 @@ def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, told: st
         _not_arrays(obj, path)
     if len(array) != rows:
         raise SampleError(f"{path}: {len(array)} feature rows but {rows} labels in its y file")
-    return _storable(array, path)
+    return storable(array, path, _CONVERT)
 
 
 class JoblibBatchSource(Source):

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...format.errors import SampleError, explain, unloadable
-from ..rows import RowBlock, check_key, key_for_name
+from ..rows import RowBlock, check_key, key_for_name, storable
 from ..source import FileRowsSource
 
 SAMPLE_SUFFIXES = (".pt", ".npy")
@@ -30,7 +30,13 @@ SAMPLE_SUFFIXES = (".pt", ".npy")
 
 def load_sample_file(path: Path) -> Any:
     """The array or tensor stored in one sample file; a file that cannot be loaded, or that holds
-    something else (a dict of tensors, a string), is an error naming it and saying what to do."""
+    something else (a dict of tensors, a string, complex numbers), is an error naming it and saying
+    what to do."""
+    return storable(_loaded(path), path, "save it as numbers of a dtype shards store (tensor.float(), say)")
+
+
+def _loaded(path: Path) -> Any:
+    """What one sample file holds, as an array (a bfloat16 tensor as it is)."""
     if path.suffix == ".npy":
         try:
             return np.load(path, allow_pickle=False)
