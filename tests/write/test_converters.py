@@ -248,3 +248,17 @@ def test_folder_of_subfolders_points_at_recursive(tmp_path: Path) -> None:
         pipeline.build_folder(tmp_path / "in", tmp_path / "out", quiet=True)
     pipeline.build_folder(tmp_path / "in", tmp_path / "out", recursive=True, quiet=True)
     assert read_back(tmp_path / "out") == (["cats_0001", "dogs_0001"], {"jpg": [b"cats/0001.jpg", b"dogs/0001.jpg"]})
+
+
+@pytest.mark.parametrize("out", [".", "shards"])
+def test_a_folder_built_into_itself_is_refused_when_built_again(tmp_path: Path, out: str) -> None:
+    folder = tmp_path / "in"
+    for name in ("a/1.txt", "b/2.txt"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(name.encode())
+    pipeline.build_folder(folder, folder / out, recursive=True, quiet=True)
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / out / 'index.json'}: the index of a shard set (an earlier build written into the folder it "
+            f"reads?): its shards would be read as samples; write the shards outside the folder, and move this set "
+            f"out of it")):
+        pipeline.build_folder(folder, folder / out, recursive=True, overwrite=True, quiet=True)

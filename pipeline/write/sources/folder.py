@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ...format.errors import SampleError
+from ...format.index import INDEX_NAME, table_name_for
 from ...format.tar import split_name
 from ..rows import RowBlock, check_key
 from ..source import FileRowsSource
@@ -35,6 +36,7 @@ class FolderSource(FileRowsSource):
                 continue
             if not path.resolve().is_relative_to(root):  # shards would carry a file from elsewhere
                 raise SampleError(f"{path}: a link to {path.resolve()}, outside {self.folder}: refused")
+            _refuse_built_shards(path)
             relative = path.relative_to(self.folder).as_posix()
             key, ext = split_name(relative)
             if key is None or ext is None:
@@ -69,6 +71,16 @@ class FolderSource(FileRowsSource):
         rows = self.paths[start:stop]
         columns = {ext: [paths[j].read_bytes() for paths in rows] for j, ext in enumerate(self.fields)}
         return RowBlock(columns, self.keys[start:stop])
+
+
+def _refuse_built_shards(path: Path) -> None:
+    """Refuse the index of a shard set found among the files: an earlier build written into
+    the folder it read (or into a subfolder, read with ``recursive``) would otherwise have its
+    shards and index read as samples, refused only as samples of other extensions."""
+    if path.name == INDEX_NAME and path.with_name(table_name_for(INDEX_NAME)).is_file():
+        raise SampleError(f"{path}: the index of a shard set (an earlier build written into the folder it "
+                          f"reads?): its shards would be read as samples; write the shards outside the folder, "
+                          f"and move this set out of it")
 
 
 def _subfolders_hint(folder: Path, recursive: bool) -> str:
