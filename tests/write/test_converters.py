@@ -75,6 +75,15 @@ def test_unsupported_dtype_and_missing_path_are_refused(tmp_path: Path) -> None:
         pipeline.write_shards(tmp_path / "o", {"x": tmp_path / "nothere.npy"}, quiet=True)
 
 
+def test_an_array_named_as_a_reserved_field_is_refused_naming_its_file(tmp_path: Path) -> None:
+    np.savez(tmp_path / "data.npz", __index=np.arange(3), x=np.arange(3))
+    with pytest.raises(SampleError, match=re.escape(
+            f"field '__index' ({tmp_path / 'data.npz'}): names starting with '__' are reserved, and a name cannot "
+            f"be empty: give the array another name")):
+        pipeline.build_npz(tmp_path / "data.npz", tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_file_that_is_not_a_whole_npz_is_refused_naming_it(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.arange(100_000))
     np.savez(tmp_path / "whole.npz", x=np.arange(100_000))

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Union
 import numpy as np
 
 from ...format import npy
-from ...format.codec import check_dtype
+from ...format.codec import check_dtype, check_field_names
 from ...format.errors import SampleError
 from ...format.numbers import inexact_int
 from ..rows import RowBlock, check_key
@@ -169,8 +169,12 @@ class ArraySource(Source):
         self.text = frozenset(name for name, col in self.columns.items() if _is_text(name, col))
         for name, col in self.columns.items():
             try:
+                check_field_names({name: None}, name)
                 if name not in self.text:
                     check_dtype(col.dtype)
+            except SampleError:
+                raise SampleError(f"field {name!r} ({_where(col)}): names starting with '__' are reserved, and a "
+                                  f"name cannot be empty: give the array another name") from None
             except TypeError as exc:
                 raise SampleError(f"field {name!r} ({_where(col)}): {exc}") from None
         lengths = {name: len(col) for name, col in self.columns.items()}
