@@ -426,3 +426,16 @@ def test_columns_given_where_the_prefix_goes_are_named_as_such(tmp_path: Path) -
                                         r"\['x', 'y'\]: give the options after it by name \(columns=\.\.\."):
         pipeline.build_parquet(tmp_path / "t.parquet", tmp_path / "out", ["x", "y"])
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dataset_partitioned_into_folders_is_pointed_at_its_files(tmp_path: Path) -> None:
+    pq.write_to_dataset(pa.table({"x": [1, 2, 3], "year": [2020, 2021, 2021]}), tmp_path / "data",
+                        partition_cols=["year"], basename_template="part-{i}.parquet")
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"{tmp_path / 'data'}: no Parquet (.parquet) files in this folder; its subfolders hold 2 "
+            f"({tmp_path / 'data' / 'year=2020' / 'part-0.parquet'}, ...), a partitioned dataset?: give the files "
+            f"themselves; a value in a folder's name (year=2020) is in no file, so it is not built")):
+        pipeline.build_parquet(tmp_path / "data", tmp_path / "out", quiet=True)
+    files = sorted((tmp_path / "data").glob("*/*.parquet"))
+    pipeline.build_parquet(files, tmp_path / "out", quiet=True)
+    assert read_back(tmp_path / "out")[1] == {"x": [1, 2, 3]}

@@ -32,7 +32,7 @@ def input_files(inputs: Inputs, folder_files: Callable[[Path], list[Path]], what
         if path.is_dir():
             found = folder_files(path)
             if not found:
-                raise FileNotFoundError(f"{path}: no {what} files in this folder")
+                raise FileNotFoundError(f"{path}: no {what} files in this folder{_nested_hint(path, folder_files)}")
             files += found
         elif path.is_file():
             files.append(path)
@@ -46,6 +46,16 @@ def input_files(inputs: Inputs, folder_files: Callable[[Path], list[Path]], what
             raise SampleError(f"{path} is given twice: its rows would be built twice")
         seen.add(path.resolve())
     return files
+
+
+def _nested_hint(folder: Path, folder_files: Callable[[Path], list[Path]]) -> str:
+    """Where such files are when only ``folder``'s subfolders hold them: a dataset partitioned
+    into folders (``year=2020/part-0.parquet``), as Spark and ``write_to_dataset`` write it."""
+    nested = [file for sub in sorted(p for p in folder.rglob("*") if p.is_dir()) for file in folder_files(sub)]
+    if not nested:
+        return ""
+    return (f"; its subfolders hold {len(nested)} ({nested[0]}, ...), a partitioned dataset?: give the files "
+            f"themselves; a value in a folder's name (year=2020) is in no file, so it is not built")
 
 
 def parquet_files(inputs: Inputs) -> list[Path]:
