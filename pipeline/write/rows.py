@@ -42,17 +42,18 @@ def generated_key(index: int) -> str:
     return str(index).zfill(KEY_DIGITS)
 
 
-def check_key(key: Any) -> str:
-    """Refuse keys that would break the ``key.ext`` grouping or escape a folder."""
+def check_key(key: Any, what: str = "sample key") -> str:
+    """Refuse keys that would break the ``key.ext`` grouping or escape a folder; ``what`` names
+    the key in the error (a split's name is one too: it names the split's folder and shards)."""
     if not isinstance(key, str) or not key:
-        raise SampleError(f"sample key {key!r} must be a non-empty string")
+        raise SampleError(f"{what} {key!r} must be a non-empty string")
     if _BAD_KEY.search(key) or key.startswith("__"):
         raise SampleError(
-            f"sample key {key!r} is not allowed: keys may not contain '.', '/', '\\\\' or control "
+            f"{what} {key!r} is not allowed: it may not contain '.', '/', '\\\\' or control "
             f"characters, nor start with '__'"
         )
     if len(key.encode("utf-8")) > _MAX_KEY_BYTES:
-        raise SampleError(f"sample key {key!r} is longer than {_MAX_KEY_BYTES} bytes")
+        raise SampleError(f"{what} {key!r} is longer than {_MAX_KEY_BYTES} bytes")
     return key
 
 

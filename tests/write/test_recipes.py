@@ -242,3 +242,15 @@ def test_an_id_in_two_splits_or_without_a_label_is_listed_with_its_file(tmp_path
     indexes = pipeline.build_sample_files(tmp_path / "donnees", labels, partition, tmp_path / "out", quiet=True)
     assert sorted(indexes) == ["entrainement", "validation"]  # each split under its own name
     assert (tmp_path / "out" / "entrainement" / "entrainement-000000.tar").is_file()
+
+
+def test_a_split_name_that_cannot_name_a_folder_is_named_as_the_partitions_split(tmp_path: Path) -> None:
+    make_pt_files(tmp_path / "donnees", ["a", "b"])
+    partition = tmp_path / "partition.json"
+    partition.write_text(json.dumps({"train/2024": ["a"], "validation": ["b"]}))
+    with pytest.raises(SampleError, match=re.escape(
+            f"{partition}: split name 'train/2024' is not allowed: it may not contain '.', '/', '\\\\' or control "
+            f"characters, nor start with '__'; it names the split's folder and shards "
+            f"(OUT/<split>/<split>-000000.tar): rename the split")):
+        pipeline.build_sample_files(tmp_path / "donnees", {"a": 0, "b": 1}, partition, tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()

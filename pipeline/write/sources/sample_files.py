@@ -219,7 +219,11 @@ def check_partition(splits: Mapping[str, Sequence[Any]], labels: Mapping[str, An
     for split, ids in splits.items():
         if not isinstance(ids, (list, tuple)):
             raise SampleError(f"{partition_name}: split {split!r} must be a list of IDs")
-        check_key(split)
+        try:
+            check_key(split, "split name")
+        except SampleError as exc:  # the user's word for it is the partition's, not a key
+            raise SampleError(f"{partition_name}: {exc}; it names the split's folder and shards "
+                              f"(OUT/<split>/<split>-000000.tar): rename the split") from None
         for sample_id in ids:
             where.setdefault(str(sample_id), []).append(split)
     shared = [i for i, found in where.items() if len(set(found)) > 1]
