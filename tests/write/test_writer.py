@@ -113,6 +113,18 @@ def test_given_keys_are_kept_and_duplicates_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "b" / "index.json").exists()
 
 
+
+def test_write_shards_names_a_repeated_or_bad_key_by_its_rows(tmp_path: Path) -> None:
+    keys = [f"id-{n}" for n in range(1000)]
+    keys[700] = "id-3"
+    with pytest.raises(SampleError, match=re.escape(
+            "sample key 'id-3' is given twice, keys[3] and keys[700]: every sample needs a key of its own")):
+        pipeline.write_shards(tmp_path / "a", {"x": np.arange(1000)}, keys=keys, quiet=True)
+    keys[700] = "scan.700"
+    with pytest.raises(SampleError, match=re.escape("keys[700]: sample key 'scan.700' is not allowed: it may not")):
+        pipeline.write_shards(tmp_path / "a", {"x": np.arange(1000)}, keys=keys, quiet=True)
+    assert not (tmp_path / "a").exists()
+
 @pytest.mark.parametrize("key", ["a/b", "../x", "x.y", "/abs", "nul\0", "__meta__", ""])
 def test_keys_that_could_escape_or_break_grouping_are_refused(tmp_path: Path, key: str) -> None:
     with pytest.raises(SampleError, match="key"):

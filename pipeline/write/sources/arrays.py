@@ -17,7 +17,7 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -184,10 +184,7 @@ class ArraySource(Source):
         if keys is not None:
             if len(keys) != len(self):
                 raise SampleError(f"{len(keys)} keys for {len(self)} rows")
-            for key in keys:
-                check_key(key)
-            if len(set(keys)) != len(keys):
-                raise SampleError("duplicate sample keys")
+            _check_keys(keys)
         self.keys = keys
         self.description = description
 
@@ -216,6 +213,21 @@ class ArraySource(Source):
 
     def approx_row_bytes(self) -> int:
         return sum(_row_bytes(col) for col in self.columns.values())
+
+
+def _check_keys(keys: Sequence[Any]) -> None:
+    """Every given key a valid key and given once; an error names the key and its rows in
+    ``keys``, since a list of a million keys gives no other way to find it."""
+    rows: dict[str, int] = {}
+    for row, key in enumerate(keys):
+        try:
+            check_key(key)
+        except SampleError as exc:
+            raise SampleError(f"keys[{row}]: {exc}") from None
+        if key in rows:
+            raise SampleError(f"sample key {key!r} is given twice, keys[{rows[key]}] and keys[{row}]: "
+                              f"every sample needs a key of its own")
+        rows[key] = row
 
 
 def _is_bfloat16(value: Any) -> bool:
