@@ -271,3 +271,14 @@ def test_a_folder_built_into_itself_is_refused_when_built_again(tmp_path: Path, 
             f"reads?): its shards would be read as samples; write the shards outside the folder, and move this set "
             f"out of it")):
         pipeline.build_folder(folder, folder / out, recursive=True, overwrite=True, quiet=True)
+
+
+def test_two_files_that_make_one_key_in_a_recursive_folder_are_both_named(tmp_path: Path) -> None:
+    folder = tmp_path / "files"
+    (folder / "sub").mkdir(parents=True)
+    for stem in ("sub/q", "sub_q"):
+        (folder / f"{stem}.jpg").write_bytes(b"j")
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'sub' / 'q.jpg'} and {folder / 'sub_q.jpg'} both make field 'jpg' of sample 'sub_q' "
+            f"(a subfolder's path joins the key with '_'): rename one of them")):
+        pipeline.build_folder(folder, tmp_path / "out", recursive=True, quiet=True)

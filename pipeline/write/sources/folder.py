@@ -45,8 +45,9 @@ class FolderSource(FileRowsSource):
                 key = check_key(key.replace("/", "_"))
             except SampleError as exc:  # named by the file, which the user can rename
                 raise SampleError(f"{path}: {exc}; rename it") from None
-            if ext in groups.setdefault(key, {}):
-                raise SampleError(f"{path}: two files give key {key!r} the same extension {ext!r}")
+            if ext in groups.setdefault(key, {}):  # sub/q.jpg beside sub_q.jpg, say
+                raise SampleError(f"{groups[key][ext]} and {path} both make field {ext!r} of sample {key!r} "
+                                  f"(a subfolder's path joins the key with '_'): rename one of them")
             groups[key][ext] = path
         if not groups:
             raise FileNotFoundError(f"{self.folder}: no files to build from{_subfolders_hint(self.folder, recursive)}")
