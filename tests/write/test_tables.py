@@ -206,8 +206,8 @@ def test_a_file_that_is_not_readable_parquet_is_an_error_naming_it(tmp_path: Pat
     (tmp_path / "parts").mkdir()
     for n in (0, 2):
         pq.write_table(pa.table({"y": np.arange(10)}), tmp_path / "parts" / f"part-{n}.parquet")
-    bad = tmp_path / "parts" / "part-1.parquet"
-    bad.write_text("hello\n")
+    bad = tmp_path / "parts" / "part-1.parquet"  # cut short: its first 6 bytes
+    bad.write_bytes((tmp_path / "parts" / "part-0.parquet").read_bytes()[:6])
     assert cli_main(["build", "parquet", str(tmp_path / "parts"), str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err == (
         f"error: {bad}: not a readable Parquet file (Parquet file size is 6 bytes, smaller than the minimum file "
@@ -222,6 +222,19 @@ def test_a_file_that_is_not_readable_parquet_is_an_error_naming_it(tmp_path: Pat
                                           r"replace it with a whole copy, or leave it out of the inputs$"):
         pipeline.build_parquet(corrupt, tmp_path / "corrupt-out", quiet=True)
 
+
+@pytest.mark.parametrize("command, kind, convert", [
+    ("parquet", "Parquet", "pyarrow.parquet.write_table(pyarrow.csv.read_csv(path), 'table.parquet')"),
+    ("arrow", "Arrow IPC", "pyarrow.feather.write_feather(pyarrow.csv.read_csv(path), 'table.arrow')")])
+def test_a_csv_file_is_told_to_be_converted_not_to_be_copied_again(tmp_path: Path, capsys, command: str, kind: str,
+                                                                   convert: str) -> None:
+    csv = tmp_path / "table.csv"
+    csv.write_text("x,y\n1,2\n")
+    assert cli_main(["build", command, str(csv), str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        f"error: {csv}: not in {kind} format (it starts with b'x,y\\n1,2\\n'): convert it first (a CSV file: "
+        f"{convert}), or leave it out of the inputs\n")
+    assert not (tmp_path / "out").exists()
 
 def test_a_file_of_no_rows_builds_an_empty_set_and_the_build_warns(tmp_path: Path, capsys) -> None:
     empty, out = tmp_path / "empty.parquet", tmp_path / "out"
@@ -290,7 +303,7 @@ def test_arrow_ipc_files_and_streams_build_the_shards_a_parquet_file_builds(tmp_
         pipeline.build_arrow(tmp_path / name, tmp_path / name.replace(".", "-"), **options)
         assert [s.sha256 for s in pipeline.load_index(tmp_path / name.replace(".", "-")).shards] == expected, name
     check_mixed(tmp_path / "t-arrows", table)
-    with pytest.raises(SampleError, match=r"t\.parquet: not an Arrow IPC file or stream"):
+    with pytest.raises(SampleError, match=r"t\.parquet: not in Arrow IPC format \(it starts with b'PAR1"):
         ArrowSource(tmp_path / "t.parquet")
     encoded = pa.table({"y": [1, 2], "c": pa.array(["a", "b"]).dictionary_encode()})
     with pa.ipc.new_stream(tmp_path / "d.arrows", encoded.schema) as writer:

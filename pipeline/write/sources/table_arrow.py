@@ -24,7 +24,7 @@ def _open_ipc(path: Path) -> tuple[Any, Any]:
     try:
         return pa.ipc.open_stream(source), source
     except pa.ArrowInvalid as exc:
-        raise SampleError(f"{path}: not an Arrow IPC file or stream ({exc})") from None
+        raise unreadable(path, exc, "Arrow IPC") from None
 
 
 def _nulls_in(path: Path, name: str) -> int:

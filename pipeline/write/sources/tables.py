@@ -335,8 +335,22 @@ def _null_counts(metadata: pq.FileMetaData, names: list[str]) -> dict[str, int]:
     return counts
 
 
+_MAGIC = {"Parquet": (b"PAR1",), "Arrow IPC": (b"ARROW1", b"\xff\xff\xff\xff")}  # (an IPC stream's first)
+_CONVERT = {"Parquet": "pyarrow.parquet.write_table(pyarrow.csv.read_csv(path), 'table.parquet')",
+            "Arrow IPC": "pyarrow.feather.write_feather(pyarrow.csv.read_csv(path), 'table.arrow')"}
+
+
 def unreadable(path: Path, exc: Exception, kind: str = "Parquet") -> SampleError:
-    """The error of a file pyarrow cannot read, whose own error names no file."""
+    """The error of a file pyarrow cannot read, whose own error names no file: a file of another
+    format (a CSV, say) is told apart from one cut short or damaged, which a copy mends."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:  # gone since it was listed: pyarrow's error says so
+        head = b""
+    if head and not head.startswith(_MAGIC[kind]):  # (an empty file is one cut short)
+        return SampleError(f"{path}: not in {kind} format (it starts with {head!r}): convert it first (a CSV file: "
+                           f"{_CONVERT[kind]}), or leave it out of the inputs")
     return SampleError(f"{path}: not a readable {kind} file ({exc}): replace it with a whole copy, or leave it "
                        f"out of the inputs")
 
