@@ -16,6 +16,7 @@ accepted: pickle is never used, so decoding a shard can never execute code.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
@@ -148,6 +149,38 @@ def _default(obj: Any) -> Any:
     raise _Unsupported(f"unsupported type {type(obj).__module__}.{type(obj).__qualname__}")
 
 
+_MAP_TAGS = re.compile(rb"[\x80-\x8f\xde\xdf]")  # the bytes a msgpack map starts with (among others)
+
+
+def _check_map_keys(packed: bytes, value: Any) -> None:
+    """Refuse a dict key that is not ``str`` (or ``bytes``) anywhere in ``value``: msgpack writes
+    one (``{1: "a"}``), but the reader's msgpack (``strict_map_key``) refuses it, so the record
+    would be written and then fail every read. Checked by reading ``packed`` back as the reader
+    does, at C speed, where it may hold a map at all; only an error walks ``value`` for the key."""
+    if not _MAP_TAGS.search(packed):
+        return
+    try:
+        msgpack.unpackb(packed, raw=False, strict_map_key=True)  # (arrays come back as unread ExtTypes)
+    except ValueError as exc:
+        raise _Unsupported(f"{_bad_map_key(value) or exc}; the keys of a dict in a shard are str (or bytes): "
+                           f"write str(key)") from None
+
+
+def _bad_map_key(value: Any) -> str | None:
+    """The first dict key in ``value`` that is not ``str`` or ``bytes``, in words."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            bad = [name for name in item if not isinstance(name, (str, bytes))]
+            if bad:
+                return f"dict key {bad[0]!r} ({type(bad[0]).__name__}) is not allowed"
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
 def check_field_names(fields: Mapping[str, Any], key: str) -> None:
     """Field names are non-empty strings; names starting with ``__`` are reserved."""
     for name in fields:
@@ -199,6 +232,7 @@ def encode_parts(fields: Mapping[str, Any], key: str) -> list[bytes | memoryview
                 position += len(ext) + len(head) + len(data)
             else:
                 parts.append(msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True))
+                _check_map_keys(parts[-1], value)
                 position += len(parts[-1])
         except (_Unsupported, TypeError, ValueError, OverflowError) as exc:
             raise SampleError(f"record {key!r}, field {name!r}: {exc}") from None

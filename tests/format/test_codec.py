@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import msgpack
 import numpy as np
 import pytest
@@ -155,3 +157,14 @@ def test_zero_copy_parts_are_valid_msgpack_with_aligned_array_data(nbytes: int) 
     if nbytes:
         offset = in_place["a"].ctypes.data - np.frombuffer(payload, np.uint8).ctypes.data
         assert offset % 16 == 0
+
+
+@pytest.mark.parametrize("value, bad", [({1: "one"}, "1 (int)"), ([{"ok": [{None: 2}]}], "None (NoneType)"),
+                                        ({"a": {(1, 2): 3}}, "(1, 2) (tuple)"), ({2.5: "x"}, "2.5 (float)")])
+def test_dict_keys_the_reader_refuses_are_refused_when_written(value, bad: str) -> None:
+    with pytest.raises(SampleError, match=re.escape(
+            f"record 'sample-7', field 'meta': dict key {bad} is not allowed; the keys of a dict in a shard are "
+            f"str (or bytes): write str(key)")):
+        encode_sample({"fine": 1, "meta": value}, key="sample-7")
+    kept = {"meta": [{"é": {b"raw": [1, {"k": np.arange(3)}]}}] * 40}  # str and bytes keys, at any depth
+    np.testing.assert_array_equal(roundtrip(kept)["meta"][39]["é"][b"raw"][1]["k"], np.arange(3))
