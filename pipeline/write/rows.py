@@ -52,7 +52,11 @@ def check_key(key: Any, what: str = "sample key") -> str:
             f"{what} {key!r} is not allowed: it may not contain '.', '/', '\\\\' or control "
             f"characters, nor start with '__'"
         )
-    if len(key.encode("utf-8")) > _MAX_KEY_BYTES:
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:  # a file name of bytes that are no UTF-8 (Linux allows any) comes as surrogates
+        raise SampleError(f"{what} {key!r} is not UTF-8 text, which a tar member's name must be") from None
+    if size > _MAX_KEY_BYTES:
         raise SampleError(f"{what} {key!r} is longer than {_MAX_KEY_BYTES} bytes")
     return key
 

@@ -282,3 +282,19 @@ def test_two_files_that_make_one_key_in_a_recursive_folder_are_both_named(tmp_pa
             f"{folder / 'sub' / 'q.jpg'} and {folder / 'sub_q.jpg'} both make field 'jpg' of sample 'sub_q' "
             f"(a subfolder's path joins the key with '_'): rename one of them")):
         pipeline.build_folder(folder, tmp_path / "out", recursive=True, quiet=True)
+
+
+def test_a_file_name_that_is_no_utf8_is_named_and_files_of_one_sample_each_get_a_key(tmp_path: Path) -> None:
+    folder = tmp_path / "files"
+    folder.mkdir()
+    name = b"\xffscan".decode("utf-8", "surrogateescape")  # Linux allows any bytes in a name
+    (folder / f"{name}.jpg").write_bytes(b"j")
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / name}.jpg: sample key '\\udcffscan' is not UTF-8 text, which a tar member's name must be; "
+            f"rename it")):
+        pipeline.build_folder(folder, tmp_path / "out", quiet=True)
+    np.save(folder / f"{name}.npy", np.arange(3))
+    pipeline.build_sample_files(folder, {name: 1}, {"train": [name]}, tmp_path / "files-out", quiet=True)
+    keys, fields = read_back(tmp_path / "files-out" / "train")
+    assert keys == ["\ufffdscan"] and fields["y"] == [1]
+    np.testing.assert_array_equal(fields["x"][0], np.arange(3))
