@@ -142,6 +142,18 @@ def test_joblib_files_without_partner_or_mismatched_rows_are_named(tmp_path: Pat
     assert not (tmp_path / "out" / "index.json").exists()
 
 
+def test_two_joblib_files_of_one_batch_number_are_refused_not_one_dropped(tmp_path: Path) -> None:
+    folder = tmp_path / "jb"
+    folder.mkdir()
+    for name, n in (("0", 0), ("00", 2)):  # a run that padded its numbers beside one that did not
+        joblib.dump(np.full((2, 3), float(n)), folder / f"x_{name}.job")
+        joblib.dump([n, n + 1], folder / f"y_{name}.job")
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'x_0.job'} and {folder / 'x_00.job'} both number batch 0: move one of them (and its y "
+            f"partner) out of the folder")):
+        pipeline.build_joblib(folder, tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+
 def make_sample_files(root: Path, ids: list[str], suffix: str = ".pt", first: int = 0) -> None:
     """Sample file ``n`` holds a 2x3 array of the number ``first + n``."""
     root.mkdir(exist_ok=True)

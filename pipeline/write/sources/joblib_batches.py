@@ -156,6 +156,21 @@ def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, told: st
     return storable(array, path, _CONVERT)
 
 
+def _numbered_files(folder: Path) -> dict[str, dict[int, Path]]:
+    """The ``x_<B>.job`` and ``y_<B>.job`` files of ``folder`` by field and number. Two names of
+    one number (``x_0.job`` and ``x_00.job``) are refused: keeping either, in the order the folder
+    lists them, would drop a batch or pair one file's features with the other's labels."""
+    found: dict[str, dict[int, Path]] = {"x": {}, "y": {}}
+    for path in sorted(folder.iterdir()):
+        match = _NAME.match(path.name)
+        if match:
+            other = found[match.group(1)].setdefault(int(match.group(2)), path)
+            if other != path:
+                raise SampleError(f"{other} and {path} both number batch {int(match.group(2))}: move one of "
+                                  f"them (and its {'y' if match.group(1) == 'x' else 'x'} partner) out of the folder")
+    return found
+
+
 class JoblibBatchSource(Source):
     """The ``x_<B>.job``/``y_<B>.job`` pairs of a folder.
 
@@ -184,11 +199,7 @@ class JoblibBatchSource(Source):
         if not self.folder.is_dir():
             hint = " (it is a file: pass the folder that holds it)" if self.folder.is_file() else ""
             raise FileNotFoundError(f"{self.folder}: no such folder{hint}")
-        found: dict[str, dict[int, Path]] = {"x": {}, "y": {}}
-        for path in self.folder.iterdir():
-            match = _NAME.match(path.name)
-            if match:
-                found[match.group(1)][int(match.group(2))] = path
+        found = _numbered_files(self.folder)
         if not found["x"] and not found["y"]:
             raise FileNotFoundError(f"{self.folder}: no x_<B>.job / y_<B>.job files")
         for have, other in (("x", "y"), ("y", "x")):
