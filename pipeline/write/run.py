@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable, Mapping, NamedTuple
 
-from ..format.errors import FormatError
+from ..format.errors import FormatError, SampleError
 from ..format.index import (
     INDEX_NAME,
     DatasetIndex,
@@ -58,7 +58,7 @@ from .resume import (
     reference_schema,
     shard_plan,
 )
-from .rows import encode_records
+from .rows import RowBlock, encode_records
 from .shard_file import ShardFile
 from .source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES, Source, resolve_pack
 
@@ -136,8 +136,8 @@ def write_shard(run: ShardRun, i: int) -> ShardResult:
     schema: Schema | None = None
     with ShardFile(run.destination.staging / name, name) as shard:
         for chunk_start in range(start, stop, run.chunk_rows):
-            block = run.window.read(chunk_start, min(chunk_start + run.chunk_rows, stop))
             first = run.first_index + chunk_start
+            block = _read_rows(run.window, chunk_start, min(chunk_start + run.chunk_rows, stop), first, name)
             schema = merge_schema(schema, block.schema(first), f"{run.window.description} shard {name}")
             layout = fixed_layout(block, run.pack)
             if layout is not None:  # all full records at once, then the generic path for a tail
@@ -149,6 +149,17 @@ def write_shard(run: ShardRun, i: int) -> ShardResult:
         info = shard.commit()
     run.destination.publish(name)
     return ShardResult(info, schema or {})
+
+
+def _read_rows(source: Source, start: int, stop: int, first: int, shard: str) -> RowBlock:
+    """Rows ``[start, stop)`` of ``source``, which must give that many: the plan counted on them,
+    and a read that gave fewer (or more) would leave rows out of the set (or add others) unsaid."""
+    block = source.read(start, stop)
+    if len(block) != stop - start:
+        raise SampleError(f"{source.description}: asked for {stop - start} rows (samples {first} to "
+                          f"{first + stop - start - 1}, for shard {shard}), read() gave {len(block)}: a Source's "
+                          f"read(start, stop) returns stop - start rows, and __len__ counts every row it can read")
+    return block
 
 
 def write_run(run: ShardRun, on_shard: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:

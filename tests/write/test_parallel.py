@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pipeline
-from pipeline import IndexFormatError, Part
+from pipeline import IndexFormatError, Part, SampleError
 
 from ..helpers import index_content
 
@@ -180,3 +180,26 @@ def test_merging_parts_of_builds_cut_in_different_counts_names_them(tmp_path: Pa
             f"{tmp_path / 'b' / 'index.part-00001-of-00003.json'} is part 1 of 3, "
             f"{tmp_path / 'a' / 'index.part-00000-of-00002.json'} a part of 2: give the parts of one build")):
         pipeline.merge_index_files([tmp_path / "a", tmp_path / "b"], output=tmp_path / "index.json")
+
+
+class _Miscounted(pipeline.Source):
+    """90 rows where its length says 100 (a database that lost some), or one too many at the end."""
+
+    def __init__(self, extra: int) -> None:
+        self.extra = extra
+
+    def __len__(self) -> int:
+        return 100
+
+    def read(self, start: int, stop: int) -> pipeline.RowBlock:
+        end = min(stop, 90) if self.extra < 0 else stop + (self.extra if stop == 100 else 0)
+        return pipeline.RowBlock({"i": np.arange(start, end)})
+
+
+@pytest.mark.parametrize("extra, gave", [(-1, 0), (1, 11)])
+def test_a_source_whose_read_gives_other_than_the_rows_asked_is_refused(tmp_path: Path, extra: int, gave: int) -> None:
+    with pytest.raises(SampleError, match=re.escape(
+            f"source: asked for 10 rows (samples 90 to 99, for shard shard-000009.tar), read() gave {gave}: a "
+            f"Source's read(start, stop) returns stop - start rows, and __len__ counts every row it can read")):
+        pipeline.build_shards(_Miscounted(extra), tmp_path / "out", shard_samples=10, workers=2, quiet=True)
+    assert not (tmp_path / "out" / "index.json").exists()
