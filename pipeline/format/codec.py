@@ -232,7 +232,8 @@ def encode_parts(fields: Mapping[str, Any], key: str) -> list[bytes | memoryview
                 position += len(ext) + len(head) + len(data)
             else:
                 parts.append(msgpack.packb(value, default=_default, use_bin_type=True, strict_types=True))
-                _check_map_keys(parts[-1], value)
+                if isinstance(value, (list, tuple, Mapping)):  # (nothing else holds a map)
+                    _check_map_keys(parts[-1], value)
                 position += len(parts[-1])
         except (_Unsupported, TypeError, ValueError, OverflowError) as exc:
             raise SampleError(f"record {key!r}, field {name!r}: {exc}") from None
