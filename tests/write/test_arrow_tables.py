@@ -1,0 +1,100 @@
+"""Builds from Arrow IPC files and streams and ``datasets`` folders: the rows a Parquet file of the
+same table builds, nulls found from the batch headers, and damaged or empty inputs named."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+import pipeline
+from pipeline import SampleError
+from pipeline.write.sources.table_arrow import ArrowSource
+from tests.helpers import read_back
+from tests.write.test_tables import DIM, check_mixed, embeddings, mixed_table
+
+
+def test_arrow_ipc_files_and_streams_build_the_shards_a_parquet_file_builds(tmp_path: Path) -> None:
+    table = mixed_table(500)
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=100)
+    feather.write_feather(table, tmp_path / "t.feather", chunksize=120)  # the file format, lz4-compressed
+    with pa.ipc.new_file(tmp_path / "t.arrow", table.schema) as writer:
+        writer.write_table(table, max_chunksize=90)
+    with pa.ipc.new_stream(tmp_path / "t.arrows", table.schema) as writer:
+        writer.write_table(table, max_chunksize=70)
+    options = dict(shard_bytes=16 << 10, quiet=True)
+    pipeline.build_parquet(tmp_path / "t.parquet", tmp_path / "parquet", **options)
+    expected = [s.sha256 for s in pipeline.load_index(tmp_path / "parquet").shards]
+    for name in ("t.feather", "t.arrow", "t.arrows"):
+        pipeline.build_arrow(tmp_path / name, tmp_path / name.replace(".", "-"), **options)
+        assert [s.sha256 for s in pipeline.load_index(tmp_path / name.replace(".", "-")).shards] == expected, name
+    check_mixed(tmp_path / "t-arrows", table)
+    with pytest.raises(SampleError, match=r"t\.parquet: not in Arrow IPC format \(it starts with b'PAR1"):
+        ArrowSource(tmp_path / "t.parquet")
+    encoded = pa.table({"y": [1, 2], "c": pa.array(["a", "b"]).dictionary_encode()})
+    with pa.ipc.new_stream(tmp_path / "d.arrows", encoded.schema) as writer:
+        writer.write_table(encoded)
+    with pytest.raises(SampleError, match=r"d\.arrows: an IPC stream with dictionary-encoded columns \(c\) cannot be "
+                                          r"read a batch at a time; write it as an IPC file"):
+        ArrowSource(tmp_path / "d.arrows", columns=["y"])
+
+
+def test_arrow_nulls_are_found_from_batch_headers_when_the_source_opens(tmp_path: Path) -> None:
+    table = pa.table({"y": pa.array([0, 1, 2, None, 4, None])})
+    with pa.ipc.new_stream(tmp_path / "n.arrows", table.schema) as writer:
+        writer.write_table(table, max_chunksize=2)
+    with pytest.raises(SampleError, match=r"n\.arrows: column 'y' has 2 nulls, at rows 3, \.\.\. \(counting from 0 in "
+                                          r"the file\)"):
+        ArrowSource(tmp_path / "n.arrows")
+    assert ArrowSource(tmp_path / "n.arrows", fill={"y": 9}).read(1, 6).columns["y"].tolist() == [1, 2, 9, 4, 9]
+
+
+def test_a_damaged_arrow_file_or_stream_is_an_error_naming_it(tmp_path: Path) -> None:
+    table = pa.table({"y": list(range(1000)), "s": [f"row {i}" for i in range(1000)]})
+    with pa.ipc.new_stream(tmp_path / "cut.arrows", table.schema) as stream:
+        for batch in table.to_batches(max_chunksize=100):
+            stream.write_batch(batch)
+    whole = (tmp_path / "cut.arrows").read_bytes()
+    (tmp_path / "cut.arrows").write_bytes(whole[:len(whole) // 2])
+    feather.write_feather(table, tmp_path / "flipped.feather", compression="lz4", chunksize=100)
+    data = bytearray((tmp_path / "flipped.feather").read_bytes())
+    data[3000:3400] = bytes(b ^ 0xFF for b in data[3000:3400])
+    (tmp_path / "flipped.feather").write_bytes(bytes(data))
+    for name in ("cut.arrows", "flipped.feather"):
+        with pytest.raises(SampleError, match=rf"^{re.escape(str(tmp_path / name))}: not a readable Arrow IPC file "
+                                              r"\(.+\): replace it with a whole copy, or leave it out of the inputs$"):
+            pipeline.build_arrow(tmp_path / name, tmp_path / f"out-{name}", quiet=True)
+
+
+def test_an_empty_saved_dataset_says_it_holds_no_rows(tmp_path: Path) -> None:
+    import datasets  # in the test extra; optional for users
+
+    datasets.Dataset.from_dict({"y": []}, features=datasets.Features({"y": datasets.Value("int64")})).save_to_disk(
+        str(tmp_path / "empty"))
+    with pytest.raises(SampleError, match=re.escape(f"{tmp_path / 'empty'}: the saved dataset holds no rows (its "
+                                                    f"state.json lists no data files): nothing to build")):
+        pipeline.build_arrow(tmp_path / "empty", tmp_path / "out", quiet=True)
+
+
+def test_a_datasets_save_to_disk_folder_is_read_in_the_order_of_its_state_file(tmp_path: Path) -> None:
+    import datasets  # in the test extra; optional for users
+    x, y = embeddings(300)
+    features = datasets.Features({"x": datasets.Sequence(datasets.Value("float32"), length=DIM),
+                                  "y": datasets.ClassLabel(num_classes=10), "text": datasets.Value("string")})
+    data = datasets.Dataset.from_dict({"x": x, "y": y, "text": [f"t{i}" for i in range(300)]}, features=features)
+    data.save_to_disk(str(tmp_path / "saved"), num_shards=3)
+    state = json.loads((tmp_path / "saved" / "state.json").read_text())
+    assert len(state["_data_files"]) == 3
+    pipeline.build_arrow(tmp_path / "saved", tmp_path / "out", quiet=True)
+    _, fields = read_back(tmp_path / "out")
+    assert np.stack(fields["x"]).tobytes() == x.tobytes()
+    assert [int(v) for v in fields["y"]] == y.tolist() and fields["text"][299] == "t299"
+    datasets.DatasetDict({"train": data, "test": data}).save_to_disk(str(tmp_path / "dict"))
+    with pytest.raises(SampleError, match=r"dict holds a DatasetDict \(splits test, train\): give one split's folder"):
+        ArrowSource(tmp_path / "dict")
