@@ -18,6 +18,7 @@ chunks in the order of pass ``e``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Iterator, Sequence
@@ -206,6 +207,8 @@ def mix_counts(sizes: Sequence[int], weights: Sequence[float | None], samples: S
     share = [float(sizes[s] if weights[s] is None else weights[s]) for s in shared]
     if shared and sum(share) <= 0:
         raise ValueError("the weights of the sources without samples= add up to 0")
+    if not math.isfinite(rest * sum(share)):  # weights near the float limit: as shares of the largest (others as they were)
+        share = [w / max(share) for w in share]
     exact = [rest * w / sum(share) for w in share] if shared else []
     counts = [int(x) for x in exact]
     for i in np.argsort([c - x for c, x in zip(counts, exact)], kind="stable")[:rest - sum(counts)]:  # largest remainders

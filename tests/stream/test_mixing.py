@@ -224,3 +224,11 @@ def test_bad_sample_counts_are_refused(mix: dict[str, str], samples, epoch_sampl
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make_loader(mix, num_workers=0, samples=samples, epoch_samples=epoch_samples,
                     weights={n: 1 for n in SIZES if n not in samples})
+
+
+def test_weights_are_shares_whatever_their_scale(mix: dict[str, str]) -> None:
+    def counts(scale: float) -> list[int]:
+        loader = make_loader(mix, num_workers=0, weights={n: w * scale for n, w in WEIGHTS.items()})
+        return loader.state_dict()["mix"]["counts"]
+
+    assert counts(1e307) == counts(1e-300) == counts(1.0) == [27_750, 16_650, 11_100]
