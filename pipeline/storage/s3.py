@@ -11,7 +11,7 @@ import threading
 from typing import Any, Callable, TypeVar
 
 from . import obstore_ranges, s3_presigned
-from .errors import SourceError, TransientError
+from .errors import SourceError, TransientError, redact
 from .retry import RetryPolicy, with_retries
 from .streams import Response
 
@@ -51,10 +51,29 @@ def split_url(url: str) -> tuple[str, str]:
 def endpoint_and_identity() -> tuple[str | None, tuple]:
     """The S3 endpoint the environment names (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``),
     and what of the identity it sets (profile, key, a hash of the secret): a client is made anew
-    when either changes."""
+    when either changes. A variable set empty (``export AWS_ENDPOINT_URL=``) names none, as
+    boto3 reads it: passed on as ``endpoint_url=""``, botocore would refuse it as invalid."""
     env = os.environ
     identity = (env.get("AWS_PROFILE"), env.get("AWS_ACCESS_KEY_ID"), hash(env.get("AWS_SECRET_ACCESS_KEY")))
-    return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"), identity
+    return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None, identity
+
+
+class ClientSetupError(ValueError):
+    """No S3 client can be made from the environment's settings (an endpoint without its scheme,
+    a region that is no region): no retry mends a setting, so reads fail at once, saying which."""
+
+
+def _new_client(endpoint: str | None, config: Any) -> Any:
+    """A boto3 S3 client; botocore's refusal of a setting as a :class:`ClientSetupError` naming it."""
+    import boto3
+
+    try:
+        return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+    except ValueError as exc:  # botocore's "Invalid endpoint: localhost:9000", InvalidRegionError
+        setting = "AWS_ENDPOINT_URL_S3" if os.environ.get("AWS_ENDPOINT_URL_S3") else "AWS_ENDPOINT_URL"
+        hint = (f": {setting}={redact(endpoint)!r} needs its scheme, as in http://{redact(endpoint)}"
+                if endpoint and "://" not in endpoint else "")
+        raise ClientSetupError(f"no S3 client can be made from these settings ({exc}){hint}") from None
 
 
 def client(policy: RetryPolicy) -> Any:
@@ -64,7 +83,7 @@ def client(policy: RetryPolicy) -> Any:
     with _lock:
         if key not in _clients:
             try:
-                import boto3
+                import boto3  # noqa: F401 - for the message below when it is missing
                 from botocore.config import Config
             except ImportError:
                 raise SourceError("s3://", None, "s3:// URLs need boto3: pip install 'pipeline[s3]'") from None
@@ -80,7 +99,7 @@ def client(policy: RetryPolicy) -> Any:
             config = Config(connect_timeout=policy.connect_timeout, read_timeout=policy.read_timeout,
                             retries={"total_max_attempts": 1, "mode": "standard"}, s3={"addressing_style": "path"},
                             signature_version="s3v4")
-            _clients[key] = boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+            _clients[key] = _new_client(endpoint, config)
         return _clients[key]
 
 
@@ -112,6 +131,8 @@ def map_error(url: str, offset: int, exc: BaseException) -> SourceError:
                                error.get("Message"))
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return SourceError(url, offset, f"no usable AWS credentials: {exc}")
+    if isinstance(exc, ClientSetupError):
+        return SourceError(url, offset, str(exc))
     return TransientError(url, offset, f"{type(exc).__name__}: {exc}")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import SourceError, make_loader
+from pipeline.cli import main
 from pipeline.storage import read_bytes, read_range
 from tests.storage.conftest import all_ids, make_bucket, play, read_into, upload_folder
 from tests.storage.servers import start_seaweedfs, stop
@@ -62,6 +63,30 @@ def test_missing_key_bucket_and_bad_credentials_are_named(bucket: str, through) 
             read_range("s3://shards/train/part-000000.tar", 0, 10)
         assert "wrong-secret" not in str(err.value)
     through(check)
+
+
+def test_an_endpoint_without_its_scheme_fails_at_once_saying_what_to_write(monkeypatch, capsys) -> None:
+    """botocore refuses ``localhost:9000``: no retry mends a setting, so no back-off either."""
+    pytest.importorskip("boto3")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "127.0.0.1:9000")
+    monkeypatch.setenv("PIPELINE_RETRY_DELAY", "30")  # a retry would wait 15 s or more
+    cause = ("no S3 client can be made from these settings (Invalid endpoint: 127.0.0.1:9000): "
+             "AWS_ENDPOINT_URL='127.0.0.1:9000' needs its scheme, as in http://127.0.0.1:9000")
+    with pytest.raises(SourceError) as caught:
+        read_range("s3://shards/train/part-000000.tar", 7, 10)
+    assert str(caught.value) == f"s3://shards/train/part-000000.tar at byte 7: {cause}"
+    assert main(["inspect", "s3://shards/train"]) == 1
+    assert capsys.readouterr().err == f"error: s3://shards/train/index.json: cannot read index file ({cause})\n"
+
+
+def test_an_endpoint_setting_left_empty_names_no_endpoint_as_for_boto3(bucket: str, seaweedfs: str, tmp_path: Path,
+                                                                      monkeypatch, total_samples: int) -> None:
+    """``export AWS_ENDPOINT_URL=`` is unset to boto3, which then takes the config file's endpoint."""
+    (tmp_path / "config").write_text(f"[default]\nendpoint_url = {seaweedfs}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "")
+    monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "1")
+    assert all_ids(make_loader("s3://shards/train", num_workers=0, batch_size=64)) == list(range(total_samples))
 
 
 def test_a_mix_of_http_and_s3_sources_yields_the_batches_of_the_same_mix_on_disk(
