@@ -34,7 +34,8 @@ _WHAT_TO_PASS = "pass an index.json, its folder, or a URL of either (https://...
 #: How a remote store says that nothing is at a location (then what to pass is the advice); S3
 #: also says "access denied" for a key that is not there to credentials that may not list the bucket.
 _NOT_THERE = ("not found", "no such key", "no such bucket", "gone", "access denied")
-_SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+#: The names of shards, as a location that is no index or folder ends (gzip-compressed ones stream too).
+SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 #: Names of the shard sets a build writes for its splits, and those of other tools: a folder beside
 #: a mistyped path that holds sets of these names is one of splits, whose names are worth offering.
 _SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "dev", "test", "testing", "eval",
@@ -202,7 +203,7 @@ def index_url(location: str | os.PathLike[str]) -> str:
 
 def _refuse_shards(location: str, path: str) -> None:
     """Raise when ``path`` (of ``location``) names a shard, or shards by a brace pattern."""
-    if not path.endswith(_SHARD_SUFFIXES):
+    if not path.endswith(SHARD_SUFFIXES):
         return
     shown = redact(location)
     what, pronoun, verb = ("a pattern of shards", "their", "them") if "{" in path else ("a shard", "its", "it")
@@ -233,7 +234,7 @@ def location_hint(path: str, patterns: bool = False) -> str:
       misspelt), not any sets that happen to lie there."""
     given_folder = os.path.isdir(path)
     if given_folder:
-        shards = sum(1 for entry in os.scandir(path) if entry.name.endswith(_SHARD_SUFFIXES))
+        shards = sum(1 for entry in os.scandir(path) if entry.name.endswith(SHARD_SUFFIXES))
         if shards:
             paths = f", or pass their paths (a pattern: {path}/name-{{000000..000009}}.tar)" if patterns else ""
             return (f"; {path} holds {shards} shard(s) without an index: index them in place with 'pipeline "

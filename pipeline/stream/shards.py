@@ -22,6 +22,7 @@ from ..caller_warning import warn_caller
 from ..format.index import DatasetIndex
 from ..storage import SourceError, is_remote, parent, redact, scheme
 from ..storage.indexes import (
+    SHARD_SUFFIXES,
     IndexedShards,
     NoIndexError,
     UnansweredIndexError,
@@ -82,7 +83,7 @@ def _is_index_location(text: str) -> bool:
         if scheme(text) in ("http", "https"):  # an index.json (a query string may follow), or maybe a folder
             parts = urlsplit(text)  # (no query, no name with a suffix at its end)
             return parts.path.endswith(".json") or not parts.query and "." not in parts.path.rsplit("/", 1)[-1]
-        return scheme(text) == "s3" and not text.endswith(".tar")
+        return scheme(text) == "s3" and not text.endswith(SHARD_SUFFIXES)  # a prefix, unless a shard (.tar.gz too)
     return Path(local_path(text)).is_dir()  # a file:// URL names a local path too
 
 

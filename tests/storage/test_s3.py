@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -87,6 +88,20 @@ def test_an_endpoint_setting_left_empty_names_no_endpoint_as_for_boto3(bucket: s
     monkeypatch.setenv("AWS_ENDPOINT_URL", "")
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "1")
     assert all_ids(make_loader("s3://shards/train", num_workers=0, batch_size=64)) == list(range(total_samples))
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".tgz"])
+def test_a_gzip_compressed_shard_in_a_bucket_streams_by_its_url(bucket: str, web_root: Path, suffix: str) -> None:
+    """Read as a shard, as a local one or an HTTP one is, not refused as no index."""
+    import boto3
+
+    shard = web_root / "data" / "part-000001.tar"
+    key = f"compressed/part-000001{suffix}"
+    boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=gzip.compress(shard.read_bytes()))
+    expected = [i for batch in make_loader(str(shard), num_workers=0, batch_size=64, shuffle=False)
+                for i in batch["i"].tolist()]
+    loader = make_loader(f"s3://{bucket}/{key}", num_workers=0, batch_size=64, shuffle=False)
+    assert [i for batch in loader for i in batch["i"].tolist()] == expected
 
 
 def test_a_mix_of_http_and_s3_sources_yields_the_batches_of_the_same_mix_on_disk(
