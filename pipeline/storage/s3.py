@@ -60,20 +60,32 @@ def endpoint_and_identity() -> tuple[str | None, tuple]:
 
 class ClientSetupError(ValueError):
     """No S3 client can be made from the environment's settings (an endpoint without its scheme,
-    a region that is no region): no retry mends a setting, so reads fail at once, saying which."""
+    a profile that is not there, a region that is no region): no retry mends a setting, so reads
+    fail at once, saying which."""
 
 
 def _new_client(endpoint: str | None, config: Any) -> Any:
     """A boto3 S3 client; botocore's refusal of a setting as a :class:`ClientSetupError` naming it."""
     import boto3
+    from botocore.exceptions import ConfigParseError, ProfileNotFound
 
     try:
         return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
-    except ValueError as exc:  # botocore's "Invalid endpoint: localhost:9000", InvalidRegionError
-        setting = "AWS_ENDPOINT_URL_S3" if os.environ.get("AWS_ENDPOINT_URL_S3") else "AWS_ENDPOINT_URL"
-        hint = (f": {setting}={redact(endpoint)!r} needs its scheme, as in http://{redact(endpoint)}"
-                if endpoint and "://" not in endpoint else "")
+    except (ValueError, ProfileNotFound, ConfigParseError) as exc:  # "Invalid endpoint: localhost:9000", ...
+        hint = _setting_hint(endpoint, isinstance(exc, ProfileNotFound))
         raise ClientSetupError(f"no S3 client can be made from these settings ({exc}){hint}") from None
+
+
+def _setting_hint(endpoint: str | None, no_profile: bool) -> str:
+    """What to change, where a setting of the environment is plainly what botocore refused."""
+    if no_profile:
+        name = "AWS_PROFILE" if os.environ.get("AWS_PROFILE") else "AWS_DEFAULT_PROFILE"
+        return (f": {name}={os.environ.get(name)!r} must name a profile of the AWS config or credentials files "
+                f"(AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE), or be unset")
+    if endpoint and "://" not in endpoint:
+        setting = "AWS_ENDPOINT_URL_S3" if os.environ.get("AWS_ENDPOINT_URL_S3") else "AWS_ENDPOINT_URL"
+        return f": {setting}={redact(endpoint)!r} needs its scheme, as in http://{redact(endpoint)}"
+    return ""
 
 
 def client(policy: RetryPolicy) -> Any:

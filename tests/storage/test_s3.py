@@ -80,6 +80,20 @@ def test_an_endpoint_without_its_scheme_fails_at_once_saying_what_to_write(monke
     assert capsys.readouterr().err == f"error: s3://shards/train/index.json: cannot read index file ({cause})\n"
 
 
+def test_a_profile_that_is_not_there_fails_at_once_naming_it(monkeypatch, tmp_path: Path) -> None:
+    pytest.importorskip("boto3")
+    (tmp_path / "config").write_text("[default]\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "trainnig")
+    monkeypatch.setenv("PIPELINE_RETRY_DELAY", "30")  # a retry would wait 15 s or more
+    with pytest.raises(SourceError) as caught:
+        read_range("s3://shards/train/part-000000.tar", 0, 10)
+    assert str(caught.value) == (
+        "s3://shards/train/part-000000.tar at byte 0: no S3 client can be made from these settings (The config "
+        "profile (trainnig) could not be found): AWS_PROFILE='trainnig' must name a profile of the AWS config or "
+        "credentials files (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE), or be unset")
+
+
 def test_an_endpoint_setting_left_empty_names_no_endpoint_as_for_boto3(bucket: str, seaweedfs: str, tmp_path: Path,
                                                                       monkeypatch, total_samples: int) -> None:
     """``export AWS_ENDPOINT_URL=`` is unset to boto3, which then takes the config file's endpoint."""
