@@ -208,7 +208,8 @@ def mix_counts(sizes: Sequence[int], weights: Sequence[float | None], samples: S
     if shared and sum(share) <= 0:
         raise ValueError("the weights of the sources without samples= add up to 0")
     if not math.isfinite(rest * sum(share)):  # weights near the float limit: as shares of the largest (others as they were)
-        share = [w / max(share) for w in share]
+        largest = max(share)
+        share = [w / largest for w in share]
     exact = [rest * w / sum(share) for w in share] if shared else []
     counts = [int(x) for x in exact]
     for i in np.argsort([c - x for c, x in zip(counts, exact)], kind="stable")[:rest - sum(counts)]:  # largest remainders
