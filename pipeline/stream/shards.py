@@ -1,7 +1,8 @@
 """What a dataset reads: an indexed shard set, or a list of foreign shards without an index.
 
-``resolve_shards`` accepts an index (file or folder, local or a URL; an ``s3://bucket/prefix``,
-or an ``http(s)`` URL whose last name has no suffix, finds the ``index.json`` under it), a
+``resolve_shards`` accepts an index (file or folder, local or a URL; an ``s3://bucket/prefix``
+or a URL of fsspec's (``gs://``, ``hf://``) that names no shard (``.tar``, ``.tar.gz``), or an
+``http(s)`` URL whose last name has no suffix, finds the ``index.json`` under it), a
 brace pattern (``shards/train/train-{000000..000031}.tar``, local or URLs) or a list of shard
 URLs. A pattern or list whose
 shards are all named by the ``index.json`` beside them is read through that index (exact
@@ -83,7 +84,8 @@ def _is_index_location(text: str) -> bool:
         if scheme(text) in ("http", "https"):  # an index.json (a query string may follow), or maybe a folder
             parts = urlsplit(text)  # (no query, no name with a suffix at its end)
             return parts.path.endswith(".json") or not parts.query and "." not in parts.path.rsplit("/", 1)[-1]
-        return scheme(text) == "s3" and not text.endswith(SHARD_SUFFIXES)  # a prefix, unless a shard (.tar.gz too)
+        # s3:// and fsspec's: a prefix or folder, unless a shard (.tar.gz too)
+        return scheme(text) != "pipe" and not text.endswith(SHARD_SUFFIXES)
     return Path(local_path(text)).is_dir()  # a file:// URL names a local path too
 
 
@@ -97,10 +99,16 @@ def _refuse_sets_in_a_list(urls: list[str]) -> None:
                              f"'b': 'B/'}} (with weights= if you like)")
 
 
-def _maybe_a_shard(text: str) -> bool:
-    """Whether a location read as a folder, with no index under it, may be a shard itself: an
-    HTTP(S) URL whose last name has no suffix (``https://host/data/shard-000001``)."""
-    return scheme(text) in ("http", "https") and not text.endswith(("/", ".json"))
+def _maybe_a_shard(text: str, exc: Exception) -> bool:
+    """Whether a location read as a folder, where ``exc`` says no index can be read, may be a
+    shard itself: an HTTP(S) URL whose last name has no suffix (``https://host/data/shard-000001``)
+    when the server says nothing is there, or that it is forbidden (as a bucket that may not be
+    listed says); a URL of fsspec's (``gs://bucket/shard-000001``) whatever its file system says
+    of a path under a file (``NotADirectoryError``, ``FileExistsError``...). Not an S3 prefix:
+    no index there is the error, saying what to pass."""
+    if scheme(text) in ("s3", "pipe") or text.endswith(("/", ".json")):
+        return False
+    return scheme(text) not in ("http", "https") or isinstance(exc, NoIndexError) or http_forbidden(exc)
 
 
 def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: RetryPolicy | None = None,
@@ -112,8 +120,8 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         if _is_index_location(text):
             try:
                 return open_index(text, policy, stats, patterns=True)
-            except (NoIndexError, UnansweredIndexError) as exc:  # (a 403 may be a bucket's "not here")
-                if not _maybe_a_shard(text) or not (isinstance(exc, NoIndexError) or http_forbidden(exc)):
+            except (NoIndexError, UnansweredIndexError) as exc:
+                if not _maybe_a_shard(text, exc):
                     raise
         urls = list(braceexpand(text))
     else:

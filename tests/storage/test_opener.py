@@ -57,6 +57,25 @@ def test_unknown_schemes_say_what_is_missing() -> None:
         open_stream("gs://bucket/x.tar")
 
 
+def test_a_set_through_fsspec_streams_by_its_folder_url_with_or_without_its_slash(tmp_path: Path) -> None:
+    """As an S3 prefix does: not read as a shard named like the folder ("not found"). A shard
+    without a suffix is still read as one (its file system refuses a path under it)."""
+    fsspec = pytest.importorskip("fsspec")
+    folder = uneven_shards(tmp_path / "s", [40, 30])
+    memory = fsspec.filesystem("memory")
+    for path in folder.iterdir():
+        memory.pipe(f"/fsspec-set/{path.name}", path.read_bytes())
+    memory.pipe("/fsspec-bare/part-000000", (folder / "part-000000.tar").read_bytes())
+    try:
+        for url, samples in [("memory://fsspec-set", 70), ("memory://fsspec-set/", 70),
+                             ("memory://fsspec-bare/part-000000", 40)]:
+            loader = pipeline.make_loader(url, batch_size=16, num_workers=0)
+            assert sorted(int(i) for batch in loader for i in batch["i"]) == list(range(samples)), url
+        assert len(pipeline.make_loader("memory://fsspec-set", batch_size=16, num_workers=0)) == 5  # indexed
+    finally:
+        memory.rm(["/fsspec-set", "/fsspec-bare"], recursive=True)
+
+
 def test_urls_join_like_folders() -> None:
     assert join("s3://b/train", "part-0.tar") == "s3://b/train/part-0.tar"
     assert join("s3://b/a/train/", "../other/x.tar") == "s3://b/a/other/x.tar"
