@@ -182,8 +182,8 @@ class RetryPolicy:
         ``PIPELINE_READ_TIMEOUT``."""
         return cls(attempts=max(int(_setting("PIPELINE_RETRY_ATTEMPTS", cls.attempts, int)), 1),
                    base_delay=_setting("PIPELINE_RETRY_DELAY", cls.base_delay, float),
-                   connect_timeout=_setting("PIPELINE_CONNECT_TIMEOUT", cls.connect_timeout, float),
-                   read_timeout=_setting("PIPELINE_READ_TIMEOUT", cls.read_timeout, float),
+                   connect_timeout=_setting("PIPELINE_CONNECT_TIMEOUT", cls.connect_timeout, float, positive=True),
+                   read_timeout=_setting("PIPELINE_READ_TIMEOUT", cls.read_timeout, float, positive=True),
                    deadline=_setting("PIPELINE_RETRY_DEADLINE", cls.deadline, float))
 
     def delay(self, attempt: int) -> float:
@@ -191,17 +191,21 @@ class RetryPolicy:
         return min(self.max_delay, self.base_delay * 2**attempt) * random.uniform(0.5, 1.0)
 
 
-def _setting(name: str, default: float, kind: Callable[[str], float]) -> float:
+def _setting(name: str, default: float, kind: Callable[[str], float], positive: bool = False) -> float:
     """The environment variable ``name`` as a number, else ``default``; one that is not a
-    number is an error naming it."""
+    number (or, where ``positive``, not above 0: a timeout of 0 s, which urllib3 refuses at every
+    request, naming no setting) is an error naming it."""
     text = os.environ.get(name)
     if text is None:
         return default
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
-        unit = "a whole number" if kind is int else "a number of seconds"
+        value = None
+    if value is None or (positive and not value > 0):  # (not > 0: NaN too)
+        unit = "a whole number" if kind is int else "a number of seconds" + (" above 0" if positive else "")
         raise ValueError(f"{name}={text!r} is not {unit} (unset it for the default, {default:g})") from None
+    return value
 
 
 class RetryBudget:

@@ -97,6 +97,17 @@ def test_a_retry_setting_that_is_not_a_number_is_an_error_naming_it(monkeypatch)
         RetryPolicy.from_env()
 
 
+@pytest.mark.parametrize("name, value, default", [("PIPELINE_READ_TIMEOUT", "0", "30"),
+                                                  ("PIPELINE_CONNECT_TIMEOUT", "-1", "10")])
+def test_a_timeout_of_no_time_is_an_error_naming_it(nginx: str, monkeypatch, name: str, value: str,
+                                                    default: str) -> None:
+    """Not urllib3's refusal at the first request, which names no setting."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as refused:
+        pipeline.make_loader(f"{nginx}/data/", num_workers=0)
+    assert str(refused.value) == f"{name}='{value}' is not a number of seconds above 0 (unset it for the default, {default})"
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("kind", ["fifo", "folder"])
 def test_a_shard_that_is_not_a_file_is_an_error_naming_it_not_a_hang(tmp_path: Path, kind: str,
