@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pipeline
 
@@ -32,17 +32,21 @@ def command_line(pid: int) -> str:
 
 
 def child_pids(pid: int) -> list[int]:
-    """The live child processes of ``pid`` (DataLoader workers, for instance), from ``/proc``."""
+    """The child processes of ``pid`` (DataLoader workers, for instance), running or ended but
+    not yet reaped, from the parent each process of ``/proc`` names. (Not from the ``children``
+    files of ``pid``'s threads: each lists the children its own thread started, which move to
+    another thread when it ends, so that a read while a thread ends, or while another reaps a
+    child, can miss children that are there: a Dask worker, started by one of Dask's threads.)"""
     children = []
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except FileNotFoundError:  # the process has ended
-        return []
-    for task in tasks:
-        try:
-            children += [int(c) for c in (task / "children").read_text().split()]
-        except FileNotFoundError:  # a thread that has just ended
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
             continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == pid:  # (the name in parentheses may hold spaces)
+            children.append(int(entry.name))
     return sorted(children)
 
 
@@ -50,6 +54,19 @@ def started_since(before: set[int]) -> list[int]:
     """Children of this process started since ``before`` (its children then) was taken: a
     loader's workers, not the servers other tests started."""
     return [pid for pid in child_pids(os.getpid()) if pid not in before]
+
+
+def worker_pids(loader: Any) -> list[int]:
+    """The worker processes ``loader`` runs now, as its DataLoader iterator knows them: what a
+    test of its workers kills and expects stopped, rather than whatever else this process
+    started meanwhile (a server, another thread's subprocess)."""
+    return [worker.pid for worker in getattr(loader._iterator, "_workers", ())]
+
+
+def still_children(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that are still children of this process: running, or ended and not
+    yet reaped (a worker its loader did not stop and wait for)."""
+    return sorted(set(pids) & set(child_pids(os.getpid())))
 
 
 def index_content(index: pipeline.DatasetIndex) -> tuple:

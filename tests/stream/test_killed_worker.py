@@ -21,7 +21,7 @@ from torch.utils.data import get_worker_info
 
 from pipeline import WorkerError, make_loader
 from pipeline.stream.loader import ShardLoader
-from tests.helpers import child_pids, started_since
+from tests.helpers import still_children, worker_pids
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -60,13 +60,12 @@ def kill_one_worker_while_waiting(workers: list[int], how: signal.Signals = sign
 
 def test_a_killed_worker_is_a_clear_error_and_the_saved_state_resumes_exactly(shards: Path) -> None:
     reference = ids(new_loader(shards))
-    before = set(child_pids(os.getpid()))
     loader = new_loader(shards)
     iterator = iter(loader)
     head = ids(next(iterator) for _ in range(20))
     checkpoint = loader.state_dict()
     head += ids(next(iterator) for _ in range(5))  # delivered after the checkpoint: trained on, then lost
-    workers = started_since(before)
+    workers = worker_pids(loader)
     assert len(workers) == 2
     kill_one_worker_while_waiting(workers)
     started = time.monotonic()
@@ -78,7 +77,8 @@ def test_a_killed_worker_is_a_clear_error_and_the_saved_state_resumes_exactly(sh
         for batch in iterator:
             head.append(batch["i"].tolist())
     assert time.monotonic() - started < 5
-    assert started_since(before) == []  # the other worker is stopped too
+    assert still_children(workers) == []  # the other worker is stopped too, and both are reaped
+    assert worker_pids(loader) == []
     assert head == reference[:len(head)]
     after_error = loader.state_dict()
 
@@ -94,10 +94,10 @@ def test_a_killed_worker_is_a_clear_error_and_the_saved_state_resumes_exactly(sh
 def test_a_worker_dead_of_a_bus_error_is_told_of_shards_cut_short_under_it(shards: Path) -> None:
     """A local shard is read through a memory map: truncated or rewritten in place while a worker
     reads it, it kills the worker with SIGBUS, which PyTorch puts down to shared memory."""
-    before = set(child_pids(os.getpid()))
-    iterator = iter(new_loader(shards))
+    loader = new_loader(shards)
+    iterator = iter(loader)
     next(iterator)
-    kill_one_worker_while_waiting(started_since(before), signal.SIGBUS)
+    kill_one_worker_while_waiting(worker_pids(loader), signal.SIGBUS)
     with pytest.raises(WorkerError, match=r"Bus error.* A bus error is memory gone from under a worker: a shard "
                                           r"truncated or rewritten in place while it was read \(local shards are "
                                           r"memory-mapped: replace one by renaming a new file over it\), or "
@@ -108,34 +108,35 @@ def test_a_worker_dead_of_a_bus_error_is_told_of_shards_cut_short_under_it(shard
 
 def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_step(shards: Path) -> None:
     reference = ids(new_loader(shards))
-    before = set(child_pids(os.getpid()))
     loader = new_loader(shards)
-    delivered = []
+    delivered, workers = [], []
     started = None
     with pytest.raises(WorkerError, match=rf"DataLoader worker \(pid(\(s\))? \d+\).* Epoch 0 of the loader over "
                                           rf"{re.escape(str(shards))} stopped after batch \d+; ") as error:
         for batch in loader:
             delivered.append(batch["i"].tolist())
             if len(delivered) == 10:
+                workers = worker_pids(loader)
                 started = time.monotonic()
-                os.kill(started_since(before)[0], signal.SIGKILL)
+                os.kill(workers[0], signal.SIGKILL)
             time.sleep(0.01)  # a training step: where the error often surfaces
     assert started is not None and time.monotonic() - started < 5, error.value
-    assert started_since(before) == []  # the other worker is stopped too
+    assert len(workers) == 2 and still_children(workers) == []  # the other worker is stopped too
+    assert worker_pids(loader) == []  # and none started in their place before the next loop
     done = loader.state_dict()["batches"]
     assert done - len(delivered) in (0, 1)  # the error may come between a batch and its step
     assert delivered == reference[:len(delivered)]
     assert ids(loader) == reference[done:]  # new workers replace the broken ones
 
 
-def _train_until_a_worker_dies(shards: Path, before: set[int], step_s: float) -> weakref.ref:
+def _train_until_a_worker_dies(shards: Path, step_s: float) -> weakref.ref:
     """A training loop in a function of its own (its frame goes when it returns, unless a cycle
     keeps it) whose worker is killed; a weak reference to its loader."""
     loader = new_loader(shards)
     try:
         for n, _ in enumerate(loader):
             if n == 10:
-                os.kill(started_since(before)[0], signal.SIGKILL)
+                os.kill(worker_pids(loader)[0], signal.SIGKILL)
             time.sleep(step_s)
     except WorkerError:
         pass
@@ -147,11 +148,10 @@ def test_a_loader_whose_worker_died_is_freed_without_a_garbage_collection(shards
     reference cycle through the error: one kept the loop's frame, its loader and the DataLoader
     iterator until a collection, which may run in a worker forked later, where the iterator's
     shutdown fails ('can only test a child process')."""
-    before = set(child_pids(os.getpid()))
     gc.disable()
     try:
         for step_s in (0.01, 0.0):  # the death told in a step, or in the wait for a batch
-            assert _train_until_a_worker_dies(shards, before, step_s)() is None
+            assert _train_until_a_worker_dies(shards, step_s)() is None
     finally:
         gc.enable()
 
@@ -181,11 +181,11 @@ def test_a_death_the_signal_does_not_report_is_found_by_the_loader_within_a_seco
     marker = tmp_path / "hanging"
     reference = ids(make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300,
                                 batch_transform=HangInFirstWorker(marker, at=10**9)))
-    before = set(child_pids(os.getpid()))
     loader = make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300,
                          batch_transform=HangInFirstWorker(marker, at=30))
     iterator = iter(loader)
     head = ids([next(iterator)])
+    workers = worker_pids(loader)
     killed = []
 
     def kill_once_hanging() -> None:
@@ -204,7 +204,7 @@ def test_a_death_the_signal_does_not_report_is_found_by_the_loader_within_a_seco
         assert time.monotonic() - killed[0] < 2
     finally:
         signal.signal(signal.SIGCHLD, watched)
-    assert started_since(before) == []
+    assert len(workers) == 2 and still_children(workers) == []
     assert head == reference[:len(head)]
 
 
@@ -213,11 +213,11 @@ def test_a_death_signal_handled_in_a_finalizer_leaves_the_error_to_the_loader(sh
     raised there is printed and dropped. The death is then left to the loader's watch."""
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)
-    before = set(child_pids(os.getpid()))
     loader = new_loader(shards)
     iterator = iter(loader)
     head = ids(next(iterator) for _ in range(10))
-    victim = started_since(before)[0]
+    workers = worker_pids(loader)
+    victim = workers[0]
     watched = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.kill(victim, signal.SIGKILL)
     os.waitid(os.P_PID, victim, os.WEXITED | os.WNOWAIT)
@@ -229,7 +229,7 @@ def test_a_death_signal_handled_in_a_finalizer_leaves_the_error_to_the_loader(sh
     with pytest.raises(WorkerError, match=rf"DataLoader worker \(pid(\(s\))? {victim}\)"):
         for batch in iterator:
             head.append(batch["i"].tolist())
-    assert started_since(before) == []
+    assert still_children(workers) == []
 
 
 def test_a_loop_that_breaks_and_iterates_again_continues_the_epoch(shards: Path) -> None:
