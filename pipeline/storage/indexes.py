@@ -14,8 +14,9 @@ import json
 import os
 import shlex
 import threading
-from dataclasses import dataclass
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from ..format.errors import IndexFormatError
@@ -246,8 +247,44 @@ def location_hint(path: str, patterns: bool = False) -> str:
     splits = not _SPLIT_NAMES.isdisjoint(names)
     if not names or not (given_folder or splits):
         return ""
+    return _sets_hint(folder, names, splits, os.path.join)
+
+
+def _sets_hint(folder: str, names: list[str], splits: bool, join_name: Callable[[str, str], str]) -> str:
     return (f"; {folder} holds the shard sets {', '.join(map(repr, names))}{' (one per split)' if splits else ''}: "
-            f"pass one of them, e.g. {os.path.join(folder, names[0])}")
+            f"pass one of them, e.g. {join_name(folder, names[0])}")
+
+
+def remote_sets_hint(url: str, policy: RetryPolicy | None = None) -> str:
+    """For a remote index file ``url`` that is not there, the splits of a build beside it, as
+    :func:`location_hint` finds them in a local folder: those in its folder (the build's output
+    given, ``s3://bucket/out``), else those beside that folder (a split's name misspelt). A
+    store cannot be listed over HTTP, so each split name is asked for (once, all at a time);
+    ``""`` when none is there."""
+    if urlsplit(url).query:  # a signed URL: nothing beside it can be named
+        return ""
+    once = replace(policy or RetryPolicy.from_env(), attempts=1)
+    folder = parent(url)
+    for place in (folder, parent(folder)):
+        if urlsplit(place).path.strip("/") == "" and place != folder:
+            break  # (a bucket or a host has nothing above it)
+        names = _remote_sets_in(place, once)
+        if names:
+            return _sets_hint(redact(place), names, True, join)
+    return ""
+
+
+def _remote_sets_in(folder: str, policy: RetryPolicy) -> list[str]:
+    """Those of the split names whose ``index.json`` can be read in the remote ``folder``."""
+    def there(name: str) -> bool:
+        try:
+            read_range(join(join(folder, name), INDEX_NAME), 0, 1, policy)
+            return True
+        except SourceError:
+            return False
+    names = sorted(_SPLIT_NAMES)
+    with ThreadPoolExecutor(len(names)) as pool:
+        return [name for name, found in zip(names, pool.map(there, names)) if found]
 
 
 def nothing_at(exc: SourceError) -> bool:
@@ -263,9 +300,11 @@ def http_forbidden(exc: Exception) -> bool:
     return "HTTP 403 " in str(getattr(exc, "reason", None) or exc)
 
 
-def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | None, patterns: bool) -> bytes:
+def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | None, patterns: bool,
+                     hint: bool) -> bytes:
     """The bytes of the index file ``url``; a missing one is a :class:`NoIndexError` saying what
-    to pass instead (a pattern of shards only to a caller that takes one: ``patterns``)."""
+    to pass instead (a pattern of shards only to a caller that takes one: ``patterns``; the
+    splits beside a remote one only where ``hint``, as looking costs requests)."""
     if is_remote(url):
         try:
             return read_bytes(url, policy, stats=stats)
@@ -273,7 +312,8 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
             if not nothing_at(exc):  # not "no index here", which callers may take for shards without one: the
                 # reason says what to do (credentials, a server that does not answer...)
                 raise UnansweredIndexError(url, None, f"cannot read index file ({exc.reason or exc})") from None
-            raise NoIndexError(url, None, f"cannot read index file ({exc.reason or exc}); {_WHAT_TO_PASS}") from None
+            advice = (remote_sets_hint(url, policy) if hint else "") or f"; {_WHAT_TO_PASS}"
+            raise NoIndexError(url, None, f"cannot read index file ({exc.reason or exc}){advice}") from None
     try:
         with open(url, "rb") as file:
             return file.read()
@@ -311,15 +351,16 @@ def _table_opener(base: str, policy: RetryPolicy | None, stats: RetrySink | None
 
 
 def open_index(location: str | os.PathLike[str], policy: RetryPolicy | None = None,
-               stats: RetrySink | None = None, *, patterns: bool = False) -> IndexedShards:
+               stats: RetrySink | None = None, *, patterns: bool = False, hint: bool = True) -> IndexedShards:
     """The index at ``location`` (see the module docstring) and the folder its shard names
     resolve against; remote reads (of the JSON now, of the table's parts later, in whatever
     worker needs them) follow ``policy`` and report their retries to ``stats``. A missing index
     is a :class:`NoIndexError` (whose advice includes a pattern of shards when the caller takes
-    one: ``patterns``), a missing table an :class:`IndexSourceError`, a malformed one an
-    :class:`IndexFormatError`; each names the (redacted) URL or path."""
+    one: ``patterns``, and the splits beside a remote one unless ``hint`` is false: a caller that
+    takes no index there for shards without one), a missing table an :class:`IndexSourceError`,
+    a malformed one an :class:`IndexFormatError`; each names the (redacted) URL or path."""
     url = index_url(location)
-    data = _read_index_file(url, policy, stats, patterns)
+    data = _read_index_file(url, policy, stats, patterns, hint)
     base = parent(url)
     return IndexedShards(parse_index(data, redact(url), _table_opener(base, policy, stats)), base, url)
 

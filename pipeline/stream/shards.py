@@ -64,7 +64,7 @@ def _index_beside(urls: list[str], policy: RetryPolicy | None, stats: RetrySink 
     if not is_remote(folder) and not os.path.isfile(index_url(folder)):
         return None  # no index there: foreign shards
     try:
-        return open_index(folder, policy, stats)
+        return open_index(folder, policy, stats, hint=False)
     except (NoIndexError, UnansweredIndexError):
         return None  # no index there to use: foreign shards (a broken index is an error)
 
@@ -99,14 +99,21 @@ def _refuse_sets_in_a_list(urls: list[str]) -> None:
                              f"'b': 'B/'}} (with weights= if you like)")
 
 
+def _named_like_a_shard(text: str) -> bool:
+    """Whether a location read as a folder may name a shard itself, by its name and scheme: a
+    URL, not of an S3 prefix, whose name does not end in ``/`` or ``.json``. (A local one read
+    as a folder is one.)"""
+    return scheme(text) not in ("file", "s3", "pipe") and not text.endswith(("/", ".json"))
+
+
 def _maybe_a_shard(text: str, exc: Exception) -> bool:
     """Whether a location read as a folder, where ``exc`` says no index can be read, may be a
     shard itself: an HTTP(S) URL whose last name has no suffix (``https://host/data/shard-000001``)
     when the server says nothing is there, or that it is forbidden (as a bucket that may not be
     listed says); a URL of fsspec's (``gs://bucket/shard-000001``) whatever its file system says
     of a path under a file (``NotADirectoryError``, ``FileExistsError``...). Not an S3 prefix:
-    no index there is the error, saying what to pass."""
-    if scheme(text) in ("s3", "pipe") or text.endswith(("/", ".json")):
+    no index there is the error, saying what to pass (and which splits are there)."""
+    if not _named_like_a_shard(text):
         return False
     return scheme(text) not in ("http", "https") or isinstance(exc, NoIndexError) or http_forbidden(exc)
 
@@ -119,7 +126,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         text = os.fspath(source)
         if _is_index_location(text):
             try:
-                return open_index(text, policy, stats, patterns=True)
+                return open_index(text, policy, stats, patterns=True, hint=not _named_like_a_shard(text))
             except (NoIndexError, UnansweredIndexError) as exc:
                 if not _maybe_a_shard(text, exc):
                     raise

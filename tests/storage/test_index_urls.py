@@ -14,14 +14,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import pipeline
 from pipeline.cli import main
 from pipeline.storage import redact
+from pipeline.storage.indexes import NoIndexError
 from tests.storage.conftest import make_bucket, upload_folder
 
-from ..helpers import index_content
+from ..helpers import index_content, read_back
 
 BUCKET = "index-urls"
 FLIPPED_SHARD = "part-000003.tar"
@@ -172,6 +174,42 @@ def test_a_wrong_url_is_one_error_line_naming_it(served: Served, capsys) -> None
     result = _command("verify", nowhere)
     assert result.returncode == 1 and result.stderr.startswith(f"error: {nowhere}/index.json: cannot read index")
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def split_build(web_root: Path) -> Path:
+    """A build split into train and validation (80 and 20 samples), which nginx serves as
+    ``/index-urls-splits``: a folder of shard sets, with no index of its own."""
+    out = web_root / "index-urls-splits"
+    pipeline.write_shards(out, {"x": np.arange(100, dtype=np.float32)[:, None], "y": np.arange(100)},
+                          validation=0.2, quiet=True)
+    return out
+
+
+@pytest.mark.parametrize("server", ["http", "s3"])
+def test_the_folder_of_a_split_build_is_told_to_hold_its_splits(server: str, split_build: Path, request,
+                                                               capsys) -> None:
+    """As a local one is: the build's output given where a split is wanted, or a split's name
+    misspelt. (A location that may be a shard, an HTTP URL without a slash, is not looked around.)"""
+    if server == "http":
+        folder, cause = f"{request.getfixturevalue('nginx')}/index-urls-splits", "HTTP 404 not found"
+        given = {folder + "/": folder, folder + "/index.json": folder, folder + "/trian/": folder + "/trian"}
+    else:
+        request.getfixturevalue("s3_env")
+        make_bucket(BUCKET)
+        for split in ("train", "validation"):
+            upload_folder(split_build / split, BUCKET, f"splits/{split}")
+        folder, cause = f"s3://{BUCKET}/splits", "S3 NoSuchKey: no such key"
+        given = {folder: folder, folder + "/": folder, folder + "/trian": folder + "/trian"}
+    told = f"{folder} holds the shard sets 'train', 'validation' (one per split): pass one of them, e.g. {folder}/train"
+    for url, index_folder in given.items():
+        with pytest.raises(NoIndexError) as error:
+            pipeline.make_loader(url, num_workers=0)
+        assert str(error.value) == f"{index_folder}/index.json: cannot read index file ({cause}); {told}"
+    assert _cli(capsys, "inspect", folder + "/") == (1, "", f"error: {folder}/index.json: cannot read index file "
+                                                            f"({cause}); {told}\n")
+    loader = pipeline.make_loader(f"{folder}/train", num_workers=0, batch_size=10)
+    assert sorted(int(y) for batch in loader for y in batch["y"]) == sorted(read_back(split_build / "train")[1]["y"])
 
 
 def test_verify_describe_and_iter_samples_from_python(served: Served, web_root: Path) -> None:
