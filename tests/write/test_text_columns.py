@@ -68,3 +68,13 @@ def test_a_column_that_is_not_one_string_a_row_is_refused_naming_the_row(tmp_pat
     with pytest.raises(SampleError, match=f"^field 'n' \\(in memory\\): {re.escape(told)}"):
         pipeline.write_shards(tmp_path / "out", {"x": np.arange(4), "n": column}, quiet=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_build_reads_long_texts_of_objects_in_chunks_of_their_size_not_of_their_pointers() -> None:
+    """A pandas column of documents: reads sized by 8-byte pointers would take gigabytes at once."""
+    from pipeline.write.run import _CHUNK_BYTES, chunk_rows_for
+    from pipeline.write.sources.arrays import ArraySource
+
+    texts = np.array(["word " * 2000] * 5000, dtype=object)  # 10 kB each
+    source = ArraySource({"x": np.arange(5000, dtype=np.float32), "text": texts})
+    assert _CHUNK_BYTES // 2 <= chunk_rows_for(source, 1) * 10_004 <= _CHUNK_BYTES

@@ -268,9 +268,17 @@ def _is_text(name: str, col: Column) -> bool:
     return True
 
 
+#: Rows of a column of objects whose sizes estimate a row's (as a build sizes its reads by it).
+_SIZED_ROWS = 1000
+
+
 def _row_bytes(col: Column) -> int:
     if isinstance(col, FileColumn):
         return col.row_bytes
+    if col.dtype.kind == "O" and len(col):  # strings or bytes (see _is_text): what they hold, not their pointers,
+        # or a build of long texts reads chunks of 16 MB of pointers, gigabytes of text
+        step = max(len(col) // _SIZED_ROWS, 1)
+        return max(int(np.mean([len(value) for value in col[::step]])), 1)
     return int(np.prod(col.shape[1:], dtype=np.int64)) * col.dtype.itemsize
 
 
