@@ -103,11 +103,42 @@ def test_features_of_one_row_each_follow_the_lists_given(tmp_path: Path) -> None
     assert np.array_equal(np.stack(as_samples["x"]), x) and [int(v) for v in as_samples["y"]] == y
 
 
-def test_labels_that_are_strings_are_refused_naming_their_file(tmp_path: Path) -> None:
-    folder = dump(tmp_path / "out", 4, [np.ones((4, 2)), np.zeros((4, 2))], [np.array(list("abca"))] * 2)
-    with pytest.raises(SampleError, match=re.escape(
-            f"{folder / 'y_4.job'}: unsupported array dtype <U1 (supported: bool, int8-64, uint8-64, "
-            f"float16/32/64); convert its values to numbers and dump it again (class names: "
-            f"np.unique(labels, return_inverse=True)[1] numbers them)")):
+NAMES = np.array(["dog", "cat", "bird", "cat", "dog", "emu"])
+
+
+@pytest.mark.parametrize("kind", ["numpy", "object", "lists", "flat list"])
+def test_labels_that_are_class_names_are_numbered_by_their_sorted_list_kept_in_the_index(tmp_path: Path,
+                                                                                         kind: str) -> None:
+    """As the one-file-per-sample layout numbers them (the order of torchvision's ImageFolder):
+    NumPy strings, pandas' objects, a batch's names as a list, or a list of one name a sample."""
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    y = {"numpy": [NAMES[:4], NAMES[4:]], "object": [NAMES[:4].astype(object), NAMES[4:].astype(object)],
+         "lists": [NAMES[:4].tolist(), NAMES[4:].tolist()]}
+    if kind == "flat list":
+        folder = dump(dump(tmp_path / "out", 1, x[:4], NAMES[:4].tolist()), 2, x[4:], NAMES[4:].tolist())
+    else:
+        folder = dump(tmp_path / "out", 4, [x[:4], x[4:]], y[kind])
+    fields = built(folder, tmp_path / "shards")
+    assert pipeline.load_index(tmp_path / "shards").metadata == {"classes": ["bird", "cat", "dog", "emu"]}
+    assert [int(v) for v in fields["y"]] == [2, 1, 0, 1, 2, 3]
+    assert np.array_equal(np.stack(fields["x"]), x)
+    splits = pipeline.build_joblib(folder, tmp_path / "split", quiet=True, validation=2)
+    assert [index.metadata for index in splits.values()] == [{"classes": ["bird", "cat", "dog", "emu"]}] * 2
+    held = read_back(tmp_path / "split" / "train")[1], read_back(tmp_path / "split" / "validation")[1]
+    assert sorted((tuple(f["x"][i].tolist()), int(f["y"][i])) for f in held for i in range(len(f["y"]))) == \
+        [(tuple(row), label) for row, label in zip(x.tolist(), [2, 1, 0, 1, 2, 3])]
+
+
+def test_labels_of_names_beside_numbers_or_not_one_a_sample_are_refused_naming_their_files(tmp_path: Path) -> None:
+    folder = dump(dump(tmp_path / "mixed", 1, np.ones((4, 2)), NAMES[:4]), 2, np.ones((2, 2)), np.arange(2))
+    with pytest.raises(SampleError, match=re.escape(f"{folder / 'y_1.job'} holds class names, {folder / 'y_2.job'} "
+                                                    f"numbers: give every label file the same kind of labels")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+    folder = dump(tmp_path / "square", 4, np.ones((4, 2)), NAMES[:4].reshape(4, 1).repeat(2, axis=1))
+    with pytest.raises(SampleError, match=re.escape(f"{folder / 'y_4.job'}: labels of shape [4, 2] are strings: give "
+                                                    f"one class name a sample, or convert its values to numbers")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+    folder = dump(tmp_path / "objects", 4, np.ones((4, 2)), np.array(["a", 1, None, 2.5], dtype=object))
+    with pytest.raises(SampleError, match=re.escape(f"{folder / 'y_4.job'}: ")):
         pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
     assert not (tmp_path / "shards").exists()

@@ -30,9 +30,8 @@ from ..source import Source, span_identity
 _NAME = re.compile(r"^([xy])_(\d+)\.job$")
 #: How a list of arrays is read: each array a batch of samples (joined), or one sample (stacked).
 LISTS = ("batches", "samples")
-#: What to do with a file of values shards cannot store (strings of class names, say).
-_CONVERT = ("convert its values to numbers and dump it again (class names: np.unique(labels, "
-            "return_inverse=True)[1] numbers them)")
+#: What to do with a file of values shards cannot store (Python objects, dates).
+_CONVERT = "convert its values to numbers and dump it again"
 
 
 def _load(path: Path) -> Any:
@@ -112,11 +111,34 @@ def list_reading(labels: Any, number: int, path: Path, lists: str | None) -> str
                       f"--lists samples (lists='samples': {len(labels)} samples, labels of shape {shapes.pop()})")
 
 
-def _label_rows(obj: Any, path: Path, reading: str | None) -> np.ndarray:
-    """Labels of one file, read as :func:`list_reading` said."""
+def _label_rows(obj: Any, path: Path, reading: str | None, classes: list[str] | None = None) -> np.ndarray:
+    """Labels of one file, read as :func:`list_reading` said: class names (``"cat"``, one a
+    sample) as their positions in ``classes`` (left as names when ``classes`` is not known yet)."""
     if reading is None:
-        return storable(obj, path, _CONVERT) if isinstance(obj, np.ndarray) else _not_arrays(obj, path)
-    return storable(_joined(obj, path, reading), path, _CONVERT)
+        rows = obj if isinstance(obj, np.ndarray) else _not_arrays(obj, path)
+    else:
+        rows = _joined(obj, path, reading)
+    if not _class_names(rows, path):
+        return storable(rows, path, _CONVERT)
+    if classes is None:
+        return rows
+    positions = np.searchsorted(classes, rows)
+    unknown = np.flatnonzero(np.asarray(classes + [None], dtype=object)[positions] != rows)
+    if len(unknown):
+        raise SampleError(f"{path} changed while building: label {unknown[0]} ({rows[unknown[0]]!r}) is no class "
+                          f"it had ({', '.join(map(repr, classes[:5]))}...)")
+    return positions.astype(np.int64)
+
+
+def _class_names(rows: np.ndarray, path: Path) -> bool:
+    """Whether labels are class names, one string a sample (a NumPy string array, or an object
+    array of ``str``, as pandas holds them); a column of strings of another shape is refused."""
+    if rows.dtype.kind not in "UO" or (rows.dtype.kind == "O" and not all(type(v) is str for v in rows.flat)):
+        return False
+    if rows.ndim != 1:
+        raise SampleError(f"{path}: labels of shape {list(rows.shape)} are strings: give one class name a sample, "
+                          f"or {_CONVERT}")
+    return True
 
 
 def _joined(arrays: list, path: Path, reading: str) -> np.ndarray:
@@ -128,6 +150,19 @@ def _joined(arrays: list, path: Path, reading: str) -> np.ndarray:
         raise SampleError(f"{path}: its list holds {what} of different shapes: {sorted(map(list, shapes))[:3]}; "
                           f"every {reading[:-1]} needs the same shape")
     return np.stack(arrays) if reading == "samples" else np.concatenate(arrays)
+
+
+def _classes_of(rows: list[np.ndarray], paths: list[Path]) -> list[str] | None:
+    """The sorted class names of labels that are names (each stored as its position in them, as
+    torchvision's ImageFolder numbers its class folders), or ``None`` for labels that are
+    numbers; files of names beside files of numbers are refused, naming one of each."""
+    named = [r.dtype.kind in "UO" for r in rows]
+    if not any(named):
+        return None
+    if not all(named):
+        raise SampleError(f"{paths[named.index(True)]} holds class names, {paths[named.index(False)]} numbers: "
+                          f"give every label file the same kind of labels")
+    return sorted(set().union(*(r.tolist() for r in rows)))
 
 
 def _not_arrays(obj: Any, path: Path) -> np.ndarray:
@@ -227,6 +262,10 @@ class JoblibBatchSource(Source):
         self.lists = lists
         self.readings = [list_reading(labels[b], b, found["y"][b], lists) for b in numbers]
         rows = [_label_rows(labels[b], found["y"][b], reading) for b, reading in zip(numbers, self.readings)]
+        self.classes = _classes_of(rows, self.y_paths)
+        if self.classes is not None:
+            self.metadata = {"classes": self.classes}
+            rows = [_label_rows(r, p, None, self.classes) for r, p in zip(rows, self.y_paths)]
         self._refuse_copies(rows)
         counts = [len(r) for r in rows]
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64).tolist()
@@ -271,7 +310,7 @@ class JoblibBatchSource(Source):
 
     def _batch(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if self._cache is None or self._cache[0] != i:
-            labels = _label_rows(_load(self.y_paths[i]), self.y_paths[i], self.readings[i])
+            labels = _label_rows(_load(self.y_paths[i]), self.y_paths[i], self.readings[i], self.classes)
             expected = self.starts[i + 1] - self.starts[i]
             if len(labels) != expected:
                 raise SampleError(f"{self.y_paths[i]} changed while building: {len(labels)} rows, had {expected}")
