@@ -167,7 +167,8 @@ def to_torch(batch: Columns) -> dict[str, Any]:
     for name, value in batch.items():
         if _numeric(value):
             out[name] = _tensor(value)
-        elif isinstance(value, list) and any(map(_numeric, value)):
+        elif isinstance(value, list) and any(issubclass(kind, np.ndarray) for kind in set(map(type, value))) \
+                and any(map(_numeric, value)):  # (the types first, without a Python call per value: text)
             out[name] = [_tensor(v) if _numeric(v) else v for v in value]
         else:
             out[name] = value
