@@ -130,7 +130,18 @@ def test_the_main_benchmarks_help_lists_the_remote_source() -> None:
     assert run.returncode == 0 and "--source {http,s3,both}" in run.stdout, run.stderr[-3000:]
 
 
-@pytest.mark.parametrize("script", ["bench_index.py", "bench_mixing.py"])
+def test_the_text_benchmark_reads_both_sets_with_and_without_workers(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, str(BENCH.with_name("bench_text.py")), "--quick", "--epochs", "1", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads((tmp_path / "bench_text.json").read_text())["rows"]
+    assert [row["workers"] for row in rows] == [0, 2]
+    assert all(0 < row["ratio"] == row["text"]["samples_per_s"] / row["without"]["samples_per_s"] for row in rows)
+    table = [line.split(" | ")[0] for line in run.stdout.splitlines() if line.startswith("| ")]
+    assert table == ["| workers", "| 0", "| 2"]
+
+
+@pytest.mark.parametrize("script", ["bench_index.py", "bench_mixing.py", "bench_text.py"])
 def test_a_tmp_folder_that_is_not_there_is_a_usage_error(tmp_path: Path, script: str) -> None:
     missing = tmp_path / "missing"
     run = subprocess.run([sys.executable, str(BENCH.with_name(script)), "--quick", "--tmp", str(missing), "--out",
