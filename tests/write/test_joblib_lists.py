@@ -142,3 +142,35 @@ def test_labels_of_names_beside_numbers_or_not_one_a_sample_are_refused_naming_t
     with pytest.raises(SampleError, match=re.escape(f"{folder / 'y_4.job'}: ")):
         pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
     assert not (tmp_path / "shards").exists()
+
+
+def test_a_resumed_build_whose_class_names_changed_numbers_every_shard_by_the_new_list(tmp_path: Path) -> None:
+    """Shards an earlier run finished hold numbers of the names it knew: a name that sorts before
+    them shifts every number, so none of those shards may be kept."""
+    folder = tmp_path / "out"
+    for b, names in ((1, ["cat", "dog", "cat", "dog"]), (2, ["dog", "cat", "dog", "cat"]), (3, ["dog", "dog", "cat", "cat"])):
+        dump(folder, b, np.full((4, 2), b, np.float32), names)
+    (folder / "x_3.job").write_bytes(b"")  # the first run stops at the third file
+    options = {"shard_samples": 4, "pack": 1, "workers": 1, "quiet": True}
+    with pytest.raises(SampleError, match=re.escape(str(folder / "x_3.job"))):
+        pipeline.build_joblib(folder, tmp_path / "shards", **options)
+    dump(folder, 3, np.full((4, 2), 3, np.float32), ["ant", "cat", "dog", "ant"])  # mended, with a new name
+    assert len(list((tmp_path / "shards").glob("*.tar"))) == 2  # the shards of the first two files
+    index = pipeline.build_joblib(folder, tmp_path / "shards", resume=True, **options)
+    classes = index.metadata["classes"]
+    assert classes == ["ant", "cat", "dog"]
+    assert [classes[int(y)] for y in read_back(tmp_path / "shards")[1]["y"]] == \
+        ["cat", "dog", "cat", "dog", "dog", "cat", "dog", "cat", "ant", "cat", "dog", "ant"]
+
+
+def test_class_names_a_numpy_string_would_change_are_numbered_as_they_are(tmp_path: Path) -> None:
+    folder = dump(tmp_path / "out", 3, np.ones((3, 2)), np.array(["a", "a\x00", "b"], dtype=object))
+    assert [int(y) for y in built(folder, tmp_path / "shards")["y"]] == [0, 1, 2]
+    assert pipeline.load_index(tmp_path / "shards").metadata == {"classes": ["a", "a\x00", "b"]}
+
+
+def test_class_names_with_a_gap_are_refused_naming_the_label(tmp_path: Path) -> None:
+    folder = dump(tmp_path / "out", 3, np.ones((3, 2)), np.array(["cat", np.nan, "dog"], dtype=object))
+    with pytest.raises(SampleError, match=re.escape(f"{folder / 'y_3.job'}: label 1 is float nan among class names: "
+                                                    f"give every sample a name")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)

@@ -122,7 +122,7 @@ def _label_rows(obj: Any, path: Path, reading: str | None, classes: list[str] | 
         return storable(rows, path, _CONVERT)
     if classes is None:
         return rows
-    positions = np.searchsorted(classes, rows)
+    positions = np.searchsorted(np.array(classes, dtype=object), rows)  # (objects: NumPy strings drop a last NUL)
     unknown = np.flatnonzero(np.asarray(classes + [None], dtype=object)[positions] != rows)
     if len(unknown):
         raise SampleError(f"{path} changed while building: label {unknown[0]} ({rows[unknown[0]]!r}) is no class "
@@ -133,8 +133,15 @@ def _label_rows(obj: Any, path: Path, reading: str | None, classes: list[str] | 
 def _class_names(rows: np.ndarray, path: Path) -> bool:
     """Whether labels are class names, one string a sample (a NumPy string array, or an object
     array of ``str``, as pandas holds them); a column of strings of another shape is refused."""
-    if rows.dtype.kind not in "UO" or (rows.dtype.kind == "O" and not all(type(v) is str for v in rows.flat)):
+    if rows.dtype.kind not in "UO":
         return False
+    if rows.dtype.kind == "O":
+        other = [row for row, value in enumerate(rows.flat) if type(value) is not str]
+        if len(other) == rows.size:
+            return False
+        if other:  # names with a gap (None, NaN from pandas) or a number among them
+            raise SampleError(f"{path}: label {other[0]} is {type(rows.flat[other[0]]).__name__} "
+                              f"{rows.flat[other[0]]!r} among class names: give every sample a name")
     if rows.ndim != 1:
         raise SampleError(f"{path}: labels of shape {list(rows.shape)} are strings: give one class name a sample, "
                           f"or {_CONVERT}")
@@ -306,7 +313,10 @@ class JoblibBatchSource(Source):
         return self._row_bytes
 
     def identity(self, digest: Any, start: int, stop: int) -> None:
+        """The batches and rows of ``[start, stop)``, and the class names their labels number (a
+        name added since shifts every number: a resume then writes every shard again)."""
         span_identity(digest, self.starts, self.batches.__getitem__, start, stop)
+        digest.update(repr(self.classes).encode())
 
     def _batch(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if self._cache is None or self._cache[0] != i:
