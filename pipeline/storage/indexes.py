@@ -265,9 +265,8 @@ def remote_sets_hint(url: str, policy: RetryPolicy | None = None) -> str:
         return ""
     once = replace(policy or RetryPolicy.from_env(), attempts=1)
     folder = parent(url)
-    for place in (folder, parent(folder)):
-        if urlsplit(place).path.strip("/") == "" and place != folder:
-            break  # (a bucket or a host has nothing above it)
+    above = [parent(folder)] if urlsplit(folder).path.strip("/") else []  # (a bucket or a host has nothing above)
+    for place in (folder, *above):
         names = _remote_sets_in(place, once)
         if names:
             return _sets_hint(redact(place), names, True, join)

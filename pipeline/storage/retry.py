@@ -9,6 +9,7 @@ every dataset of the process and every reader thread would share.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import socket
@@ -202,8 +203,9 @@ def _setting(name: str, default: float, kind: Callable[[str], float], positive: 
         value = kind(text)
     except ValueError:
         value = None
-    if value is None or (positive and not value > 0):  # (not > 0: NaN too)
-        unit = "a whole number" if kind is int else "a number of seconds" + (" above 0" if positive else "")
+    if value is None or (positive and not 0 < value < math.inf):  # (NaN too; inf overflows the clients' timers)
+        unit = "a whole number" if kind is int else ("a finite number of seconds above 0" if positive
+                                                     else "a number of seconds")
         raise ValueError(f"{name}={text!r} is not {unit} (unset it for the default, {default:g})") from None
     return value
 

@@ -31,6 +31,7 @@ from ..storage.indexes import (
     index_url,
     location_hint,
     open_index,
+    remote_sets_hint,
 )
 from ..storage.opener import local_path
 from ..storage.retry import RetryPolicy, RetrySink
@@ -130,6 +131,9 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             except (NoIndexError, UnansweredIndexError) as exc:
                 if not _maybe_a_shard(text, exc):
                     raise
+                if isinstance(exc, NoIndexError) and remote_sets_hint(index_url(text), policy):
+                    # a folder of splits, not a shard (gs://bucket/out, https://host/out): the error says which
+                    return open_index(text, policy, stats, patterns=True)
         urls = list(braceexpand(text))
     else:
         urls = [os.fspath(u) for u in source]

@@ -8,6 +8,7 @@ so the shared shard set stays intact for the other tests.
 from __future__ import annotations
 
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -189,18 +190,25 @@ def split_build(web_root: Path) -> Path:
 @pytest.mark.parametrize("server", ["http", "s3"])
 def test_the_folder_of_a_split_build_is_told_to_hold_its_splits(server: str, split_build: Path, request,
                                                                capsys) -> None:
-    """As a local one is: the build's output given where a split is wanted, or a split's name
-    misspelt. (A location that may be a shard, an HTTP URL without a slash, is not looked around.)"""
+    """As a local one is: the build's output given where a split is wanted (with or without its
+    slash), or a split's name misspelt, also at the top of a bucket."""
     if server == "http":
         folder, cause = f"{request.getfixturevalue('nginx')}/index-urls-splits", "HTTP 404 not found"
-        given = {folder + "/": folder, folder + "/index.json": folder, folder + "/trian/": folder + "/trian"}
+        given = {folder: folder, folder + "/": folder, folder + "/index.json": folder,
+                 folder + "/trian/": folder + "/trian"}
     else:
         request.getfixturevalue("s3_env")
-        make_bucket(BUCKET)
-        for split in ("train", "validation"):
-            upload_folder(split_build / split, BUCKET, f"splits/{split}")
+        for bucket, prefix in ((BUCKET, "splits/"), ("index-urls-splits", "")):
+            make_bucket(bucket)
+            for split in ("train", "validation"):
+                upload_folder(split_build / split, bucket, f"{prefix}{split}")
         folder, cause = f"s3://{BUCKET}/splits", "S3 NoSuchKey: no such key"
         given = {folder: folder, folder + "/": folder, folder + "/trian": folder + "/trian"}
+        root = "s3://index-urls-splits"
+        with pytest.raises(NoIndexError, match=re.escape(f"{root}/trian/index.json: cannot read index file ({cause}); "
+                                                         f"{root} holds the shard sets 'train', 'validation' (one per "
+                                                         f"split): pass one of them, e.g. {root}/train") + "$"):
+            pipeline.make_loader(f"{root}/trian", num_workers=0)
     told = f"{folder} holds the shard sets 'train', 'validation' (one per split): pass one of them, e.g. {folder}/train"
     for url, index_folder in given.items():
         with pytest.raises(NoIndexError) as error:

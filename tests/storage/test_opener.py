@@ -11,6 +11,7 @@ import pytest
 import pipeline
 from pipeline import SourceError
 from pipeline.storage import join, open_stream, read_range, redact
+from pipeline.storage.indexes import NoIndexError
 from tests.stream.shardsets import uneven_shards
 
 
@@ -72,8 +73,14 @@ def test_a_set_through_fsspec_streams_by_its_folder_url_with_or_without_its_slas
             loader = pipeline.make_loader(url, batch_size=16, num_workers=0)
             assert sorted(int(i) for batch in loader for i in batch["i"]) == list(range(samples)), url
         assert len(pipeline.make_loader("memory://fsspec-set", batch_size=16, num_workers=0)) == 5  # indexed
+        for path in folder.iterdir():  # a build of splits, given by its folder: not read as a shard ("not found")
+            memory.pipe(f"/fsspec-splits/train/{path.name}", path.read_bytes())
+        with pytest.raises(NoIndexError, match=r"memory://fsspec-splits/index.json: cannot read index file \(.*\); "
+                                               r"memory://fsspec-splits holds the shard sets 'train' \(one per split\): "
+                                               r"pass one of them, e.g. memory://fsspec-splits/train$"):
+            pipeline.make_loader("memory://fsspec-splits", num_workers=0)
     finally:
-        memory.rm(["/fsspec-set", "/fsspec-bare"], recursive=True)
+        memory.rm(["/fsspec-set", "/fsspec-bare", "/fsspec-splits"], recursive=True)
 
 
 def test_urls_join_like_folders() -> None:
@@ -98,14 +105,15 @@ def test_a_retry_setting_that_is_not_a_number_is_an_error_naming_it(monkeypatch)
 
 
 @pytest.mark.parametrize("name, value, default", [("PIPELINE_READ_TIMEOUT", "0", "30"),
-                                                  ("PIPELINE_CONNECT_TIMEOUT", "-1", "10")])
+                                                  ("PIPELINE_CONNECT_TIMEOUT", "-1", "10"),
+                                                  ("PIPELINE_READ_TIMEOUT", "inf", "30")])
 def test_a_timeout_of_no_time_is_an_error_naming_it(nginx: str, monkeypatch, name: str, value: str,
                                                     default: str) -> None:
     """Not urllib3's refusal at the first request, which names no setting."""
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError) as refused:
         pipeline.make_loader(f"{nginx}/data/", num_workers=0)
-    assert str(refused.value) == f"{name}='{value}' is not a number of seconds above 0 (unset it for the default, {default})"
+    assert str(refused.value) == f"{name}='{value}' is not a finite number of seconds above 0 (unset it for the default, {default})"
 
 
 @pytest.mark.parametrize("workers", [0, 2])
