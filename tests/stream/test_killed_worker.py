@@ -204,7 +204,7 @@ def test_a_death_the_signal_does_not_report_is_found_by_the_loader_within_a_seco
         assert time.monotonic() - killed[0] < 2
     finally:
         signal.signal(signal.SIGCHLD, watched)
-    assert len(workers) == 2 and still_children(workers) == []
+    assert len(workers) == 2 and still_children(workers) == [] and worker_pids(loader) == []
     assert head == reference[:len(head)]
 
 
@@ -229,7 +229,7 @@ def test_a_death_signal_handled_in_a_finalizer_leaves_the_error_to_the_loader(sh
     with pytest.raises(WorkerError, match=rf"DataLoader worker \(pid(\(s\))? {victim}\)"):
         for batch in iterator:
             head.append(batch["i"].tolist())
-    assert still_children(workers) == []
+    assert still_children(workers) == [] and worker_pids(loader) == []
 
 
 def test_a_loop_that_breaks_and_iterates_again_continues_the_epoch(shards: Path) -> None:

@@ -278,7 +278,8 @@ def _row_bytes(col: Column) -> int:
     if col.dtype.kind == "O" and len(col):  # strings or bytes (see _is_text): what they hold, not their pointers,
         # or a build of long texts reads chunks of 16 MB of pointers, gigabytes of text
         step = max(len(col) // _SIZED_ROWS, 1)
-        return max(int(np.mean([len(value) for value in col[::step]])), 1)
+        return max(int(np.mean([len(value.encode("utf-8", "surrogatepass") if type(value) is str else value)
+                                for value in col[::step]])), 1)
     return int(np.prod(col.shape[1:], dtype=np.int64)) * col.dtype.itemsize
 
 
