@@ -51,7 +51,10 @@ class IndexSourceError(IndexFormatError, SourceError):
 
 class NoIndexError(IndexSourceError):
     """No index file can be read at a location: for a folder of shards, not an error in itself
-    (its shards are then streamed without an index)."""
+    (its shards are then streamed without an index). ``splits_beside``: whether the message
+    names the splits of a build found beside it (then the location is no shard either)."""
+
+    splits_beside = False
 
 
 class UnansweredIndexError(IndexSourceError):
@@ -311,8 +314,10 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
             if not nothing_at(exc):  # not "no index here", which callers may take for shards without one: the
                 # reason says what to do (credentials, a server that does not answer...)
                 raise UnansweredIndexError(url, None, f"cannot read index file ({exc.reason or exc})") from None
-            advice = (remote_sets_hint(url, policy) if hint else "") or f"; {_WHAT_TO_PASS}"
-            raise NoIndexError(url, None, f"cannot read index file ({exc.reason or exc}){advice}") from None
+            splits = remote_sets_hint(url, policy) if hint else ""
+            missing = NoIndexError(url, None, f"cannot read index file ({exc.reason or exc}){splits or '; ' + _WHAT_TO_PASS}")
+            missing.splits_beside = bool(splits)
+            raise missing from None
     try:
         with open(url, "rb") as file:
             return file.read()

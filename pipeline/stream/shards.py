@@ -31,7 +31,6 @@ from ..storage.indexes import (
     index_url,
     location_hint,
     open_index,
-    remote_sets_hint,
 )
 from ..storage.opener import local_path
 from ..storage.retry import RetryPolicy, RetrySink
@@ -100,21 +99,16 @@ def _refuse_sets_in_a_list(urls: list[str]) -> None:
                              f"'b': 'B/'}} (with weights= if you like)")
 
 
-def _named_like_a_shard(text: str) -> bool:
-    """Whether a location read as a folder may name a shard itself, by its name and scheme: a
-    URL, not of an S3 prefix, whose name does not end in ``/`` or ``.json``. (A local one read
-    as a folder is one.)"""
-    return scheme(text) not in ("file", "s3", "pipe") and not text.endswith(("/", ".json"))
-
-
 def _maybe_a_shard(text: str, exc: Exception) -> bool:
     """Whether a location read as a folder, where ``exc`` says no index can be read, may be a
     shard itself: an HTTP(S) URL whose last name has no suffix (``https://host/data/shard-000001``)
     when the server says nothing is there, or that it is forbidden (as a bucket that may not be
     listed says); a URL of fsspec's (``gs://bucket/shard-000001``) whatever its file system says
-    of a path under a file (``NotADirectoryError``, ``FileExistsError``...). Not an S3 prefix:
-    no index there is the error, saying what to pass (and which splits are there)."""
-    if not _named_like_a_shard(text):
+    of a path under a file (``NotADirectoryError``, ``FileExistsError``...). Not a local folder,
+    nor an S3 prefix, nor a folder of splits (``gs://bucket/out`` holding ``train``): no index
+    there is the error, saying what to pass (and which splits are there)."""
+    if scheme(text) in ("file", "s3", "pipe") or text.endswith(("/", ".json")) or \
+            getattr(exc, "splits_beside", False):
         return False
     return scheme(text) not in ("http", "https") or isinstance(exc, NoIndexError) or http_forbidden(exc)
 
@@ -127,13 +121,10 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         text = os.fspath(source)
         if _is_index_location(text):
             try:
-                return open_index(text, policy, stats, patterns=True, hint=not _named_like_a_shard(text))
+                return open_index(text, policy, stats, patterns=True)
             except (NoIndexError, UnansweredIndexError) as exc:
                 if not _maybe_a_shard(text, exc):
                     raise
-                if isinstance(exc, NoIndexError) and remote_sets_hint(index_url(text), policy):
-                    # a folder of splits, not a shard (gs://bucket/out, https://host/out): the error says which
-                    return open_index(text, policy, stats, patterns=True)
         urls = list(braceexpand(text))
     else:
         urls = [os.fspath(u) for u in source]
