@@ -27,11 +27,13 @@ import numpy as np
 from .errors import SampleError
 from .msgpack_walk import (
     BFLOAT16_EXT,
+    CONTAINER_TAGS,
     EXT_FIXED,
     EXT_TYPES,
     EXT_WIDTH,
     NUMPY_EXT,
     declared_length,
+    decode_container,
     ext_code,
     field_name,
     object_end,
@@ -370,9 +372,12 @@ def decode_record(data: bytes | memoryview) -> dict[str, Any]:
         name, pos = field_name(view, pos)
         if name in fields:
             raise SampleError(f"field {name!r} appears twice")
-        end = object_end(view, pos)
-        fields[name] = _field_value(view, pos, end, name)
-        pos = end
+        decoded = decode_container(view, pos, ext_hook=_ext_hook, raw=False, strict_map_key=True) \
+            if pos < len(view) and view[pos] in CONTAINER_TAGS else None
+        if decoded is None:
+            end = object_end(view, pos)
+            decoded = _field_value(view, pos, end, name), end
+        fields[name], pos = decoded
     if pos != len(view):
         raise SampleError(f"{len(view) - pos} bytes after the record's map")
     return fields

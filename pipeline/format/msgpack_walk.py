@@ -1,12 +1,17 @@
 """Walking a msgpack record by its headers alone: where each object ends, and the field names.
 
-Decoding a record (``codec.decode_record``) needs the bounds of each field's value before it
-decodes anything, so that declared lengths are checked against the record's bytes and an
-array field can be a view of the record itself. These functions find those bounds without
-allocating and without recursion.
+Decoding a record (``codec.decode_record``) needs the bounds of each field's value, so that
+declared lengths are checked against the record's bytes and an array field can be a view of
+the record itself. These functions find those bounds without allocating and without
+recursion; ``decode_container`` finds them with msgpack's C decoder where that is safe, as
+walking a long list of strings in Python costs more than decoding it.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+import msgpack
 
 from .errors import SampleError
 
@@ -20,6 +25,14 @@ EXT_TYPES = (NUMPY_EXT, BFLOAT16_EXT)
 EXT_FIXED = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
 EXT_WIDTH = {0xC7: 1, 0xC8: 2, 0xC9: 4}
 STR_WIDTH = {0xD9: 1, 0xDA: 2, 0xDB: 4}
+#: Header bytes of lists and maps.
+CONTAINER_TAGS = frozenset([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF])
+#: Types of values that hold no extension: a list or map of these holds no timestamp that
+#: msgpack made of an extension of type -1 (which records never hold), so needs no walk.
+_PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
+#: Bytes first handed to the C decoder; it gets more (doubling) until the object is whole, so
+#: the bytes copied are at most about twice the object's (not the rest of the record's).
+_FIRST_FEED = 1 << 16
 FIXED_SIZES = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCC: 2, 0xD0: 2, 0xCD: 3, 0xD1: 3, 0xCA: 5, 0xCE: 5, 0xD2: 5,
                 0xCB: 9, 0xCF: 9, 0xD3: 9}
 
@@ -107,3 +120,37 @@ def field_name(view: memoryview, pos: int) -> tuple[str, int]:
         return str(view[start:end], "utf-8"), end
     except UnicodeDecodeError:
         raise SampleError(f"field name at byte {pos} is not UTF-8") from None
+
+
+def _holds_only_plain(value: Any) -> bool:
+    if type(value) is list:
+        return set(map(type, value)) <= _PLAIN
+    return type(value) is dict and set(map(type, value.values())) <= _PLAIN  # keys: str or bytes
+
+
+def decode_container(view: memoryview, pos: int, **unpack_options: Any) -> tuple[Any, int] | None:
+    """The list or map at ``pos`` decoded by msgpack (with ``unpack_options``) and where it
+    ends, or None where msgpack cannot decode it (the caller's walk then says why). Lengths
+    are bounded by the record's bytes as the walk bounds them; a value that holds lists, maps
+    or extensions is also walked (``object_end``), which refuses the extensions records never
+    hold and msgpack would turn into values (type -1, timestamps)."""
+    rest = view[pos:]
+    if not rest:
+        return None
+    unpacker = msgpack.Unpacker(max_buffer_size=len(rest), **unpack_options)
+    fed = 0
+    while True:
+        more = min(len(rest), max(_FIRST_FEED, 2 * fed))
+        unpacker.feed(rest[fed:more])
+        fed = more
+        try:
+            value = unpacker.unpack()
+            break
+        except msgpack.OutOfData:
+            if fed == len(rest):
+                return None
+        except Exception:  # msgpack raises several unrelated types on bad input: the walk tells
+            return None
+    if not _holds_only_plain(value):
+        object_end(view, pos)  # refuses the extensions msgpack decoded and records never hold
+    return value, pos + unpacker.tell()

@@ -61,7 +61,7 @@ def _gather_array(column: np.ndarray, index: np.ndarray, shared: bool) -> Any:
 def _gather_list(column: list, index: np.ndarray, shared: bool) -> Any:
     """Rows of a list column: equally shaped arrays are stacked straight into the batch buffer
     (one copy per sample), anything else stays a list."""
-    values = [column[i] for i in index]
+    values = list(map(column.__getitem__, index.tolist()))
     first = values[0] if values else None
     if isinstance(first, torch.Tensor) and all(  # bfloat16 samples (NumPy has no such dtype)
             isinstance(v, torch.Tensor) and v.shape == first.shape and v.dtype == first.dtype for v in values):

@@ -66,6 +66,34 @@ def test_native_values_round_trip() -> None:
     assert isinstance(out["raw"], bytes)
 
 
+def test_a_list_longer_than_the_first_bytes_given_to_msgpack_ends_where_it_ends() -> None:
+    """msgpack's decoder gets a list's bytes 64 KB first, then more: a list of 300 KB decodes
+    whole, and the fields after it decode from where it ends, in either order."""
+    names = [f"images/{i:09d}.jpg" for i in range(15_000)]
+    sample = {"name": names, "meta": {"k": "v" * 70_000, "n": None}, "x": np.arange(6, dtype=np.int16), "y": 7}
+    for order in (sample, dict(reversed(sample.items()))):
+        out = roundtrip(order)
+        assert list(out) == list(order)
+        assert out["name"] == names and out["meta"] == sample["meta"] and out["y"] == 7
+        assert out["x"].tolist() == list(range(6))
+    truncated = encode_sample({"name": names, "y": 7}, "k")[:200_000]
+    with pytest.raises(SampleError, match=r"^record truncated at byte 200000$"):
+        decode_record(truncated)
+
+
+NATIVE = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats(allow_nan=False)
+                      | st.text(max_size=40) | st.binary(max_size=40),
+                      lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner, max_size=6),
+                      max_leaves=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text("abcé_", min_size=1, max_size=8).filter(lambda name: not name.startswith("__")),
+                       NATIVE, min_size=1, max_size=5))
+def test_any_record_of_native_values_decodes_as_msgpack_decodes_it(sample: dict) -> None:
+    assert roundtrip(sample) == msgpack.unpackb(encode_sample(sample, "k"), raw=False)
+
+
 def test_numpy_scalars_become_zero_d_arrays_of_the_same_dtype() -> None:
     out = roundtrip({"a": np.int16(-3), "b": np.float64(2.5), "c": np.bool_(True)})
     assert out["a"].dtype == np.int16 and out["a"].shape == () and out["a"] == -3

@@ -79,6 +79,8 @@ def test_deep_nesting_is_an_error_not_a_recursion_crash(opener: bytes, as_record
     (msgpack.packb(msgpack.ExtType(127, b"xyzw")), 127),
     (msgpack.packb(msgpack.Timestamp(1)), -1),  # msgpack itself would decode this one into a Timestamp
     (msgpack.packb([1, msgpack.Timestamp(1)]), -1),
+    (msgpack.packb({"t": msgpack.Timestamp(1)}), -1),
+    (msgpack.packb(["x" * 70_000, [msgpack.Timestamp(1)]]), -1),  # past the first bytes msgpack is given
     (b"\x81\xa1k\xc8\x01\x2c\x80" + bytes(300), -128),  # ext 16 of type -128 inside a map
 ])
 def test_unknown_extension_types_are_refused_at_any_depth(value: bytes, code: int) -> None:
