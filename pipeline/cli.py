@@ -103,7 +103,8 @@ def _cmd_imagefolder(args: argparse.Namespace) -> None:
     if args.quality is not None and args.max_side is None:  # (told in the options' own names)
         raise ValueError(f"--quality {args.quality} is the JPEG quality of the images --max-side shrinks: give "
                          f"--max-side too (without it, images are stored as they are)")
-    build_imagefolder(args.root, args.out, max_side=args.max_side, quality=args.quality, **_options(args))
+    build_imagefolder(args.root, args.out, max_side=args.max_side, quality=args.quality,
+                      classes=args.classes.split(",") if args.classes else None, **_options(args))
 
 
 def _table_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -223,6 +224,8 @@ def _add_build_commands(commands: Any) -> None:
     images.add_argument("--max-side", type=values.positive, metavar="PIXELS",
                         help="shrink images whose longer side is larger, re-encoded as JPEG (default: bytes kept)")
     images.add_argument("--quality", type=values.percent, help="JPEG quality of the images --max-side shrinks (default 90)")
+    images.add_argument("--classes", metavar="A,B,C", help="the class list labels number (default: the class folders "
+                                                          "found, sorted), e.g. the training set's for a test folder")
     images.set_defaults(run=_cmd_imagefolder)
     parquet = _command(layouts, "parquet", "from Parquet files: a row is a sample, a column a field (needs pyarrow)",
                        "  pipeline build parquet table.parquet shards --validation 0.1\n"

@@ -236,6 +236,12 @@ def test_a_tar_beside_the_shards_that_the_index_does_not_name_is_noted(three: Pa
     shutil.copy(three / "train-000000.tar", three / "train-000003.tar")
     note = "note s/train-000003.tar: beside the shards, not in the index (pipeline index would take it for one of them)"
     assert run(capsys, "verify", "s", "--quiet") == (0, f"{note}\nverified s: every shard matches its index\n", "")
+    with pytest.warns(UserWarning, match=re.escape("s holds 1 shard(s) its index does not name (e.g. train-000003.tar): "
+                                                   "they are not read; build them into the set, or index the folder's "
+                                                   "shards anew (pipeline index s), or move them out")) as caught:
+        loader = pipeline.make_loader("s", batch_size=4, num_workers=2)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert sum(len(batch["x"]) for batch in loader) == pipeline.load_index("s").samples
     for part in range(2):  # the parts of a build in one folder: each index names its own shards
         pipeline.write_shards("p", {"x": np.arange(40)}, shard_samples=10, part=pipeline.Part(part, 2), quiet=True)
     assert run(capsys, "verify", "p/index.part-00000-of-00002.json", "--quiet") == (

@@ -30,7 +30,7 @@ from typing import BinaryIO, Callable
 from ..format.index import DatasetIndex, index_fix
 from ..format.verify import IndexProblem, PackProblem, Problem, ValueProblem, verify_stream, verify_table_stream
 from ..storage import SourceError, is_remote, join, open_stream, redact
-from ..storage.indexes import index_url, open_index
+from ..storage.indexes import index_url, open_index, strays
 from .images import image_check
 
 #: The word ``pipeline verify`` prints before each file: sound, failed, or in doubt (it disagrees
@@ -164,23 +164,11 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
             outcome.failed += 1
             outcome.as_built += isinstance(problem, ValueProblem)
             report(FAILED, url, problem)
-    for name in _strays(base, index):
+    for name in strays(base, index):
         if on_file is not None:
             on_file(NOTE, f"{_shown(join(base, name))}: beside the shards, not in the index (pipeline index would take "
                           f"it for one of them)", None)
     return outcome
-
-
-def _strays(base: str, index: DatasetIndex) -> list[str]:
-    """The ``.tar`` files in a local set's folder that its index does not name: a copy left
-    there, say, which re-indexing the folder would take for data."""
-    if is_remote(base) or not os.path.isdir(base):
-        return []
-    names = os.listdir(base)
-    if sum(name.startswith("index") and name.endswith(".json") for name in names) > 1:
-        return []  # the parts of a build: each index names its own shards
-    named = set(index.shards.names)
-    return sorted(name for name in names if name.endswith(".tar") and name not in named)
 
 
 def verify(location: str | os.PathLike[str], on_file: FileReport | None = None, images: bool = False) -> list[Problem]:

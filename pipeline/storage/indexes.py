@@ -369,6 +369,19 @@ def open_index(location: str | os.PathLike[str], policy: RetryPolicy | None = No
     return IndexedShards(parse_index(data, redact(url), _table_opener(base, policy, stats)), base, url)
 
 
+def strays(base: str, index: DatasetIndex) -> list[str]:
+    """The ``.tar`` files in a local set's folder that its index does not name: shards added
+    after the build, or a copy left there, which the set does not read and re-indexing the
+    folder would take for data."""
+    if is_remote(base) or not os.path.isdir(base):
+        return []
+    names = os.listdir(base)
+    if sum(name.startswith("index") and name.endswith(".json") for name in names) > 1:
+        return []  # the parts of a build: each index names its own shards
+    named = set(index.shards.names)
+    return sorted(name for name in names if name.endswith(".tar") and name not in named)
+
+
 def load_index(location: str | os.PathLike[str]) -> DatasetIndex:
     """An index from a local file or folder, or from a URL (``http(s)://``, ``s3://``...) of an
     ``index.json`` or of a folder or bucket prefix holding one."""

@@ -115,7 +115,9 @@ class Images:
         failed: dict[int, str] = {}
         for row, data in enumerate(values):
             try:
-                if data is None or not isinstance(data, (bytes, bytearray, memoryview)):
+                if data is None:
+                    raise ImageError("the sample lacks this field")
+                if not isinstance(data, (bytes, bytearray, memoryview)):
                     raise ImageError(f"not image bytes but {type(data).__name__}")
                 image = decode(data, functools.partial(self.box, draws=None if draws is None else draws[row]),
                                width, height)

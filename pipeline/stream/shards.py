@@ -31,6 +31,7 @@ from ..storage.indexes import (
     index_url,
     location_hint,
     open_index,
+    strays,
 )
 from ..storage.opener import local_path
 from ..storage.retry import RetryPolicy, RetrySink
@@ -99,6 +100,16 @@ def _refuse_sets_in_a_list(urls: list[str]) -> None:
                              f"'b': 'B/'}} (with weights= if you like)")
 
 
+def _warn_of_strays(indexed: IndexedShards) -> None:
+    """Shards in a local set's folder that its index does not name are not read: a warning, as
+    such shards are most often added after the build, and meant to be read."""
+    found = strays(indexed.base, indexed.index)
+    if found:
+        warn_caller(f"{indexed.base} holds {len(found)} shard(s) its index does not name (e.g. {found[0]}): they are "
+                    f"not read; build them into the set, or index the folder's shards anew (pipeline index "
+                    f"{indexed.base}), or move them out")
+
+
 def _maybe_a_shard(text: str, exc: Exception) -> bool:
     """Whether a location read as a folder, where ``exc`` says no index can be read, may be a
     shard itself: an HTTP(S) URL whose last name has no suffix (``https://host/data/shard-000001``)
@@ -121,10 +132,13 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         text = os.fspath(source)
         if _is_index_location(text):
             try:
-                return open_index(text, policy, stats, patterns=True)
+                indexed = open_index(text, policy, stats, patterns=True)
             except (NoIndexError, UnansweredIndexError) as exc:
                 if not _maybe_a_shard(text, exc):
                     raise
+            else:
+                _warn_of_strays(indexed)
+                return indexed
         urls = list(braceexpand(text))
     else:
         urls = [os.fspath(u) for u in source]

@@ -135,6 +135,7 @@ def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, flo
     if epoch_samples is not None and samples and set(samples) == set(names) and sum(samples.values()) != epoch_samples:
         raise ValueError(f"samples= gives every source its count, {sum(samples.values())} in all, and epoch_samples= "
                          f"says {epoch_samples}: give one or the other")
+    _refuse_other_classes(shards)
     sizes = [shards[n].index.samples for n in names]
     if weights is not None:
         missing = [n for n in names if n not in weights and n not in (samples or {})]
@@ -148,6 +149,22 @@ def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, flo
         raise ValueError(f"sources {empty} hold no samples: a mix cannot take a share of them (give them weight 0, "
                          f"or leave them out)")
     return SourceSet(names, [shards[n] for n in names], counts)
+
+
+def _refuse_other_classes(shards: Mapping[str, IndexedShards]) -> None:
+    """Sources whose builds numbered their classes differently (``metadata["classes"]``) give a
+    label two meanings in a mix: an error naming the first such label. (One list may go on
+    where the other ends: the labels both have still agree.)"""
+    listed = [(name, s.index.metadata["classes"]) for name, s in shards.items()
+              if isinstance(s.index.metadata.get("classes"), list)]
+    for name, classes in listed[1:]:
+        first, first_classes = listed[0]
+        label = next((i for i, (a, b) in enumerate(zip(first_classes, classes)) if a != b), None)
+        if label is not None:
+            raise ValueError(f"sources {first!r} and {name!r} number their classes differently: label {label} is "
+                             f"{first_classes[label]!r} in {first!r} and {classes[label]!r} in {name!r} "
+                             f"({first!r}: {first_classes}, {name!r}: {classes}); build them with one class list "
+                             f"(build_imagefolder(..., classes=[...]), pipeline build imagefolder --classes a,b,c)")
 
 
 def _digest(shards: IndexedShards) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from ..caller_warning import warn_caller
 from ..format.errors import ShardError
 from ..format.index import Schema
 from .batching import shared_empty
@@ -38,16 +39,30 @@ def check_image_fields(images: Mapping[str, Images], schema: Schema | None,
     if not isinstance(images, Mapping):
         raise TypeError(f"images takes a dict of field names to Images(...), such as images={{'image': Images(224)}}, "
                         f"got {type(images).__name__}")
-    for name, spec in images.items():
+    for key, spec in images.items():
         if not isinstance(spec, Images):
-            raise TypeError(f"images[{name!r}] must be an Images(...), got {type(spec).__name__}")
-        if fields is not None and name not in fields:
-            raise ValueError(f"images names field {name!r}, which fields={list(fields)} leaves out: add it to fields")
-        if schema and name not in schema:
-            raise ValueError(f"images names field {name!r}, which the index does not have (it has {sorted(schema)})")
-        if schema and schema[name].dtype != "bytes":
-            raise ValueError(f"images names field {name!r}, which holds {schema[name].dtype}, not image bytes")
+            raise TypeError(f"images[{key!r}] must be an Images(...), got {type(spec).__name__}")
+        for name in alternatives(key):
+            if fields is not None and name not in fields:
+                raise ValueError(f"images names field {name!r}, which fields={list(fields)} leaves out: add it to "
+                                 f"fields")
+            if schema and name not in schema:
+                raise ValueError(f"images names field {name!r}, which the index does not have (it has "
+                                 f"{sorted(schema)})")
+            if schema and schema[name].dtype != "bytes":
+                raise ValueError(f"images names field {name!r}, which holds {schema[name].dtype}, not image bytes")
+        if schema and key in schema and schema[key].optional:
+            warn_caller(f"images names field {key!r}, which some samples lack (the index marks it optional): each "
+                        f"of them is an error, or with on_error='skip' replaced by another sample; if the others "
+                        f"hold their image in another field (.png where these have .jpg), name both: "
+                        f"images={{'{key};png': ...}} decodes whichever a sample has")
     return dict(images)
+
+
+def alternatives(key: str) -> list[str]:
+    """The fields an ``images`` key names: ``"jpg;png"`` is a sample's ``jpg``, or its ``png``
+    where it has no ``jpg`` (as webdataset's ``to_tuple("jpg;png")`` reads them)."""
+    return key.split(";")
 
 
 @dataclass
@@ -72,7 +87,7 @@ class ImageDecoding:
         with self.stats.timing(Count.DECODE):
             failed: dict[int, str] = {}
             for name, spec in self.images.items():
-                values = unit[name]
+                values = _first_present(unit, alternatives(name))
                 out = shared_empty(spec.batch_shape(len(values)), np.dtype(np.uint8)) if shared else \
                     np.empty(spec.batch_shape(len(values)), np.uint8)
                 seeds = row_seeds(self.seed, epoch, places) if spec.random else None
@@ -113,6 +128,15 @@ class ImageDecoding:
             log.warning("replacing the sample of %s at %s: %s, %s", url, offset, record, reason)
             self.stats.skipped(1)
             _copy_row(unit, row, good[row % len(good)])
+
+
+def _first_present(unit: Columns, names: list[str]) -> list:
+    """Each row's value of the first of the fields ``names`` that it has (the fields, if
+    several, leave the unit: their decoded image takes the place of all of them)."""
+    if len(names) == 1:
+        return unit[names[0]]
+    columns = [unit.pop(name) for name in names]
+    return [next((value for value in row if value is not None), None) for row in zip(*columns)]
 
 
 def _copy_row(unit: Columns, row: int, source: int) -> None:

@@ -85,16 +85,19 @@ def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
 
 def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
                       max_side: int | None = None, quality: int | None = None, validation: float | int | None = None,
-                      seed: int = 0, **options: Any) -> BuildResult:
+                      seed: int = 0, classes: Sequence[str] | None = None, **options: Any) -> BuildResult:
     """``ROOT/<class>/<image>`` as ``{"image": bytes, "label": int}`` samples, the class names in
     the index's metadata. A ROOT holding ``train/`` and ``val/`` (or ``validation/``) class
     folders makes two sets, ``out_dir/train`` and ``out_dir/validation``, labelled by the
     training set's classes; else ``validation`` splits one folder. ``max_side`` shrinks larger
-    photos (JPEG of ``quality``, 90 by default), in the build's workers."""
+    photos (JPEG of ``quality``, 90 by default), in the build's workers. ``classes`` numbers the
+    labels by that list rather than by the folders found: a test folder that lacks a class, or
+    a set to mix with another, labelled as the training set is."""
     root = os.fspath(root)
+    classes = None if classes is None else list(classes)
     folders = split_folders(Path(root))
     if folders is None:
-        return build_dataset(ImageFolderSource(root, None, max_side, quality), out_dir, prefix, validation, seed,
+        return build_dataset(ImageFolderSource(root, classes, max_side, quality), out_dir, prefix, validation, seed,
                              **options)
     if validation is not None:
         raise ValueError(f"{root} already holds train/ and val/ folders: the split is theirs; "
@@ -102,7 +105,7 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
     if prefix != "shard":
         raise ValueError("train/ and val/ folders make two sets named after each split (train-000000.tar); "
                          "a prefix does not apply")
-    train = ImageFolderSource(folders["train"], None, max_side, quality)
+    train = ImageFolderSource(folders["train"], classes, max_side, quality)
     validation_set = ImageFolderSource(folders["validation"], train.classes, max_side, quality)
     return build_split_sets({"train": train, "validation": validation_set}, out_dir, **options)
 

@@ -19,6 +19,7 @@ from typing import Sequence
 
 from braceexpand import braceexpand
 
+from ..caller_warning import warn_caller
 from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.scan import scan_stream
@@ -125,6 +126,23 @@ def _pack(rows: list[list[int]], urls: list[str]) -> int:
     return pack
 
 
+def _warn_of_copies(urls: list[str], entries: list[ShardInfo]) -> None:
+    """Shards of the same bytes (a copy made beside the shards) give their samples twice an
+    epoch: a warning naming the first such pair (mixing sets with weights= repeats samples on
+    purpose)."""
+    first: dict[str, str] = {}
+    copies = []
+    for url, info in zip(urls, entries):
+        original = first.setdefault(info.sha256, url) if info.samples else url
+        if original != url:
+            copies.append((original, url))
+    if copies:
+        original, copy = copies[0]
+        warn_caller(f"{len(copies)} shard(s) hold the same bytes as another, e.g. {redact(copy)} and "
+                    f"{redact(original)}: the index names both, so each of their samples comes twice an epoch; "
+                    f"index the shards without the copies to read each sample once")
+
+
 def index_shards(
     shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str] | None = None,
@@ -179,6 +197,7 @@ def index_shards(
                 schema_all = merge_schema(schema_all, schema, redact(url), optional=True)
             info.url = relative_name(url, folder)
             entries.append(info)
+        _warn_of_copies(urls, entries)
         index = DatasetIndex(schema_all or {}, entries, _pack([rows for _, _, rows in results], urls))
         where = save_index(target, index, name)
         progress.close(where)

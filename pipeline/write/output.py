@@ -94,6 +94,24 @@ def _written_here(path: Path) -> bool:
     return name.endswith(b".msgpack")
 
 
+def foreign_shards(destination: Destination, names: Iterable[str]) -> list[str]:
+    """Those of the files ``names`` (local) that hold something, but not this library's records:
+    another tool's shards of the same names, which a resume must not take for a stopped build's."""
+    return [name for name in names if (path := destination.staging / name).is_file() and path.stat().st_size
+            and not _written_here(path)]
+
+
+def refuse_foreign_shards(destination: Destination, names: Iterable[str]) -> None:
+    """Raise, for a resume, where files under the shard names it writes are not this library's:
+    resuming would replace them, and only ``overwrite`` may."""
+    foreign = foreign_shards(destination, names)
+    if foreign:
+        raise OutputExistsError(f"{destination.url(foreign[0])} is no shard of this library's ({len(foreign)} file(s) "
+                                f"under the shard names this build writes hold no .msgpack records: another tool's?): "
+                                f"a resume keeps or replaces a stopped build's own shards only; overwrite=True "
+                                f"(--overwrite) replaces them; or write to another folder, or another prefix")
+
+
 def clear_split_parent(destination: Destination, splits: Iterable[str], overwrite: bool) -> None:
     """Refuse, unless ``overwrite`` (then delete it), a shard set whose index is in the folder that
     a split build writes its splits under: a loader given that folder would go on reading the
@@ -168,7 +186,8 @@ def clear_planned_shards(destination: Destination, prefix: str, planned: Iterabl
     found = [name for name in destination.list(f"{prefix}-")
              if (pattern.fullmatch(name) if wanted is None else name in wanted)]
     if found and not overwrite:
-        resume = "a build that stopped part way? resume=True (--resume) finishes it; " if resumable else ""
+        ours = resumable and not foreign_shards(destination, found)
+        resume = "a build that stopped part way? resume=True (--resume) finishes it; " if ours else ""
         raise OutputExistsError(f"{destination.url(found[0])} already exists ({len(found)} file(s) under the shard "
                                 f"names this build writes), and no index names it: {resume}overwrite=True "
                                 f"(--overwrite) replaces them; or write to another folder, or another prefix")

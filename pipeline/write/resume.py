@@ -92,9 +92,10 @@ def conforms(found: Schema, expected: Schema) -> bool:
 
 
 def finished_index(target: Destination, index_name: str, planned: list[tuple[str, int]],
-                   pack: int) -> DatasetIndex | None:
+                   pack: int, metadata: dict) -> DatasetIndex | None:
     """The index of a build that already completed this plan (``(shard name, samples)`` per
-    shard), ``None`` when there is no index. An index of another plan is not replaced."""
+    shard, and the source's ``metadata``), ``None`` when there is no index. An index of another
+    plan is not replaced: one whose class list differs would number labels by another list."""
     if not target.exists(index_name):
         return None
     url = target.url(index_name)
@@ -106,6 +107,10 @@ def finished_index(target: Destination, index_name: str, planned: list[tuple[str
     if index.pack != pack or [(s.url, s.samples) for s in index.shards] != planned:
         raise OutputExistsError(f"{url} is the index of a finished build with other shards than this one "
                                 f"plans; pass overwrite=True (--overwrite) to replace it")
+    if index.metadata != metadata:
+        raise OutputExistsError(f"{url} is the index of a finished build whose source has changed since: it holds "
+                                f"{index.metadata}, this build {metadata} (labels numbered by another list?); pass "
+                                f"overwrite=True (--overwrite) to build it again")
     return index
 
 

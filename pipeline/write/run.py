@@ -41,6 +41,7 @@ from .output import (
     clear_child_sets,
     clear_planned_shards,
     prepare_output,
+    refuse_foreign_shards,
     remove_stale_shards,
     remove_temporary_files,
     remove_unplanned_shards,
@@ -306,7 +307,7 @@ def build_shards(
         names = [shard_name(prefix, n) for n in numbers]
         if resume:
             planned = [(name, bounds[n + 1] - bounds[n]) for name, n in zip(names, numbers)]
-            done = finished_index(target, index_name, planned, pack)
+            done = finished_index(target, index_name, planned, pack, metadata)
             if done is not None:  # a run killed after its index still leaves temporary files
                 remove_temporary_files(target, names, index_name)
                 forget_plan(target, index_name)
@@ -317,6 +318,7 @@ def build_shards(
         old_shards = prepare_output(target, overwrite, index_name, resumable=resumable)
         plan = shard_plan(source, bounds, numbers, names) if resumable else {}
         if resume:
+            refuse_foreign_shards(target, names)
             changed = drop_changed_shards(target, index_name, plan)
             if changed:
                 _say(quiet, f"writing again {len(changed)} finished shards whose rows changed since the stopped run "

@@ -300,6 +300,35 @@ def test_webdataset_shards_indexed_in_place_decode_their_jpg_members(tmp_path: P
         list(make_loader(tmp_path, num_workers=0, batch_size=16, images={"jpg": Images(16)}))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_images_stored_as_jpg_in_some_samples_and_png_in_others_decode_from_whichever_a_sample_has(
+        tmp_path: Path, workers: int) -> None:
+    import webdataset as wds
+
+    pictures = [photo(30, 40, seed=n) for n in range(30)]
+    with wds.TarWriter(str(tmp_path / "w-000000.tar")) as sink:
+        for n, picture in enumerate(pictures):
+            kind = "png" if n % 2 else "jpg"
+            sink.write({"__key__": f"{n:04d}", kind: encoded(picture, "PNG" if n % 2 else "JPEG"), "cls": n})
+    pipeline.index_shards([str(tmp_path / "w-000000.tar")], quiet=True)
+    with pytest.warns(UserWarning, match=re.escape("images names field 'jpg', which some samples lack (the index marks "
+                                                   "it optional): each of them is an error, or with on_error='skip' "
+                                                   "replaced by another sample; if the others hold their image in "
+                                                   "another field (.png where these have .jpg), name both: "
+                                                   "images={'jpg;png': ...} decodes whichever a sample has")):
+        alone = make_loader(tmp_path, num_workers=0, batch_size=10, images={"jpg": Images(16)})
+    with pytest.raises(pipeline.ShardError, match=r"record \d+ \(key '\d+'\), field 'jpg': the sample lacks this field"):
+        list(alone)
+    loader = make_loader(tmp_path, num_workers=workers, batch_size=10, images={"jpg;png": Images(16, crop="resize")})
+    batches = list(loader)
+    assert all(sorted(batch) == ["cls", "jpg;png"] for batch in batches)
+    got = {int(label): image for batch in batches for label, image in zip(batch["cls"], batch["jpg;png"])}
+    assert sorted(got) == list(range(30)) and loader.stats()["replaced_samples"] == 0
+    for n in (0, 1):  # each as Images decodes its own bytes
+        expected, failed = decode(Images(16, crop="resize"), [encoded(pictures[n], "PNG" if n % 2 else "JPEG")])
+        assert not failed and torch.equal(got[n], torch.from_numpy(expected[0]))
+
+
 def test_a_dct_scaled_box_at_the_image_edge_keeps_the_edge() -> None:
     picture = np.full((2000, 2000, 3), 40, np.uint8)
     picture[:, :16] = (250, 0, 0)  # a red stripe at the left edge: 1.8 output pixels of 224

@@ -35,7 +35,9 @@ SAMPLE_FILE_DAMAGE = {
                                        r"file is truncated or damaged, save it again"),
     "a .pt of a NumPy array": (".pt", save_as(np.zeros(3)), r"holds NumPy data, which torch\.load\(weights_only=True\) "
                                                             r"refuses to unpickle: save the array with np\.save as "
-                                                            r"<ID>\.npy, or as a tensor with torch\.save\(torch\.from_numpy"),
+                                                            r"<ID>\.npy in its place \(remove this file: an ID's "
+                                                            r"\.pt is read before its \.npy\), or as a tensor with "
+                                                            r"torch\.save\(torch\.from_numpy"),
     "a .pt of a dict of tensors": (".pt", save_as({"x": torch.zeros(2), "mask": torch.ones(2)}),
                                    r"holds a dict, not a tensor: .* save one tensor per file \(torch\.save\(tensor, "
                                    r"path\)\), or write samples of several fields with pipeline\.ShardWriter"),

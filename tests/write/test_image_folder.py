@@ -289,3 +289,42 @@ def test_a_subclass_with_rows_of_its_own_gets_whole_windows_until_it_names_them(
             return block
 
     assert Weighted(tmp_path / "root").window(10, 15).read(0, 5).columns["weight"] == [10, 11, 12, 13, 14]
+
+
+def test_images_beside_the_class_folders_are_named_in_a_warning_not_left_out_silently(tmp_path: Path) -> None:
+    """A class folder given as ROOT: its images are beside its one subfolder, which alone would be read."""
+    image_folder(tmp_path / "cat", {"sub": 1})
+    (tmp_path / "cat" / "001.jpg").write_bytes(encoded(photo(8, 8), "JPEG"))
+    (tmp_path / "cat" / "002.PNG").write_bytes(encoded(photo(8, 8), "PNG"))
+    with pytest.warns(UserWarning, match=re.escape(f"{tmp_path / 'cat'}: left out 2 image(s) beside its class folders "
+                                                   f"(e.g. {tmp_path / 'cat' / '001.jpg'}): an image's class is the "
+                                                   f"folder it is in")):
+        assert pipeline.build_imagefolder(tmp_path / "cat", tmp_path / "out", quiet=True).samples == 1
+    image_folder(tmp_path / "one", {"dog": 2})
+    with pytest.warns(UserWarning, match=r"one class folder only \('dog'\): every label is 0"):
+        pipeline.build_imagefolder(tmp_path / "one", tmp_path / "out1", quiet=True)
+
+
+def test_classes_number_a_test_folder_as_the_training_set_and_a_mix_of_other_numberings_is_refused(
+        tmp_path: Path) -> None:
+    image_folder(tmp_path / "train", {"cat": 2, "dog": 2, "eel": 1})
+    image_folder(tmp_path / "test", {"dog": 3})
+    pipeline.build_imagefolder(tmp_path / "train", tmp_path / "out" / "train", quiet=True)
+    with pytest.warns(UserWarning, match="one class folder only"):
+        pipeline.build_imagefolder(tmp_path / "test", tmp_path / "out" / "alone", quiet=True)
+    assert main(["build", "imagefolder", str(tmp_path / "test"), str(tmp_path / "out" / "test"), "--quiet",
+                 "--classes", "cat,dog,eel"]) == 0
+    keys, fields = read_back(tmp_path / "out" / "test")
+    assert fields["label"] == [1, 1, 1] and pipeline.load_index(tmp_path / "out" / "test").metadata == {
+        "classes": ["cat", "dog", "eel"]}
+    loader = pipeline.make_loader({"train": tmp_path / "out" / "train", "test": tmp_path / "out" / "test"},
+                                  batch_size=4, num_workers=0)
+    assert sorted(label for batch in loader for label in batch["label"].tolist()) == [0, 0, 1, 1, 1, 1, 1, 2]
+    with pytest.raises(ValueError, match=re.escape(
+            "sources 'train' and 'alone' number their classes differently: label 0 is 'cat' in 'train' and 'dog' in "
+            "'alone' ('train': ['cat', 'dog', 'eel'], 'alone': ['dog']); build them with one class list")):
+        pipeline.make_loader({"train": tmp_path / "out" / "train", "alone": tmp_path / "out" / "alone"},
+                             batch_size=4, num_workers=0)
+    with pytest.raises(ValueError, match=r"classes must be distinct, non-empty names, got \['dog', 'dog'\] "
+                                         r"\(\['dog'\] more than once\)"):
+        pipeline.build_imagefolder(tmp_path / "test", tmp_path / "out" / "twice", classes=["dog", "dog"], quiet=True)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +167,21 @@ def test_our_own_shards_indexed_again_give_back_their_index(tmp_path: Path) -> N
     (tmp_path / "set" / "index.bin").unlink()
     again = pipeline.index_shards(tmp_path / "set", quiet=True)
     assert index_content(again) == index_content(built)
+
+
+def test_a_copy_of_a_shard_beside_it_is_named_in_a_warning_when_indexed(tmp_path: Path) -> None:
+    urls = webdataset_shards(tmp_path, [5, 7, 6])
+    copy = tmp_path / "w-000009.tar"
+    copy.write_bytes(Path(urls[1]).read_bytes())
+    with pytest.warns(UserWarning, match=re.escape(f"1 shard(s) hold the same bytes as another, e.g. {copy} and "
+                                                   f"{urls[1]}: the index names both, so each of their samples comes "
+                                                   f"twice an epoch")):
+        index = pipeline.index_shards(tmp_path, quiet=True)
+    assert index.samples == 25
+    copy.unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pipeline.index_shards(tmp_path, overwrite=True, quiet=True).samples == 18
 
 
 def test_gzipped_shards_stream_without_an_index_and_the_indexer_says_why_not(tmp_path: Path) -> None:

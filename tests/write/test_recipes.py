@@ -254,3 +254,50 @@ def test_a_split_name_that_cannot_name_a_folder_is_named_as_the_partitions_split
             f"(OUT/<split>/<split>-000000.tar): rename the split")):
         pipeline.build_sample_files(tmp_path / "donnees", {"a": 0, "b": 1}, partition, tmp_path / "out", quiet=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_resume_whose_labels_were_renumbered_refuses_to_keep_a_finished_split(tmp_path: Path) -> None:
+    """The training split finished, a validation file stopped the build; mended, and a label
+    renamed to a class that sorts first: the finished split's labels are of the old list."""
+    ids = [f"s{n}" for n in range(8)]
+    make_pt_files(tmp_path / "data", ids)
+    (tmp_path / "data" / "s7.pt").write_bytes(b"not a torch file")
+    labels = {i: ["cat", "dog", "bird"][n % 3] for n, i in enumerate(ids)}
+    partition = {"train": ids[:5], "validation": ids[5:]}
+    with pytest.raises(SampleError, match=re.escape(str(tmp_path / "data" / "s7.pt"))):
+        pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", quiet=True)
+    assert pipeline.load_index(tmp_path / "out" / "train").metadata == {"classes": ["bird", "cat", "dog"]}
+    make_pt_files(tmp_path / "data", ids)
+    labels["s7"] = "ant"
+    with pytest.raises(pipeline.OutputExistsError, match=re.escape(
+            f"{tmp_path / 'out' / 'train' / 'index.json'} is the index of a finished build whose source has changed "
+            f"since: it holds {{'classes': ['bird', 'cat', 'dog']}}, this build {{'classes': ['ant', 'bird', 'cat', "
+            f"'dog']}} (labels numbered by another list?); pass overwrite=True (--overwrite) to build it again")):
+        pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", resume=True, quiet=True)
+    indexes = pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", overwrite=True,
+                                          quiet=True)
+    assert indexes["train"].metadata == indexes["validation"].metadata == {"classes": ["ant", "bird", "cat", "dog"]}
+
+
+def test_labels_that_are_gaps_twice_given_or_pickled_are_refused_and_ints_beside_floats_are_floats(
+        tmp_path: Path) -> None:
+    ids = [f"s{n}" for n in range(6)]
+    make_pt_files(tmp_path / "data", ids)
+    partition = {"train": ids[:4], "validation": ids[4:]}
+    labels = {i: float(n % 3) for n, i in enumerate(ids)}
+    labels["s2"] = float("nan")  # a pandas column's missing value
+    with pytest.raises(SampleError, match=re.escape("the labels mapping: 1 labels are not finite numbers (a gap, NaN, "
+                                                    "in a table's column?): 's2' (nan); give each ID its label")):
+        pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", quiet=True)
+    with pytest.raises(SampleError, match=re.escape("the labels mapping: keys [1, '1'] name the same ID")):
+        pipeline.build_sample_files(tmp_path / "data", {1: 0, "1": 1, **labels}, partition, tmp_path / "out",
+                                    quiet=True)
+    torch.save({i: 0 for i in ids}, tmp_path / "labels.pt")
+    with pytest.raises(SampleError, match=re.escape(f"labels file {tmp_path / 'labels.pt'} is not JSON but binary "
+                                                    f"(pickle.dump or torch.save?): save the dict with json.dump")):
+        pipeline.build_sample_files(tmp_path / "data", tmp_path / "labels.pt", partition, tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "labels.json").write_text(json.dumps({i: [1, 2.5, 2][n % 3] for n, i in enumerate(ids)}))
+    pipeline.build_sample_files(tmp_path / "data", tmp_path / "labels.json", partition, tmp_path / "out", quiet=True)
+    train = [batch["y"] for batch in pipeline.make_loader(tmp_path / "out" / "train", batch_size=4, shuffle=False)]
+    assert [t.dtype for t in train] == [torch.float64] and train[0].tolist() == [1.0, 2.5, 2.0, 1.0]

@@ -399,3 +399,21 @@ def test_a_batch_file_or_a_table_file_removed_changes_the_plan_of_the_shards_aft
     assert _changed_shards(before, ParquetSource(tmp_path / "pq"), 10) == [4, 5, 6, 7]
     arrays = pipeline.ArraySource({"y": np.arange(120)})  # rows known by position only: assumed unchanged
     assert _changed_shards(arrays, pipeline.ArraySource({"y": np.arange(120) + 1}), 10) == []
+
+
+def test_a_resume_refuses_another_tools_shard_under_its_names_and_offers_no_resume_for_it(tmp_path: Path,
+                                                                                          npy_inputs) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = out / "shard-000000.tar"
+    with tarfile.open(foreign, "w") as tar:  # webdataset's naming, another tool's samples
+        tar.add(__file__, arcname="000000.json")
+    before = foreign.read_bytes()
+    with pytest.raises(pipeline.OutputExistsError) as refused:
+        pipeline.write_shards(out, npy_inputs, **OPTIONS)
+    assert "already exists" in str(refused.value) and "resume=True" not in str(refused.value)
+    with pytest.raises(pipeline.OutputExistsError, match=re.escape(
+            f"{foreign} is no shard of this library's (1 file(s) under the shard names this build writes hold no "
+            f".msgpack records: another tool's?): a resume keeps or replaces a stopped build's own shards only")):
+        pipeline.write_shards(out, npy_inputs, resume=True, **OPTIONS)
+    assert foreign.read_bytes() == before and sorted(p.name for p in out.iterdir()) == ["shard-000000.tar"]

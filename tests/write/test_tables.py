@@ -370,3 +370,18 @@ def test_a_dataset_partitioned_into_folders_is_pointed_at_its_files(tmp_path: Pa
     files = sorted((tmp_path / "data").glob("*/*.parquet"))
     pipeline.build_parquet(files, tmp_path / "out", quiet=True)
     assert read_back(tmp_path / "out")[1] == {"x": [1, 2, 3]}
+
+
+def test_files_in_a_folders_subfolders_are_named_in_a_warning_and_writers_own_files_are_skipped(tmp_path: Path) -> None:
+    """Spark's output: part files at the top, a partition below, ``_SUCCESS``, a hidden file being written."""
+    (tmp_path / "spark" / "year=2020").mkdir(parents=True)
+    pq.write_table(pa.table({"y": np.arange(10)}), tmp_path / "spark" / "part-0.parquet")
+    pq.write_table(pa.table({"y": np.arange(10, 20)}), tmp_path / "spark" / "year=2020" / "part-0.parquet")
+    (tmp_path / "spark" / "_SUCCESS").write_bytes(b"")
+    (tmp_path / "spark" / ".part-1.parquet").write_bytes(b"PAR1 half written")
+    (tmp_path / "spark" / "_metadata.parquet").write_bytes(b"not rows")
+    with pytest.warns(UserWarning, match=re.escape(
+            f"{tmp_path / 'spark'}: 1 Parquet (.parquet) file(s) are read in it, not those of its subfolders; its "
+            f"subfolders hold 1 ({tmp_path / 'spark' / 'year=2020' / 'part-0.parquet'}, ...)")):
+        pipeline.build_parquet(tmp_path / "spark", tmp_path / "out", quiet=True)
+    assert [int(v) for v in read_back(tmp_path / "out")[1]["y"]] == list(range(10))

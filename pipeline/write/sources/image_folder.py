@@ -115,6 +115,20 @@ def _refuse_non_images(paths: list[Path]) -> None:
                           f"; replace them with whole images, or remove them")
 
 
+def _warn_of_a_root_one_level_too_deep(root: Path, found: list[str], classes: list[str] | None) -> None:
+    """Images beside the class folders are no class's, so are left out: a warning, as they
+    are most often those of a class folder given as ROOT (its subfolder then the one class)."""
+    loose = sorted(entry.name for entry in os.scandir(root) if entry.is_file() and not entry.name.startswith(".")
+                   and entry.name.lower().endswith(IMAGE_SUFFIXES))
+    if loose:
+        warn_caller(f"{root}: left out {len(loose)} image(s) beside its class folders (e.g. {root / loose[0]}): an "
+                    f"image's class is the folder it is in, ROOT/<class>/<image>; if {root} is itself a class "
+                    f"folder, pass the folder that holds it")
+    elif classes is None and len(found) == 1:
+        warn_caller(f"{root}: one class folder only ({found[0]!r}): every label is 0; if {root} is a class "
+                    f"folder, pass the folder that holds it")
+
+
 def _left_out(root: Path, others: list[Path]) -> str:
     """A warning of the files an image folder's build leaves out, by kind, with an example."""
     kinds = Counter("a link to nothing" if not path.exists() else path.suffix.lower() or "no suffix"
@@ -146,6 +160,11 @@ class ImageFolderSource(FileRowsSource):
                               f"build_imagefolder (build imagefolder) reads a ROOT of train/ and val/ (or validation/) "
                               f"as two sets, else build each split folder on its own")
         self.classes = list(found if classes is None else classes)
+        twice = sorted({name for name in self.classes if self.classes.count(name) > 1})
+        if twice or not all(isinstance(name, str) and name for name in self.classes):
+            raise ValueError(f"classes must be distinct, non-empty names, got {self.classes}"
+                             f"{f' ({twice} more than once)' if twice else ''}")
+        _warn_of_a_root_one_level_too_deep(self.root, found, classes)
         unknown = sorted(set(found) - set(self.classes))
         if unknown:
             raise SampleError(f"{self.root}: class folders {unknown} are not among the classes {self.classes}")

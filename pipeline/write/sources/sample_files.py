@@ -92,8 +92,9 @@ def _torch_load_failure(path: Path, exc: Exception) -> SampleError:
         return unloadable(path, "torch.load(weights_only=True)", detail)
     if refused.group(1).startswith("numpy"):
         return SampleError(f"{path}: holds NumPy data, which torch.load(weights_only=True) refuses to unpickle: "
-                           f"save the array with np.save as <ID>.npy, or as a tensor with "
-                           f"torch.save(torch.from_numpy(array), path)")
+                           f"save the array with np.save as <ID>.npy in its place (remove this file: an ID's "
+                           f".pt is read before its .npy), or as a tensor with torch.save(torch.from_numpy(array), "
+                           f"path)")
     return SampleError(f"{path}: holds a pickled object ({refused.group(1)}) that torch.load(weights_only=True) "
                        f"refuses to load, as it refuses any code: save one tensor per file (torch.save(tensor, path))")
 
@@ -110,6 +111,10 @@ def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -
         raise FileNotFoundError(f"{what} file {path} does not exist") from None
     except json.JSONDecodeError as exc:
         raise SampleError(f"{what} file {path} is not valid JSON: {exc}") from None
+    except UnicodeDecodeError:  # pickle.dump and torch.save write bytes no text file starts with
+        raise SampleError(f"{what} file {path} is not JSON but binary (pickle.dump or torch.save?): save the dict "
+                          f"with json.dump(d, open('{path.stem}.json', 'w')) and give that, or pass the dict itself "
+                          f"in Python (pipeline.build_sample_files(root, {what}_dict, ...))") from None
     if not isinstance(data, dict):
         raise SampleError(f"{what} file {path} must hold a JSON object")
     return data
@@ -235,6 +240,11 @@ def check_partition(splits: Mapping[str, Sequence[Any]], labels: Mapping[str, An
     if unlabelled:
         raise SampleError(f"{labels_name} has no label for {len(unlabelled)} IDs of {partition_name}: "
                           f"{_examples(unlabelled, {i: f'split {where[i][0]!r}' for i in unlabelled})}")
+    gaps = [i for i in where if numeric(labels[i]) and not _finite(labels[i])]
+    if gaps:
+        raise SampleError(f"{labels_name}: {len(gaps)} labels are not finite numbers (a gap, NaN, in a table's "
+                          f"column?): {_examples(gaps, {i: repr(labels[i])[:40] for i in gaps})}; give each ID its "
+                          f"label, or leave the ID out of {partition_name}")
     odd = [i for i in where if not (numeric(labels[i]) or isinstance(labels[i], str))]
     names = [i for i in where if isinstance(labels[i], str)]
     if odd or 0 < len(names) < len(where):
@@ -253,6 +263,23 @@ def numeric(label: Any) -> bool:
         return False
 
 
+def _floats_beside_floats(labels: dict[str, Any]) -> dict[str, Any]:
+    """Labels that are Python ints and floats (JSON's ``1`` beside ``2.5``) as floats, of one
+    type in every split, as NumPy would make them: else each split's column of mixed ints and
+    floats holds neither type, and a training loop gets no tensor of them."""
+    kinds = {type(label) for label in labels.values()}
+    if kinds == {int, float}:
+        return {i: float(label) for i, label in labels.items()}
+    return labels
+
+
+def _finite(label: Any) -> bool:
+    try:
+        return bool(np.isfinite(np.asarray(label, np.float64)).all())
+    except OverflowError:  # an int beyond float64: a number, which storing it checks
+        return True
+
+
 def class_positions(labels: Mapping[str, Any], ids: Sequence[str]) -> list[str] | None:
     """The sorted class names when the labels of ``ids`` are names (``"cat"``): each is stored
     as its position in that list, as torchvision's ImageFolder numbers its class folders;
@@ -265,12 +292,19 @@ def class_positions(labels: Mapping[str, Any], ids: Sequence[str]) -> list[str] 
 def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[str] | Mapping[str, Any],
                       partition: str | os.PathLike[str] | Mapping[str, Sequence[str]]) -> dict[str, SampleFileSource]:
     """One source per split of the partition, all checked before any is built."""
-    label_map = {str(k): v for k, v in load_mapping(labels, "labels").items()}
+    given = load_mapping(labels, "labels")
+    label_map = {str(k): v for k, v in given.items()}
+    if len(label_map) < len(given):  # 1 and "1" name one ID, whose label would be whichever came last
+        same = Counter(map(str, given))
+        twice = [key for key in given if same[str(key)] > 1]
+        raise SampleError(f"{_name(labels, 'the labels mapping')}: keys {twice[:4]} name the same ID: give each ID "
+                          f"one label, under one key")
     splits = load_mapping(partition, "partition")
     if not splits:
         raise SampleError(f"{_name(partition, 'the partition')} has no splits")
     partition_name = _name(partition, "the partition")
     check_partition(splits, label_map, partition_name, _name(labels, "the labels mapping"))
+    label_map = _floats_beside_floats(label_map)
     classes = class_positions(label_map, [str(i) for ids in splits.values() for i in ids])
     if classes is not None:
         position = {name: n for n, name in enumerate(classes)}

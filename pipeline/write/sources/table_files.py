@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence, Union
 
+from ...caller_warning import warn_caller
 from ...format.errors import SampleError
 
 Inputs = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
@@ -33,6 +34,9 @@ def input_files(inputs: Inputs, folder_files: Callable[[Path], list[Path]], what
             found = folder_files(path)
             if not found:
                 raise FileNotFoundError(f"{path}: no {what} files in this folder{_nested_hint(path, folder_files)}")
+            nested = _nested_hint(path, folder_files)
+            if nested:
+                warn_caller(f"{path}: {len(found)} {what} file(s) are read in it, not those of its subfolders{nested}")
             files += found
         elif path.is_file():
             files.append(path)
@@ -58,9 +62,16 @@ def _nested_hint(folder: Path, folder_files: Callable[[Path], list[Path]]) -> st
             f"themselves; a value in a folder's name (year=2020) is in no file, so it is not built")
 
 
+def _data_file(path: Path) -> bool:
+    """Not a hidden file, nor one of a writer's own (``_SUCCESS``, ``_metadata``, a ``.part``
+    being written): what Spark and ``pyarrow.dataset`` skip in a dataset's folder."""
+    return not path.name.startswith((".", "_")) and path.is_file()
+
+
 def parquet_files(inputs: Inputs) -> list[Path]:
     """Parquet files, folders holding ``*.parquet`` files."""
-    return input_files(inputs, lambda folder: sorted(folder.glob("*.parquet")), "Parquet (.parquet)")
+    return input_files(inputs, lambda folder: sorted(filter(_data_file, folder.glob("*.parquet"))),
+                       "Parquet (.parquet)")
 
 
 def arrow_files(inputs: Inputs) -> list[Path]:
@@ -75,7 +86,7 @@ def _arrow_folder(folder: Path) -> list[Path]:
                           f"e.g. {folder / (splits[0] if splits else 'train')}")
     state = folder / "state.json"
     if not state.is_file():
-        return sorted(p for p in folder.iterdir() if p.suffix in _ARROW_SUFFIXES)
+        return sorted(p for p in folder.iterdir() if p.suffix in _ARROW_SUFFIXES and _data_file(p))
     try:
         listed = [entry["filename"] for entry in json.loads(state.read_text())["_data_files"]]
     except (ValueError, KeyError, TypeError) as exc:
