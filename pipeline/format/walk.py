@@ -106,9 +106,12 @@ def _checked(record: Record, number: int, url: str, keys: dict[str, int], schema
              entry: ShardInfo | None) -> WalkedRecord:
     """Record ``number`` once its own checks pass (``entry``: check its checksum)."""
     if keys.setdefault(record.key, record.offset) != record.offset:
+        dotted = next((ext for ext in record.members if "." in ext), None)
+        why = (f"a key ends at the first dot of a member's name ({record.key}.{dotted}): replace the dots in the "
+               f"names' keys" if dotted else "the members of a sample must be next to each other (tar --sort=name "
+               "puts them so)")
         raise ShardError(url, record.offset, f"record key {record.key!r} appears twice (first at byte "
-                                             f"{keys[record.key]}): the members of a sample must be next to "
-                                             f"each other (tar --sort=name puts them so)")
+                                             f"{keys[record.key]}): {why}")
     if entry is not None:
         try:
             check_record_checksum(record, entry, number, url)

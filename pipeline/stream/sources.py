@@ -90,7 +90,7 @@ class SourceSet:
                                  f"({sorted(set(have) ^ set(first))} are in one only); choose the fields "
                                  f"every source has with fields=")
             for f in fields or have:
-                if f in first and (have[f].dtype, have[f].shape) != (first[f].dtype, first[f].shape):
+                if f in first and f in have and (have[f].dtype, have[f].shape) != (first[f].dtype, first[f].shape):
                     raise ValueError(f"field {f!r} is {have[f].dtype}{list(have[f].shape or [])} in source "
                                      f"{name!r} and {first[f].dtype}{list(first[f].shape or [])} in source "
                                      f"{first_name!r}: the sources of a mix must agree")

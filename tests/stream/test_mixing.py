@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import make_loader
+from pipeline import ShardWriter, make_loader
 from pipeline.stream.material import mix_counts
 from tests.stream.mixes import OFFSET, SIZES, WEIGHTS, mix_folder, per_source, source_of, source_shards
 
@@ -153,6 +153,12 @@ def test_an_empty_source_is_left_out_by_weight_0_wherever_it_stands_and_refused_
         with pytest.raises(ValueError, match=re.escape("sources ['none'] hold no samples: a mix cannot take a share "
                                                        "of them (give them weight 0, or leave them out)")):
             make_loader(sources, num_workers=0, weights={"none": 1, "small": 1})
+    with ShardWriter(tmp_path / "blank", quiet=True):  # no sample, so no field either (an empty table's)
+        pass
+    for fields in (None, ["i"]):
+        loader = make_loader({"small": mix["small"], "blank": tmp_path / "blank"}, num_workers=0, batch_size=BATCH,
+                             seed=3, weights={"blank": 0, "small": 1}, fields=fields)
+        assert sorted(flat(epoch_batches(loader))) == sorted(flat(alone))
 
 
 def test_the_mixing_benchmark_runs(tmp_path: Path) -> None:

@@ -278,3 +278,13 @@ def test_a_compressed_shard_given_for_an_index_is_told_to_stream_as_it_is(tmp_pa
     with pytest.raises(pipeline.IndexFormatError, match=r"x\.tar\.gz is a shard \(gzip-compressed\), not an index: "
                                                         r"a loader streams it as it is \(make_loader\)"):
         pipeline.load_index(tmp_path / "x.tar.gz")
+
+
+def test_keys_with_dots_that_split_a_sample_are_told_where_a_key_ends(tmp_path: Path) -> None:
+    with wds.TarWriter(str(tmp_path / "w-000000.tar")) as sink:
+        for key in ("img.000", "img_001", "img.002"):  # keys "img", "img_001", "img": the dot ends a key
+            sink.write({"__key__": key, "cls": 1})
+    with pytest.raises(ShardError, match=re.escape("record key 'img' appears twice (first at byte 0): a key ends at "
+                                                   "the first dot of a member's name (img.002.cls): replace the dots "
+                                                   "in the names' keys")):
+        pipeline.index_shards(tmp_path, quiet=True)

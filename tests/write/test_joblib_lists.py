@@ -174,3 +174,27 @@ def test_class_names_with_a_gap_are_refused_naming_the_label(tmp_path: Path) -> 
     with pytest.raises(SampleError, match=re.escape(f"{folder / 'y_3.job'}: label 1 is float nan among class names: "
                                                     f"give every sample a name")):
         pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+
+
+def test_a_folder_of_another_layout_is_told_what_it_holds_and_how_to_write_it(tmp_path: Path) -> None:
+    folder = tmp_path / "batches"
+    folder.mkdir()
+    for b in range(2):
+        joblib.dump((np.ones((4, 2)), np.arange(4)), folder / f"batch_{b}.pkl")
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"{folder}: no x_<B>.job / y_<B>.job files (it holds batch_0.pkl, batch_1.pkl); files of another layout "
+            f"(one (X, y) tuple or dict per file, say): load them in Python and write their arrays with "
+            f"pipeline.write_shards(out, {{'x': X, 'y': y}})")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'empty'}: no x_<B>.job / y_<B>.job files "
+                                                          f"(it is empty)")):
+        pipeline.build_joblib(tmp_path / "empty", tmp_path / "shards", quiet=True)
+
+
+def test_a_list_of_batches_of_different_shapes_names_them(tmp_path: Path) -> None:
+    folder = dump(tmp_path / "out", 5, [np.ones((3, 2)), np.ones((3, 4))], [np.arange(3), np.arange(3)])
+    with pytest.raises(SampleError, match=re.escape(f"{folder / 'x_5.job'}: its list holds batches (past their first "
+                                                    f"axis) of different shapes: [[2], [4]]; every batch needs the "
+                                                    f"same shape")):
+        pipeline.build_joblib(folder, tmp_path / "shards", lists="batches", quiet=True)

@@ -153,9 +153,9 @@ def _joined(arrays: list, path: Path, reading: str) -> np.ndarray:
     that differ."""
     shapes = {np.shape(v) if reading == "samples" else np.shape(v)[1:] for v in arrays}
     if len(shapes) > 1 or (reading == "batches" and not all(np.ndim(v) for v in arrays)):
-        what = "samples" if reading == "samples" else "batches (past their first axis)"
+        what, each = ("samples", "sample") if reading == "samples" else ("batches (past their first axis)", "batch")
         raise SampleError(f"{path}: its list holds {what} of different shapes: {sorted(map(list, shapes))[:3]}; "
-                          f"every {reading[:-1]} needs the same shape")
+                          f"every {each} needs the same shape")
     return np.stack(arrays) if reading == "samples" else np.concatenate(arrays)
 
 
@@ -243,7 +243,12 @@ class JoblibBatchSource(Source):
             raise FileNotFoundError(f"{self.folder}: no such folder{hint}")
         found = _numbered_files(self.folder)
         if not found["x"] and not found["y"]:
-            raise FileNotFoundError(f"{self.folder}: no x_<B>.job / y_<B>.job files")
+            others = sorted(entry.name for entry in os.scandir(self.folder) if not entry.name.startswith("."))
+            shown = f"it holds {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}" if others else "it is empty"
+            raise FileNotFoundError(f"{self.folder}: no x_<B>.job / y_<B>.job files ({shown}); files of another layout "
+                                    f"(one (X, y) tuple or dict per file, say): load them in Python and write their "
+                                    f"arrays with pipeline.write_shards(out, {{'x': X, 'y': y}}), or, a batch at a "
+                                    f"time, ShardWriter(out).write_columns({{'x': X, 'y': y}})")
         for have, other in (("x", "y"), ("y", "x")):
             lonely = sorted(set(found[have]) - set(found[other]))
             if lonely:

@@ -224,7 +224,8 @@ class TableSource(Source):
                     in_file: Callable[[str], int | None] = lambda name: None) -> None:
         """Refuse a null in a column of ``batch`` that has no fill; rows count from 0 in ``path``.
         ``in_file`` gives a column's nulls in the whole file where the file's metadata says (the
-        batch's are only the first), else ``None``."""
+        batch's are only the first), else ``None``. Every such column is named at once."""
+        found = {}
         for name in batch.schema.names:
             if name in self.fill:
                 continue
@@ -233,13 +234,17 @@ class TableSource(Source):
                 shown = ", ".join(str(first_row + r) for r in rows[:_SHOWN_ROWS].tolist())
                 total = in_file(name)
                 if total is None:
-                    found = f"nulls, the first at {'row' if len(rows) == 1 else 'rows'} {shown}"
+                    found[name] = f"nulls, the first at {'row' if len(rows) == 1 else 'rows'} {shown}"
                 else:
-                    found = f"{total} null{'s' if total > 1 else ''}, at {'row' if total == 1 else 'rows'} {shown}"
-                    found += ", ..." if total > min(len(rows), _SHOWN_ROWS) else ""
-                raise SampleError(f"{path}: column {name!r} has {found} (counting from 0 in the file); fill them with "
-                                  f"--fill {name}=VALUE (fill={{{name!r}: VALUE}} in Python), or leave the column out "
-                                  f"with --columns")
+                    found[name] = f"{total} null{'s' if total > 1 else ''}, at {'row' if total == 1 else 'rows'} {shown}"
+                    found[name] += ", ..." if total > min(len(rows), _SHOWN_ROWS) else ""
+        if found:
+            where = "; ".join(f"column {name!r} has {nulls}" for name, nulls in found.items())
+            options = " ".join(f"--fill {name}=VALUE" for name in found)
+            fills = ", ".join(f"{name!r}: VALUE" for name in found)
+            raise SampleError(f"{path}: {where} (counting from 0 in the file); fill them with {options} "
+                              f"(fill={{{fills}}} in Python), or leave the {'column' if len(found) == 1 else 'columns'} "
+                              f"out with --columns")
 
 
 class _Cursor:
