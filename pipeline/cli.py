@@ -104,7 +104,8 @@ def _cmd_imagefolder(args: argparse.Namespace) -> None:
         raise ValueError(f"--quality {args.quality} is the JPEG quality of the images --max-side shrinks: give "
                          f"--max-side too (without it, images are stored as they are)")
     build_imagefolder(args.root, args.out, max_side=args.max_side, quality=args.quality,
-                      classes=args.classes.split(",") if args.classes else None, **_options(args))
+                      classes=[name.strip() for name in args.classes.split(",")] if args.classes else None,
+                      **_options(args))
 
 
 def _table_options(args: argparse.Namespace) -> dict[str, Any]:

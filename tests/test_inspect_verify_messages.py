@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -242,6 +243,15 @@ def test_a_tar_beside_the_shards_that_the_index_does_not_name_is_noted(three: Pa
         loader = pipeline.make_loader("s", batch_size=4, num_workers=2)
     assert len(caught) == 1 and caught[0].filename == __file__
     assert sum(len(batch["x"]) for batch in loader) == pipeline.load_index("s").samples
+    Path("side").mkdir()
+    for split in ("train", "val"):  # two sets indexed side by side in one folder: no strays of each other
+        pipeline.write_shards(f"built/{split}", {"x": np.arange(20)}, prefix=split, shard_samples=10, quiet=True)
+        for shard in Path(f"built/{split}").glob("*.tar"):
+            shutil.copy(shard, "side")
+        pipeline.index_shards(sorted(map(str, Path("side").glob(f"{split}-*.tar"))), f"side/{split}.json", quiet=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sum(len(batch["x"]) for batch in pipeline.make_loader("side/train.json", num_workers=0)) == 20
     for part in range(2):  # the parts of a build in one folder: each index names its own shards
         pipeline.write_shards("p", {"x": np.arange(40)}, shard_samples=10, part=pipeline.Part(part, 2), quiet=True)
     assert run(capsys, "verify", "p/index.part-00000-of-00002.json", "--quiet") == (

@@ -349,9 +349,10 @@ def decode_record(data: bytes | memoryview) -> dict[str, Any]:
     (no copy: keep ``data`` alive as long as them, which they do by reference).
 
     Whatever the bytes, the result is a map of distinct string field names or a SampleError:
-    declared lengths are checked against the record before anything is allocated, so values
-    cost memory in proportion to the record's own bytes: arrays nothing (they are views), other
-    values at most about 72 bytes of Python objects per byte (an empty map: 1 byte, a dict).
+    declared lengths are bounded by the record's bytes before anything is allocated (by the walk
+    of its headers, or by the limits msgpack's decoder is given), so values cost memory in
+    proportion to the record's own bytes: arrays nothing (they are views), other values at most
+    about 72 bytes of Python objects per byte (an empty map: 1 byte, a dict).
 
     Also the one-line decoder that lets ``webdataset`` read our shards:
     ``wds.WebDataset(url).decode(wds.handle_extension("msgpack", decode_record))``.

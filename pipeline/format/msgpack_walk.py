@@ -25,14 +25,15 @@ EXT_TYPES = (NUMPY_EXT, BFLOAT16_EXT)
 EXT_FIXED = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
 EXT_WIDTH = {0xC7: 1, 0xC8: 2, 0xC9: 4}
 STR_WIDTH = {0xD9: 1, 0xDA: 2, 0xDB: 4}
-#: Header bytes of lists and maps.
-CONTAINER_TAGS = frozenset([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF])
+#: Header bytes of long lists and maps (16 items or more: a short one has a one-byte header), which
+#: msgpack's C decoder ends sooner than the walk; for a short one, setting it up costs more.
+CONTAINER_TAGS = frozenset((0xDC, 0xDD, 0xDE, 0xDF))
 #: Types of values that hold no extension: a list or map of these holds no timestamp that
 #: msgpack made of an extension of type -1 (which records never hold), so needs no walk.
 _PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
 #: Bytes first handed to the C decoder; it gets more (doubling) until the object is whole, so
 #: the bytes copied are at most about twice the object's (not the rest of the record's).
-_FIRST_FEED = 1 << 16
+_FIRST_FEED = 1 << 12
 FIXED_SIZES = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCC: 2, 0xD0: 2, 0xCD: 3, 0xD1: 3, 0xCA: 5, 0xCE: 5, 0xD2: 5,
                 0xCB: 9, 0xCF: 9, 0xD3: 9}
 
@@ -137,7 +138,7 @@ def decode_container(view: memoryview, pos: int, **unpack_options: Any) -> tuple
     rest = view[pos:]
     if not rest:
         return None
-    unpacker = msgpack.Unpacker(max_buffer_size=len(rest), **unpack_options)
+    unpacker = msgpack.Unpacker(max_buffer_size=len(rest), read_size=min(len(rest), _FIRST_FEED), **unpack_options)
     fed = 0
     while True:
         more = min(len(rest), max(_FIRST_FEED, 2 * fed))

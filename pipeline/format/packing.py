@@ -18,6 +18,10 @@ import numpy as np
 from .codec import KEYS_FIELD, ROWS_FIELD
 from .errors import SampleError
 
+#: A field no record stores: the sample's key (``sample_keys``), in batches when ``fields=`` names
+#: it, as webdataset names a sample's key; field names starting with ``__`` are reserved for it.
+SAMPLE_KEY = "__key__"
+
 _PYTHON_NUMBERS = {bool: np.bool_, int: np.int64, float: np.float64}
 
 

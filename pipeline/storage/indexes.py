@@ -20,7 +20,16 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, TableFile, TableOpener, TableReader, parse_index, reindex
+from ..format.index import (
+    INDEX_NAME,
+    DatasetIndex,
+    TableFile,
+    TableOpener,
+    TableReader,
+    parse_index,
+    reindex,
+    table_name_for,
+)
 from ..format.shard_table import ShardTable
 from ..format.verify import verify_table_stream
 from .errors import SourceError, redact
@@ -375,9 +384,9 @@ def strays(base: str, index: DatasetIndex) -> list[str]:
     folder would take for data."""
     if is_remote(base) or not os.path.isdir(base):
         return []
-    names = os.listdir(base)
-    if sum(name.startswith("index") and name.endswith(".json") for name in names) > 1:
-        return []  # the parts of a build: each index names its own shards
+    names = set(os.listdir(base))
+    if sum(name.endswith(".json") and table_name_for(name) in names for name in names) > 1:
+        return []  # the parts of a build, or sets indexed side by side (train.json, val.json): each names its own
     named = set(index.shards.names)
     return sorted(name for name in names if name.endswith(".tar") and name not in named)
 

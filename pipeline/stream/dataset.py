@@ -162,7 +162,8 @@ class ShardDataset(IterableDataset):
         self.read_ahead = read_ahead  # units read ahead in a thread (None: see _read_ahead)
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         folder = check_cache_options(cache_dir, cache_bytes, verify)
-        self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven)
+        decoded = list(images) if isinstance(images, Mapping) else []  # (anything else: refused below)
+        self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven, decoded)
         # (local shards are read in place: no cache, nor a folder made for one, for a set that has none remote)
         self.cache = None if folder is None or not self._remote() else ShardCache(
             folder, cache_bytes, verify, self.policy, self.read_stats)
@@ -189,13 +190,14 @@ class ShardDataset(IterableDataset):
         check_ranks_agree(self)
 
     def _open(self, source: Sources, weights: Mapping[str, float] | None, samples: Mapping[str, int] | None,
-              epoch_samples: int | None, allow_uneven: bool) -> tuple[Any, SourceSet | None]:
-        """The shards to read, and the indexed sources of the plan (``None`` without an index)."""
+              epoch_samples: int | None, allow_uneven: bool, decoded: list[str]) -> tuple[Any, SourceSet | None]:
+        """The shards to read, and the indexed sources of the plan (``None`` without an index);
+        ``decoded``: the fields images decode into (``"jpg;png"``), which batches hold too."""
         shards, sources = open_sources(source, weights, samples, epoch_samples, self.world_size, allow_uneven,
                                        self.policy, self.read_stats)
         if sources is not None:
-            check_read_fields(self.as_tuple, self.fill, sources.schema(self.fields), not self.plain_messages,
-                              "the index")
+            check_read_fields(self.as_tuple, self.fill, {**sources.schema(self.fields), **dict.fromkeys(decoded)},
+                              not self.plain_messages, "the index")
         return shards, sources
 
     # -- configuration -------------------------------------------------------------------------

@@ -14,10 +14,11 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..format.codec import KEYS_FIELD, ROWS_FIELD
-from ..format.errors import ShardError
+from ..format.errors import SampleError, ShardError
 from ..format.fixed_runs import RunLayouts
 from ..format.index import Schema, ShardInfo
 from ..format.numbers import inexact_int, joins_exactly
+from ..format.packing import SAMPLE_KEY, sample_keys
 from ..format.tar import open_archive
 from ..format.walk import WalkedRecord, walk_shard
 from ..storage import redact
@@ -73,15 +74,22 @@ def concat_columns(parts: Sequence[Columns]) -> Columns:
     return out
 
 
-def _record_columns(fields: dict[str, Any], rows: int, wanted: set[str] | None, fill: Mapping[str, Any]) -> Columns:
-    """The columns of one checked record: ``wanted`` fields (all by default), a field the record
-    lacks filled with ``fill``'s value for it (else ``None``), one per row."""
+def _record_columns(walked: WalkedRecord, wanted: set[str] | None, fill: Mapping[str, Any], url: str) -> Columns:
+    """The columns of one checked record: ``wanted`` fields (all by default; ``"__key__"``, the
+    samples' keys, only when wanted), a field the record lacks filled with ``fill``'s value for
+    it (else ``None``), one per row."""
+    fields, rows = walked.fields, walked.rows
     packed = ROWS_FIELD in fields
     columns = {}
     for name, value in fields.items():
         if name in _RESERVED or (wanted is not None and name not in wanted):
             continue
         columns[name] = value if packed else [value]
+    if wanted is not None and SAMPLE_KEY in wanted:
+        try:
+            columns[SAMPLE_KEY] = sample_keys(walked.key, fields)
+        except SampleError as exc:
+            raise ShardError(url, walked.offset, str(exc)) from None
     for name in (wanted or ()):
         if name not in columns:
             value = fill.get(name)  # a copy for each row: a transform may change one in place
@@ -250,7 +258,7 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
                     lose(ShardError(url, walked.offset, f"record {walked.key!r} holds {walked.rows} rows, "
                                                         f"the index says {expected}"), walked.number)
                     continue
-                collector.add(_record_columns(walked.fields, walked.rows, wanted, fill or {}), walked.number)
+                collector.add(_record_columns(walked, wanted, fill or {}, url), walked.number)
                 if learn:  # the first record walked here shows how the next runs may be laid out
                     layouts.learn(walked, view[walked.offset - start:walked.end - start])  # type: ignore[union-attr]
                     learn = False
@@ -336,7 +344,7 @@ def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str]
                             "shards' first record): pass fields= naming every field, and fill= a value for the "
                             "records without one, to read them", redact(url), walked.key,
                             sorted(walked.fields.keys() - fields - _RESERVED), sorted(fields))
-            yield _record_columns(walked.fields, walked.rows, fields, fill or {})
+            yield _record_columns(walked, fields, fill or {}, url)
         while stream.read(1 << 20):  # to the end: a gzip-compressed shard checks its checksum there
             pass
 
@@ -348,7 +356,7 @@ def _first_fields(walked: WalkedRecord, wanted: set[str] | None, fill: Mapping[s
     found = set(walked.fields) - set(_RESERVED)
     if wanted is None:
         return found
-    absent = sorted(wanted - found - set(fill))
+    absent = sorted(wanted - found - set(fill) - {SAMPLE_KEY})
     if absent:
         raise ShardError(url, walked.offset, f"the first record, {walked.key!r}, has no field {absent} (it has "
                                              f"{sorted(found)}): check fields=, or give fill= a value for them")

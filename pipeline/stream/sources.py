@@ -19,8 +19,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..format.index import Schema
+from ..format.index import FieldSpec, Schema
 from ..format.numbers import is_whole
+from ..format.packing import SAMPLE_KEY
 from ..storage.indexes import IndexedShards
 from ..storage.retry import RetryPolicy
 from .material import ChunkTable, Material, chunk_table, epoch_material, mix_counts
@@ -75,26 +76,31 @@ class SourceSet:
 
     def schema(self, fields: Sequence[str] | None) -> Schema:
         """The fields read (``fields``, or all), the same in every source: a field a source lacks,
-        or holds with another type, is an error naming the sources and the field."""
+        or holds with another type, is an error naming the sources and the field. ``"__key__"``,
+        the samples' keys, is a field of every source."""
+        stored = None if fields is None else [f for f in fields if f != SAMPLE_KEY]
         # the first source with fields: an empty set has none to agree with
         reference = next((i for i, shards in enumerate(self.shards) if shards.index.fields), 0)
         first, first_name = self.shards[reference].index.fields, self.names[reference]
         for name, shards in zip(self.names, self.shards):
             have = shards.index.fields
-            missing = sorted(set(fields or ()) - set(have))
+            missing = sorted(set(stored or ()) - set(have))
             if missing and have:  # an empty set has no fields to check against
                 raise ValueError(f"fields {missing} are not in the index{f' of source {name!r}' if name else ''} "
                                  f"(it has {sorted(have)})")
-            if fields is None and have and set(have) != set(first):
+            if stored is None and have and set(have) != set(first):
                 raise ValueError(f"sources {first_name!r} and {name!r} have different fields "
                                  f"({sorted(set(have) ^ set(first))} are in one only); choose the fields "
                                  f"every source has with fields=")
-            for f in fields or have:
+            for f in have if stored is None else stored:
                 if f in first and f in have and (have[f].dtype, have[f].shape) != (first[f].dtype, first[f].shape):
                     raise ValueError(f"field {f!r} is {have[f].dtype}{list(have[f].shape or [])} in source "
                                      f"{name!r} and {first[f].dtype}{list(first[f].shape or [])} in source "
                                      f"{first_name!r}: the sources of a mix must agree")
-        return {f: first[f] for f in (fields or first) if f in first}
+        schema = {f: first[f] for f in (first if stored is None else stored) if f in first}
+        if fields is not None and SAMPLE_KEY in fields:
+            schema[SAMPLE_KEY] = FieldSpec("str", None)
+        return schema
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_material": None}  # workers lay out their own: no copy of it in every pickle
@@ -157,14 +163,15 @@ def _refuse_other_classes(shards: Mapping[str, IndexedShards]) -> None:
     where the other ends: the labels both have still agree.)"""
     listed = [(name, s.index.metadata["classes"]) for name, s in shards.items()
               if isinstance(s.index.metadata.get("classes"), list)]
-    for name, classes in listed[1:]:
-        first, first_classes = listed[0]
-        label = next((i for i, (a, b) in enumerate(zip(first_classes, classes)) if a != b), None)
-        if label is not None:
-            raise ValueError(f"sources {first!r} and {name!r} number their classes differently: label {label} is "
-                             f"{first_classes[label]!r} in {first!r} and {classes[label]!r} in {name!r} "
-                             f"({first!r}: {first_classes}, {name!r}: {classes}); build them with one class list "
-                             f"(build_imagefolder(..., classes=[...]), pipeline build imagefolder --classes a,b,c)")
+    for n, (name, classes) in enumerate(listed):
+        for first, first_classes in listed[:n]:  # every pair: [a, b] agrees with [a, b, c] and [a, b, d], not they
+            label = next((i for i, (a, b) in enumerate(zip(first_classes, classes)) if a != b), None)
+            if label is not None:
+                    raise ValueError(f"sources {first!r} and {name!r} number their classes differently: label {label} is "
+                                 f"{first_classes[label]!r} in {first!r} and {classes[label]!r} in {name!r} "
+                                 f"({first!r}: {first_classes}, {name!r}: {classes}); build them with one class "
+                                 f"list (build_imagefolder(..., classes=[...]), pipeline build imagefolder --classes "
+                                 f"a,b,c)")
 
 
 def _digest(shards: IndexedShards) -> str:

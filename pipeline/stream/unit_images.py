@@ -42,6 +42,10 @@ def check_image_fields(images: Mapping[str, Images], schema: Schema | None,
     for key, spec in images.items():
         if not isinstance(spec, Images):
             raise TypeError(f"images[{key!r}] must be an Images(...), got {type(spec).__name__}")
+        if schema is None and len(alternatives(key)) > 1:
+            raise ValueError(f"images={{{key!r}: ...}} reads whichever of several fields a sample has, which needs an "
+                             f"index of the shards (without one, the fields read are those of the first record): "
+                             f"index them first (pipeline index SHARDS)")
         for name in alternatives(key):
             if fields is not None and name not in fields:
                 raise ValueError(f"images names field {name!r}, which fields={list(fields)} leaves out: add it to "
@@ -55,7 +59,7 @@ def check_image_fields(images: Mapping[str, Images], schema: Schema | None,
             warn_caller(f"images names field {key!r}, which some samples lack (the index marks it optional): each "
                         f"of them is an error, or with on_error='skip' replaced by another sample; if the others "
                         f"hold their image in another field (.png where these have .jpg), name both: "
-                        f"images={{'{key};png': ...}} decodes whichever a sample has")
+                        f"images={{'jpg;png': ...}} decodes whichever a sample has")
     return dict(images)
 
 

@@ -94,6 +94,8 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
     labels by that list rather than by the folders found: a test folder that lacks a class, or
     a set to mix with another, labelled as the training set is."""
     root = os.fspath(root)
+    if isinstance(classes, str):
+        raise TypeError(f"classes is a list of class names, e.g. classes=['cat', 'dog'], got the string {classes!r}")
     classes = None if classes is None else list(classes)
     folders = split_folders(Path(root))
     if folders is None:

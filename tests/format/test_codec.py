@@ -67,7 +67,7 @@ def test_native_values_round_trip() -> None:
 
 
 def test_a_list_longer_than_the_first_bytes_given_to_msgpack_ends_where_it_ends() -> None:
-    """msgpack's decoder gets a list's bytes 64 KB first, then more: a list of 300 KB decodes
+    """msgpack's decoder gets a list's bytes 4 KB first, then more: a list of 300 KB decodes
     whole, and the fields after it decode from where it ends, in either order."""
     names = [f"images/{i:09d}.jpg" for i in range(15_000)]
     sample = {"name": names, "meta": {"k": "v" * 70_000, "n": None}, "x": np.arange(6, dtype=np.int16), "y": 7}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +99,14 @@ def test_a_datasets_save_to_disk_folder_is_read_in_the_order_of_its_state_file(t
     datasets.DatasetDict({"train": data, "test": data}).save_to_disk(str(tmp_path / "dict"))
     with pytest.raises(SampleError, match=r"dict holds a DatasetDict \(splits test, train\): give one split's folder"):
         ArrowSource(tmp_path / "dict")
+
+
+def test_a_folder_of_files_builds_whatever_its_subfolders_hold(tmp_path: Path) -> None:
+    """A saved DatasetDict left in a subfolder is no file of the folder's, nor a reason to stop."""
+    (tmp_path / "data" / "old").mkdir(parents=True)
+    feather.write_feather(pa.table({"y": [0, 1, 0]}), tmp_path / "data" / "a.arrow")
+    (tmp_path / "data" / "old" / "dataset_dict.json").write_text(json.dumps({"splits": ["train"]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pipeline.build_arrow(tmp_path / "data", tmp_path / "out", quiet=True)
+    assert read_back(tmp_path / "out")[1] == {"y": [0, 1, 0]}

@@ -313,7 +313,7 @@ def test_classes_number_a_test_folder_as_the_training_set_and_a_mix_of_other_num
     with pytest.warns(UserWarning, match="one class folder only"):
         pipeline.build_imagefolder(tmp_path / "test", tmp_path / "out" / "alone", quiet=True)
     assert main(["build", "imagefolder", str(tmp_path / "test"), str(tmp_path / "out" / "test"), "--quiet",
-                 "--classes", "cat,dog,eel"]) == 0
+                 "--classes", "cat, dog,eel"]) == 0
     keys, fields = read_back(tmp_path / "out" / "test")
     assert fields["label"] == [1, 1, 1] and pipeline.load_index(tmp_path / "out" / "test").metadata == {
         "classes": ["cat", "dog", "eel"]}
@@ -325,6 +325,14 @@ def test_classes_number_a_test_folder_as_the_training_set_and_a_mix_of_other_num
             "'alone' ('train': ['cat', 'dog', 'eel'], 'alone': ['dog']); build them with one class list")):
         pipeline.make_loader({"train": tmp_path / "out" / "train", "alone": tmp_path / "out" / "alone"},
                              batch_size=4, num_workers=0)
+    for name, classes in (("ab", ["cat", "dog"]), ("abc", ["cat", "dog", "eel"]), ("abd", ["cat", "dog", "fox"])):
+        pipeline.build_imagefolder(tmp_path / "test", tmp_path / "out" / name, classes=classes, quiet=True)
+    with pytest.raises(ValueError, match=re.escape("sources 'abc' and 'abd' number their classes differently: label 2 "
+                                                   "is 'eel' in 'abc' and 'fox' in 'abd'")):  # each agrees with 'ab'
+        pipeline.make_loader({name: tmp_path / "out" / name for name in ("ab", "abc", "abd")}, num_workers=0)
     with pytest.raises(ValueError, match=r"classes must be distinct, non-empty names, got \['dog', 'dog'\] "
                                          r"\(\['dog'\] more than once\)"):
         pipeline.build_imagefolder(tmp_path / "test", tmp_path / "out" / "twice", classes=["dog", "dog"], quiet=True)
+    with pytest.raises(TypeError, match=re.escape("classes is a list of class names, e.g. classes=['cat', 'dog'], got "
+                                                  "the string 'dog'")):
+        pipeline.build_imagefolder(tmp_path / "test", tmp_path / "out" / "string", classes="dog", quiet=True)

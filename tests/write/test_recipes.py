@@ -301,3 +301,8 @@ def test_labels_that_are_gaps_twice_given_or_pickled_are_refused_and_ints_beside
     pipeline.build_sample_files(tmp_path / "data", tmp_path / "labels.json", partition, tmp_path / "out", quiet=True)
     train = [batch["y"] for batch in pipeline.make_loader(tmp_path / "out" / "train", batch_size=4, shuffle=False)]
     assert [t.dtype for t in train] == [torch.float64] and train[0].tolist() == [1.0, 2.5, 2.0, 1.0]
+    (tmp_path / "labels.json").write_text(json.dumps({"unlisted": 0.5, **{i: n % 3 for n, i in enumerate(ids)}}))
+    pipeline.build_sample_files(tmp_path / "data", tmp_path / "labels.json", partition, tmp_path / "out",
+                                overwrite=True, quiet=True)  # an ID of no split decides nothing
+    train = [batch["y"] for batch in pipeline.make_loader(tmp_path / "out" / "train", batch_size=4, shuffle=False)]
+    assert [t.dtype for t in train] == [torch.int64] and train[0].tolist() == [0, 1, 2, 0]

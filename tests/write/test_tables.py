@@ -383,7 +383,7 @@ def test_files_in_a_folders_subfolders_are_named_in_a_warning_and_writers_own_fi
     (tmp_path / "spark" / ".part-1.parquet").write_bytes(b"PAR1 half written")
     (tmp_path / "spark" / "_metadata.parquet").write_bytes(b"not rows")
     with pytest.warns(UserWarning, match=re.escape(
-            f"{tmp_path / 'spark'}: 1 Parquet (.parquet) file(s) are read in it, not those of its subfolders; its "
-            f"subfolders hold 1 ({tmp_path / 'spark' / 'year=2020' / 'part-0.parquet'}, ...)")):
+            f"{tmp_path / 'spark'}: 1 Parquet (.parquet) file(s) are read in it, not the 1 in its subfolders "
+            f"({tmp_path / 'spark' / 'year=2020' / 'part-0.parquet'}, ...): give those too")):
         pipeline.build_parquet(tmp_path / "spark", tmp_path / "out", quiet=True)
     assert [int(v) for v in read_back(tmp_path / "out")[1]["y"]] == list(range(10))

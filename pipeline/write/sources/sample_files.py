@@ -114,7 +114,7 @@ def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -
     except UnicodeDecodeError:  # pickle.dump and torch.save write bytes no text file starts with
         raise SampleError(f"{what} file {path} is not JSON but binary (pickle.dump or torch.save?): save the dict "
                           f"with json.dump(d, open('{path.stem}.json', 'w')) and give that, or pass the dict itself "
-                          f"in Python (pipeline.build_sample_files(root, {what}_dict, ...))") from None
+                          f"in Python (pipeline.build_sample_files(root, labels, partition, out) takes dicts)") from None
     if not isinstance(data, dict):
         raise SampleError(f"{what} file {path} must hold a JSON object")
     return data
@@ -263,13 +263,12 @@ def numeric(label: Any) -> bool:
         return False
 
 
-def _floats_beside_floats(labels: dict[str, Any]) -> dict[str, Any]:
-    """Labels that are Python ints and floats (JSON's ``1`` beside ``2.5``) as floats, of one
-    type in every split, as NumPy would make them: else each split's column of mixed ints and
-    floats holds neither type, and a training loop gets no tensor of them."""
-    kinds = {type(label) for label in labels.values()}
-    if kinds == {int, float}:
-        return {i: float(label) for i, label in labels.items()}
+def _floats_beside_floats(labels: dict[str, Any], ids: list[str]) -> dict[str, Any]:
+    """The labels of ``ids`` that are Python ints and floats (JSON's ``1`` beside ``2.5``) as
+    floats, of one type in every split, as NumPy would make them: else each split's column of
+    mixed ints and floats holds neither type, and a training loop gets no tensor of them."""
+    if {type(labels[i]) for i in ids} == {int, float}:
+        return {**labels, **{i: float(labels[i]) for i in ids}}
     return labels
 
 
@@ -304,8 +303,9 @@ def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[st
         raise SampleError(f"{_name(partition, 'the partition')} has no splits")
     partition_name = _name(partition, "the partition")
     check_partition(splits, label_map, partition_name, _name(labels, "the labels mapping"))
-    label_map = _floats_beside_floats(label_map)
-    classes = class_positions(label_map, [str(i) for ids in splits.values() for i in ids])
+    listed = [str(i) for ids in splits.values() for i in ids]
+    label_map = _floats_beside_floats(label_map, listed)
+    classes = class_positions(label_map, listed)
     if classes is not None:
         position = {name: n for n, name in enumerate(classes)}
         label_map = {i: position[label] for i, label in label_map.items() if isinstance(label, str)}

@@ -34,9 +34,10 @@ def input_files(inputs: Inputs, folder_files: Callable[[Path], list[Path]], what
             found = folder_files(path)
             if not found:
                 raise FileNotFoundError(f"{path}: no {what} files in this folder{_nested_hint(path, folder_files)}")
-            nested = _nested_hint(path, folder_files)
-            if nested:
-                warn_caller(f"{path}: {len(found)} {what} file(s) are read in it, not those of its subfolders{nested}")
+            below = _files_in_subfolders(path, folder_files)
+            if below:
+                warn_caller(f"{path}: {len(found)} {what} file(s) are read in it, not the {len(below)} in its "
+                            f"subfolders ({below[0]}, ...): give those too, or a list of the files to read")
             files += found
         elif path.is_file():
             files.append(path)
@@ -66,6 +67,19 @@ def _data_file(path: Path) -> bool:
     """Not a hidden file, nor one of a writer's own (``_SUCCESS``, ``_metadata``, a ``.part``
     being written): what Spark and ``pyarrow.dataset`` skip in a dataset's folder."""
     return not path.name.startswith((".", "_")) and path.is_file()
+
+
+def _files_in_subfolders(folder: Path, folder_files: Callable[[Path], list[Path]]) -> list[Path]:
+    """The files of ``folder``'s own subfolders (one level: a warning's, not a search of the
+    tree) that would be read were they given; a subfolder that could not be (a saved dataset's
+    split, say) is no such files."""
+    found: list[Path] = []
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+        try:
+            found += folder_files(sub)
+        except (SampleError, OSError):
+            continue
+    return found
 
 
 def parquet_files(inputs: Inputs) -> list[Path]:
