@@ -6,7 +6,8 @@ is a msgpack map whose array fields have a leading dimension K, plus ``__rows__:
 reader, with or without an index, knows the record is packed) and, when the writer was given
 explicit keys, ``__keys__``: the K sample keys. Without ``__keys__`` the sample keys are the
 record key's number plus the row, written with the same width (``000512`` -> ``000512``,
-``000513``, ...).
+``000513``, ...); a record of another tool's whose key is no number, ``rec`` -> ``rec/0``,
+``rec/1``, ...
 """
 
 from __future__ import annotations
@@ -112,9 +113,9 @@ def sample_keys(record_key: str, fields: Mapping[str, Any]) -> list[str]:
     if keys is not None:
         if len(keys) != rows:
             raise SampleError(f"packed record {record_key!r} has {len(keys)} keys for {rows} rows")
-        return list(keys)
-    if not record_key.isdigit():
-        raise SampleError(f"packed record {record_key!r} has no {KEYS_FIELD} and a non-numeric key")
+        return [str(key) for key in keys]
+    if not (record_key.isascii() and record_key.isdecimal()):
+        return [f"{record_key}/{i}" for i in range(rows)]
     start, width = int(record_key), len(record_key)
     return [str(start + i).zfill(width) for i in range(rows)]
 

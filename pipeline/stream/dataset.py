@@ -136,9 +136,10 @@ class ShardDataset(IterableDataset):
         images: Mapping[str, Images] | None = None,
     ) -> None:
         super().__init__()
+        decoded = list(images) if isinstance(images, Mapping) else []  # (anything else: refused below)
         check_dataset_options(batch_size, on_error, remainder, read_ahead, fields, as_tuple,
                               sample_transform is not None or batch_transform is not None, seed, shuffle_buffer,
-                              chunks_per_buffer)
+                              chunks_per_buffer, decoded)
         check_flags(shuffle=shuffle, drop_last=drop_last, check_records=check_records, allow_uneven=allow_uneven)
         check_callables(sample_transform=sample_transform, batch_transform=batch_transform)
         check_fill(fill)
@@ -162,22 +163,21 @@ class ShardDataset(IterableDataset):
         self.read_ahead = read_ahead  # units read ahead in a thread (None: see _read_ahead)
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         folder = check_cache_options(cache_dir, cache_bytes, verify)
-        decoded = list(images) if isinstance(images, Mapping) else []  # (anything else: refused below)
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven, decoded)
         # (local shards are read in place: no cache, nor a folder made for one, for a set that has none remote)
         self.cache = None if folder is None or not self._remote() else ShardCache(
             folder, cache_bytes, verify, self.policy, self.read_stats)
         if self.cache is not None and self.sources is not None:
             warn_if_cache_is_small(cache_bytes, self.sources)
-        self.foreign_fields = None if self.sources is not None else reference_fields(
-            self.shards.urls, self._wanted(), self.fill, on_error == "skip", self.policy, self.read_stats)
-        if self.foreign_fields is not None:
-            check_read_fields(self.as_tuple, self.fill, self.foreign_fields, not self.plain_messages,
-                              "the fields read (those of the shards' first record, or fields=)")
         self.image_decoding = None if not images else ImageDecoding(
             check_image_fields(images, None if self.sources is None else self.sources.schema(self.fields), self.fields),
             seed,
             on_error == "skip", self.read_stats)
+        self.foreign_fields = None if self.sources is not None else reference_fields(
+            self.shards.urls, self._wanted(), self.fill, on_error == "skip", self.policy, self.read_stats)
+        if self.foreign_fields is not None:
+            check_read_fields(self.as_tuple, self.fill, self.foreign_fields, not self.plain_messages,
+                              "the fields read (those of the shards' first record, or fields=)", decoded)
         self.shuffle_buffer = shuffle_buffer or self._default_buffer()
         if self.sources is not None:
             default = REMOTE_CHUNKS_PER_BUFFER if self._remote() else CHUNKS_PER_BUFFER
@@ -196,8 +196,8 @@ class ShardDataset(IterableDataset):
         shards, sources = open_sources(source, weights, samples, epoch_samples, self.world_size, allow_uneven,
                                        self.policy, self.read_stats)
         if sources is not None:
-            check_read_fields(self.as_tuple, self.fill, {**sources.schema(self.fields), **dict.fromkeys(decoded)},
-                              not self.plain_messages, "the index")
+            check_read_fields(self.as_tuple, self.fill, sources.schema(self.fields), not self.plain_messages,
+                              "the index", decoded)
         return shards, sources
 
     # -- configuration -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..caller_warning import warn_caller
 from ..format.numbers import is_whole
+from ..format.packing import SAMPLE_KEY
 
 
 def _names(option: str, names: Sequence[str] | None) -> None:
@@ -24,9 +25,11 @@ def _names(option: str, names: Sequence[str] | None) -> None:
 
 def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_ahead: int | None,
                           fields: Sequence[str] | None, as_tuple: Sequence[str] | None, transformed: bool,
-                          seed: Any = 0, shuffle_buffer: Any = None, chunks_per_buffer: Any = None) -> None:
+                          seed: Any = 0, shuffle_buffer: Any = None, chunks_per_buffer: Any = None,
+                          decoded: Sequence[str] = ()) -> None:
     """The options of a :class:`~pipeline.stream.dataset.ShardDataset` that need no shards to check
-    (``transformed``: a transform runs, and may make fields of its own)."""
+    (``transformed``: a transform runs, and may make fields of its own; ``decoded``: the fields
+    images decode into, which batches hold too)."""
     if not is_whole(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if not is_whole(seed) or seed < 0:
@@ -43,8 +46,9 @@ def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_a
                          f"{read_ahead!r}")
     _names("fields", fields)
     _names("as_tuple", as_tuple)
-    if fields is not None and as_tuple is not None and set(as_tuple) - set(fields) and not transformed:
-        raise ValueError(f"as_tuple names {sorted(set(as_tuple) - set(fields))}, which fields= leaves out")
+    left_out = set(as_tuple or ()) - set(fields or ()) - set(decoded)
+    if fields is not None and left_out and not transformed:
+        raise ValueError(f"as_tuple names {sorted(left_out)}, which fields= leaves out")
 
 
 def check_flags(**flags: Any) -> None:
@@ -87,15 +91,18 @@ def environment_count(name: str, default: int) -> int:
 
 
 def check_read_fields(as_tuple: Sequence[str] | None, fill: Mapping[str, Any], fields: Any, transformed: bool,
-                      where: str) -> None:
-    """``as_tuple``'s names (unless a transform runs: it may make others) and ``fill``'s keys
-    against the ``fields`` read, those of ``where``: a name that is not among them would fail at
-    the first batch, or be ignored."""
+                      where: str, decoded: Sequence[str] = ()) -> None:
+    """``as_tuple``'s names (unless a transform runs: it may make others; ``decoded``, the fields
+    images decode into, are batches' too) and ``fill``'s keys against the ``fields`` read, those
+    of ``where``: a name that is not among them would fail at the first batch, or be ignored."""
+    if SAMPLE_KEY in fill:
+        raise ValueError(f"fill gives {SAMPLE_KEY!r} a value, but every sample has its key: leave it out of fill")
     if not fields:
         return  # an empty set: nothing to check against
-    unknown = sorted(set(as_tuple or ()) - set(fields))
+    unknown = sorted(set(as_tuple or ()) - set(fields) - set(decoded))
     if unknown and not transformed:
-        raise ValueError(f"as_tuple names {unknown}, which are not in {where} (it has {sorted(fields)})")
+        keys = f"; to read the samples' keys, name {SAMPLE_KEY!r} in fields= too" if SAMPLE_KEY in unknown else ""
+        raise ValueError(f"as_tuple names {unknown}, which are not in {where} (it has {sorted(fields)}){keys}")
     unused = sorted(set(fill) - set(fields))
     if unused:
         raise ValueError(f"fill keys {unused} are not in {where} (it has {sorted(fields)})")

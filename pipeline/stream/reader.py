@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..format.codec import KEYS_FIELD, ROWS_FIELD
-from ..format.errors import SampleError, ShardError
+from ..format.errors import ShardError
 from ..format.fixed_runs import RunLayouts
 from ..format.index import Schema, ShardInfo
 from ..format.numbers import inexact_int, joins_exactly
@@ -74,7 +74,7 @@ def concat_columns(parts: Sequence[Columns]) -> Columns:
     return out
 
 
-def _record_columns(walked: WalkedRecord, wanted: set[str] | None, fill: Mapping[str, Any], url: str) -> Columns:
+def _record_columns(walked: WalkedRecord, wanted: set[str] | None, fill: Mapping[str, Any]) -> Columns:
     """The columns of one checked record: ``wanted`` fields (all by default; ``"__key__"``, the
     samples' keys, only when wanted), a field the record lacks filled with ``fill``'s value for
     it (else ``None``), one per row."""
@@ -85,11 +85,8 @@ def _record_columns(walked: WalkedRecord, wanted: set[str] | None, fill: Mapping
         if name in _RESERVED or (wanted is not None and name not in wanted):
             continue
         columns[name] = value if packed else [value]
-    if wanted is not None and SAMPLE_KEY in wanted:
-        try:
-            columns[SAMPLE_KEY] = sample_keys(walked.key, fields)
-        except SampleError as exc:
-            raise ShardError(url, walked.offset, str(exc)) from None
+    if wanted is not None and SAMPLE_KEY in wanted:  # (the walk checked a packed record's keys)
+        columns[SAMPLE_KEY] = sample_keys(walked.key, fields)
     for name in (wanted or ()):
         if name not in columns:
             value = fill.get(name)  # a copy for each row: a transform may change one in place
@@ -258,7 +255,7 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
                     lose(ShardError(url, walked.offset, f"record {walked.key!r} holds {walked.rows} rows, "
                                                         f"the index says {expected}"), walked.number)
                     continue
-                collector.add(_record_columns(walked, wanted, fill or {}, url), walked.number)
+                collector.add(_record_columns(walked, wanted, fill or {}), walked.number)
                 if learn:  # the first record walked here shows how the next runs may be laid out
                     layouts.learn(walked, view[walked.offset - start:walked.end - start])  # type: ignore[union-attr]
                     learn = False
@@ -344,7 +341,7 @@ def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str]
                             "shards' first record): pass fields= naming every field, and fill= a value for the "
                             "records without one, to read them", redact(url), walked.key,
                             sorted(walked.fields.keys() - fields - _RESERVED), sorted(fields))
-            yield _record_columns(walked, fields, fill or {}, url)
+            yield _record_columns(walked, fields, fill or {})
         while stream.read(1 << 20):  # to the end: a gzip-compressed shard checks its checksum there
             pass
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..format.errors import IndexFormatError, IndexSchemaError, SampleError, ShardError
 from ..format.fixed_runs import RunLayouts
 from ..format.index import ShardInfo, index_fix
-from ..format.packing import sample_keys
+from ..format.packing import SAMPLE_KEY, sample_keys
 from ..format.walk import walk_shard
 from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
@@ -197,9 +197,10 @@ class UnitReader:
                 waited += time.perf_counter() - asked
 
         try:
-            return read_rows(url, shards.shards[shard], shards.index.pack, start, stop, self.wanted,
-                             timed_reader, shards.index.fields or None, self.check_records, self.fill,
-                             lost if self.skip else None, join=False, layouts=self.layouts[source])
+            parts = read_rows(url, shards.shards[shard], shards.index.pack, start, stop, self.wanted,
+                              timed_reader, shards.index.fields or None, self.check_records, self.fill,
+                              lost if self.skip else None, join=False, layouts=self.layouts[source])
+            return parts if not self.sources.mixed else _named_by_source(parts, self.sources.names[source])
         except IndexSchemaError as exc:  # sound shards the index misdescribes: no record is to skip
             where = redact(shards.index_url or shards.base)
             raise IndexSchemaError(exc.url, exc.offset, f"{exc.reason}: {index_fix(where, shards.shards.names)}") from None
@@ -321,6 +322,13 @@ def _missing_shard(exc: ShardError | SourceError, url: str) -> SourceError | Non
                            f"'pipeline verify' lists what is missing")
     return SourceError(url, offset, f"{reason}; the shard set is missing a shard its index names ('pipeline verify' "
                        f"lists what is missing): restore it, or rebuild the set")
+
+
+def _named_by_source(parts: list[Columns | int], source: str) -> list[Columns | int]:
+    """Parts whose sample keys, if read, are prefixed by their source's name (``a/000042``): in
+    a mix, sources number their samples alike."""
+    return [part if isinstance(part, int) or SAMPLE_KEY not in part else
+            {**part, SAMPLE_KEY: [f"{source}/{key}" for key in part[SAMPLE_KEY]]} for part in parts]
 
 
 def _blocks_of(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -312,7 +312,8 @@ def test_images_stored_as_jpg_in_some_samples_and_png_in_others_decode_from_whic
             sink.write({"__key__": f"{n:04d}", kind: encoded(picture, "PNG" if n % 2 else "JPEG"), "cls": n})
     with pytest.raises(ValueError, match=re.escape("images={'jpg;png': ...} reads whichever of several fields a sample "
                                                    "has, which needs an index of the shards")):
-        make_loader([str(tmp_path / "w-000000.tar")], num_workers=0, images={"jpg;png": Images(16)})
+        make_loader([str(tmp_path / "w-000000.tar")], num_workers=0, images={"jpg;png": Images(16)},
+                    as_tuple=["jpg;png", "cls"])
     pipeline.index_shards([str(tmp_path / "w-000000.tar")], quiet=True)
     with pytest.warns(UserWarning, match=re.escape("images names field 'jpg', which some samples lack (the index marks "
                                                    "it optional): each of them is an error, or with on_error='skip' "
@@ -327,9 +328,11 @@ def test_images_stored_as_jpg_in_some_samples_and_png_in_others_decode_from_whic
     assert all(sorted(batch) == ["cls", "jpg;png"] for batch in batches)
     got = {int(label): image for batch in batches for label, image in zip(batch["cls"], batch["jpg;png"])}
     assert sorted(got) == list(range(30)) and loader.stats()["replaced_samples"] == 0
-    images, labels = next(iter(make_loader(tmp_path, num_workers=workers, batch_size=30, shuffle=False,
-                                           images={"jpg;png": Images(16, crop="resize")}, as_tuple=["jpg;png", "cls"])))
-    assert images.shape == (30, 3, 16, 16) and labels.tolist() == list(range(30))
+    for fields in (None, ["jpg", "png", "cls"]):
+        images, labels = next(iter(make_loader(tmp_path, num_workers=workers, batch_size=30, shuffle=False,
+                                               fields=fields, images={"jpg;png": Images(16, crop="resize")},
+                                               as_tuple=["jpg;png", "cls"])))
+        assert images.shape == (30, 3, 16, 16) and labels.tolist() == list(range(30))
     for n in (0, 1):  # each as Images decodes its own bytes
         expected, failed = decode(Images(16, crop="resize"), [encoded(pictures[n], "PNG" if n % 2 else "JPEG")])
         assert not failed and torch.equal(got[n], torch.from_numpy(expected[0]))

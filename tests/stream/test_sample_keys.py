@@ -56,7 +56,8 @@ def test_keys_of_webdataset_shards_with_and_without_an_index_and_in_a_mix_and_a_
             writer.write({"cls": 1000 + n})
     mix = make_loader({"wds": tmp_path / "wds", "ours": tmp_path / "ours"}, batch_size=8, num_workers=0,
                       fields=["cls", "__key__"])
-    assert keyed(mix, "cls") == {**expected, **{f"{n:012d}": 1000 + n for n in range(30)}}
+    assert keyed(mix, "cls") == {**{f"wds/{key}": n for key, n in expected.items()},
+                                 **{f"ours/{n:012d}": 1000 + n for n in range(30)}}
     keys, ys = next(iter(make_loader(tmp_path / "ours", batch_size=30, shuffle=False, num_workers=0,
                                      fields=["cls", "__key__"], as_tuple=["__key__", "cls"])))
     assert keys == [f"{n:012d}" for n in range(30)] and ys.tolist() == [1000 + n for n in range(30)]
@@ -84,3 +85,28 @@ def test_a_field_named_like_the_key_is_refused_when_written(tmp_path: Path) -> N
     with pytest.raises(pipeline.SampleError, match=re.escape("field name '__key__' is reserved (starts with '__')")):
         with pipeline.ShardWriter(tmp_path / "writer") as writer:
             writer.write({"__key__": 3})
+
+
+def test_keys_in_a_mix_name_their_source_and_options_that_misuse_keys_say_so(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        pipeline.write_shards(tmp_path / name, {"y": np.arange(10) + (100 if name == "b" else 0)}, quiet=True)
+    mix = make_loader({"a": tmp_path / "a", "b": tmp_path / "b"}, batch_size=4, num_workers=0, fields=["y", "__key__"])
+    assert keyed(mix) == {f"{name}/{n:012d}": n + (100 if name == "b" else 0) for name in "ab" for n in range(10)}
+    with pytest.raises(ValueError, match=re.escape("fill gives '__key__' a value, but every sample has its key")):
+        make_loader(tmp_path / "a", fields=["y", "__key__"], fill={"__key__": "?"})
+    with pytest.raises(ValueError, match=re.escape("as_tuple names ['__key__'], which are not in the index (it has "
+                                                   "['y']); to read the samples' keys, name '__key__' in fields= too")):
+        make_loader(tmp_path / "a", as_tuple=["__key__", "y"])
+
+
+def test_packed_records_of_another_tool_without_numbered_keys_get_keys_of_their_own(tmp_path: Path) -> None:
+    import msgpack
+
+    with wds.TarWriter(str(tmp_path / "h-000000.tar")) as sink:
+        for key, rows in (("rec-a", [0, 1]), ("rec-b", [2, 3]), ("rec-c", [4])):
+            sink.write({"__key__": key, "msgpack": msgpack.packb({"y": rows, "__rows__": len(rows)})})
+    urls = [str(tmp_path / "h-000000.tar")]
+    expected = {"rec-a/0": 0, "rec-a/1": 1, "rec-b/0": 2, "rec-b/1": 3, "rec-c/0": 4}
+    assert keyed(make_loader(urls, batch_size=2, num_workers=0, fields=["y", "__key__"])) == expected
+    pipeline.index_shards(urls, quiet=True)
+    assert keyed(make_loader(tmp_path, batch_size=2, num_workers=0, fields=["y", "__key__"])) == expected
