@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -144,6 +145,8 @@ def clear_child_sets(target: Destination, overwrite: bool) -> None:
         child = destination(target.url(name))
         try:
             _remove_set(child)
+            with contextlib.suppress(OSError):  # a folder left empty goes too; one holding other files stays
+                child.folder.rmdir()
         finally:
             child.close()
 

@@ -269,6 +269,11 @@ def test_folder_of_subfolders_points_at_recursive(tmp_path: Path) -> None:
         pipeline.build_folder(tmp_path / "in", tmp_path / "out", quiet=True)
     pipeline.build_folder(tmp_path / "in", tmp_path / "out", recursive=True, quiet=True)
     assert read_back(tmp_path / "out") == (["cats_0001", "dogs_0001"], {"jpg": [b"cats/0001.jpg", b"dogs/0001.jpg"]})
+    (tmp_path / "in" / "0002.jpg").write_bytes(b"top")  # a file of its own: the subfolders' would go unread
+    with pytest.warns(UserWarning, match=re.escape(f"{tmp_path / 'in'}: the files of its subfolders (cats, dogs) are "
+                                                   f"not read: pass --recursive (recursive=True) to take them too")):
+        pipeline.build_folder(tmp_path / "in", tmp_path / "top", quiet=True)
+    assert read_back(tmp_path / "top") == (["0002"], {"jpg": [b"top"]})
 
 
 @pytest.mark.parametrize("out", [".", "shards"])

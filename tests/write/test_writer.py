@@ -249,6 +249,7 @@ def test_a_set_over_splits_removes_them_or_is_refused(tmp_path: Path, writer: st
     write(overwrite=True)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
         "index.bin", "index.json", "mine/index.bin", "mine/index.json", "mine/shard-000000.tar", "shard-000000.tar"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["mine"]  # no empty train/, validation/
     assert read_back(tmp_path)[1]["v"] == list(range(30)) and read_back(tmp_path / "mine")[1]["v"] == list(range(5))
 
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from ...caller_warning import warn_caller
 from ...format.errors import SampleError
 from ...format.index import INDEX_NAME, table_name_for
 from ...format.tar import split_name
@@ -51,6 +52,13 @@ class FolderSource(FileRowsSource):
             groups[key][ext] = path
         if not groups:
             raise FileNotFoundError(f"{self.folder}: no files to build from{_subfolders_hint(self.folder, recursive)}")
+        unread = [] if recursive else sorted(  # (a shard set built there is no data)
+            path.name for path in self.folder.iterdir() if path.is_dir() and not path.name.startswith(".")
+            and any(path.iterdir()) and not (path / INDEX_NAME).is_file())
+        if unread:
+            warn_caller(f"{self.folder}: the files of its subfolders ({', '.join(unread[:3])}"
+                        f"{', ...' if len(unread) > 3 else ''}) are not read: pass --recursive (recursive=True) to "
+                        f"take them too, keyed by their paths")
         self.keys = sorted(groups)
         first = self.keys[0]
         fields = sorted(groups[first])
