@@ -306,3 +306,19 @@ def test_labels_that_are_gaps_twice_given_or_pickled_are_refused_and_ints_beside
                                 overwrite=True, quiet=True)  # an ID of no split decides nothing
     train = [batch["y"] for batch in pipeline.make_loader(tmp_path / "out" / "train", batch_size=4, shuffle=False)]
     assert [t.dtype for t in train] == [torch.int64] and train[0].tolist() == [0, 1, 2, 0]
+
+
+def test_an_id_with_both_a_pt_and_an_npy_file_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """As after following the advice for a .pt of NumPy data without removing the .pt."""
+    make_pt_files(tmp_path / "data", ["a", "b", "c"])
+    np.save(tmp_path / "data" / "b.npy", np.full((3, 2, 2), 7, np.float32))
+    with pytest.raises(SampleError, match=re.escape(
+            f"split 'train' of the partition: 1 IDs have both a .pt and a .npy file, e.g. {tmp_path / 'data' / 'b.pt'} "
+            f"(beside b.npy): keep one file per ID")):
+        pipeline.build_sample_files(tmp_path / "data", {i: 0 for i in "abc"}, {"train": list("abc")},
+                                    tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "data" / "b.pt").unlink()
+    pipeline.build_sample_files(tmp_path / "data", {i: 0 for i in "abc"}, {"train": list("abc")}, tmp_path / "out",
+                                quiet=True)
+    assert read_back(tmp_path / "out" / "train")[1]["x"][1].tolist() == np.full((3, 2, 2), 7.0).tolist()

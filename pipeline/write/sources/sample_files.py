@@ -120,12 +120,9 @@ def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -
     return data
 
 
-def _find_file(root: Path, sample_id: str) -> Path | None:
-    for suffix in SAMPLE_SUFFIXES:
-        path = root / f"{sample_id}{suffix}"
-        if path.is_file():
-            return path
-    return None
+def _files_of(root: Path, sample_id: str) -> list[Path]:
+    """The files an ID may name: ``<ID>.pt``, ``<ID>.npy``; one is its sample, two are an error."""
+    return [path for suffix in SAMPLE_SUFFIXES if (path := root / f"{sample_id}{suffix}").is_file()]
 
 
 class SampleFileSource(FileRowsSource):
@@ -154,16 +151,21 @@ class SampleFileSource(FileRowsSource):
         no_label = [i for i in ids if i not in labels]
         if no_label:
             raise SampleError(f"{named}: {len(no_label)} IDs have no label, e.g. {no_label[:3]}")
-        paths = [_find_file(self.root, i) for i in ids]
-        no_file = [i for i, p in zip(ids, paths) if p is None]
+        found = [_files_of(self.root, i) for i in ids]
+        no_file = [i for i, files in zip(ids, found) if not files]
         if no_file:
             raise FileNotFoundError(
                 f"{named}: {len(no_file)} IDs have no file {self.root}/<ID>.pt or .npy, "
                 f"e.g. {no_file[:3]}"
             )
+        both = [files[0] for files in found if len(files) > 1]
+        if both:  # (a .npy saved beside a .pt that could not be loaded, say): which one is the sample?
+            raise SampleError(f"{named}: {len(both)} IDs have both a .pt and a .npy file, e.g. "
+                              f"{', '.join(map(str, both[:3]))} (beside {both[0].stem}.npy): keep one file per ID")
+        paths = [files[0] for files in found]
         self.ids = ids
         self.keys = _keys_of(ids)
-        self.paths: list[Path] = paths  # type: ignore[assignment]
+        self.paths: list[Path] = paths
         self.labels = _arrays_of_lists([labels[i] for i in ids])
         self.fields = fields
         self.sizes = [p.stat().st_size for p in self.paths]
