@@ -91,8 +91,8 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
                                f"samples; give it one kind of value in every sample")
     if old.dtype != new.dtype:
         raise IndexFormatError(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}; a "
-                               f"field needs one dtype: cast the values as you write them (shards already written: write them again), "
-                               f"or, in a build from your data, with "
+                               f"field needs one dtype: cast the values as you write them (shards already written: "
+                               f"write them again), or, in a build from your data, with "
                                f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)")
     if len(old.shape) != len(new.shape):
         raise IndexFormatError(

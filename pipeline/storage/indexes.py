@@ -324,7 +324,8 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
                 # reason says what to do (credentials, a server that does not answer...)
                 raise UnansweredIndexError(url, None, f"cannot read index file ({exc.reason or exc})") from None
             splits = remote_sets_hint(url, policy) if hint else ""
-            missing = NoIndexError(url, None, f"cannot read index file ({exc.reason or exc}){splits or '; ' + _WHAT_TO_PASS}")
+            missing = NoIndexError(url, None,
+                                   f"cannot read index file ({exc.reason or exc}){splits or '; ' + _WHAT_TO_PASS}")
             missing.splits_beside = bool(splits)
             raise missing from None
     try:

@@ -167,8 +167,8 @@ def _refuse_other_classes(shards: Mapping[str, IndexedShards]) -> None:
         for first, first_classes in listed[:n]:  # every pair: [a, b] agrees with [a, b, c] and [a, b, d], not they
             label = next((i for i, (a, b) in enumerate(zip(first_classes, classes)) if a != b), None)
             if label is not None:
-                    raise ValueError(f"sources {first!r} and {name!r} number their classes differently: label {label} is "
-                                 f"{first_classes[label]!r} in {first!r} and {classes[label]!r} in {name!r} "
+                raise ValueError(f"sources {first!r} and {name!r} number their classes differently: label {label} "
+                                 f"is {first_classes[label]!r} in {first!r} and {classes[label]!r} in {name!r} "
                                  f"({first!r}: {first_classes}, {name!r}: {classes}); build them with one class "
                                  f"list (build_imagefolder(..., classes=[...]), pipeline build imagefolder --classes "
                                  f"a,b,c)")

@@ -160,7 +160,7 @@ class ImageFolderSource(FileRowsSource):
                               f"build_imagefolder (build imagefolder) reads a ROOT of train/ and val/ (or validation/) "
                               f"as two sets, else build each split folder on its own")
         self.classes = list(found if classes is None else classes)
-        twice = sorted({name for name in self.classes if self.classes.count(name) > 1})
+        twice = sorted(name for name, count in Counter(self.classes).items() if count > 1)
         if twice or not all(isinstance(name, str) and name for name in self.classes):
             raise ValueError(f"classes must be distinct, non-empty names, got {self.classes}"
                              f"{f' ({twice} more than once)' if twice else ''}")

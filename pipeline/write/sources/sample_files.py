@@ -114,7 +114,8 @@ def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -
     except UnicodeDecodeError:  # pickle.dump and torch.save write bytes no text file starts with
         raise SampleError(f"{what} file {path} is not JSON but binary (pickle.dump or torch.save?): save the dict "
                           f"with json.dump(d, open('{path.stem}.json', 'w')) and give that, or pass the dict itself "
-                          f"in Python (pipeline.build_sample_files(root, labels, partition, out) takes dicts)") from None
+                          f"in Python (pipeline.build_sample_files(root, labels, partition, out) takes dicts)"
+                          ) from None
     if not isinstance(data, dict):
         raise SampleError(f"{what} file {path} must hold a JSON object")
     return data

@@ -56,7 +56,7 @@ def input_files(inputs: Inputs, folder_files: Callable[[Path], list[Path]], what
 def _nested_hint(folder: Path, folder_files: Callable[[Path], list[Path]]) -> str:
     """Where such files are when only ``folder``'s subfolders hold them: a dataset partitioned
     into folders (``year=2020/part-0.parquet``), as Spark and ``write_to_dataset`` write it."""
-    nested = [file for sub in sorted(p for p in folder.rglob("*") if p.is_dir()) for file in folder_files(sub)]
+    nested = _files_in_subfolders(folder, folder_files, deep=True)
     if not nested:
         return ""
     return (f"; its subfolders hold {len(nested)} ({nested[0]}, ...), a partitioned dataset?: give the files "
@@ -69,12 +69,15 @@ def _data_file(path: Path) -> bool:
     return not path.name.startswith((".", "_")) and path.is_file()
 
 
-def _files_in_subfolders(folder: Path, folder_files: Callable[[Path], list[Path]]) -> list[Path]:
-    """The files of ``folder``'s own subfolders (one level: a warning's, not a search of the
-    tree) that would be read were they given; a subfolder that could not be (a saved dataset's
-    split, say) is no such files."""
+def _files_in_subfolders(folder: Path, folder_files: Callable[[Path], list[Path]], deep: bool = False) -> list[Path]:
+    """The files of ``folder``'s subfolders that would be read were they given: of every folder
+    below it when ``deep`` (where an error points), else of its own data subfolders (one level:
+    a warning's, not a search of the tree). A subfolder that could not be read (a saved
+    dataset's split, say) holds no such files."""
+    subfolders = (p for p in folder.rglob("*") if p.is_dir()) if deep else \
+        (p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
     found: list[Path] = []
-    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+    for sub in sorted(subfolders):
         try:
             found += folder_files(sub)
         except (SampleError, OSError):

@@ -236,15 +236,15 @@ class TableSource(Source):
                 if total is None:
                     found[name] = f"nulls, the first at {'row' if len(rows) == 1 else 'rows'} {shown}"
                 else:
-                    found[name] = f"{total} null{'s' if total > 1 else ''}, at {'row' if total == 1 else 'rows'} {shown}"
-                    found[name] += ", ..." if total > min(len(rows), _SHOWN_ROWS) else ""
+                    found[name] = (f"{total} null{'s' if total > 1 else ''}, at {'row' if total == 1 else 'rows'} "
+                                   f"{shown}{', ...' if total > min(len(rows), _SHOWN_ROWS) else ''}")
         if found:
             where = "; ".join(f"column {name!r} has {nulls}" for name, nulls in found.items())
             options = " ".join(f"--fill {name}=VALUE" for name in found)
             fills = ", ".join(f"{name!r}: VALUE" for name in found)
+            them = "column" if len(found) == 1 else "columns"
             raise SampleError(f"{path}: {where} (counting from 0 in the file); fill them with {options} "
-                              f"(fill={{{fills}}} in Python), or leave the {'column' if len(found) == 1 else 'columns'} "
-                              f"out with --columns")
+                              f"(fill={{{fills}}} in Python), or leave the {them} out with --columns")
 
 
 class _Cursor:
