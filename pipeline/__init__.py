@@ -45,6 +45,7 @@ from .write.sources.folder import FolderSource
 from .write.sources.image_folder import ImageFolderSource
 from .write.sources.joblib_batches import JoblibBatchSource
 from .write.sources.sample_files import SampleFileSource, partition_sources
+from .write.splits import validation_rows
 from .write.writer import ShardWriter
 
 __version__ = "0.1.0"
@@ -71,5 +72,6 @@ __all__ = [
     "build_npz", "build_parquet",
     "build_sample_files", "build_shards", "decode_fields", "decode_record", "describe",
     "encode_sample", "index_shards", "iter_records", "iter_samples", "load_index", "merge_index_files", "open_npy",
-    "open_npz", "partition_sources", "sample_keys", "tune", "unpack_rows", "verify", "write_shards",
+    "open_npz", "partition_sources", "sample_keys", "tune", "unpack_rows", "validation_rows", "verify",
+    "write_shards",
 ]

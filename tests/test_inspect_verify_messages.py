@@ -38,8 +38,7 @@ def three(tmp_path: Path, monkeypatch) -> Path:
 
 def test_a_shard_or_a_pattern_given_for_an_index_says_what_to_pass(three: Path, capsys) -> None:
     shard = "s/train-000000.tar"
-    told = (f"error: {shard} is a shard, not an index: pass its folder or index.json (or index it first: "
-            f"pipeline index {shard})\n")
+    told = f"error: {shard} is a shard, not an index: pass its folder, which has one (s)\n"
     for command in ("inspect", "verify"):
         assert run(capsys, command, shard) == (1, "", told)
     with pytest.raises(IndexFormatError, match="is a shard, not an index"):
@@ -48,6 +47,9 @@ def test_a_shard_or_a_pattern_given_for_an_index_says_what_to_pass(three: Path, 
     assert run(capsys, "inspect", "copy.json") == (1, "", "error: copy.json: not an index: binary data (byte 512 is "
                                                           "not text), not JSON\n")
     pattern = "s/train-{000000..000001}.tar"
+    assert run(capsys, "verify", pattern) == (
+        1, "", f"error: {pattern} is a pattern of shards, not an index: pass their folder, which has one (s)\n")
+    (three / "index.json").unlink()  # shards without one: the command that writes one
     assert run(capsys, "verify", pattern) == (
         1, "", f"error: {pattern} is a pattern of shards, not an index: pass their folder or index.json (or index "
                f"them first: pipeline index '{pattern}')\n")
@@ -219,8 +221,9 @@ def test_verify_images_decodes_every_image_and_names_those_that_do_not(tmp_path:
         f"({cut['b/0008.png']} bytes, it ends before its IEND chunk)"]
     # the shards are intact: copying them again, or building them from the same files, mends nothing
     assert out.splitlines()[2:] == ["not verified s: 2 of 3 shards failed: 2 hold images that do not decode, as they "
-                                    "were when built (the shards are intact): replace those images and build again, "
-                                    "or train past them with on_error='skip'"]
+                                    "were when built (the shards are intact): replace those images and build again "
+                                    "(shards indexed in place: write them again, then pipeline index), or train past "
+                                    "them with on_error='skip'"]
     assert [p.record for p in pipeline.verify("s", images=True)] == [2, 0]
     shard = Path("s/shard-000001.tar")  # damaged after the build as well: that shard is to copy again
     data = bytearray(shard.read_bytes())
@@ -228,7 +231,8 @@ def test_verify_images_decodes_every_image_and_names_those_that_do_not(tmp_path:
     shard.write_bytes(bytes(data))
     assert run(capsys, "verify", "s", "--images", "--quiet")[1].splitlines()[-1] == (
         "not verified s: 3 of 3 shards failed: 2 hold images that do not decode, as they were when built (the shards "
-        "are intact): replace those images and build again, or train past them with on_error='skip'; the other 1 are "
+        "are intact): replace those images and build again (shards indexed in place: write them again, then pipeline "
+        "index), or train past them with on_error='skip'; the other 1 are "
         "damaged: copy them again from where they came from, or build the set again (--overwrite)")
 
 

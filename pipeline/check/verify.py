@@ -107,7 +107,8 @@ class Outcome:
             return f"{failed}: {copy}"
         damaged = self.failed - self.as_built
         return (f"{failed}: {self.as_built} hold images that do not decode, as they were when built (the shards are "
-                f"intact): replace those images and build again, or train past them with on_error='skip'"
+                f"intact): replace those images and build again (shards indexed in place: write them again, then "
+                f"pipeline index), or train past them with on_error='skip'"
                 + (f"; the other {damaged} are damaged: {copy}" if damaged else ""))
 
 

@@ -59,6 +59,11 @@ class FieldSpec:
         shape = data.get("shape")
         return cls(str(data["dtype"]), None if shape is None else tuple(shape), bool(data.get("optional", False)))
 
+    @property
+    def varies(self) -> bool:
+        """Whether the field's arrays differ in shape from sample to sample."""
+        return self.shape is not None and None in self.shape
+
 
 Schema = dict[str, FieldSpec]
 
@@ -96,8 +101,9 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
                                f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)")
     if len(old.shape) != len(new.shape):
         raise IndexFormatError(
-            f"{where}: field {name!r} has shape {list(new.shape)}, earlier samples {list(old.shape)}"
-        )
+            f"{where}: field {name!r} has shape {_shape_words(new.shape)}, earlier samples "
+            f"{_shape_words(old.shape)}; an array field needs one number of dimensions in every sample (their "
+            f"sizes may differ): reshape the odd one (a single number as a 1-element array, say) or leave it out")
     shape = tuple(a if a == b else None for a, b in zip(old.shape, new.shape))
     return FieldSpec(old.dtype, shape, old.optional)
 
@@ -110,13 +116,18 @@ def _common_dtype(a: str, b: str) -> str:
         return a
 
 
+def _shape_words(shape: tuple[int | None, ...]) -> str:
+    """A shape for a message: ``[any, 3]`` where the index has ``None`` (sizes that vary)."""
+    return f"[{', '.join('any' if d is None else str(d) for d in shape)}]"
+
+
 def _kind_of(spec: FieldSpec) -> str:
     """What a value of ``spec`` is, in words, for an error."""
     if spec.shape is None:
         return f"a Python {spec.dtype}"
     if spec.shape == ():
         return f"a NumPy {spec.dtype} scalar (a 0-d array)"
-    return f"a {spec.dtype} array of shape {list(spec.shape)}"
+    return f"a {spec.dtype} array of shape {_shape_words(spec.shape)}"
 
 
 def merge_schema(old: Schema | None, new: Schema, where: str, optional: bool = False) -> Schema:

@@ -16,6 +16,7 @@ import shlex
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
@@ -87,9 +88,11 @@ class IndexedShards:
     def url(self, i: int) -> str:
         return join(self.base, self.index.shards.names[i])
 
-    @property
+    @cached_property
     def remote(self) -> bool:
-        return is_remote(self.base)
+        """Whether the shards are read over the network: those of a remote index, and those a
+        local index names by URL (``pipeline index https://... --output DIR``)."""
+        return is_remote(self.base) or any(map(is_remote, self.index.shards.names))
 
     def damaged_table(self, policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> str | None:
         """Why the shard table is damaged (read whole, its sha256 is not the one index.json
@@ -102,7 +105,7 @@ class IndexedShards:
         url = join(self.base, self.index.table.name)
         answers, lock = _table_answers()
         with lock:  # (a local table copied again since is read again)
-            key = (url, self.index.table.sha256, None if self.remote else _version(url))
+            key = (url, self.index.table.sha256, None if is_remote(url) else _version(url))
             if key not in answers:
                 answers[key] = _table_problem(url, self.index.table, policy, stats)
             return answers[key]
@@ -125,7 +128,7 @@ class IndexedShards:
     def table_fix(self) -> str:
         """What to do about a damaged shard table: the command that writes it again where it
         applies (local shards in the index's folder)."""
-        if self.remote or any("/" in name for name in self.index.shards.names):
+        if is_remote(self.base) or any("/" in name for name in self.index.shards.names):
             return f"copy it again with {INDEX_NAME}, or re-index its shards"
         return f"copy it again with {INDEX_NAME}, or {reindex(os.path.normpath(self.base))}"
 
@@ -223,8 +226,13 @@ def _refuse_shards(location: str, path: str) -> None:
     if not path.endswith(".tar"):  # gzip-compressed: no index reads it by ranges
         raise IndexFormatError(f"{shown} is {what} (gzip-compressed), not an index: a loader streams {verb} as "
                                f"{verb} {'are' if verb == 'them' else 'is'} (make_loader), without an index")
+    folder = os.path.dirname(path) or "."
+    if not is_remote(location) and os.path.isfile(os.path.join(folder, INDEX_NAME)):
+        raise IndexFormatError(f"{shown} is {what}, not an index: pass {pronoun} folder, which has one "
+                               f"({shlex.quote(folder)})")
+    output = " --output DIR" if is_remote(location) else ""  # (an index is written beside local shards only)
     raise IndexFormatError(f"{shown} is {what}, not an index: pass {pronoun} folder or {INDEX_NAME} (or index "
-                           f"{verb} first: pipeline index {shlex.quote(shown)})")
+                           f"{verb} first: pipeline index {shlex.quote(shown)}{output})")
 
 
 def _shard_sets_in(folder: str) -> list[str]:
@@ -322,7 +330,10 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
         except SourceError as exc:
             if not nothing_at(exc):  # not "no index here", which callers may take for shards without one: the
                 # reason says what to do (credentials, a server that does not answer...)
-                raise UnansweredIndexError(url, None, f"cannot read index file ({exc.reason or exc})") from None
+                forbidden = ("; the server may not let it be read, or there is none (a bucket served over HTTP "
+                             "forbids a file that does not exist): " + _WHAT_TO_PASS) if http_forbidden(exc) else ""
+                raise UnansweredIndexError(url, None, f"cannot read index file ({exc.reason or exc}){forbidden}"
+                                           ) from None
             splits = remote_sets_hint(url, policy) if hint else ""
             missing = NoIndexError(url, None,
                                    f"cannot read index file ({exc.reason or exc}){splits or '; ' + _WHAT_TO_PASS}")

@@ -70,21 +70,30 @@ def enabled() -> bool:
     """Whether ranged reads go through obstore here (see the module's docstring): it must import
     (``always`` and ``workers`` make its absence an error), and this process must not have been
     forked from one that had used it."""
-    choice = os.environ.get("PIPELINE_OBSTORE", "never").lower()
-    if choice not in ("never", "workers", "always"):
-        raise SourceError("PIPELINE_OBSTORE", None, f"{choice!r} is not never, workers or always")
+    choice = check_setting()
     pid = os.getpid()
     if choice == "never" or (choice == "workers" and _worker_pid != pid):
         return False
     if _runtime_pid not in (None, pid):
         _log_fallback()
         return False
-    try:
-        import obstore  # noqa: F401
-    except ImportError:
-        raise SourceError("PIPELINE_OBSTORE", None, f"{choice}, but obstore is not installed: "
-                          "pip install 'pipeline[obstore]' (or unset it)") from None
     return True
+
+
+def check_setting() -> str:
+    """``PIPELINE_OBSTORE``'s value, checked (as a loader is made, and at each read): another
+    value, or obstore asked for but not installed, is an error naming the variable."""
+    choice = os.environ.get("PIPELINE_OBSTORE", "never").lower()
+    if choice not in ("never", "workers", "always"):
+        raise ValueError(f"PIPELINE_OBSTORE={choice!r} is not never, workers or always (unset it for the "
+                         f"default, never)")
+    if choice != "never":
+        try:
+            import obstore  # noqa: F401
+        except ImportError:
+            raise ValueError(f"PIPELINE_OBSTORE={choice}, but obstore is not installed: pip install "
+                             f"'pipeline[obstore]' (or unset it)") from None
+    return choice
 
 
 def serves(start: int, stop: int | None) -> bool:

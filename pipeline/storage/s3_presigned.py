@@ -63,9 +63,18 @@ def _ca_bundle() -> str | None:
 _pool = per_process(lambda: urllib3.PoolManager(num_pools=16, maxsize=8, ca_certs=_ca_bundle()))
 
 
+def check_setting() -> bool:
+    """Whether ``PIPELINE_S3_PRESIGNED`` lets ranges be read here (``1``, the default) or not
+    (``0``); another value is an error naming it, rather than taken for either."""
+    value = os.environ.get("PIPELINE_S3_PRESIGNED", "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"PIPELINE_S3_PRESIGNED={value!r} is not 0 or 1 (unset it for the default, 1)")
+    return value == "1"
+
+
 def takes(client: Any, bucket: str, key: str) -> bool:
     """Whether a range of ``bucket/key`` is read here (see the module's docstring)."""
-    if os.environ.get("PIPELINE_S3_PRESIGNED", "1") == "0" or urllib.request.getproxies():
+    if not check_setting() or urllib.request.getproxies():
         return False
     return (id(client), bucket) not in _on_boto3 and obstore_ranges.plain_path(key)
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from functools import lru_cache
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator, Mapping
 
 import numpy as np
 import torch
 
+from ..format.index import Schema
 from ..format.numbers import joins_exactly
 from . import message_buffers
 from .reader import Columns
@@ -78,11 +79,23 @@ def _gather_list(column: list, index: np.ndarray, shared: bool) -> Any:
     return np.stack(values)
 
 
-def gather(columns: Columns, index: np.ndarray, shared: bool = False) -> Columns:
+def gather(columns: Columns, index: np.ndarray, shared: bool = False, varied: frozenset[str] = frozenset()) -> Columns:
     """Rows ``index`` of every column: one vectorised copy per field, into shared memory when
-    ``shared``."""
-    return {name: _gather_array(col, index, shared) if isinstance(col, np.ndarray)
+    ``shared``. The fields ``varied`` (their index says their samples differ in shape) stay a
+    list of per-sample values even where the rows gathered happen to agree: a batch that is
+    a tensor in one step and a list in the next would fail a training loop hours in."""
+    return {name: [col[i] for i in index.tolist()] if name in varied
+            else _gather_array(col, index, shared) if isinstance(col, np.ndarray)
             else _gather_list(col, index, shared) for name, col in columns.items()}
+
+
+def varied_fields(schema: Schema, fill: Mapping[str, Any]) -> frozenset[str]:
+    """The fields that batches hold as lists: arrays whose samples differ in some dimension
+    (``None`` in the index's shape), fields of values of several types (dtype ``any``: ints
+    beside floats, numbers beside ``None``), and optional fields ``fill`` gives no value (``None``
+    where a sample lacks one)."""
+    return frozenset(name for name, spec in schema.items()
+                     if spec.varies or spec.dtype == "any" or spec.optional and fill.get(name) is None)
 
 
 def _join(parts: list[Columns]) -> Columns:

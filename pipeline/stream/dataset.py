@@ -37,7 +37,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..format.numbers import is_whole
-from ..storage import is_remote, obstore_ranges, redact
+from ..storage import is_remote, obstore_ranges, redact, s3_presigned
 from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
 from . import message_buffers
@@ -50,12 +50,15 @@ from .batching import (
     per_sample,
     split_message,
     to_torch,
+    varied_fields,
 )
 from .foreign import ForeignStream, reference_fields
 from .idle_trim import idle_trim
 from .images import Images
 from .options import (
+    CHUNKS_PER_BUFFER,
     DEFAULT_CACHE_BYTES,
+    REMOTE_CHUNKS_PER_BUFFER,
     check_cache_options,
     check_callables,
     check_dataset_options,
@@ -63,8 +66,9 @@ from .options import (
     check_fill,
     check_flags,
     check_read_fields,
+    conformed_fill,
     environment_count,
-    warn_if_cache_is_small,
+    warn_of_cache_use,
 )
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
 from .progress import delivered_per_source
@@ -79,12 +83,6 @@ from .units import UnitReader
 from .workers import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20
-#: Chunks (places in the shards) mixed in one shuffle window; fewer for remote shards, whose
-#: chunks are then twice as large, to halve the requests of an epoch: each request costs a
-#: client and a server several milliseconds of CPU (S3 here: 1.6x the samples a second), and
-#: 32 places of class-sorted shards still give a batch of 256 9.4 of 10 classes (3.05 bits; the
-#: test of shuffle quality asks for 9 and 3.0; 64 places give 9.97 and 3.20).
-CHUNKS_PER_BUFFER, REMOTE_CHUNKS_PER_BUFFER = 64, 32
 Sources = str | os.PathLike[str] | Sequence[str] | Mapping[str, str | os.PathLike[str]]
 
 
@@ -163,12 +161,16 @@ class ShardDataset(IterableDataset):
         self.read_ahead = read_ahead  # units read ahead in a thread (None: see _read_ahead)
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         folder = check_cache_options(cache_dir, cache_bytes, verify)
+        obstore_ranges.check_setting()  # (else its first read, the shard table's maybe, would be said to fail)
+        s3_presigned.check_setting()
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven, decoded)
+        if self.sources is not None:
+            self.fill = conformed_fill(self.fill, self.sources.schema(self.fields))
         # (local shards are read in place: no cache, nor a folder made for one, for a set that has none remote)
-        self.cache = None if folder is None or not self._remote() else ShardCache(
-            folder, cache_bytes, verify, self.policy, self.read_stats)
-        if self.cache is not None and self.sources is not None:
-            warn_if_cache_is_small(cache_bytes, self.sources)
+        cached = folder is not None and self._remote()
+        warn_of_cache_use(folder if cached else None, cache_bytes, self.sources)
+        self.cache = ShardCache(folder, cache_bytes, verify, self.policy, self.read_stats) \
+            if cached and self.sources is not None else None
         self.image_decoding = None if not images else ImageDecoding(
             check_image_fields(images, None if self.sources is None else self.sources.schema(self.fields), self.fields),
             seed,
@@ -344,10 +346,11 @@ class ShardDataset(IterableDataset):
         reader = UnitReader(self.sources, self._wanted(), self.fill, self.on_error == "skip", self.check_records,
                             self.cache, self.policy, self.read_stats)
         reads = worker_reads(sequences, all_legs, config, epoch, self.rank, worker, workers)
+        varied = varied_fields(self.sources.schema(self.fields), self.fill)
         for columns, rows, places in read_ahead(reads, lambda unit: (*reader.read(material, sequences[0], *unit),
                                                                      unit[0]), self._read_ahead()):
             with self.read_stats.timing(Count.GATHER):
-                unit = gather(columns, rows, shared=self.unit_messages)
+                unit = gather(columns, rows, self.unit_messages, varied)
             columns = rows = None  # the rows read are not needed once gathered: let them go before the next read
             if self.image_decoding is not None:
                 unit = self.image_decoding.apply(unit, places, epoch, self.unit_messages,

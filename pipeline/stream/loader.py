@@ -64,7 +64,19 @@ def _converted(value: Any) -> Any:
     a set with a text field beside its arrays."""
     if type(value) is list and set(map(type, value)) <= _TEXT_TYPES:
         return value
-    return default_convert(value)
+    return default_convert(_own_arrays(value))
+
+
+def _own_arrays(value: Any) -> Any:
+    """``value`` with its read-only arrays copied (those of a dict field are views of the bytes
+    read): a tensor must not share them, and PyTorch warns of it."""
+    if isinstance(value, np.ndarray):
+        return value if value.flags.writeable else value.copy()
+    if type(value) is dict:
+        return {key: _own_arrays(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_own_arrays(item) for item in value]
+    return value
 
 
 def _seed_numpy_in_worker(worker_id: int, then: Callable[[int], None] | None = None) -> None:
@@ -92,6 +104,11 @@ class ShardLoader(DataLoader):
     #: already stopped the workers (multiprocessing's ends daemonic children, as workers are).
     _finalizing = staticmethod(sys.is_finalizing)
 
+    class _TakenOver(Exception):
+        """Raised in a loop over a loader that a second loop has begun over meanwhile (a class of
+        the loader's: its except clause is evaluated as a loop closes, maybe as the interpreter
+        finalizes, when the module's names may be gone)."""
+
     def __init__(self, dataset: ShardDataset, num_workers: int = 0, **kwargs: Any) -> None:
         if kwargs.get("in_order") is False:
             raise ValueError("in_order=False lets workers' batches come in any order, which no state can resume: "
@@ -110,6 +127,7 @@ class ShardLoader(DataLoader):
         self._generation = 0  # changed by set_epoch and load_state_dict: a loop begun before then is stale
         self._loaded = False  # whether the position is one load_state_dict set, no loop having run from it yet
         self._loops = 0  # loops begun over it: a loop that is not the last begun is stale (see __iter__)
+        self._closed_early = False  # whether the last loop was closed (a break) rather than run out
 
     def _get_iterator(self) -> Any:
         """DataLoader's iterator, with workers one that checks them while it waits (see
@@ -121,6 +139,7 @@ class ShardLoader(DataLoader):
 
     @property
     def epoch(self) -> int:
+        self._settle()
         return self._epoch
 
     @property
@@ -155,11 +174,24 @@ class ShardLoader(DataLoader):
 
     def __len__(self) -> int:
         """Batches still to come in the current epoch on this rank."""
+        self._settle()
         return self.dataset.batches_left(self._epoch, self._legs, self._batches)  # type: ignore[attr-defined]
+
+    def _settle(self) -> None:
+        """A loop that took every batch of its epoch but was closed before it ran out
+        (``zip(range(len(loader)), loader)`` never asks for the batch after the last; ``islice``; a
+        break after the last step) ended its epoch, as one that ran out does: the next epoch is
+        where the loader stands, not an epoch with no batch left to resume. Settled only once the
+        loop is over, and not before a prefetcher that stopped gives back the batches it held."""
+        if self._closed_early and not self._loaded and (self._legs or self._batches) \
+                and not self.dataset.batches_left(self._epoch, self._legs, self._batches):  # type: ignore[attr-defined]
+            self._closed_early = False
+            self.set_epoch(self._epoch + 1)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
-        self._loaded = False
+        self._settle()
+        self._closed_early = self._loaded = False
         self._loops += 1
         loop = self._loops
         resumed = bool(self._legs or self._batches)
@@ -193,17 +225,20 @@ class ShardLoader(DataLoader):
                     yield batch
                     self._stepped += time.perf_counter() - handed
                     if self._loops != loop:  # a second loop began meanwhile, and took the workers and position
-                        raise RuntimeError("this loader was iterated again while this loop over it ran (a second "
-                                           "for loop, zip(loader, loader)): the loops would share, and lose, the "
-                                           "epoch's batches; iterate a loader in one loop at a time (break out of "
-                                           "this one first), or make two loaders")
+                        raise self._TakenOver
                     if self._generation != generation:  # set_epoch or load_state_dict since: where this
                         self._stop_workers(iterator)  # loop stood is no longer where the loader stands
                         return
                 asked = time.perf_counter()
+        except self._TakenOver:  # (not a worker's death, though the second loop stopped this one's workers)
+            raise RuntimeError("this loader was iterated again while this loop over it ran (a second for loop, "
+                               "zip(loader, loader)): the loops would share, and lose, the epoch's batches; iterate "
+                               "a loader in one loop at a time (break out of this one first), or make two "
+                               "loaders") from None
         except GeneratorExit:  # the loop stopped early: a break, or an error in its body (a worker's
             if not self._finalizing():  # death in a training step among them); the next one restarts
                 self._stop_workers(iterator)
+            self._closed_early = self._loops == loop
             raise
         except Exception as exc:
             death = self._death_after(iterator, exc)
@@ -277,12 +312,14 @@ class ShardLoader(DataLoader):
         """Samples of each source the job delivered in the current epoch so far, over all ranks
         (every rank in step with this one, as under DDP) and the legs on other world sizes; the
         same on every rank. ``""`` names the one source of a loader that mixes none."""
+        self._settle()
         return self.dataset.delivered_per_source(self._epoch, self._legs, self._batches)  # type: ignore[attr-defined]
 
     def state_dict(self, in_flight: int = 0) -> dict[str, Any]:
         """Where the loader stands: epoch, its legs on other world sizes, and the batches
         delivered since (less ``in_flight`` batches fetched ahead by a prefetcher but not yet
         trained on)."""
+        self._settle()
         position = Position(self._epoch, tuple(self._legs), self._batches - in_flight)
         return loader_state(self.dataset, position)  # type: ignore[arg-type]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from .options import CHUNKS_PER_BUFFER, REMOTE_CHUNKS_PER_BUFFER
 from .plan import Leg, leg_sequences, rank_batches
 from .shards import IndexedShards
 
@@ -164,7 +165,9 @@ def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:
         return f"the checkpoint's epoch holds {theirs} samples (of all its sources), this loader's {mine}"
     if key == "chunk_samples":
         return (f"the checkpoint cut its sources into chunks of {theirs} samples, this loader into {mine} (set by "
-                f"shuffle_buffer and chunks_per_buffer)")
+                f"shuffle_buffer and chunks_per_buffer, which is {CHUNKS_PER_BUFFER} for local shards and "
+                f"{REMOTE_CHUNKS_PER_BUFFER} for remote ones unless given: the same set read from disk and over "
+                f"the network is cut otherwise; pass the checkpoint's run's shuffle_buffer and chunks_per_buffer)")
     if key == "sources":
         names = dataset.sources.names if dataset.sources else []
         if names == [""]:  # one source, unnamed

@@ -194,6 +194,10 @@ def open_sources(source: str | os.PathLike[str] | Sequence[str] | Mapping[str, s
     if isinstance(source, Mapping):
         if not source:
             raise ValueError("an empty mapping mixes no source: give {name: index} for each source to mix")
+        for name in source:
+            if not isinstance(name, str) or not name or "/" in name:
+                raise ValueError(f"a mix names its sources by non-empty strings without '/' (a sample's key is "
+                                 f"'name/key', and progress() counts by name), got {name!r}")
         opened = {name: resolve_shards(location, policy, stats) for name, location in source.items()}
         foreign = [name for name, shards in opened.items() if not isinstance(shards, IndexedShards)]
         if foreign:

@@ -206,7 +206,7 @@ class UnitReader:
             raise IndexSchemaError(exc.url, exc.offset, f"{exc.reason}: {index_fix(where, shards.shards.names)}") from None
         except (ShardError, SourceError) as exc:
             # a local shard table that cannot be read is no damage of a piece: every piece needs it
-            unread_table = isinstance(exc, IndexFormatError) and not shards.remote
+            unread_table = isinstance(exc, IndexFormatError) and not is_remote(shards.base)
             if not self.skip or isinstance(exc, ServerSetupError) or unread_table:
                 self._check_table(exc, source)
                 told = _missing_shard(exc, url) or _advised(self._dropping_a_damaged_copy(exc, source, shard), shards)

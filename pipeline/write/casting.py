@@ -30,10 +30,14 @@ def parse_dtypes(specs: Mapping[str, str]) -> dict[str, np.dtype]:
     """``{"x": "float32"}`` -> ``{"x": dtype('float32')}``; a dtype shards cannot hold is an error."""
     dtypes = {}
     for name, text in specs.items():
+        if str(text) == "bfloat16":
+            raise ValueError(f"--dtype {name}=bfloat16 (dtypes={{{name!r}: 'bfloat16'}}): a cast makes NumPy dtypes, "
+                             f"which have no bfloat16; shards store the bfloat16 torch tensors written to them "
+                             f"(write_shards, ShardWriter), or cast to float16 or float32 here")
         try:
             dtypes[name] = check_dtype(np.dtype(text))
         except TypeError as exc:
-            raise ValueError(f"--dtype {name}={text}: {exc}") from None
+            raise ValueError(f"--dtype {name}={text} (dtypes={{{name!r}: {text!r}}}): {exc}") from None
     return dtypes
 
 

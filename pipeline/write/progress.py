@@ -60,6 +60,13 @@ class BuildProgress:
             print(f"{self.description}: {done:,}{'/' + format(self.total, ',') if self.total else ''} samples"
                   f"{share}, {self.shards + self.kept_shards} shards, {rate}", file=self.stream, flush=True)
 
+    def say(self, line: str) -> None:
+        """Print ``line`` (unless quiet) on a line of its own, above the bar if there is one."""
+        if self._bar is not None:
+            tqdm.write(line, file=self.stream)
+        elif not self.quiet:
+            print(line, file=self.stream)
+
     def close(self, destination: str) -> str:
         """End the bar (so that what is printed next starts a line of its own); return (and
         unless quiet, print) a one-line summary, after a warning if there were no samples."""

@@ -16,8 +16,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..format.codec import check_dtype, check_field_names, encode_parts
-from ..format.errors import SampleError
-from ..format.index import Schema, merge_spec, spec_of
+from ..format.errors import IndexFormatError, SampleError
+from ..format.index import FieldSpec, Schema, merge_spec, spec_of
 from ..format.packing import packed_fields, stack_column
 
 KEY_DIGITS = 12
@@ -165,24 +165,39 @@ class RowBlock:
         return sum(column.nbytes if isinstance(column, np.ndarray) else sum(map(_value_bytes, column))
                    for column in self.columns.values())
 
-    def schema(self, first: int = 0) -> Schema:
-        """Field specs of the block: once per array column, per value for list columns. An error
-        names the sample by its key, else by its number (the block's first is sample ``first``)."""
+    def schema(self, first: int = 0, earlier: Schema | None = None, varied: dict[str, str] | None = None) -> Schema:
+        """Field specs of the block, merged into ``earlier`` (those of the samples before it):
+        once per array column, per value for list columns. An error names the sample by its key,
+        else by its number (the block's first is sample ``first``). ``varied`` is told, for each
+        field whose shape starts to vary in the block, the sample where it does: a build names
+        it, since a single odd file among samples of one shape is a likely mistake."""
         schema: Schema = {}
         for name, col in self.columns.items():
+            spec = (earlier or {}).get(name)
             if isinstance(col, np.ndarray):
-                schema[name] = spec_of(col, packed=True)
+                schema[name] = self._merged(name, spec, spec_of(col, packed=True), 0, first, varied)
                 continue
             for i, value in enumerate(col):
-                spec = spec_of(value)
                 if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
                     raise SampleError(f"{self._where(i, first)}, field {name!r}: {value} does not fit int64, the integers of "
                                       f"a batch's tensor; write such values as an array of np.uint64 (if they are "
                                       f"IDs under 2**64) or str")
-                if name in schema:
-                    spec = merge_spec(name, schema[name], spec, self._where(i, first))
-                schema[name] = spec
+                spec = self._merged(name, spec, spec_of(value), i, first, varied)
+            schema[name] = spec
         return schema
+
+    def _merged(self, name: str, old: FieldSpec | None, new: FieldSpec, i: int, first: int,
+                varied: dict[str, str] | None) -> FieldSpec:
+        if old is None:
+            return new
+        try:
+            merged = merge_spec(name, old, new, self._where(i, first))
+        except IndexFormatError as exc:  # a sample unlike the others: the input's, not an index's, error
+            raise SampleError(str(exc)) from None
+        if varied is not None and name not in varied and merged.varies and not old.varies:
+            varied[name] = (f"{self._where(i, first)} has shape {list(new.shape)}, the samples before it "
+                            f"{list(old.shape)}")
+        return merged
 
     def _where(self, i: int, first: int) -> str:
         return f"sample {self.keys[i]!r}" if self.keys else f"sample {first + i}"

@@ -22,6 +22,7 @@ from ..format.errors import FormatError, SampleError
 from ..format.index import (
     INDEX_NAME,
     DatasetIndex,
+    FieldSpec,
     PartInfo,
     Schema,
     ShardInfo,
@@ -123,6 +124,7 @@ class ShardResult(NamedTuple):
     info: ShardInfo
     schema: Schema
     kept: bool = False
+    varied: dict[str, str] = {}  # per field whose shape starts to vary in the shard: the sample where
 
 
 def write_shard(run: ShardRun, i: int) -> ShardResult:
@@ -135,11 +137,12 @@ def write_shard(run: ShardRun, i: int) -> ShardResult:
         if kept is not None:
             return ShardResult(*kept, kept=True)
     schema: Schema | None = None
+    varied: dict[str, str] = {}
     with ShardFile(run.destination.staging / name, name) as shard:
         for chunk_start in range(start, stop, run.chunk_rows):
             first = run.first_index + chunk_start
             block = _read_rows(run.window, chunk_start, min(chunk_start + run.chunk_rows, stop), first, name)
-            schema = merge_schema(schema, block.schema(first), f"{run.window.description} shard {name}")
+            schema = merge_schema(schema, block.schema(first, schema, varied), f"{run.window.description} shard {name}")
             layout = fixed_layout(block, run.pack)
             if layout is not None:  # all full records at once, then the generic path for a tail
                 records, rows = build_records(block, layout, first, run.pack)
@@ -149,7 +152,7 @@ def write_shard(run: ShardRun, i: int) -> ShardResult:
                 shard.add_record(key, parts, rows)
         info = shard.commit()
     run.destination.publish(name)
-    return ShardResult(info, schema or {})
+    return ShardResult(info, schema or {}, varied={field: f"{note} in {name}" for field, note in varied.items()})
 
 
 def _read_rows(source: Source, start: int, stop: int, first: int, shard: str) -> RowBlock:
@@ -334,10 +337,7 @@ def build_shards(
             runs = 1 if pool.executor is None else task_count(pool.slots, rows * source.approx_row_bytes())
             tasks = plan_runs(source, target, prefix, bounds, numbers, pack, runs, keep)
             results = run_tasks(tasks, pool.executor, progress)
-        schema: Schema | None = None
-        for result in results:
-            if result.info.samples:
-                schema = merge_schema(schema, result.schema, target.url(result.info.url))
+        schema = _merged_schema(results, target, progress)
         part_info = None if part is None else PartInfo(part.index, part.count, total)
         index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata)
         where = save_index(target, index, index_name)
@@ -366,6 +366,33 @@ def check_limits(shard_samples: int | None, shard_bytes: int | None, workers: in
                          f"{shard_bytes}; leave it out for no size limit")
     if workers < 1:
         raise ValueError(f"workers must be >= 1 (1 writes in this process), got {workers}")
+
+
+def _merged_schema(results: list[ShardResult], target: Destination, progress: BuildProgress) -> Schema | None:
+    """The schema of the shards together; a field whose shape varies is said, naming the first
+    sample (or shard) where it does: batches hold it as a list, not a tensor."""
+    schema: Schema | None = None
+    for result in results:
+        if not result.info.samples:
+            continue
+        merged = merge_schema(schema, result.schema, target.url(result.info.url))
+        for name, spec in merged.items():
+            before = (schema or {}).get(name)
+            if spec.varies and not (before is not None and before.varies):
+                progress.say(f"warning: field {name!r} varies in shape: {_where_varied(result, name, before)}. "
+                             f"Batches hold such a field as a list of tensors, one per sample (pad or crop them in a "
+                             f"batch_transform); if every sample should have one shape, mend that sample and build "
+                             f"again with --overwrite")
+        schema = merged
+    return schema
+
+
+def _where_varied(result: ShardResult, name: str, before: FieldSpec | None) -> str:
+    """The sample of ``result``'s shard where field ``name`` starts to vary, else the shard."""
+    if name in result.varied:
+        return result.varied[name]
+    earlier = "" if before is None else f", the shards before it {list(before.shape or ())}"
+    return f"{result.info.url} holds shape {list(result.schema[name].shape or ())}{earlier}"
 
 
 def _say(quiet: bool, line: str) -> None:

@@ -196,7 +196,7 @@ class ShardWriter:
         if not self._pending:
             return
         block = RowBlock.concat(self._pending).with_numbers_as(self._schema)
-        self._schema = merge_schema(self._schema, block.schema(self._next_index), str(self.destination))
+        self._schema = merge_schema(self._schema, block.schema(self._next_index, self._schema), str(self.destination))
         pos, n = 0, len(block)
         while pos < n:
             room = self._room()

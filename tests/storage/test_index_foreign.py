@@ -4,8 +4,11 @@ written locally, naming them by URL) and in an S3 bucket (the index written besi
 from __future__ import annotations
 
 import hashlib
+import re
 import warnings
 from pathlib import Path
+
+import pytest
 
 import pipeline
 from tests.storage.conftest import make_bucket, upload_folder
@@ -18,6 +21,11 @@ TOTAL = sum(SIZES)
 def test_shards_served_over_http_are_indexed_and_stream_exactly(nginx: str, web_root: Path, tmp_path: Path) -> None:
     webdataset_shards(web_root / "wds-http")
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (web_root / "wds-http").iterdir()}
+    with pytest.warns(UserWarning, match=re.escape(
+            f"cache_dir={str(tmp_path / 'unused')!r} is not used: shards without an index are streamed through once "
+            f"an epoch, not cached; index them (pipeline index URL... --output DIR, then read DIR) to cache them")):
+        pipeline.make_loader(f"{nginx}/wds-http/w-{{000000..000004}}.tar", cache_dir=tmp_path / "unused")
+    assert not (tmp_path / "unused").exists()
     index = pipeline.index_shards(f"{nginx}/wds-http/w-{{000000..000004}}.tar", tmp_path / "local", workers=2,
                                   quiet=True)
     assert list(index.shards.names)[0] == f"{nginx}/wds-http/w-000000.tar"  # named by URL from a local index
@@ -27,6 +35,10 @@ def test_shards_served_over_http_are_indexed_and_stream_exactly(nginx: str, web_
     assert loader.stats()["retries"] == 0
     assert pipeline.verify(tmp_path / "local") == []
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (web_root / "wds-http").iterdir()} == before
+    # its shards are remote, though its index is not: they are cached (this was silently ignored)
+    cached = pipeline.make_loader(tmp_path / "local", batch_size=32, cache_dir=tmp_path / "cache")
+    assert sorted(every_sample(cached)) == list(range(TOTAL))
+    assert sorted(p.name[-12:] for p in (tmp_path / "cache").rglob("*.tar")) == [f"w-{n:06d}.tar" for n in range(5)]
 
 
 def test_shards_in_a_bucket_are_indexed_beside_them_and_stream_exactly(s3_env: str, tmp_path: Path) -> None:

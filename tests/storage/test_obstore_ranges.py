@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import SourceError, make_loader
+from pipeline import make_loader
 from pipeline.storage import RetryPolicy, obstore_ranges, read_range
 from tests.storage.conftest import all_ids, make_bucket, run_in_child, upload_folder
 from tests.storage.servers import FaultProxy, port_of
@@ -113,7 +114,8 @@ def test_urls_obstore_would_not_send_as_they_are_go_through_urllib3() -> None:
     assert not obstore_ranges.takes_http("http://[::1/x.tar")  # urllib3 says what is wrong with it
 
 
-def test_obstore_is_off_unless_asked_for_and_asking_without_it_says_how_to_install_it(monkeypatch) -> None:
+def test_obstore_is_off_unless_asked_for_and_asking_without_it_says_how_to_install_it(monkeypatch,
+                                                                                     tmp_path: Path) -> None:
     monkeypatch.setattr(obstore_ranges, "_worker_pid", os.getpid())  # as if this were a DataLoader worker
     monkeypatch.delenv("PIPELINE_OBSTORE", raising=False)
     assert not obstore_ranges.enabled()
@@ -125,11 +127,15 @@ def test_obstore_is_off_unless_asked_for_and_asking_without_it_says_how_to_insta
     for mode in ("workers", "always"):
         monkeypatch.setenv("PIPELINE_OBSTORE", mode)
         monkeypatch.setattr(obstore_ranges, "_worker_pid", os.getpid())
-        with pytest.raises(SourceError, match=rf"{mode}, but obstore is not installed: pip install 'pipeline\[obstore\]'"):
+        with pytest.raises(ValueError, match=rf"PIPELINE_OBSTORE={mode}, but obstore is not installed: pip install "
+                                             rf"'pipeline\[obstore\]'"):
             obstore_ranges.enabled()
     monkeypatch.setenv("PIPELINE_OBSTORE", "fastest")
-    with pytest.raises(SourceError, match=r"PIPELINE_OBSTORE: 'fastest' is not never, workers or always"):
+    with pytest.raises(ValueError, match=re.escape("PIPELINE_OBSTORE='fastest' is not never, workers or always (unset "
+                                                   "it for the default, never)")):
         obstore_ranges.enabled()
+    with pytest.raises(ValueError, match=re.escape("PIPELINE_OBSTORE='fastest' is not never")):
+        make_loader(tmp_path)  # as it is made: its first read (the shard table's) was said to fail instead
 
 
 def test_paths_obstore_would_rewrite_and_long_ranges_go_through_the_python_clients() -> None:

@@ -50,7 +50,7 @@ def holes(web_root: Path) -> Path:
 def test_a_shard_url_given_for_an_index_says_what_to_pass(nginx: str, capsys) -> None:
     url = f"{nginx}/data/part-000000.tar"
     told = (f"error: {url} is a shard, not an index: pass its folder or index.json (or index it first: "
-            f"pipeline index {url})\n")
+            f"pipeline index {url} --output DIR)\n")
     for command in ("inspect", "verify"):
         assert _cli(capsys, command, url) == (1, "", told)
 
@@ -87,6 +87,12 @@ def test_a_shard_forbidden_by_the_server_is_named_as_refused_or_missing(nginx: s
     assert str(caught.value) == (f"{url}/{GONE} at byte 0: HTTP 403 forbidden; the server may not let this shard be "
                                  f"read, or it is missing (a bucket served over HTTP forbids a file that does not "
                                  f"exist): check what it may serve; 'pipeline verify' lists what is missing")
+    with pytest.raises(pipeline.SourceError) as caught:  # an index asked for where there is none: told alike
+        pipeline.make_loader(f"{nginx}/private/no-such-set/")
+    assert str(caught.value) == (
+        f"{nginx}/private/no-such-set/index.json: cannot read index file (HTTP 403 forbidden); the server may not let "
+        f"it be read, or there is none (a bucket served over HTTP forbids a file that does not exist): pass an "
+        f"index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)")
 
 
 class Counts:

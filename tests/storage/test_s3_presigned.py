@@ -96,3 +96,12 @@ def test_a_shard_refused_with_access_denied_is_named_as_refused_or_missing(proxi
                                           r"check their permissions; 'pipeline verify' lists what is missing$"):
         for _ in loader:
             pass
+
+
+def test_a_setting_other_than_0_or_1_is_refused_as_a_loader_is_made(monkeypatch, tmp_path: Path) -> None:
+    """'false' or 'off' were taken for 1: presigned reads went on, unsaid."""
+    for value in ("false", "off"):
+        monkeypatch.setenv("PIPELINE_S3_PRESIGNED", value)
+        with pytest.raises(ValueError, match=re.escape(f"PIPELINE_S3_PRESIGNED={value!r} is not 0 or 1 (unset it for "
+                                                       f"the default, 1)")):
+            make_loader(tmp_path)

@@ -45,3 +45,17 @@ def test_a_list_column_of_read_only_arrays_becomes_tensors_of_their_own(tmp_path
               "a = np.arange(3); a.flags.writeable = False\n"
               "warnings.simplefilter('error'); to_torch({'l': [a]})")
     assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).returncode == 0
+
+
+def test_arrays_in_a_dict_field_become_tensors_of_their_own(tmp_path) -> None:
+    """A dict field's arrays are views of the bytes read: converted as they were, PyTorch warned
+    (once a program: hence a program of its own) that their tensors share read-only memory."""
+    script = ("import warnings, numpy as np, pipeline, sys\n"
+              "with pipeline.ShardWriter(sys.argv[1]) as w:\n"
+              "    for i in range(8): w.write({'meta': {'a': np.arange(3) + i, 'n': i}})\n"
+              "warnings.simplefilter('error')\n"
+              "batch = next(iter(pipeline.make_loader(sys.argv[1], batch_size=4, shuffle=False)))\n"
+              "assert [m['a'].tolist() for m in batch['meta']] == [[i, i + 1, i + 2] for i in range(4)]\n"
+              "batch['meta'][0]['a'][0] = 7\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -6,6 +6,7 @@ every batch of the uninterrupted run once, in its order."""
 from __future__ import annotations
 
 import time
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,21 @@ def first_values(n: int, batches) -> list[list[int]]:
         if len(out) == n:
             break
     return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loop_that_takes_every_batch_but_stops_before_the_end_ends_its_epoch(shards: Path, reference,
+                                                                                workers: int) -> None:
+    """``zip(range(len(loader)), loader)`` never asks for the batch after the last: the loop is
+    closed, not run out. Before, the next loop resumed that epoch with no batch left (epochs of
+    N, 0, N, 0 batches), silently."""
+    loader = loader_of(shards, workers)
+    first = [batch for _, batch in zip(range(len(loader)), loader)]
+    second = list(islice(loader, len(loader)))
+    assert [ids(first), ids(second)] == reference
+    loader.set_epoch(0)
+    for step, _ in enumerate(loader):  # a break after the last step
+        if step == len(reference[0]) - 1:
+            break
+    assert loader.epoch == 1 and set(loader.progress().values()) == {0}  # asked before len()
+    assert ids(loader) == reference[1]

@@ -212,7 +212,8 @@ def test_a_changed_chunking_or_other_data_under_a_name_is_refused_mid_epoch(mix:
         break
     state = loader.state_dict()
     with pytest.raises(ValueError, match=r"cut its sources into chunks of \[.*\] samples, this loader into .* \(set by "
-                                         r"shuffle_buffer and chunks_per_buffer\) \(it can change only at an epoch"):
+                                         r"shuffle_buffer and chunks_per_buffer, which is 64 for local shards and 32 "
+                                         r"for remote ones unless given: .*\) \(it can change only at an epoch"):
         mixed_loader(mix, 0, chunks_per_buffer=7).load_state_dict(state)
     swapped = {"large": mix["medium"], "medium": mix["large"], "small": mix["small"]}
     with pytest.raises(ValueError, match=r"source\(s\) \['large', 'medium'\] hold other data than when the "

@@ -141,18 +141,25 @@ def test_sample_transform_outputs_are_put_together_as_stored_fields_are(shards: 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loader_iterated_by_two_loops_at_once_is_an_error_not_a_lost_epoch(shards: Path, workers: int) -> None:
     loader = make_loader(shards, num_workers=workers, batch_size=10)
-    with pytest.raises(RuntimeError, match=re.escape("this loader was iterated again while this loop over it ran")):
+    with pytest.raises(RuntimeError, match=re.escape("this loader was iterated again while this loop over it ran")) \
+            as caught:
         for _ in zip(loader, loader):
             pass
+    assert type(caught.value) is RuntimeError  # not a WorkerError of the workers the second loop stopped
     loader = make_loader(shards, num_workers=workers, batch_size=10)
     first = next(iter(loader))  # a loop left behind (a break) is no matter: the next one goes on from there
     rest = list(loader)
     assert sorted(torch.cat([first["y"], *(batch["y"] for batch in rest)]).tolist()) == list(range(200))
 
 
-def test_an_empty_mix_is_an_error() -> None:
+def test_an_empty_mix_or_a_source_name_that_keys_cannot_tell_apart_is_an_error(shards: Path) -> None:
     with pytest.raises(ValueError, match=re.escape("an empty mapping mixes no source: give {name: index}")):
         make_loader({})
+    for name in ("", "t/a", 3):  # keys 'a/k' of source 'a' and of 't/a' would be alike; "" names an unmixed set
+        with pytest.raises(ValueError, match=re.escape(f"a mix names its sources by non-empty strings without '/' (a "
+                                                       f"sample's key is 'name/key', and progress() counts by name), "
+                                                       f"got {name!r}")):
+            make_loader({name: shards, "b": shards})
 
 
 def test_a_checkpoint_of_other_data_or_of_a_mix_says_so(shards: Path, tmp_path: Path) -> None:

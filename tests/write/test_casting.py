@@ -102,7 +102,7 @@ def test_files_of_two_dtypes_are_refused_with_the_cast_that_joins_them(tmp_path:
         torch.save(torch.full((3,), n + 0.5, dtype=torch.float64 if n == 0 else torch.float32),
                    tmp_path / "data" / f"id-{n}.pt")
     labels, partition = {f"id-{n}": n for n in range(4)}, {"train": [f"id-{n}" for n in range(4)]}
-    with pytest.raises(pipeline.IndexFormatError, match=re.escape(
+    with pytest.raises(pipeline.SampleError, match=re.escape(
             "sample 'id-1': field 'x' has dtype float32, earlier samples float64; a field needs one dtype: cast the "
             "values as you write them (shards already written: write them again), or, in a build from your data, "
             "with --dtype x=float64 (dtypes=)")):
@@ -110,3 +110,17 @@ def test_files_of_two_dtypes_are_refused_with_the_cast_that_joins_them(tmp_path:
     pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", dtypes={"x": "float64"},
                                 quiet=True, resume=True)
     assert [v.tolist() for v in read_back(tmp_path / "out" / "train")[1]["x"]] == [[n + 0.5] * 3 for n in range(4)]
+
+
+def test_a_refused_value_of_a_sample_file_is_named_by_its_id_and_file(tmp_path: Path) -> None:
+    """Named by its row (``row 2``) before: the one name a user of one file per sample lacks."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "data").mkdir()
+    for n in range(4):
+        torch.save(torch.full((2,), 300.0 if n == 2 else 1.0), tmp_path / "data" / f"id-{n}.pt")
+    labels, partition = {f"id-{n}": 0 for n in range(4)}, {"train": [f"id-{n}" for n in range(4)]}
+    with pytest.raises(pipeline.SampleError, match=re.escape(
+            f"train ({tmp_path / 'data'}): ID 'id-2', field 'x', file id-2.pt: value 300.0 does not fit in int8 "
+            f"(-128 to 127)")):
+        pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", dtypes={"x": "int8"},
+                                    quiet=True)

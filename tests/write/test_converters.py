@@ -68,6 +68,20 @@ def test_feature_and_label_arrays_of_different_lengths_are_refused(tmp_path: Pat
     assert not (tmp_path / "out").exists()
 
 
+def test_arguments_in_the_wrong_order_are_refused_saying_the_order(tmp_path: Path) -> None:
+    arrays = {"x": np.zeros((10, 2))}
+    for args in ((arrays, tmp_path / "out"), (tmp_path / "out", np.zeros(3))):
+        with pytest.raises(TypeError, match=re.escape(
+                "write_shards takes the output folder, then a mapping of field names to arrays: "
+                "write_shards('shards', {'x': features, 'y': labels}), got (")):
+            pipeline.write_shards(*args, quiet=True)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(SampleError, match=re.escape(
+            "field 'tokens': its rows differ in shape; write_shards takes one array a field, each row a sample of "
+            "one shape; write samples of several shapes (sequences of different lengths) with pipeline.ShardWriter")):
+        pipeline.write_shards(tmp_path / "out", {"tokens": [np.arange(3), np.arange(5)]}, quiet=True)
+
+
 def test_unsupported_dtype_and_missing_path_are_refused(tmp_path: Path) -> None:
     with pytest.raises(SampleError, match=r"field 'z' \(in memory\): unsupported array dtype complex64"):
         pipeline.write_shards(tmp_path / "o", {"z": np.zeros(3, np.complex64)}, quiet=True)
@@ -183,6 +197,17 @@ def test_one_file_per_sample_with_labels_and_partition_gives_one_shard_set_per_s
     assert (tmp_path / "out" / "train" / "train-000000.tar").exists()
 
 
+def test_class_names_of_ids_outside_the_partition_are_not_needed(tmp_path: Path) -> None:
+    """Labels of the whole dataset, a partition of part of it: the build stopped on a bare
+    KeyError of a class that only unlisted IDs have."""
+    make_sample_files(tmp_path / "data", ["s0", "s1", "s2"])
+    labels = {"s0": "cat", "s1": "dog", "s2": "ant"}
+    indexes = pipeline.build_sample_files(tmp_path / "data", labels, {"train": ["s1", "s0"]}, tmp_path / "out",
+                                          quiet=True)
+    assert indexes["train"].metadata == {"classes": ["cat", "dog"]}
+    assert read_back(tmp_path / "out" / "train")[1]["y"] == [1, 0]
+
+
 def test_a_file_or_id_that_makes_no_sample_key_is_named(tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
@@ -243,6 +268,21 @@ def test_folder_samples_with_different_extensions_are_named(tmp_path: Path) -> N
     for name in ("a.jpg", "a.json", "b.jpg"):
         (folder / name).write_bytes(b"x")
     with pytest.raises(SampleError, match=r"sample 'b' has files \['jpg'\], sample 'a' has \['jpg', 'json'\]"):
+        pipeline.build_folder(folder, tmp_path / "out", quiet=True)
+
+
+def test_a_stray_file_in_a_folder_is_named_as_the_odd_one_out(tmp_path: Path) -> None:
+    """The extensions most samples have are the reference: before, a README among samples 'a'..'c'
+    was the reference, and every sample was said to lack '.md'."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for key in ("a", "b", "c", "README"):
+        for ext in (("md",) if key == "README" else ("json", "txt")):
+            (folder / f"{key}.{ext}").write_text(key)
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder}: sample 'README' has files ['md'], samples 'a', ... (3) have ['json', 'txt']; every sample "
+            f"needs the same extensions: move files that are no samples (a README, say) out of the folder, or give "
+            f"every sample the same files")):
         pipeline.build_folder(folder, tmp_path / "out", quiet=True)
 
 

@@ -336,3 +336,17 @@ def test_classes_number_a_test_folder_as_the_training_set_and_a_mix_of_other_num
     with pytest.raises(TypeError, match=re.escape("classes is a list of class names, e.g. classes=['cat', 'dog'], got "
                                                   "the string 'dog'")):
         pipeline.build_imagefolder(tmp_path / "test", tmp_path / "out" / "string", classes="dog", quiet=True)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_shard_set_written_into_the_image_folder_is_refused_not_taken_for_a_class(tmp_path: Path,
+                                                                                      split: bool) -> None:
+    """A second build into ROOT/shards (after adding images, say) took 'shards' for a class."""
+    root = tmp_path / "photos"
+    image_folder(root, {"cat": 2, "dog": 2}, size=(8, 8))
+    pipeline.build_imagefolder(root, root / "shards", validation=0.5 if split else None, quiet=True)
+    with pytest.raises(pipeline.SampleError, match=re.escape(
+            f"{root / 'shards'}: a shard set (an earlier build written into the folder it reads?), not a class "
+            f"folder: it would be read as class 'shards'; write the shards outside {root}, and move this set out "
+            f"of it")):
+        pipeline.build_imagefolder(root, root / "shards", overwrite=True, quiet=True)

@@ -40,15 +40,36 @@ def test_labels_dumped_as_python_lists_per_batch_are_batches(tmp_path: Path, sam
     assert np.array_equal(np.stack(fields["x"]), x) and [int(v) for v in fields["y"]] == y.tolist()
 
 
+def test_pickles_named_otherwise_are_left_out_with_a_warning_naming_them(tmp_path: Path) -> None:
+    x, y = np.arange(64, dtype=np.float32).reshape(16, 4), np.arange(16)
+    folder = dump(tmp_path / "out", 16, [x], [y])
+    joblib.dump([x * 2], folder / "x_train.job")
+    joblib.dump([y], folder / "y_train.job")
+    (folder / "notes.txt").write_text("not a pickle: not named")
+    with pytest.warns(UserWarning, match=re.escape(
+            f"{folder}: x_train.job, y_train.job are not named x_<B>.job / y_<B>.job, and are not read; to convert "
+            f"them, move them to a folder of their own")):
+        fields = built(folder, tmp_path / "shards")
+    assert np.array_equal(np.stack(fields["x"]), x)
+
+
+def test_a_file_holding_one_dataframe_or_series_is_its_array(tmp_path: Path) -> None:
+    """A list of DataFrames was read; one DataFrame (or a Series of labels) a file was refused."""
+    pd = pytest.importorskip("pandas")
+    x = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [4.0, 5.0, 6.0]})
+    fields = built(dump(tmp_path / "out", 3, x, pd.Series([0, 1, 0])), tmp_path / "shards")
+    assert np.array_equal(np.stack(fields["x"]), x.to_numpy()) and [int(v) for v in fields["y"]] == [0, 1, 0]
+
+
 def test_a_list_of_samples_whose_labels_are_arrays_is_read_as_told(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((50, 10, 3)), rng.integers(0, 5, (50, 10))  # a sequence's tags
     folder = dump(tmp_path / "out", 16, list(x), list(y))
     with pytest.raises(SampleError, match=re.escape(
             f"{folder / 'y_16.job'}: a list of 50 arrays whose lengths are not batches of 16 (the number in its "
-            f"name), so they may be batches or samples: say which with --lists batches (lists='batches': 500 "
-            f"samples, each array a batch of them) or --lists samples (lists='samples': 50 samples, labels of "
-            f"shape (10,))")):
+            f"name, if it is their batch size), so they may be batches or samples: say which with --lists batches "
+            f"(lists='batches': 500 samples, each array a batch of them) or --lists samples (lists='samples': 50 "
+            f"samples, labels of shape (10,))")):
         pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
     assert not (tmp_path / "shards").exists()
     cli = subprocess.run([sys.executable, "-m", "pipeline", "build", "joblib", str(folder), str(tmp_path / "shards"),

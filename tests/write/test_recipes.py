@@ -97,6 +97,9 @@ def test_a_validation_split_is_disjoint_complete_in_order_and_reproducible(tmp_p
         order = [rows[v] for v in first[name]]
         assert order == sorted(order)  # source order within a split
     assert sorted(rows[v] for v in first["train"] + first["validation"]) == list(range(1000))
+    held_out = pipeline.validation_rows(1000, 0.1, seed=0)  # what maps a split's sample numbers to input rows
+    assert [rows[v] for v in first["validation"]] == held_out.tolist()
+    assert [rows[v] for v in first["train"]] == sorted(set(range(1000)) - set(held_out.tolist()))
     assert len(split("d", seed=0, validation=250)["validation"]) == 250
     for bad in (0.0, 1.0, 1000, 1.5):
         with pytest.raises(ValueError, match="validation"):
@@ -147,8 +150,12 @@ def test_dtype_stores_a_cast_copy_and_refuses_casts_that_change_values(tmp_path:
         pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y + 300}, dtypes={"y": "int8"}, quiet=True)
     with pytest.raises(ValueError, match=r"--dtype names fields \['z'\] that arrays does not have"):
         pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y}, dtypes={"z": "float32"}, quiet=True)
-    with pytest.raises(ValueError, match=r"--dtype x=complex64: unsupported array dtype"):
+    with pytest.raises(ValueError, match=r"--dtype x=complex64 \(dtypes=\{'x': 'complex64'\}\): unsupported "
+                                         r"array dtype"):
         pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y}, dtypes={"x": "complex64"}, quiet=True)
+    with pytest.raises(ValueError, match=r"--dtype x=bfloat16 \(dtypes=\{'x': 'bfloat16'\}\): a cast makes NumPy "
+                                         r"dtypes, which have no bfloat16; shards store the bfloat16 torch tensors"):
+        pipeline.write_shards(tmp_path / "bad", {"x": x, "y": y}, dtypes={"x": "bfloat16"}, quiet=True)
     refused = [({"x": np.array([1e39])}, "float32", r"value 1e\+39 does not fit in float32"),
                ({"x": np.array([100_000])}, "float16", r"value 100000 does not fit in float16"),
                ({"x": np.array([2.0 ** 63])}, "int64", r"value 9\.22\d*e\+18 does not fit in int64"),

@@ -387,3 +387,15 @@ def test_files_in_a_folders_subfolders_are_named_in_a_warning_and_writers_own_fi
             f"({tmp_path / 'spark' / 'year=2020' / 'part-0.parquet'}, ...): give those too")):
         pipeline.build_parquet(tmp_path / "spark", tmp_path / "out", quiet=True)
     assert [int(v) for v in read_back(tmp_path / "out")[1]["y"]] == list(range(10))
+
+
+def test_files_whose_column_types_differ_are_told_how_to_make_them_alike(tmp_path: Path) -> None:
+    """pandas writes an int column with a gap as double: a casting option cannot help (it casts
+    what is read), so the message says what does."""
+    pq.write_table(pa.table({"y": pa.array([1, 2], pa.int64())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"y": pa.array([1.0, 3.0], pa.float64())}), tmp_path / "b.parquet")
+    with pytest.raises(SampleError, match=re.escape(
+            f"column 'y' is double in {tmp_path / 'b.parquet'} but int64 in {tmp_path / 'a.parquet'}; every file "
+            f"needs the same column types (--dtype casts what is read, after this check): write the files again "
+            f"with one type (pandas: df['y'].astype(...); pyarrow: table.cast(schema))")):
+        pipeline.build_parquet(tmp_path, tmp_path / "out", dtypes={"y": "float64"}, quiet=True)

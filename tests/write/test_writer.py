@@ -145,10 +145,16 @@ def test_samples_with_different_fields_or_dtypes_are_refused(tmp_path: Path) -> 
             writer.write({"a": 1})
             writer.write({"b": 1})
             writer.close()
-    with pytest.raises(pipeline.IndexFormatError, match="dtype float64, earlier samples float32"):
+    with pytest.raises(SampleError, match="sample 1: field 'a' has dtype float64, earlier samples float32"):
         with ShardWriter(tmp_path / "b") as writer:
             writer.write({"a": np.zeros(2, np.float32)})
             writer.write({"a": np.zeros(2, np.float64)})
+    with pytest.raises(SampleError, match=re.escape(
+            "sample 1: field 'a' has shape [], earlier samples [2]; an array field needs one number of dimensions in "
+            "every sample (their sizes may differ): reshape the odd one")):
+        with ShardWriter(tmp_path / "c") as writer:
+            writer.write({"a": np.zeros(2, np.float32)})
+            writer.write({"a": np.float32(1)})
 
 
 def test_an_existing_index_is_refused_unless_overwrite_and_stale_shards_go(tmp_path: Path) -> None:
@@ -327,8 +333,7 @@ def test_the_build_benchmark_runs(tmp_path: Path) -> None:
 
 def test_a_sample_that_disagrees_with_the_others_is_named_by_its_number_when_packed(tmp_path: Path) -> None:
     """Packed, the error named "samples" alone (and by key, a "record" that was a sample)."""
-    with pytest.raises(pipeline.IndexFormatError, match=r"sample 6: field 'a' has dtype float64, earlier samples "
-                                                        r"float32"):
+    with pytest.raises(SampleError, match=r"sample 6: field 'a' has dtype float64, earlier samples float32"):
         with ShardWriter(tmp_path / "out", pack=4) as writer:
             for i in range(8):
                 writer.write({"a": np.zeros(2, np.float64 if i == 6 else np.float32)})
@@ -373,8 +378,8 @@ def test_numbers_as_python_or_numpy_scalars_mix_in_one_field(tmp_path: Path) -> 
         writer.write({"y": np.float64(0.5)})
         writer.write({"y": float("nan")})
     assert np.isnan(read_back(tmp_path / "nan")[1]["y"][1])
-    with pytest.raises(pipeline.IndexFormatError, match=re.escape(
-            "field 'y' is a Python float here and a NumPy float32 scalar (a 0-d array) in earlier samples; give it "
+    with pytest.raises(SampleError, match=re.escape(
+            "sample 1: field 'y' is a Python float here and a NumPy float32 scalar (a 0-d array) in earlier samples; give it "
             "one kind of value in every sample")):  # 0.1 is no float32
         with ShardWriter(tmp_path / "inexact") as writer:
             writer.write({"y": np.float32(0.5)})

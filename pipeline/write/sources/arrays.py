@@ -138,7 +138,12 @@ def as_column(value: Any, name: str) -> Column:
     if type(value).__module__ == "torch":
         tensor = value.detach().cpu()
         value = _bfloat16_bits(tensor) if _is_bfloat16(tensor) else tensor.numpy()
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except ValueError:  # a list of arrays (or lists) of several shapes: NumPy makes no array of them
+        raise SampleError(f"field {name!r}: its rows differ in shape; write_shards takes one array a field, each "
+                          f"row a sample of one shape; write samples of several shapes (sequences of different "
+                          f"lengths) with pipeline.ShardWriter, one write() a sample") from None
     if array.ndim == 0:
         raise SampleError(f"field {name!r}: a 0-d array has no rows")
     if isinstance(value, (list, tuple)) and array.dtype.kind in "US":

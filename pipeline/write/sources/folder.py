@@ -8,6 +8,7 @@ or JSON in your transform). Every sample must have the same set of extensions.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
@@ -60,13 +61,19 @@ class FolderSource(FileRowsSource):
                         f"{', ...' if len(unread) > 3 else ''}) are not read: pass --recursive (recursive=True) to "
                         f"take them too, keyed by their paths")
         self.keys = sorted(groups)
-        first = self.keys[0]
-        fields = sorted(groups[first])
+        # the extensions most samples have: a stray file (a README) is then the one named
+        sets = Counter(tuple(sorted(groups[key])) for key in self.keys)
+        fields = list(max(sets, key=lambda exts: (sets[exts], exts == tuple(sorted(groups[self.keys[0]])))))
         for key in self.keys:
             if sorted(groups[key]) != fields:
+                holders = [k for k in self.keys if sorted(groups[k]) == fields]
+                others = (f"samples {holders[0]!r}, ... ({len(holders)})" if len(holders) > 1
+                          else f"sample {holders[0]!r}")
                 raise SampleError(
-                    f"{self.folder}: sample {key!r} has files {sorted(groups[key])}, sample {first!r} "
-                    f"has {fields}; every sample needs the same extensions{_dots_hint(groups[key], fields)}"
+                    f"{self.folder}: sample {key!r} has files {sorted(groups[key])}, {others} "
+                    f"{'have' if len(holders) > 1 else 'has'} {fields}; every sample needs the same "
+                    f"extensions{_dots_hint(groups[key], fields)}: move files that are no samples (a README, say) "
+                    f"out of the folder, or give every sample the same files"
                 )
         self.fields = fields
         self.paths = [[groups[key][ext] for ext in fields] for key in self.keys]

@@ -25,6 +25,7 @@ from typing import Any
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError
 from ...format.image_kind import image_format, pillow_rgb
+from ...format.index import INDEX_NAME
 from ...format.numbers import is_whole
 from ...stream.image_decoders import check_whole
 from ..rows import RowBlock, key_for_name
@@ -42,6 +43,11 @@ def class_folders(root: Path) -> list[str]:
     names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
     if not names:
         raise FileNotFoundError(f"{root}: no class folders (ROOT/<class>/<image>.jpg)")
+    for name in names:
+        if any((root / name / sub / INDEX_NAME).is_file() for sub in ("", "train", "validation")):
+            raise SampleError(f"{root / name}: a shard set (an earlier build written into the folder it reads?), not "
+                              f"a class folder: it would be read as class {name!r}; write the shards outside {root}, "
+                              f"and move this set out of it")
     return names
 
 #: The JPEG quality of images that ``max_side`` shrinks, unless another is given.

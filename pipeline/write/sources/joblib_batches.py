@@ -23,11 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from ...caller_warning import warn_caller
 from ...format.errors import SampleError, explain, unloadable
 from ..rows import RowBlock, storable
 from ..source import Source, span_identity
 
 _NAME = re.compile(r"^([xy])_(\d+)\.job$")
+#: Files that may hold pickled batches: named otherwise, a warning says they are left out.
+_PICKLE_SUFFIXES = (".job", ".joblib", ".pkl", ".pickle")
 #: How a list of arrays is read: each array a batch of samples (joined), or one sample (stacked).
 LISTS = ("batches", "samples")
 #: What to do with a file of values shards cannot store (Python objects, dates).
@@ -57,8 +60,8 @@ def _load(path: Path) -> Any:
 
 
 def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
-    """A tensor or a list as a NumPy array (the rows of a file are joined with NumPy); anything
-    else as it is."""
+    """A tensor, a pandas DataFrame or Series, or a list as a NumPy array (the rows of a file are
+    joined with NumPy); anything else as it is."""
     import torch
 
     if isinstance(value, (list, tuple)):
@@ -67,6 +70,8 @@ def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
         except ValueError:  # lists of lists of several lengths
             raise SampleError(f"{path}: item {position} of its list is a list of lists of different lengths; "
                               f"dump it as an array, or as a list of arrays") from None
+    if type(value).__module__.startswith("pandas") and hasattr(value, "to_numpy"):  # a DataFrame or Series
+        return value.to_numpy()
     if not isinstance(value, torch.Tensor):
         return value
     if value.dtype == torch.bfloat16:
@@ -103,12 +108,13 @@ def list_reading(labels: Any, number: int, path: Path, lists: str | None) -> str
     shapes = {np.shape(v) for v in labels}
     if len(shapes) > 1:
         raise SampleError(f"{path}: a list of {len(labels)} arrays whose lengths are not batches of {number} (the "
-                          f"number in its name): if they are batches, say so with {batches}; if each is one "
-                          f"sample's labels, of several shapes (a sequence each), write them with "
-                          f"pipeline.ShardWriter, which takes samples of any shape")
+                          f"number in its name, if it is their batch size): if they are batches, say so with "
+                          f"{batches}; if each is one sample's labels, of several shapes (a sequence each), write "
+                          f"them with pipeline.ShardWriter, which takes samples of any shape")
     raise SampleError(f"{path}: a list of {len(labels)} arrays whose lengths are not batches of {number} (the "
-                      f"number in its name), so they may be batches or samples: say which with {batches} or "
-                      f"--lists samples (lists='samples': {len(labels)} samples, labels of shape {shapes.pop()})")
+                      f"number in its name, if it is their batch size), so they may be batches or samples: say "
+                      f"which with {batches} or --lists samples (lists='samples': {len(labels)} samples, labels of "
+                      f"shape {shapes.pop()})")
 
 
 def _label_rows(obj: Any, path: Path, reading: str | None, classes: list[str] | None = None) -> np.ndarray:
@@ -155,7 +161,8 @@ def _joined(arrays: list, path: Path, reading: str) -> np.ndarray:
     if len(shapes) > 1 or (reading == "batches" and not all(np.ndim(v) for v in arrays)):
         what, each = ("samples", "sample") if reading == "samples" else ("batches (past their first axis)", "batch")
         raise SampleError(f"{path}: its list holds {what} of different shapes: {sorted(map(list, shapes))[:3]}; "
-                          f"every {each} needs the same shape")
+                          f"every {each} needs the same shape here; samples of different shapes (sequences of "
+                          f"several lengths) can be written with pipeline.ShardWriter, one write() a sample")
     return np.stack(arrays) if reading == "samples" else np.concatenate(arrays)
 
 
@@ -249,6 +256,12 @@ class JoblibBatchSource(Source):
                                     f"(one (X, y) tuple or dict per file, say): load them in Python and write their "
                                     f"arrays with pipeline.write_shards(out, {{'x': X, 'y': y}}), or, a batch at a "
                                     f"time, ShardWriter(out).write_columns({{'x': X, 'y': y}})")
+        unread = [path.name for path in sorted(self.folder.iterdir())
+                  if path.suffix in _PICKLE_SUFFIXES and not _NAME.match(path.name)]
+        if unread:
+            warn_caller(f"{self.folder}: {', '.join(unread[:4])}{', ...' if len(unread) > 4 else ''} are not named "
+                        f"x_<B>.job / y_<B>.job, and are not read; to convert them, move them to a folder of their own "
+                        f"as x_<B>.job / y_<B>.job (another split, say), or rename them here (a number of their own)")
         for have, other in (("x", "y"), ("y", "x")):
             lonely = sorted(set(found[have]) - set(found[other]))
             if lonely:

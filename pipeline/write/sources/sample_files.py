@@ -176,6 +176,10 @@ class SampleFileSource(FileRowsSource):
     def __len__(self) -> int:
         return len(self.ids)
 
+    def place(self, row: int) -> tuple[str, str]:
+        """A row by its ID and file (a cast's error): the names the user has, not a row number."""
+        return f"{self.description}: ID {self.ids[row]!r}", f"file {self.paths[row].name}"
+
     def read(self, start: int, stop: int) -> RowBlock:
         x_name, y_name = self.fields
         return RowBlock({x_name: [load_sample_file(p) for p in self.paths[start:stop]],
@@ -311,7 +315,7 @@ def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[st
     classes = class_positions(label_map, listed)
     if classes is not None:
         position = {name: n for n, name in enumerate(classes)}
-        label_map = {i: position[label] for i, label in label_map.items() if isinstance(label, str)}
+        label_map = {i: position[label_map[i]] for i in listed}  # (labels of IDs outside the partition: unused)
     return {split: SampleFileSource(root, ids, label_map, split, listed_in=partition_name, classes=classes)
             for split, ids in splits.items()}
 

@@ -214,7 +214,10 @@ class TableSource(Source):
             theirs, ours = schema.field(name).type, first.field(name).type
             if signature(theirs) != signature(ours):
                 raise SampleError(f"column {name!r} is {theirs} in {path} but {ours} in {self.paths[0]}; every "
-                                  f"file needs the same column types")
+                                  f"file needs the same column types (--dtype casts what is read, after this "
+                                  f"check): write the files again with one type (pandas: "
+                                  f"df[{name!r}].astype(...); pyarrow: table.cast(schema)), or build each set of "
+                                  f"files alike on its own")
         extra = [name for name in schema.names if name not in self.columns]
         if all_columns and extra:
             raise SampleError(f"{path} has column {extra[0]!r}, which {self.paths[0]} has not; every file needs "
