@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from functools import lru_cache
-from typing import Any, Callable, ContextManager, Iterator, Mapping
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -79,23 +79,39 @@ def _gather_list(column: list, index: np.ndarray, shared: bool) -> Any:
     return np.stack(values)
 
 
-def gather(columns: Columns, index: np.ndarray, shared: bool = False, varied: frozenset[str] = frozenset()) -> Columns:
+def gather(columns: Columns, index: np.ndarray, shared: bool = False) -> Columns:
     """Rows ``index`` of every column: one vectorised copy per field, into shared memory when
-    ``shared``. The fields ``varied`` (their index says their samples differ in shape) stay a
-    list of per-sample values even where the rows gathered happen to agree: a batch that is
-    a tensor in one step and a list in the next would fail a training loop hours in."""
-    return {name: [col[i] for i in index.tolist()] if name in varied
-            else _gather_array(col, index, shared) if isinstance(col, np.ndarray)
+    ``shared``."""
+    return {name: _gather_array(col, index, shared) if isinstance(col, np.ndarray)
             else _gather_list(col, index, shared) for name, col in columns.items()}
 
 
 def varied_fields(schema: Schema, fill: Mapping[str, Any]) -> frozenset[str]:
-    """The fields that batches hold as lists: arrays whose samples differ in some dimension
-    (``None`` in the index's shape), fields of values of several types (dtype ``any``: ints
-    beside floats, numbers beside ``None``), and optional fields ``fill`` gives no value (``None``
-    where a sample lacks one)."""
+    """The fields that batches hold as lists (see :func:`listed`): arrays whose samples differ in
+    some dimension (``None`` in the index's shape), fields of values of several types (dtype
+    ``any``: ints beside floats, numbers beside ``None``), and optional fields ``fill`` gives no
+    value (``None`` where a sample lacks one)."""
     return frozenset(name for name, spec in schema.items()
                      if spec.varies or spec.dtype == "any" or spec.optional and fill.get(name) is None)
+
+
+def listed(batch: Any, varied: frozenset[str], as_tuple: Sequence[str] | None = None) -> Any:
+    """``batch`` (a dict, or a tuple of the fields ``as_tuple`` names) with the fields ``varied``
+    as lists of per-sample values, also where its samples happen to agree and were stacked: a
+    batch that is a tensor in one step and a list in the next would fail a training loop hours
+    in. Done as batches are handed out, not in the workers, whose one stacked tensor crosses to
+    the training process far faster than a tensor per sample (each its own shared memory)."""
+    if not varied:
+        return batch
+    if isinstance(batch, tuple):
+        return tuple(_per_sample(value) if name in varied else value for name, value in zip(as_tuple or (), batch))
+    return {name: _per_sample(value) if name in varied else value for name, value in batch.items()}
+
+
+def _per_sample(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return list(value.unbind(0))
+    return list(value) if isinstance(value, np.ndarray) else value
 
 
 def _join(parts: list[Columns]) -> Columns:

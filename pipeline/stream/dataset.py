@@ -46,12 +46,14 @@ from .batching import (
     FinishedBatches,
     drop_short_tail,
     gather,
+    listed,
     messages_from_windows,
     per_sample,
     split_message,
     to_torch,
     varied_fields,
 )
+from .fill_values import conformed_fill
 from .foreign import ForeignStream, reference_fields
 from .idle_trim import idle_trim
 from .images import Images
@@ -66,7 +68,6 @@ from .options import (
     check_fill,
     check_flags,
     check_read_fields,
-    conformed_fill,
     environment_count,
     warn_of_cache_use,
 )
@@ -166,6 +167,9 @@ class ShardDataset(IterableDataset):
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven, decoded)
         if self.sources is not None:
             self.fill = conformed_fill(self.fill, self.sources.schema(self.fields))
+        # fields batches hold as lists (see batching.listed); shards without an index: none known
+        self.varied = frozenset() if self.sources is None else varied_fields(self.sources.schema(self.fields),
+                                                                             self.fill)
         # (local shards are read in place: no cache, nor a folder made for one, for a set that has none remote)
         cached = folder is not None and self._remote()
         warn_of_cache_use(folder if cached else None, cache_bytes, self.sources)
@@ -346,11 +350,10 @@ class ShardDataset(IterableDataset):
         reader = UnitReader(self.sources, self._wanted(), self.fill, self.on_error == "skip", self.check_records,
                             self.cache, self.policy, self.read_stats)
         reads = worker_reads(sequences, all_legs, config, epoch, self.rank, worker, workers)
-        varied = varied_fields(self.sources.schema(self.fields), self.fill)
         for columns, rows, places in read_ahead(reads, lambda unit: (*reader.read(material, sequences[0], *unit),
                                                                      unit[0]), self._read_ahead()):
             with self.read_stats.timing(Count.GATHER):
-                unit = gather(columns, rows, self.unit_messages, varied)
+                unit = gather(columns, rows, shared=self.unit_messages)
             columns = rows = None  # the rows read are not needed once gathered: let them go before the next read
             if self.image_decoding is not None:
                 unit = self.image_decoding.apply(unit, places, epoch, self.unit_messages,
@@ -412,7 +415,7 @@ class ShardDataset(IterableDataset):
     def _finish(self, batch: Columns) -> Any:
         if self.sample_transform is not None:
             batch = per_sample(batch, self.sample_transform)
-        out = to_torch(batch)
+        out = to_torch(batch) if self.sample_transform is not None else listed(to_torch(batch), self.varied)
         if self.batch_transform is not None:
             out = self.batch_transform(out)
         if self.as_tuple is None:

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_convert
 
 from ..caller_warning import warn_caller
-from .batching import FinishedBatches, split_message
+from .batching import FinishedBatches, listed, split_message
 from .dataset import ShardDataset
 from .loader_state import Position, loader_state, resumed_position
 from .message_buffers import Lent, ReleaseTable
@@ -128,6 +128,7 @@ class ShardLoader(DataLoader):
         self._loaded = False  # whether the position is one load_state_dict set, no loop having run from it yet
         self._loops = 0  # loops begun over it: a loop that is not the last begun is stale (see __iter__)
         self._closed_early = False  # whether the last loop was closed (a break) rather than run out
+        self._settled_from: tuple[int, list[Leg], int] | None = None  # the position _settle moved on from
 
     def _get_iterator(self) -> Any:
         """DataLoader's iterator, with workers one that checks them while it waits (see
@@ -161,12 +162,15 @@ class ShardLoader(DataLoader):
                         f"checkpoint, count epochs from its epoch (set_epoch({self._epoch})), or leave set_epoch out")
         if epoch != self._epoch or not self._loaded:
             self._epoch, self._legs, self._batches = epoch, [], 0
+        self._settled_from = None
 
     def give_back(self, batches: int) -> None:
         """Count the last ``batches`` delivered as not delivered: the next iteration plays them
         again. For a prefetcher whose loop ended while it held batches fetched ahead: call it once
         that loop, and this loader's, have ended, and only if :attr:`generation` is what it was
         when the batches were fetched."""
+        if batches and self._settled_from is not None:  # given back from the epoch the loop took the last of
+            (self._epoch, self._legs, self._batches), self._settled_from = self._settled_from, None
         if not 0 <= batches <= self._batches:
             raise ValueError(f"cannot give back {batches} batches: {self._batches} were delivered since the "
                              f"epoch (or its last leg) began")
@@ -186,12 +190,14 @@ class ShardLoader(DataLoader):
         if self._closed_early and not self._loaded and (self._legs or self._batches) \
                 and not self.dataset.batches_left(self._epoch, self._legs, self._batches):  # type: ignore[attr-defined]
             self._closed_early = False
-            self.set_epoch(self._epoch + 1)
+            self._settled_from = (self._epoch, self._legs, self._batches)  # for give_back and in_flight
+            self._epoch, self._legs, self._batches = self._epoch + 1, [], 0
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
         self._settle()
         self._closed_early = self._loaded = False
+        self._settled_from = None
         self._loops += 1
         loop = self._loops
         resumed = bool(self._legs or self._batches)
@@ -259,7 +265,8 @@ class ShardLoader(DataLoader):
             message = self._released.watch(message)  # type: ignore[union-attr]
         if isinstance(message, FinishedBatches):
             return message
-        return split_message(message, self.dataset.batch_size)  # type: ignore[attr-defined]
+        dataset: ShardDataset = self.dataset  # type: ignore[assignment]
+        return (listed(batch, dataset.varied, dataset.as_tuple) for batch in split_message(message, dataset.batch_size))
 
     def _death_after(self, iterator: Any, exc: Exception) -> str | None:
         """Stop the workers after ``exc`` came out of the DataLoader; if a worker died, the
@@ -320,7 +327,9 @@ class ShardLoader(DataLoader):
         delivered since (less ``in_flight`` batches fetched ahead by a prefetcher but not yet
         trained on)."""
         self._settle()
-        position = Position(self._epoch, tuple(self._legs), self._batches - in_flight)
+        epoch, legs, batches = self._settled_from if in_flight and self._settled_from is not None else (
+            self._epoch, self._legs, self._batches)  # batches in flight: of the epoch the loop took the last of
+        position = Position(epoch, tuple(legs), batches - in_flight)
         return loader_state(self.dataset, position)  # type: ignore[arg-type]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -333,6 +342,7 @@ class ShardLoader(DataLoader):
         self._workers_resumed = True  # persistent workers hold the dataset as it was: start new ones
         self._generation += 1  # a loop under way ends at its next step
         self._loaded = True
+        self._settled_from = None
 
 
 def _death_text(exc: BaseException) -> str | None:

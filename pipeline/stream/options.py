@@ -10,7 +10,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..caller_warning import warn_caller
-from ..format.index import Schema
 from ..format.numbers import is_whole
 from ..format.packing import SAMPLE_KEY
 
@@ -107,50 +106,6 @@ def check_read_fields(as_tuple: Sequence[str] | None, fill: Mapping[str, Any], f
     unused = sorted(set(fill) - set(fields))
     if unused:
         raise ValueError(f"fill keys {unused} are not in {where} (it has {sorted(fields)})")
-
-
-#: What a field of Python values of each type may be filled with, and how it is made one.
-_PLAIN_FILLS: dict[str, tuple[tuple[type, ...], Any]] = {
-    "int": ((int, np.integer), int), "float": ((int, float, np.integer, np.floating), float),
-    "bool": ((bool, np.bool_), bool), "str": ((str,), str), "bytes": ((bytes,), bytes)}
-
-
-def conformed_fill(fill: Mapping[str, Any], schema: Schema) -> dict[str, Any]:
-    """``fill``'s values as the index's fields hold theirs: for an array field an array of its
-    dtype and shape (a single number stands for an array of it: ``{"npy": 0}``, zeros), for a
-    field of Python numbers or text a value of its type. Another value is refused, naming the
-    field: the batches holding it would be a tensor of another dtype, or a list, where every other
-    batch is one tensor."""
-    out = dict(fill)
-    for name, value in fill.items():
-        spec = schema.get(name)
-        if spec is None or value is None or spec.dtype in ("any", "bfloat16"):  # (None: the default, said)
-            continue
-        wrong = f"fill gives field {name!r} the value {value!r}, but the field holds"
-        if spec.shape is None:
-            kinds, make = _PLAIN_FILLS.get(spec.dtype, (None, None))
-            if kinds is not None and (not isinstance(value, kinds) or spec.dtype in ("int", "float")
-                                      and isinstance(value, (bool, np.bool_))):
-                raise ValueError(f"{wrong} Python {spec.dtype}s: give a value of that type")
-            out[name] = value if make is None else make(value)
-            continue
-        try:
-            array = np.asarray(value)
-            conformed = array.astype(spec.dtype)
-            exact = array.dtype.kind in "biuf" and bool(np.array_equal(conformed, array, equal_nan=True))
-        except (TypeError, ValueError):
-            exact = False
-        shape = f"[{', '.join('any' if d is None else str(d) for d in spec.shape)}]"
-        if not exact:
-            raise ValueError(f"{wrong} {spec.dtype} arrays of shape {shape}: give a number, or an array, that "
-                             f"{spec.dtype} holds exactly")
-        if not spec.varies and conformed.shape != spec.shape:
-            if conformed.ndim:
-                raise ValueError(f"{wrong} arrays of shape {shape}: give an array of that shape, or one number "
-                                 f"(an array of it)")
-            conformed = np.full(spec.shape, conformed)
-        out[name] = conformed
-    return out
 
 
 def check_loader_options(num_workers: Any, prefetch_factor: int | None) -> None:

@@ -14,7 +14,7 @@ import hashlib
 import math
 import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -98,6 +98,9 @@ class SourceSet:
                                      f"{name!r} and {first[f].dtype}{list(first[f].shape or [])} in source "
                                      f"{first_name!r}: the sources of a mix must agree")
         schema = {f: first[f] for f in (first if stored is None else stored) if f in first}
+        for f, spec in schema.items():  # optional if any source's samples may lack it
+            if any(f in s.index.fields and s.index.fields[f].optional for s in self.shards):
+                schema[f] = replace(spec, optional=True)
         if fields is not None and SAMPLE_KEY in fields:
             schema[SAMPLE_KEY] = FieldSpec("str", None)
         return schema

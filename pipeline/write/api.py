@@ -43,7 +43,7 @@ def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], pre
                  keys: Sequence[str] | None = None, **options: Any) -> BuildResult:
     """Write equally long arrays (one per field: ndarrays, memmaps, torch tensors or ``.npy``
     paths) as shards."""
-    if isinstance(out_dir, Mapping) or not isinstance(arrays, Mapping):
+    if isinstance(out_dir, Mapping) or not hasattr(arrays, "items"):  # (a pandas DataFrame is columns too)
         given = f"({type(out_dir).__name__}, {type(arrays).__name__})"
         raise TypeError(f"write_shards takes the output folder, then a mapping of field names to arrays: "
                         f"write_shards('shards', {{'x': features, 'y': labels}}), got {given}")

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..format.codec import check_dtype, check_field_names, encode_parts
 from ..format.errors import IndexFormatError, SampleError
-from ..format.index import FieldSpec, Schema, merge_spec, spec_of
+from ..format.index import FieldSpec, Schema, merge_schema, merge_spec, spec_of
 from ..format.packing import packed_fields, stack_column
 
 KEY_DIGITS = 12
@@ -35,6 +35,15 @@ def storable(array: Any, path: Any, remedy: str) -> Any:
         except TypeError as exc:
             raise SampleError(f"{path}: {exc}; {remedy}") from None
     return array
+
+
+def merged_schema(old: Schema | None, new: Schema, where: str) -> Schema:
+    """:func:`merge_schema` of a build's samples: a disagreement is the input's error (a
+    :class:`SampleError`), as within a block, not an index's."""
+    try:
+        return merge_schema(old, new, where)
+    except IndexFormatError as exc:
+        raise SampleError(str(exc)) from None
 
 
 def generated_key(index: int) -> str:

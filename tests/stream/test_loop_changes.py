@@ -215,3 +215,24 @@ def test_a_loop_that_takes_every_batch_but_stops_before_the_end_ends_its_epoch(s
             break
     assert loader.epoch == 1 and set(loader.progress().values()) == {0}  # asked before len()
     assert ids(loader) == reference[1]
+
+
+def test_batches_held_by_a_prefetcher_of_ones_own_are_given_back_after_the_epoch_ended(shards: Path,
+                                                                                       reference) -> None:
+    """A loop closed after the last batch ends its epoch; a prefetcher that held the last batch
+    (not trained on) still gives it back, or leaves it out of a checkpoint, after that: before,
+    ``state_dict(in_flight=1)`` said batch -1 of the next epoch, which no loader could load."""
+    epoch = reference[0]
+    loader = loader_of(shards, 0)
+    iterator = iter(loader)
+    taken = [next(iterator) for _ in epoch]
+    iterator.close()
+    state = loader.state_dict(in_flight=1)
+    assert (state["epoch"], state["batches"]) == (0, len(epoch) - 1)
+    resumed = loader_of(shards, 0)
+    resumed.load_state_dict(state)
+    assert ids(resumed) == epoch[-1:]
+    assert len(loader) == len(reference[1])  # the epoch ended: the next one stands
+    loader.give_back(1)  # a prefetcher of one's own, told after something asked len()
+    assert len(loader) == 1 and ids(loader) == epoch[-1:] and ids(taken) == epoch
+    assert ids(loader) == reference[1]

@@ -95,16 +95,23 @@ def test_an_optional_field_is_a_list_in_every_batch_unless_filled(optional_field
         assert batch["npy"].dtype == torch.float32 and batch["npy"].shape == (4, 3)
         filled.update(zip(batch["cls"].tolist(), batch["npy"]))
     assert torch.equal(filled[5], torch.zeros(3)) and torch.equal(filled[7], torch.full((3,), 7.0))
+    rounded = {}  # a float field takes any number, rounded to its precision, as NumPy makes it
+    for batch in make_loader(optional_field, batch_size=4, num_workers=workers, fill={"npy": [0.1, 0.2, 0.3]}):
+        rounded.update(zip(batch["cls"].tolist(), batch["npy"]))
+    assert torch.equal(rounded[5], torch.tensor([0.1, 0.2, 0.3], dtype=torch.float32))
 
 
 @pytest.mark.parametrize(("fill", "message"), [
-    ({"npy": [1, 2]}, "fill gives field 'npy' the value [1, 2], but the field holds arrays of shape [3]: give an "
-                      "array of that shape, or one number (an array of it)"),
+    ({"npy": [1, 2]}, "fill gives field 'npy' the value [1, 2], but the field holds float32 arrays of shape [3]: give "
+                      "an array of that shape, or one number (an array of it)"),
     ({"npy": "none"}, "fill gives field 'npy' the value 'none', but the field holds float32 arrays of shape [3]: give "
-                      "a number, or an array, that float32 holds exactly"),
-    ({"cls": 0.5}, "fill gives field 'cls' the value 0.5, but the field holds Python ints: give a value of that type"),
-    ({"cls": True}, "fill gives field 'cls' the value True, but the field holds Python ints: give a value of that "
-                    "type"),
+                      "a number, or an array, that float32 holds"),
+    ({"npy": True}, "fill gives field 'npy' the value True, but the field holds float32 arrays of shape [3]: give a "
+                    "number, or an array, that float32 holds"),
+    ({"cls": 0.5}, "fill gives field 'cls' the value 0.5, but the field holds Python values of type int: give one of "
+                   "that type"),
+    ({"cls": True}, "fill gives field 'cls' the value True, but the field holds Python values of type int: give one "
+                    "of that type"),
 ])
 def test_a_fill_value_the_field_cannot_hold_is_refused(optional_field: Path, fill: dict, message: str) -> None:
     """Before, each made the batch holding it a list, or a tensor of another dtype."""
@@ -124,3 +131,18 @@ def test_a_field_of_values_of_several_types_is_a_list_in_every_batch(tmp_path: P
         assert isinstance(batch["y"], list)
         values.extend(batch["y"])
     assert values == [3.5 if n == 40 else None if n == 50 else n for n in range(64)]
+
+
+def test_a_field_optional_in_one_source_of_a_mix_is_a_list_in_every_batch(optional_field: Path,
+                                                                         tmp_path: Path) -> None:
+    """The mix took its fields' specs from its first source: with the whole one first, the
+    batches holding the other's sample 5 were lists, the rest tensors."""
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    with wds.ShardWriter(str(whole / "w-%06d.tar"), maxcount=100, verbose=0) as sink:
+        for i in range(40):
+            sink.write({"__key__": f"s{i:02d}", "cls": i, "npy": np.full(3, i, np.float32)})
+    pipeline.index_shards(str(whole), quiet=True)
+    for mix in ({"whole": whole, "lacking": optional_field}, {"lacking": optional_field, "whole": whole}):
+        assert all(isinstance(batch["npy"], list) for batch in make_loader(mix, batch_size=8))
+        assert all(batch["npy"].shape == (8, 3) for batch in make_loader(mix, batch_size=8, fill={"npy": 0}))

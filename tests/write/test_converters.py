@@ -76,6 +76,9 @@ def test_arguments_in_the_wrong_order_are_refused_saying_the_order(tmp_path: Pat
                 "write_shards('shards', {'x': features, 'y': labels}), got (")):
             pipeline.write_shards(*args, quiet=True)
     assert not (tmp_path / "out").exists()
+    pd = pytest.importorskip("pandas")  # a DataFrame is columns by name too
+    pipeline.write_shards(tmp_path / "frame", pd.DataFrame({"x": np.arange(10.0)}), quiet=True)
+    assert [float(v) for v in read_back(tmp_path / "frame")[1]["x"]] == list(np.arange(10.0))
     with pytest.raises(SampleError, match=re.escape(
             "field 'tokens': its rows differ in shape; write_shards takes one array a field, each row a sample of "
             "one shape; write samples of several shapes (sequences of different lengths) with pipeline.ShardWriter")):
