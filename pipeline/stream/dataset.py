@@ -79,7 +79,7 @@ from .reader import LARGE_SAMPLE_BYTES, Columns
 from .shards import ForeignShards
 from .sources import SourceSet, open_sources
 from .stats import Count, ReadStats
-from .unit_images import ImageDecoding, check_image_fields
+from .unit_images import ImageDecoding, alternatives, check_image_fields
 from .units import UnitReader
 from .workers import WorkerFailure
 
@@ -167,9 +167,11 @@ class ShardDataset(IterableDataset):
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven, decoded)
         if self.sources is not None:
             self.fill = conformed_fill(self.fill, self.sources.schema(self.fields))
-        # fields batches hold as lists (see batching.listed); shards without an index: none known
-        self.varied = frozenset() if self.sources is None else varied_fields(self.sources.schema(self.fields),
-                                                                             self.fill)
+        # fields batches hold as lists (see batching.listed); shards without an index: none known; images
+        # are decoded into one tensor a batch, whatever the bytes they came from
+        images_from = {field for key in decoded for field in (key, *alternatives(key))}
+        self.varied = frozenset() if self.sources is None else varied_fields(
+            self.sources.schema(self.fields), self.fill) - images_from
         # (local shards are read in place: no cache, nor a folder made for one, for a set that has none remote)
         cached = folder is not None and self._remote()
         warn_of_cache_use(folder if cached else None, cache_bytes, self.sources)

@@ -47,11 +47,13 @@ def _array(name: str, value: Any, spec: FieldSpec) -> np.ndarray:
     target = np.dtype(spec.dtype)
     try:
         array = np.asarray(value)
-        conformed = array.astype(target)
+        with np.errstate(all="ignore"):  # (an overflow is refused below, not warned of from here)
+            conformed = array.astype(target)
     except (TypeError, ValueError):
         array = conformed = None
     fits = array is not None and array.dtype.kind in "biuf" and (array.dtype.kind == "b") <= (target.kind == "b") \
-        and (target.kind == "f" or bool(np.array_equal(conformed, array)))  # (a float field rounds; others exact)
+        and (bool(np.array_equal(np.isfinite(conformed), np.isfinite(array))) if target.kind == "f"
+             else bool(np.array_equal(conformed, array)))  # (a float field rounds, but to no infinity; others exact)
     if not fits:
         raise ValueError(f"{wrong}: give a number, or an array, that {spec.dtype} holds")
     if spec.varies:

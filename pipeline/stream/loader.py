@@ -169,11 +169,13 @@ class ShardLoader(DataLoader):
         again. For a prefetcher whose loop ended while it held batches fetched ahead: call it once
         that loop, and this loader's, have ended, and only if :attr:`generation` is what it was
         when the batches were fetched."""
-        if batches and self._settled_from is not None:  # given back from the epoch the loop took the last of
-            (self._epoch, self._legs, self._batches), self._settled_from = self._settled_from, None
-        if not 0 <= batches <= self._batches:
-            raise ValueError(f"cannot give back {batches} batches: {self._batches} were delivered since the "
+        settled = batches and self._settled_from is not None  # given back from the epoch the loop took the last of
+        delivered = self._settled_from[2] if settled else self._batches  # type: ignore[index]
+        if not 0 <= batches <= delivered:
+            raise ValueError(f"cannot give back {batches} batches: {delivered} were delivered since the "
                              f"epoch (or its last leg) began")
+        if settled:
+            (self._epoch, self._legs, self._batches), self._settled_from = self._settled_from, None
         self._batches -= batches
 
     def __len__(self) -> int:

@@ -22,8 +22,9 @@ def _to_device(batch: Any, device: torch.device) -> Any:
         return batch.to(device, non_blocking=True)
     if isinstance(batch, Mapping):
         return {k: _to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], torch.Tensor):
-        return type(batch)(_to_device(v, device) for v in batch)
+    if type(batch) in (list, tuple):  # an as_tuple batch, a field's list of per-sample tensors (None among them)
+        moved = [_to_device(v, device) for v in batch]
+        return moved if type(batch) is list else tuple(moved)
     return batch
 
 

@@ -233,6 +233,9 @@ def test_batches_held_by_a_prefetcher_of_ones_own_are_given_back_after_the_epoch
     resumed.load_state_dict(state)
     assert ids(resumed) == epoch[-1:]
     assert len(loader) == len(reference[1])  # the epoch ended: the next one stands
+    with pytest.raises(ValueError, match=f"cannot give back {len(epoch) + 1} batches: {len(epoch)} were delivered"):
+        loader.give_back(len(epoch) + 1)
+    assert loader.epoch == 1 and len(loader) == len(reference[1])  # a refused give_back leaves it as it was
     loader.give_back(1)  # a prefetcher of one's own, told after something asked len()
     assert len(loader) == 1 and ids(loader) == epoch[-1:] and ids(taken) == epoch
     assert ids(loader) == reference[1]

@@ -108,6 +108,8 @@ def test_an_optional_field_is_a_list_in_every_batch_unless_filled(optional_field
                       "a number, or an array, that float32 holds"),
     ({"npy": True}, "fill gives field 'npy' the value True, but the field holds float32 arrays of shape [3]: give a "
                     "number, or an array, that float32 holds"),
+    ({"npy": 1e40}, "fill gives field 'npy' the value 1e+40, but the field holds float32 arrays of shape [3]: give "
+                    "a number, or an array, that float32 holds"),  # (rounding, yes; to an infinity, no)
     ({"cls": 0.5}, "fill gives field 'cls' the value 0.5, but the field holds Python values of type int: give one of "
                    "that type"),
     ({"cls": True}, "fill gives field 'cls' the value True, but the field holds Python values of type int: give one "
@@ -146,3 +148,34 @@ def test_a_field_optional_in_one_source_of_a_mix_is_a_list_in_every_batch(option
     for mix in ({"whole": whole, "lacking": optional_field}, {"lacking": optional_field, "whole": whole}):
         assert all(isinstance(batch["npy"], list) for batch in make_loader(mix, batch_size=8))
         assert all(batch["npy"].shape == (8, 3) for batch in make_loader(mix, batch_size=8, fill={"npy": 0}))
+
+
+def test_a_listed_field_named_first_in_as_tuple_goes_to_the_device_with_the_rest(optional_field: Path) -> None:
+    """The prefetcher moved a list or tuple only when its first item was a tensor: a batch whose
+    first field was a list stayed on the CPU, all of it."""
+    loader = make_loader(optional_field, batch_size=8, as_tuple=["npy", "cls"], shuffle=False)
+    npy, cls = next(iter(pipeline.DevicePrefetcher(loader, device="meta")))
+    assert cls.device.type == "meta" and isinstance(npy, list) and npy[5] is None
+    assert all(value.device.type == "meta" for n, value in enumerate(npy) if n != 5)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_optional_image_field_decoded_is_one_tensor_a_batch(tmp_path: Path, workers: int) -> None:
+    """Decoded images are one tensor, however their bytes were stored: an optional image field was
+    taken for one to hand out as a list."""
+    import io
+
+    from PIL import Image
+
+    with wds.ShardWriter(str(tmp_path / "w-%06d.tar"), maxcount=100, verbose=0) as sink:
+        for i in range(32):
+            image = io.BytesIO()
+            Image.fromarray(np.full((20, 24, 3), i, np.uint8)).save(image, format="PNG")
+            sink.write({"__key__": f"s{i:02d}", "cls": i, **({} if i == 3 else {"png": image.getvalue()})})
+    pipeline.index_shards(str(tmp_path), quiet=True)
+    with pytest.warns(UserWarning, match="images names field 'png', which some samples lack"):
+        loader = make_loader(tmp_path, batch_size=4, num_workers=workers, images={"png": pipeline.Images(16)},
+                             on_error="skip")
+    batches = list(loader)
+    assert all(isinstance(batch["png"], torch.Tensor) and batch["png"].shape == (4, 3, 16, 16) for batch in batches)
+    assert 3 not in [c for batch in batches for c in batch["cls"].tolist()]  # skipped: its stand-in came instead
