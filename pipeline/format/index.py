@@ -101,8 +101,8 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
                                f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)")
     if len(old.shape) != len(new.shape):
         raise IndexFormatError(
-            f"{where}: field {name!r} has shape {_shape_words(new.shape)}, earlier samples "
-            f"{_shape_words(old.shape)}; an array field needs one number of dimensions in every sample (their "
+            f"{where}: field {name!r} has shape {shape_words(new.shape)}, earlier samples "
+            f"{shape_words(old.shape)}; an array field needs one number of dimensions in every sample (their "
             f"sizes may differ): reshape the odd one (a single number as a 1-element array, say) or leave it out")
     shape = tuple(a if a == b else None for a, b in zip(old.shape, new.shape))
     return FieldSpec(old.dtype, shape, old.optional)
@@ -116,7 +116,7 @@ def _common_dtype(a: str, b: str) -> str:
         return a
 
 
-def _shape_words(shape: tuple[int | None, ...]) -> str:
+def shape_words(shape: tuple[int | None, ...]) -> str:
     """A shape for a message: ``[any, 3]`` where the index has ``None`` (sizes that vary)."""
     return f"[{', '.join('any' if d is None else str(d) for d in shape)}]"
 
@@ -127,7 +127,7 @@ def _kind_of(spec: FieldSpec) -> str:
         return f"a Python {spec.dtype}"
     if spec.shape == ():
         return f"a NumPy {spec.dtype} scalar (a 0-d array)"
-    return f"a {spec.dtype} array of shape {_shape_words(spec.shape)}"
+    return f"a {spec.dtype} array of shape {shape_words(spec.shape)}"
 
 
 def merge_schema(old: Schema | None, new: Schema, where: str, optional: bool = False) -> Schema:

@@ -165,20 +165,20 @@ class ShardDataset(IterableDataset):
         obstore_ranges.check_setting()  # (else its first read, the shard table's maybe, would be said to fail)
         s3_presigned.check_setting()
         self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven, decoded)
-        if self.sources is not None:
-            self.fill = conformed_fill(self.fill, self.sources.schema(self.fields))
+        schema = None if self.sources is None else self.sources.schema(self.fields)  # (None: no index)
+        if schema is not None:
+            self.fill = conformed_fill(self.fill, schema)
         # fields batches hold as lists (see batching.listed); shards without an index: none known; images
         # are decoded into one tensor a batch, whatever the bytes they came from
         images_from = {field for key in decoded for field in (key, *alternatives(key))}
-        self.varied = frozenset() if self.sources is None else varied_fields(
-            self.sources.schema(self.fields), self.fill) - images_from
+        self.varied = frozenset() if schema is None else varied_fields(schema, self.fill) - images_from
         # (local shards are read in place: no cache, nor a folder made for one, for a set that has none remote)
         cached = folder is not None and self._remote()
         warn_of_cache_use(folder if cached else None, cache_bytes, self.sources)
         self.cache = ShardCache(folder, cache_bytes, verify, self.policy, self.read_stats) \
             if cached and self.sources is not None else None
         self.image_decoding = None if not images else ImageDecoding(
-            check_image_fields(images, None if self.sources is None else self.sources.schema(self.fields), self.fields),
+            check_image_fields(images, schema, self.fields),
             seed,
             on_error == "skip", self.read_stats)
         self.foreign_fields = None if self.sources is not None else reference_fields(

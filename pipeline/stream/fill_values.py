@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..format.index import FieldSpec, Schema
+from ..format.index import FieldSpec, Schema, shape_words
 
 #: The values a field of Python values of each type may be filled with, and how each becomes one.
 _PLAIN_FILLS: dict[str, tuple[tuple[type, ...], Any]] = {
@@ -42,8 +42,8 @@ def _plain(name: str, value: Any, spec: FieldSpec) -> Any:
 
 
 def _array(name: str, value: Any, spec: FieldSpec) -> np.ndarray:
-    shape = f"[{', '.join('any' if d is None else str(d) for d in spec.shape or ())}]"
-    wrong = f"fill gives field {name!r} the value {value!r}, but the field holds {spec.dtype} arrays of shape {shape}"
+    wrong = (f"fill gives field {name!r} the value {value!r}, but the field holds {spec.dtype} arrays of shape "
+             f"{shape_words(spec.shape or ())}")
     target = np.dtype(spec.dtype)
     try:
         array = np.asarray(value)

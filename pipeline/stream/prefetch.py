@@ -17,12 +17,19 @@ def _close(iterator: Iterator[Any]) -> None:
         close()
 
 
+def _holds_tensors(items: list | tuple) -> bool:
+    """Whether a list or tuple may hold tensors: an ``as_tuple`` batch, a field's list of
+    per-sample tensors (``None`` among them), not a text field's strings, which are looked at by
+    their types alone (a call per string cost 150 us a batch of 256)."""
+    return any(issubclass(kind, (torch.Tensor, Mapping, list, tuple)) for kind in set(map(type, items)))
+
+
 def _to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
     if isinstance(batch, Mapping):
         return {k: _to_device(v, device) for k, v in batch.items()}
-    if type(batch) in (list, tuple):  # an as_tuple batch, a field's list of per-sample tensors (None among them)
+    if type(batch) in (list, tuple) and _holds_tensors(batch):
         moved = [_to_device(v, device) for v in batch]
         return moved if type(batch) is list else tuple(moved)
     return batch
@@ -34,7 +41,7 @@ def _record_stream(batch: Any, stream: Any) -> None:
     elif isinstance(batch, Mapping):
         for value in batch.values():
             _record_stream(value, stream)
-    elif isinstance(batch, (list, tuple)):
+    elif isinstance(batch, (list, tuple)) and _holds_tensors(batch):
         for value in batch:
             _record_stream(value, stream)
 
