@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from pipeline import ShardDataset, load_index
+from pipeline.format.index import FieldSpec
 from pipeline.storage import is_remote
 
 
@@ -104,13 +105,11 @@ def _kind(dtype: str) -> str:
     return "i" if kind in "biu" else "f" if kind == "f" else ""
 
 
-def _size(shape: tuple | None, field: str, where: str) -> int:
-    if shape is None:
-        return 1
-    if any(d is None for d in shape):
+def _size(spec: FieldSpec, field: str, where: str) -> int:
+    if spec.varies:
         raise UnusableData(f"{where}: field {field!r} has samples of different shapes; this example needs "
                            f"one shape for every sample")
-    return int(math.prod(shape))
+    return 1 if spec.shape is None else int(math.prod(spec.shape))
 
 
 #: Whole-number float labels up to this many classes are taken for class numbers; beyond, for
@@ -130,8 +129,8 @@ def choose_task(train: str, validation: str, classes: int | None = None, task: s
     if not _kind(x.dtype) or not _kind(y.dtype):
         field = "x" if not _kind(x.dtype) else "y"
         raise UnusableData(f"{train}: field {field!r} holds {fields[field].dtype}, not numbers")
-    features = _size(x.shape, "x", train)
-    outputs = _size(y.shape, "y", train)
+    features = _size(x, "x", train)
+    outputs = _size(y, "y", train)
     if task == "regression":
         return _regression(features, outputs, f"labels y: {y.dtype}; --task regression")
     if classes:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from .errors import IndexFormatError
+from .errors import FormatError, IndexFormatError
 from .shard_names import ShardNames
 from .shard_table import ShardInfo, ShardTable, read_table
 
@@ -82,9 +82,11 @@ def spec_of(value: Any, packed: bool = False) -> FieldSpec:
     return FieldSpec(dtype, shape[1:] if packed else shape)
 
 
-def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSpec:
+def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str,
+               error: type[FormatError] = IndexFormatError) -> FieldSpec:
     """Combine two specs of one field: dims that differ become ``None``; a dtype change of an
-    array field is an error (the reader could not collate it); optional if either is."""
+    array field is an ``error`` (the reader could not collate it): an index's, or, in a build, a
+    :class:`SampleError`, the input's; optional if either is."""
     if old.optional != new.optional:
         old, new = replace(old, optional=True), replace(new, optional=True)
     if old == new:
@@ -92,15 +94,15 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str) -> FieldSp
     if old.shape is None or new.shape is None:
         if old.shape is None and new.shape is None:
             return old if old.dtype == new.dtype else FieldSpec("any", None, old.optional)
-        raise IndexFormatError(f"{where}: field {name!r} is {_kind_of(new)} here and {_kind_of(old)} in earlier "
-                               f"samples; give it one kind of value in every sample")
+        raise error(f"{where}: field {name!r} is {_kind_of(new)} here and {_kind_of(old)} in earlier "
+                    f"samples; give it one kind of value in every sample")
     if old.dtype != new.dtype:
-        raise IndexFormatError(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}; a "
-                               f"field needs one dtype: cast the values as you write them (shards already written: "
-                               f"write them again), or, in a build from your data, with "
-                               f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)")
+        raise error(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}; a "
+                    f"field needs one dtype: cast the values as you write them (shards already written: "
+                    f"write them again), or, in a build from your data, with "
+                    f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)")
     if len(old.shape) != len(new.shape):
-        raise IndexFormatError(
+        raise error(
             f"{where}: field {name!r} has shape {shape_words(new.shape)}, earlier samples "
             f"{shape_words(old.shape)}; an array field needs one number of dimensions in every sample (their "
             f"sizes may differ): reshape the odd one (a single number as a 1-element array, say) or leave it out")
@@ -130,15 +132,17 @@ def _kind_of(spec: FieldSpec) -> str:
     return f"a {spec.dtype} array of shape {shape_words(spec.shape)}"
 
 
-def merge_schema(old: Schema | None, new: Schema, where: str, optional: bool = False) -> Schema:
+def merge_schema(old: Schema | None, new: Schema, where: str, optional: bool = False,
+                 error: type[FormatError] = IndexFormatError) -> Schema:
     """Combine two schemas of the same shard set; fields must be the same, unless ``optional``:
-    then a field that one of them lacks becomes optional."""
+    then a field that one of them lacks becomes optional. A disagreement is an ``error``, as in
+    :func:`merge_spec`."""
     if old is None:
         return dict(new)
     if set(old) != set(new) and not optional:
         missing, extra = sorted(set(old) - set(new)), sorted(set(new) - set(old))
-        raise IndexFormatError(f"{where}: fields differ from earlier samples (missing {missing}, extra {extra})")
-    merged = {name: merge_spec(name, old[name], new[name], where) for name in old if name in new}
+        raise error(f"{where}: fields differ from earlier samples (missing {missing}, extra {extra})")
+    merged = {name: merge_spec(name, old[name], new[name], where, error) for name in old if name in new}
     for name, spec in list(old.items()) + list(new.items()):
         if name not in merged:
             merged[name] = replace(spec, optional=True)

@@ -244,3 +244,16 @@ def _stack(values: list[Any]) -> Any:
         if all(a.shape == arrays[0].shape and a.dtype.kind in _NUMERIC_KINDS for a in arrays):
             return np.stack(arrays)
     return values
+
+
+def picked(batch: Any, as_tuple: Sequence[str]) -> tuple[Any, ...]:
+    """The fields ``as_tuple`` names of a finished batch, in that order; the batch comes from the
+    user's transforms, so a name it lacks is said plainly."""
+    if not isinstance(batch, Mapping):
+        raise TypeError(f"as_tuple picks fields of a batch, but batch_transform returned a {type(batch).__name__}: "
+                        f"return a dict from it, or leave as_tuple out")
+    missing = [name for name in as_tuple if name not in batch]
+    if missing:
+        raise KeyError(f"as_tuple names {missing}, which the batch (after the transforms) lacks: it has "
+                       f"{sorted(batch)}")
+    return tuple(batch[name] for name in as_tuple)

@@ -36,7 +36,6 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..format.numbers import is_whole
 from ..storage import is_remote, obstore_ranges, redact, s3_presigned
 from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
@@ -49,6 +48,7 @@ from .batching import (
     listed,
     messages_from_windows,
     per_sample,
+    picked,
     split_message,
     to_torch,
     varied_fields,
@@ -68,7 +68,7 @@ from .options import (
     check_fill,
     check_flags,
     check_read_fields,
-    environment_count,
+    rank_and_world,
     warn_of_cache_use,
 )
 from .plan import Leg, PlanConfig, Remainder, leg_sequences, rank_batches, worker_reads
@@ -85,13 +85,6 @@ from .workers import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20
 Sources = str | os.PathLike[str] | Sequence[str] | Mapping[str, str | os.PathLike[str]]
-
-
-def distributed_rank_and_world() -> tuple[int, int]:
-    """Rank and world size from torch.distributed when initialised, else RANK/WORLD_SIZE."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return environment_count("RANK", 0), environment_count("WORLD_SIZE", 1)
 
 
 class ShardDataset(IterableDataset):
@@ -144,14 +137,7 @@ class ShardDataset(IterableDataset):
         check_fill(fill)
         self.read_stats = ReadStats()  # skips and retries, counted in every worker
         self.policy = RetryPolicy.from_env()  # read once: the workers get it with the dataset
-        default_rank, default_world = distributed_rank_and_world()
-        self.rank = default_rank if rank is None else rank
-        self.world_size = default_world if world_size is None else world_size
-        if not is_whole(self.rank) or not is_whole(self.world_size):
-            raise TypeError(f"rank and world_size must be integers, got {self.rank!r} and {self.world_size!r}")
-        self.rank, self.world_size = int(self.rank), int(self.world_size)
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} is outside world size {self.world_size}")
+        self.rank, self.world_size = rank_and_world(rank, world_size)
         self.batch_size, self.shuffle, self.seed, self.drop_last = int(batch_size), bool(shuffle), int(seed), bool(drop_last)
         self.remainder: Remainder = remainder
         self.fields = None if fields is None else list(fields)
@@ -212,10 +198,7 @@ class ShardDataset(IterableDataset):
 
     def sample_bytes(self) -> int:
         """Average bytes of a sample in the shards (a guess for shards without an index)."""
-        if self.sources is None:
-            return 4096
-        indexes = [shards.index for shards in self.sources.shards]
-        return max(sum(i.bytes for i in indexes) // max(sum(i.samples for i in indexes), 1), 1)
+        return 4096 if self.sources is None else self.sources.sample_bytes
 
     def _default_buffer(self) -> int:
         """About 32 MB of samples (as the workers hold them: images decoded), at least 4 batches."""
@@ -420,14 +403,5 @@ class ShardDataset(IterableDataset):
         out = to_torch(batch) if self.sample_transform is not None else listed(to_torch(batch), self.varied)
         if self.batch_transform is not None:
             out = self.batch_transform(out)
-        if self.as_tuple is None:
-            return out
-        if not isinstance(out, Mapping):
-            raise TypeError(f"as_tuple picks fields of a batch, but batch_transform returned a {type(out).__name__}: "
-                            f"return a dict from it, or leave as_tuple out")
-        missing = [name for name in self.as_tuple if name not in out]
-        if missing:
-            raise KeyError(f"as_tuple names {missing}, which the batch (after the transforms) lacks: it has "
-                           f"{sorted(out)}")
-        return tuple(out[name] for name in self.as_tuple)
+        return out if self.as_tuple is None else picked(out, self.as_tuple)
 

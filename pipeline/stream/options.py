@@ -8,6 +8,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import torch
 
 from ..caller_warning import warn_caller
 from ..format.numbers import is_whole
@@ -88,6 +89,21 @@ def environment_count(name: str, default: int) -> int:
     except ValueError:
         raise ValueError(f"the environment variable {name}={text!r} is not an integer: set it as torchrun does, or "
                          f"unset it") from None
+
+
+def rank_and_world(rank: Any, world_size: Any) -> tuple[int, int]:
+    """This process's rank and the world size: those given, else torch.distributed's when it is
+    initialised, else ``RANK``/``WORLD_SIZE`` (as torchrun sets them), else 0 of 1."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if rank is None:
+        rank = torch.distributed.get_rank() if distributed else environment_count("RANK", 0)
+    if world_size is None:
+        world_size = torch.distributed.get_world_size() if distributed else environment_count("WORLD_SIZE", 1)
+    if not is_whole(rank) or not is_whole(world_size):
+        raise TypeError(f"rank and world_size must be integers, got {rank!r} and {world_size!r}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside world size {world_size}")
+    return int(rank), int(world_size)
 
 
 def check_read_fields(as_tuple: Sequence[str] | None, fill: Mapping[str, Any], fields: Any, transformed: bool,

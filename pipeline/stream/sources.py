@@ -52,6 +52,12 @@ class SourceSet:
         """Samples in an epoch (of all sources)."""
         return sum(self.counts)
 
+    @property
+    def sample_bytes(self) -> int:
+        """Average bytes of a sample in the shards of all sources."""
+        indexes = [shards.index for shards in self.shards]
+        return max(sum(i.bytes for i in indexes) // max(sum(i.samples for i in indexes), 1), 1)
+
     def offsets(self, epoch: int) -> list[int]:
         """Where each source's stream stands at the start of ``epoch``."""
         base = self.base_offsets or [0] * len(self.names)

@@ -16,8 +16,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..format.codec import check_dtype, check_field_names, encode_parts
-from ..format.errors import IndexFormatError, SampleError
-from ..format.index import FieldSpec, Schema, merge_schema, merge_spec, spec_of
+from ..format.errors import SampleError
+from ..format.index import FieldSpec, Schema, merge_spec, spec_of
 from ..format.packing import packed_fields, stack_column
 
 KEY_DIGITS = 12
@@ -35,15 +35,6 @@ def storable(array: Any, path: Any, remedy: str) -> Any:
         except TypeError as exc:
             raise SampleError(f"{path}: {exc}; {remedy}") from None
     return array
-
-
-def merged_schema(old: Schema | None, new: Schema, where: str) -> Schema:
-    """:func:`merge_schema` of a build's samples: a disagreement is the input's error (a
-    :class:`SampleError`), as within a block, not an index's."""
-    try:
-        return merge_schema(old, new, where)
-    except IndexFormatError as exc:
-        raise SampleError(str(exc)) from None
 
 
 def generated_key(index: int) -> str:
@@ -199,10 +190,7 @@ class RowBlock:
                 varied: dict[str, str] | None) -> FieldSpec:
         if old is None:
             return new
-        try:
-            merged = merge_spec(name, old, new, self._where(i, first))
-        except IndexFormatError as exc:  # a sample unlike the others: the input's, not an index's, error
-            raise SampleError(str(exc)) from None
+        merged = merge_spec(name, old, new, self._where(i, first), SampleError)  # the input's error, not an index's
         if varied is not None and name not in varied and merged.varies and not old.varies:
             varied[name] = (f"{self._where(i, first)} has shape {list(new.shape)}, the samples before it "
                             f"{list(old.shape)}")

@@ -26,6 +26,7 @@ from ..format.index import (
     PartInfo,
     Schema,
     ShardInfo,
+    merge_schema,
     part_index_name,
     part_shard_range,
 )
@@ -59,7 +60,7 @@ from .resume import (
     reference_schema,
     shard_plan,
 )
-from .rows import RowBlock, encode_records, merged_schema
+from .rows import RowBlock, encode_records
 from .shard_file import ShardFile
 from .source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES, Source, resolve_pack
 
@@ -142,7 +143,7 @@ def write_shard(run: ShardRun, i: int) -> ShardResult:
             first = run.first_index + chunk_start
             block = _read_rows(run.window, chunk_start, min(chunk_start + run.chunk_rows, stop), first, name)
             where = f"{run.window.description} shard {name}"
-            schema = merged_schema(schema, block.schema(first, schema, varied), where)
+            schema = merge_schema(schema, block.schema(first, schema, varied), where, error=SampleError)
             layout = fixed_layout(block, run.pack)
             if layout is not None:  # all full records at once, then the generic path for a tail
                 records, rows = build_records(block, layout, first, run.pack)
@@ -375,7 +376,7 @@ def _merged_schema(results: list[ShardResult], target: Destination, progress: Bu
     for result in results:
         if not result.info.samples:
             continue
-        merged = merged_schema(schema, result.schema, target.url(result.info.url))
+        merged = merge_schema(schema, result.schema, target.url(result.info.url), error=SampleError)
         for name, spec in merged.items():
             before = (schema or {}).get(name)
             if spec.varies and not (before is not None and before.varies):

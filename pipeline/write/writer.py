@@ -21,7 +21,7 @@ import os
 from typing import Any, Mapping
 
 from ..format.errors import FormatError, SampleError
-from ..format.index import DatasetIndex, Schema, ShardInfo
+from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.tar import END_OF_ARCHIVE, member_bytes
 from ..storage.destination import destination
 from .fixed_records import FixedLayout, build_records, fixed_layout
@@ -36,7 +36,7 @@ from .output import (
     shard_name,
 )
 from .progress import BuildProgress
-from .rows import RowBlock, check_key, encode_records, merged_schema
+from .rows import RowBlock, check_key, encode_records
 from .shard_file import ShardFile
 
 
@@ -196,7 +196,8 @@ class ShardWriter:
         if not self._pending:
             return
         block = RowBlock.concat(self._pending).with_numbers_as(self._schema)
-        self._schema = merged_schema(self._schema, block.schema(self._next_index, self._schema), str(self.destination))
+        self._schema = merge_schema(self._schema, block.schema(self._next_index, self._schema), str(self.destination),
+                                    error=SampleError)
         pos, n = 0, len(block)
         while pos < n:
             room = self._room()
