@@ -118,10 +118,21 @@ def evaluate(model: nn.Module, loader: Iterable[dict], task: Task, split: str,
     return total, seen
 
 
+# The tensors all_sum reduces, one per length, kept for the whole run (see all_sum).
+_REDUCED: dict[int, torch.Tensor] = {}
+
+
 def all_sum(values: list[float], device: torch.device) -> list[float]:
+    """The sums of ``values`` over the ranks.
+
+    The tensor reduced lives on after the call. A temporary one, dropped here while a gloo thread
+    still held it, would be freed on that thread, which then makes itself a Python thread state;
+    a DataLoader worker forked at that instant (the evaluation's loader starts its workers right
+    after) hangs before it runs a line, on Python 3.11.0-3.11.7 and 3.12.0 (CPython gh-112275)."""
     if not (dist.is_available() and dist.is_initialized()):
         return values
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    tensor = _REDUCED.setdefault(len(values), torch.zeros(len(values), dtype=torch.float64, device=device))
+    tensor.copy_(torch.tensor(values, dtype=torch.float64))
     dist.all_reduce(tensor)
     return tensor.tolist()
 
