@@ -96,10 +96,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="write the run, its epochs and its per-second samples as JSON")
     p.add_argument("--quick", action="store_true",
-                   help="15 seconds on 5,001 samples in 6 shards: a smoke run (a test runs it)")
+                   help="6 seconds on 5,001 samples in 6 shards: a smoke run (a test runs it)")
     args = p.parse_args(argv)
     if args.quick:
-        args.minutes, args.warmup_minutes, args.samples, args.shards = 0.25, 0.05, 5001, 6
+        args.minutes, args.warmup_minutes, args.samples, args.shards = 0.1, 0.03, 5001, 6
     args.faults = {name: float(p) for name, p in (item.split("=") for item in args.faults.split(",") if item)}
     if args.warmup_minutes is None:
         args.warmup_minutes = min(2.0, args.minutes / 5)

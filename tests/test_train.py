@@ -20,7 +20,9 @@ from tests.helpers import child_pids
 
 TRAIN = Path(__file__).resolve().parent.parent / "scripts" / "train.py"
 sys.path.insert(0, str(TRAIN.parent))
+from train import main as train_main  # noqa: E402
 from train import parse_args  # noqa: E402
+from train_checkpoint import CannotResume  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -153,22 +155,36 @@ def test_a_checkpoint_that_cannot_be_continued_is_a_message_naming_it_not_a_trac
     torch.save({"weights": torch.zeros(2)}, other)
 
     def refused(saved: Path, *args: str) -> str:
+        """The refusal as the command prints it."""
         run = subprocess.run(command(data, tmp_path, 2, "--workers", "0", "--checkpoint", str(saved), "--resume",
                                      *args), capture_output=True, text=True, timeout=300)
         assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
         return run.stderr.splitlines()[-1]
 
+    def refused_here(saved: Path, *args: str) -> str:
+        """The refusal, from main() in this process (what the command prints after "train.py: "); the
+        torch settings main() makes (threads, seed) are put back for the tests that follow."""
+        threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
+        try:
+            with pytest.raises(CannotResume) as refusal:
+                train_main(command(data, tmp_path, 2, "--workers", "0", "--checkpoint", str(saved), "--resume",
+                                   *args)[2:])
+        finally:
+            torch.set_num_threads(threads)
+            torch.random.set_rng_state(rng)
+        return f"train.py: {refusal.value}"
+
     cut = refused(damaged)
     assert cut.startswith(f"train.py: cannot resume: {damaged} is not a checkpoint that torch can read (damaged, cut "
                           f"short, or another kind of file: ") and cut.endswith(
         "); give the right file, or leave out --resume to start afresh")
-    assert refused(other) == (f"train.py: cannot resume: {other} is not a checkpoint of this script (it has no "
-                              f"'model', 'optimizer', 'loader'); give the file its --checkpoint saved")
-    assert refused(checkpoint, "--task", "regression") == (
+    assert refused_here(other) == (f"train.py: cannot resume: {other} is not a checkpoint of this script (it has no "
+                                   f"'model', 'optimizer', 'loader'); give the file its --checkpoint saved")
+    assert refused_here(checkpoint, "--task", "regression") == (
         f"train.py: cannot resume from {checkpoint}: its model does not fit this data and task (weight 3x6 saved, 1x6 "
         f"here; bias 3 saved, 1 here): it was trained on other data, or with another --task or --classes; give the "
         f"same ones, or another --checkpoint to start afresh")
-    assert refused(checkpoint, "--batch-size", "25") == (
+    assert refused_here(checkpoint, "--batch-size", "25") == (
         f"train.py: cannot resume from {checkpoint}: the checkpoint was taken with batch_size=50, this loader has "
         f"batch_size=25 (it can change only at an epoch boundary)")
     assert train(data, tmp_path, "--workers", "0", "--checkpoint", str(checkpoint), "--resume", epochs=1)["epoch"] == 0
