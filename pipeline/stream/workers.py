@@ -49,6 +49,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -64,13 +65,16 @@ from .message_buffers import ReleaseTable, WorkerBuffers, install
 _TORCH_DEATH = "DataLoader worker (pid"
 #: Seconds between two checks that the workers live while the loader waits for a batch.
 WATCH_S = 0.25
+#: Seconds a worker may take from its fork to its first line (a spawned one imports and unpickles
+#: meanwhile) before it is taken for hung (see :meth:`WatchedWorkersIterator._check_started`).
+START_S = 300.0
 #: The code of the frame a ``weakref.finalize`` callback runs in, where a raised error is dropped.
 _FINALIZER = weakref.finalize.__call__.__code__
 
 
 class WorkerError(RuntimeError):
     """A DataLoader worker process died: killed by a signal (the out-of-memory killer, often)
-    or crashed. The loader stops its other workers; its ``state_dict()`` still counts only the
+    or crashed; or it hangs in its start (see ``START_S``). The loader stops its other workers; its ``state_dict()`` still counts only the
     batches delivered, so the last checkpoint, or a state taken now, resumes the epoch exactly,
     and iterating the loader again continues it with new workers."""
 
@@ -145,9 +149,12 @@ class LoaderWorker:
         self.then = then
         self.released = released
         self.shutdown: Any = None  # the multiprocessing Event its iterator sets when it stops its workers
+        self.started: Any = None  # a shared byte per worker, set as the worker starts (see START_S)
         self.answered: frozenset[str] = frozenset()  # the hosts that answered the training process
 
     def __call__(self, worker_id: int) -> None:
+        if self.started is not None:
+            self.started[worker_id] = 1
         # What the worker inherited from the training process (its model, a labels dict) is
         # left out of the worker's garbage collections: a collection writes to every object it
         # visits, which copies each page of them into the worker (copy-on-write) and costs CPU
@@ -195,10 +202,12 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     _finalizing = staticmethod(sys.is_finalizing)
 
     def __init__(self, loader: Any) -> None:
-        self._abandon_reads = None
+        self._abandon_reads = self._started = None
+        self._forked = time.monotonic()
         if isinstance(loader.worker_init_fn, LoaderWorker):  # handed to the workers it starts
             context = loader.multiprocessing_context or multiprocessing.get_context()
             self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()
+            self._started = loader.worker_init_fn.started = context.Array("b", loader.num_workers, lock=False)
             loader.worker_init_fn.answered = answered_hosts()
         super().__init__(loader)
         self._running.add(self)
@@ -222,7 +231,24 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
                 raise held
             finally:  # not kept in this frame, which its traceback holds: a cycle would keep the
                 del held  # iterator alive until a collection, maybe in a worker forked later
+        if not got[0]:
+            self._check_started()
         return got
+
+    def _check_started(self) -> None:
+        """A worker alive but not started :data:`START_S` after its fork hangs in it, and would
+        keep the loop waiting for ever: on Python 3.11.0-3.11.7 and 3.12.0, a fork at the instant
+        another thread makes itself a Python thread state (a ``torch.distributed`` thread freeing
+        a Python tensor, say) leaves the child waiting on a lock no thread of it holds (CPython
+        gh-112275)."""
+        if self._started is None or all(self._started) or time.monotonic() - self._forked < START_S:
+            return
+        worker = list(self._started).index(0)
+        raise WorkerError(
+            f"DataLoader worker {worker} (pid {self._workers[worker].pid}) has not started {START_S:.0f} s after its "
+            f"fork: it hangs in it. Python {sys.version.split()[0]}: 3.11.0-3.11.7 and 3.12.0 hang a child forked "
+            f"as another thread frees a Python object (a tensor a torch.distributed collective held, say; CPython "
+            f"gh-112275): keep such tensors alive, or use a Python with the fix. {WorkerError.advice}")
 
     def _shutdown_workers(self) -> None:
         try:

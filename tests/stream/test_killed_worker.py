@@ -21,7 +21,7 @@ from torch.utils.data import get_worker_info
 
 from pipeline import WorkerError, make_loader
 from pipeline.stream.loader import ShardLoader
-from tests.helpers import still_children, worker_pids
+from tests.helpers import child_pids, still_children, worker_pids
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -230,6 +230,43 @@ def test_a_death_signal_handled_in_a_finalizer_leaves_the_error_to_the_loader(sh
         for batch in iterator:
             head.append(batch["i"].tolist())
     assert still_children(workers) == [] and worker_pids(loader) == []
+
+
+class _HangInFork:
+    """Makes this process's forks hang in their child before it runs a line of the worker, as
+    Python 3.11.7 does when another thread makes its thread state as the process forks."""
+
+    on = False
+    registered = False
+
+    @classmethod
+    def hang(cls) -> None:
+        while cls.on:  # (the child's copy stays on: it waits until it is stopped)
+            time.sleep(0.05)
+
+
+def test_a_worker_hung_in_its_fork_is_an_error_naming_it_not_a_wait_for_ever(shards: Path, monkeypatch) -> None:
+    from pipeline.stream import workers as worker_module
+
+    monkeypatch.setattr(worker_module, "START_S", 2.0)
+    if not _HangInFork.registered:
+        os.register_at_fork(after_in_child=_HangInFork.hang)
+        _HangInFork.registered = True
+    loader = new_loader(shards)
+    before = set(child_pids(os.getpid()))
+    started = time.monotonic()
+    _HangInFork.on = True  # (the workers start at the first batch asked for)
+    try:
+        with pytest.raises(WorkerError, match=r"^DataLoader worker 0 \(pid \d+\) has not started 2 s after its fork: "
+                                              r"it hangs in it\. Python 3\.\d+\.\d+: .*CPython gh-112275.* Epoch 0 "
+                                              r"of the loader over .* stopped after batch 0; state_dict\(\) .* resumes"):
+            next(iter(loader))
+    finally:
+        _HangInFork.on = False
+    # (2 s, then each hung worker's stop: PyTorch waits 5 s for a worker to exit before it terminates it)
+    assert 2 <= time.monotonic() - started < 30
+    assert set(child_pids(os.getpid())) <= before  # the hung workers are stopped and reaped
+    assert ids(loader) == ids(new_loader(shards))  # new workers play the whole epoch
 
 
 def test_a_loop_that_breaks_and_iterates_again_continues_the_epoch(shards: Path) -> None:
