@@ -131,7 +131,9 @@ def all_sum(values: list[float], device: torch.device) -> list[float]:
     after) hangs before it runs a line, on Python 3.11.0-3.11.7 and 3.12.0 (CPython gh-112275)."""
     if not (dist.is_available() and dist.is_initialized()):
         return values
-    tensor = _REDUCED.setdefault(len(values), torch.zeros(len(values), dtype=torch.float64, device=device))
+    if len(values) not in _REDUCED:
+        _REDUCED[len(values)] = torch.zeros(len(values), dtype=torch.float64, device=device)
+    tensor = _REDUCED[len(values)]
     tensor.copy_(torch.tensor(values, dtype=torch.float64))
     dist.all_reduce(tensor)
     return tensor.tolist()

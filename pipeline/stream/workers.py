@@ -74,9 +74,10 @@ _FINALIZER = weakref.finalize.__call__.__code__
 
 class WorkerError(RuntimeError):
     """A DataLoader worker process died: killed by a signal (the out-of-memory killer, often)
-    or crashed; or it hangs in its start (see ``START_S``). The loader stops its other workers; its ``state_dict()`` still counts only the
-    batches delivered, so the last checkpoint, or a state taken now, resumes the epoch exactly,
-    and iterating the loader again continues it with new workers."""
+    or crashed; or it hangs in its start (see ``START_S``). The loader stops its other workers;
+    its ``state_dict()`` still counts only the batches delivered, so the last checkpoint, or a
+    state taken now, resumes the epoch exactly, and iterating the loader again continues it with
+    new workers."""
 
     advice = "state_dict() (now, or from the last checkpoint) resumes the epoch exactly."
 
