@@ -41,6 +41,13 @@ SAMPLE_FILE_DAMAGE = {
     "a .pt of a dict of tensors": (".pt", save_as({"x": torch.zeros(2), "mask": torch.ones(2)}),
                                    r"holds a dict, not a tensor: .* save one tensor per file \(torch\.save\(tensor, "
                                    r"path\)\), or write samples of several fields with pipeline\.ShardWriter"),
+    "a .pt of a list of same-shape tensors": (".pt", save_as([torch.zeros(2), torch.ones(2)]),
+                                             r"holds a list of 2 tensors or arrays, not one tensor: this layout stores "
+                                             r"each file's one tensor as field x \(stacking them would hide which was "
+                                             r"which\); save torch\.stack\(items\) if they are one array, or write "
+                                             r"samples of several fields with pipeline\.ShardWriter$"),
+    "a .pt of a tensor and its label": (".pt", save_as((torch.zeros(2), torch.tensor(1))),
+                                        r"holds a tuple of 2 tensors or arrays, not one tensor"),
     "a .pt of a sparse tensor": (".pt", save_as(torch.eye(3).to_sparse()),
                                  r"holds a torch\.sparse_coo tensor: save it dense \(tensor\.to_dense\(\)\)"),
     "a .pt of a float8 tensor": (".pt", save_as(torch.zeros(3).to(torch.float8_e4m3fn)),

@@ -27,6 +27,7 @@ from ...format.errors import SampleError
 from ...format.numbers import inexact_int
 from ..rows import RowBlock, check_key
 from ..source import Source
+from .pandas_values import is_pandas, pandas_values
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,8 @@ def as_column(value: Any, name: str) -> Column:
     if type(value).__module__ == "torch":
         tensor = value.detach().cpu()
         value = _bfloat16_bits(tensor) if _is_bfloat16(tensor) else tensor.numpy()
+    if is_pandas(value):
+        value = pandas_values(value, f"field {name!r}")
     try:
         array = np.asarray(value)
     except ValueError:  # a list of arrays (or lists) of several shapes: NumPy makes no array of them
@@ -173,6 +176,10 @@ class ArraySource(Source):
             raise SampleError("no arrays given")
         self.text = frozenset(name for name, col in self.columns.items() if _is_text(name, col))
         for name, col in self.columns.items():
+            if not isinstance(name, str):
+                raise SampleError(f"field {name!r} ({_where(col)}): a field's name is a str, not "
+                                  f"{type(name).__name__} {name!r}: name the arrays ({{'x': frame.to_numpy(np.float32), 'y': "
+                                  f"labels}} for a DataFrame of numbered feature columns)")
             try:
                 check_field_names({name: None}, name)
                 if name not in self.text:

@@ -27,6 +27,7 @@ from ...caller_warning import warn_caller
 from ...format.errors import SampleError, explain, unloadable
 from ..rows import RowBlock, storable
 from ..source import Source, span_identity
+from .pandas_values import is_pandas, pandas_values
 
 _NAME = re.compile(r"^([xy])_(\d+)\.job$")
 #: Files that may hold pickled batches: named otherwise, a warning says they are left out.
@@ -70,8 +71,8 @@ def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
         except ValueError:  # lists of lists of several lengths
             raise SampleError(f"{path}: item {position} of its list is a list of lists of different lengths; "
                               f"dump it as an array, or as a list of arrays") from None
-    if type(value).__module__.startswith("pandas") and hasattr(value, "to_numpy"):  # a DataFrame or Series
-        return value.to_numpy()
+    if is_pandas(value):  # a DataFrame or Series
+        return pandas_values(value, str(path) if position is None else f"{path}: item {position} of its list")
     if not isinstance(value, torch.Tensor):
         return value
     if value.dtype == torch.bfloat16:

@@ -69,6 +69,11 @@ def _loaded(path: Path) -> Any:
                               f"as a dtype NumPy has (tensor.float(), say)") from None
     if isinstance(value, (bool, int, float, np.ndarray, np.generic)):
         return value
+    if isinstance(value, (list, tuple)) and any(isinstance(item, (torch.Tensor, np.ndarray)) for item in value):
+        raise SampleError(f"{path}: holds a {type(value).__name__} of {len(value)} tensors or arrays, not one tensor: "
+                          f"this layout stores each file's one tensor as field x (stacking them would hide which "
+                          f"was which); save torch.stack(items) if they are one array, or write samples of several "
+                          f"fields with pipeline.ShardWriter")
     if isinstance(value, (list, tuple)) and numeric(value):
         return np.asarray(value)
     raise SampleError(f"{path}: holds a {type(value).__name__}, not a tensor: this layout stores each file's one "

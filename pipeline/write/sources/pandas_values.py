@@ -1,0 +1,65 @@
+"""pandas objects (a DataFrame, a Series, a pandas array) as NumPy arrays, without changing a value.
+
+pandas' own ``to_numpy()`` turns a missing value of a nullable column (``Int64``, ``Float64``,
+``boolean``, ``string``, ``category``) into a float NaN, so an integer label column with one gap
+becomes float64 and its gap a NaN label, silently; a nullable boolean or text column with a gap
+becomes an array of objects, refused later for its first *present* value. A gap is refused here
+instead, naming the column and its rows, as a null of a table column is. A NaN in a plain NumPy
+float column is a value, kept as it is. pandas is imported by whoever made the object, never here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...format.errors import SampleError
+
+#: Rows of a column's gaps an error shows.
+_SHOWN_ROWS = 5
+
+
+def is_pandas(value: Any) -> bool:
+    return type(value).__module__.startswith("pandas") and hasattr(value, "to_numpy")
+
+
+def pandas_values(value: Any, where: str) -> np.ndarray:
+    """The values of a DataFrame, Series or pandas array as one NumPy array: a nullable column
+    without gaps as its NumPy dtype (``Int64`` as int64), columns of several numeric dtypes as
+    their common one; a gap is an error naming ``where`` (a file, a field), the column and its
+    rows (counted from 0), and saying how to fill or drop them."""
+    columns = list(value.items()) if hasattr(value, "columns") else [(None, value)]
+    arrays = [_column_values(column, name, where) for name, column in columns]
+    if len(arrays) == 1 and not hasattr(value, "columns"):
+        return arrays[0]
+    if not arrays:
+        raise SampleError(f"{where}: a DataFrame without columns holds no values")
+    if all(array.dtype.kind in "biuf" for array in arrays):
+        return np.stack(arrays, axis=1).astype(np.result_type(*arrays), copy=False)
+    return value.to_numpy()  # (text beside numbers: an array of objects, which the caller refuses)
+
+
+def _column_values(column: Any, name: Any, where: str) -> np.ndarray:
+    """One column's values: a nullable (pandas extension) column without gaps in its NumPy dtype."""
+    nullable = not isinstance(column.dtype, np.dtype)
+    if nullable or column.dtype == object:
+        _refuse_gaps(column, name, where)
+    numpy_dtype = getattr(column.dtype, "numpy_dtype", None) if nullable else None
+    if numpy_dtype is not None and numpy_dtype.kind in "biuf":
+        return column.to_numpy(dtype=numpy_dtype)
+    return column.to_numpy()
+
+
+def _refuse_gaps(column: Any, name: Any, where: str) -> None:
+    gaps = np.flatnonzero(np.asarray(column.isna(), dtype=bool))
+    if not len(gaps):
+        return
+    shown = ", ".join(str(row) for row in gaps[:_SHOWN_ROWS].tolist()) + (", ..." if len(gaps) > _SHOWN_ROWS else "")
+    which = "" if name is None else f"column {name!r}: "
+    values = "values" if name is None else f"frame[{name!r}]"
+    them = "it" if len(gaps) == 1 else "them"
+    raise SampleError(f"{where}: {which}{len(gaps)} missing value{'s' if len(gaps) > 1 else ''} ({column.dtype}), "
+                      f"at {'row' if len(gaps) == 1 else 'rows'} {shown} (counting from 0): fill {them} "
+                      f"({values}.fillna(VALUE)) or drop {'that row' if len(gaps) == 1 else 'those rows'} (.dropna()) first; stored as NaN, a gap would "
+                      f"change the column's values and type")

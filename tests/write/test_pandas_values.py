@@ -1,0 +1,78 @@
+"""pandas columns become fields with their values unchanged: a gap of a nullable column is refused
+naming the column and its rows (pandas' own ``to_numpy`` makes it a NaN, an ``Int64`` label column
+float64), and a nullable column without gaps keeps its NumPy dtype."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pytest
+
+import pipeline
+from pipeline import SampleError
+from tests.helpers import read_back
+
+pd = pytest.importorskip("pandas")
+
+GAPS = {"Int64": [1, None, 3, None], "Float64": [1.5, None, 3.0, None], "boolean": [True, None, False, None],
+        "string": ["a", None, "c", None], "category": ["a", None, "c", None]}
+
+
+@pytest.mark.parametrize("dtype", sorted(GAPS))
+def test_a_gap_in_a_nullable_column_is_refused_naming_the_field_and_its_rows(tmp_path: Path, dtype: str) -> None:
+    frame = pd.DataFrame({"f": pd.array([0.5, 1.5, 2.5, 3.5]), "y": pd.Series(GAPS[dtype], dtype=dtype)})
+    with pytest.raises(SampleError, match=re.escape(
+            f"field 'y': 2 missing values ({dtype}), at rows 1, 3 (counting from 0): fill them "
+            f"(values.fillna(VALUE)) or drop those rows (.dropna()) first; stored as NaN, a gap would change the "
+            f"column's values and type")):
+        pipeline.write_shards(tmp_path / "out", frame, quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_nullable_columns_without_gaps_keep_their_numpy_dtypes_and_values(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"y": pd.array([3, 1, 2], dtype="Int64"), "ok": pd.array([True, False, True], dtype="boolean"),
+                          "w": pd.array([0.25, 0.5, 1.0], dtype="Float64"), "name": pd.array(["a", "b", "c"],
+                                                                                          dtype="string")})
+    pipeline.write_shards(tmp_path / "out", frame, quiet=True)
+    fields = pipeline.load_index(tmp_path / "out").fields
+    assert {name: fields[name].dtype for name in ("y", "ok", "w")} == {"y": "int64", "ok": "bool", "w": "float64"}
+    _, values = read_back(tmp_path / "out")
+    assert [int(v) for v in values["y"]] == [3, 1, 2] and [bool(v) for v in values["ok"]] == [True, False, True]
+    assert [float(v) for v in values["w"]] == [0.25, 0.5, 1.0] and values["name"] == ["a", "b", "c"]
+
+
+def test_numbered_columns_are_refused_saying_to_name_the_arrays(tmp_path: Path) -> None:
+    """A DataFrame of features in columns 0..N-1 was refused as if its names began with '__'."""
+    frame = pd.DataFrame(np.arange(12.0).reshape(4, 3))
+    with pytest.raises(SampleError, match=re.escape(
+            "field 0 (in memory): a field's name is a str, not int 0: name the arrays ({'x': "
+            "frame.to_numpy(np.float32), 'y': labels} for a DataFrame of numbered feature columns)")):
+        pipeline.write_shards(tmp_path / "out", frame, quiet=True)
+    pipeline.write_shards(tmp_path / "out", {"x": frame, "y": np.arange(4)}, quiet=True)
+    assert np.array_equal(np.stack(read_back(tmp_path / "out")[1]["x"]), frame.to_numpy())
+
+
+def test_joblib_files_of_pandas_objects_refuse_gaps_naming_the_file(tmp_path: Path) -> None:
+    folder = tmp_path / "batches"
+    folder.mkdir()
+    x = pd.DataFrame({"a": pd.array([1, 2, None, 4], dtype="Int64"), "b": [0.5, 1.5, 2.5, 3.5]})
+    joblib.dump([x], folder / "x_4.job")
+    joblib.dump(pd.Series([0, 1, 1, 0], dtype="Int64"), folder / "y_4.job")
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'x_4.job'}: item 0 of its list: column 'a': 1 missing value (Int64), at row 2 (counting "
+            f"from 0): fill it (frame['a'].fillna(VALUE)) or drop that row (.dropna()) first")):
+        pipeline.build_joblib(folder, tmp_path / "out", quiet=True)
+    joblib.dump(pd.Series([0, None, 1, 0], dtype="Int64"), folder / "y_4.job")
+    joblib.dump(x.fillna(3), folder / "x_4.job")
+    with pytest.raises(SampleError, match=re.escape(f"{folder / 'y_4.job'}: 1 missing value (Int64), at row 1 ")):
+        pipeline.build_joblib(folder, tmp_path / "out", quiet=True)
+    joblib.dump(pd.Series([0, 1, 1, 0], dtype="Int64"), folder / "y_4.job")
+    pipeline.build_joblib(folder, tmp_path / "out", quiet=True)  # Int64 beside float64: float64 features
+    fields = pipeline.load_index(tmp_path / "out").fields
+    assert (fields["x"].dtype, fields["x"].shape, fields["y"].dtype) == ("float64", (2,), "int64")
+    _, values = read_back(tmp_path / "out")
+    assert np.array_equal(np.stack(values["x"]), [[1, 0.5], [2, 1.5], [3, 2.5], [4, 3.5]])
+    assert [int(v) for v in values["y"]] == [0, 1, 1, 0]
