@@ -37,8 +37,9 @@ from .write.api import (
 from .write.indexing import index_shards
 from .write.merge import merge_index_files
 from .write.output import OutputExistsError
+from .write.part import Part
 from .write.rows import RowBlock
-from .write.run import Part, build_shards
+from .write.run import build_shards
 from .write.source import Source
 from .write.sources.arrays import ArraySource, open_npy, open_npz
 from .write.sources.folder import FolderSource

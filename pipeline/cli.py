@@ -15,6 +15,7 @@ from . import build_arrow, build_parquet
 from . import cli_values as values
 from .check.describe import describe_parts
 from .check.verify import NOTE, check_set
+from .cli_tune import add_tune_arguments
 from .format.errors import FormatError
 from .format.verify import Problem
 from .interrupts import reliable_ctrl_c
@@ -224,7 +225,8 @@ def _add_build_commands(commands: Any) -> None:
     images.add_argument("out", help="output folder (train/ and validation/ in it for a split) or s3://bucket/prefix")
     images.add_argument("--max-side", type=values.positive, metavar="PIXELS",
                         help="shrink images whose longer side is larger, re-encoded as JPEG (default: bytes kept)")
-    images.add_argument("--quality", type=values.percent, help="JPEG quality of the images --max-side shrinks (default 90)")
+    images.add_argument("--quality", type=values.percent,
+                        help="JPEG quality of the images --max-side shrinks (default 90)")
     images.add_argument("--classes", metavar="A,B,C", help="the class list labels number (default: the class folders "
                                                           "found, sorted), e.g. the training set's for a test folder")
     images.set_defaults(run=_cmd_imagefolder)
@@ -258,7 +260,8 @@ def make_parser() -> argparse.ArgumentParser:
     index.add_argument("shards", nargs="+", help="shard files, brace patterns, folders of .tar files, or URLs")
     index.add_argument("--output", metavar="PATH", help="the index to write: a folder or DIR/index.json (default: "
                                                        "index.json in the shards' folder)")
-    index.add_argument("--workers", type=values.positive, default=1, metavar="N", help="shards scanned at once, in processes")
+    index.add_argument("--workers", type=values.positive, default=1, metavar="N",
+                       help="shards scanned at once, in processes")
     index.add_argument("--engine", choices=ENGINES, default="local",
                        help="what scans the shards: local processes (default) or a Dask cluster")
     index.add_argument("--scheduler", metavar="ADDRESS", help="with --engine dask: the cluster's scheduler")
@@ -297,59 +300,8 @@ def make_parser() -> argparse.ArgumentParser:
                                       "and print the make_loader call to use",
                     "  pipeline tune shards/train                    # about half a minute\n"
                     "  pipeline tune s3://bucket/train --step-ms 40 --plot tune.png")
-    tune.add_argument("data", help="what make_loader takes: " + _INDEX_HELP)
-    tune.add_argument("--batch-size", type=values.positive, default=256, metavar="N", help="as make_loader's (default 256)")
-    tune.add_argument("--workers", type=values.counts(0), metavar="N,N", help="numbers of workers to try (default: 0, 1, 2, "
-                                                                   "4, ... up to the usable cores)")
-    tune.add_argument("--prefetch", type=values.counts(1), metavar="N,N",
-                      help="prefetch factors to try at the best number of workers (default: 1,4, besides 2)")
-    tune.add_argument("--step-ms", type=values.finite_number(positive=False), default=0.0, help="a simulated training step per batch, in ms")
-    tune.add_argument("--seconds", type=values.finite_number(positive=True), default=3.0, help="seconds each setting is measured (default 3)")
-    tune.add_argument("--memory-mb", type=values.finite_number(positive=True), help="leave out settings whose peak memory is above this")
-    tune.add_argument("--shuffle-buffer", type=values.positive, metavar="SAMPLES", help="as make_loader's shuffle_buffer")
-    tune.add_argument("--images", type=values.image_field, action="append", default=[], metavar="FIELD=SIZE",
-                      help="decode FIELD's images to SIZE x SIZE in the workers, as Images(SIZE) (repeatable)")
-    tune.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                      help="as make_loader's on_error: skip records that fail their checks (a damaged image)")
-    tune.add_argument("--plot", metavar="FILE.png", help="also save a chart of the settings (needs matplotlib)")
-    tune.set_defaults(run=_cmd_tune)
+    add_tune_arguments(tune, "what make_loader takes: " + _INDEX_HELP)
     return parser
-
-
-def _cmd_tune(args: argparse.Namespace) -> int:
-    from .measure.tune import check_plot, tune
-
-    if args.plot:
-        try:  # before measuring: a chart that cannot be saved would throw the run away at its end
-            check_plot(args.plot)
-        except (OSError, ValueError) as exc:  # the folder, or the kind of file
-            print(f"error: --plot {exc}", file=sys.stderr)
-            return 1
-    options: dict[str, Any] = {"on_error": "skip"} if args.on_error == "skip" else {}
-    if args.shuffle_buffer is not None:
-        options["shuffle_buffer"] = args.shuffle_buffer
-    if args.images:
-        from .stream.images import Images
-
-        options["images"] = {field: Images(size) for field, size in values.named(args.images, "--images").items()}
-    try:
-        result = tune(args.data, batch_size=args.batch_size, workers=args.workers, prefetch=args.prefetch,
-                      step_ms=args.step_ms, seconds=args.seconds, memory_mb=args.memory_mb, options=options,
-                      progress=lambda line: print(line, file=sys.stderr))
-    except (RuntimeError, ValueError) as exc:  # a setting's run failed (its error output says why), or bad values
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(result.table())  # also when nothing fits the memory budget: what was measured says by how much
-    if args.plot:
-        result.plot(args.plot)
-        print(f"chart saved to {args.plot}")
-    try:
-        call = result.call()
-    except ValueError as exc:  # nothing within --memory-mb
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"\nrecommended: {call}")
-    return 0
 
 
 def _show_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:

@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any, Callable
 
-from .write.run import Part
+from .write.part import Part
 from .write.source import MIN_SHARD_BYTES
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,

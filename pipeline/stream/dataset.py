@@ -164,9 +164,7 @@ class ShardDataset(IterableDataset):
         self.cache = ShardCache(folder, cache_bytes, verify, self.policy, self.read_stats) \
             if cached and self.sources is not None else None
         self.image_decoding = None if not images else ImageDecoding(
-            check_image_fields(images, schema, self.fields),
-            seed,
-            on_error == "skip", self.read_stats)
+            check_image_fields(images, schema, self.fields), seed, on_error == "skip", self.read_stats)
         self.foreign_fields = None if self.sources is not None else reference_fields(
             self.shards.urls, self._wanted(), self.fill, on_error == "skip", self.policy, self.read_stats)
         if self.foreign_fields is not None:

@@ -13,7 +13,7 @@ import pytest
 import pipeline
 from pipeline import SampleError
 from pipeline.write.casting import cast_column
-from pipeline.write.run import Part
+from pipeline.write.part import Part
 from pipeline.write.splits import validation_rows
 from tests.helpers import read_back
 
