@@ -36,6 +36,7 @@ class BuildProgress:
         self.started = self._logged = time.perf_counter()
         self.samples = self.bytes = self.shards = 0
         self.kept_samples = self.kept_shards = 0
+        self._unfinished = 0  # samples of the shard being written, shown before it is counted
         self._bar = tqdm(total=total_samples, desc=description, unit=" samples", unit_scale=True,
                          file=self.stream, dynamic_ncols=True) if not quiet and on_terminal(self.stream) else None
 
@@ -48,6 +49,17 @@ class BuildProgress:
             self.samples += samples
             self.bytes += nbytes
             self.shards += shards
+        shown, self._unfinished = samples - (0 if kept else self._unfinished), 0
+        self._show(shown)
+
+    def advance(self, samples: int) -> None:
+        """Count samples of a shard still being written (by a build without workers), so that a
+        long shard (15,000 files, say) moves the bar as it is read, not all at its end; the
+        shard's :meth:`update` counts the rest of it."""
+        self._unfinished += samples
+        self._show(samples)
+
+    def _show(self, samples: int) -> None:
         now = time.perf_counter()
         rate = f"{self.bytes / max(now - self.started, 1e-9) / 1e6:.1f} MB/s"
         if self._bar is not None:
@@ -55,7 +67,7 @@ class BuildProgress:
             self._bar.update(samples)
         elif not self.quiet and now - self._logged >= LOG_EVERY_S:
             self._logged = now
-            done = self.samples + self.kept_samples
+            done = self.samples + self.kept_samples + self._unfinished
             share = f" ({done / self.total:.0%})" if self.total else ""
             print(f"{self.description}: {done:,}{'/' + format(self.total, ',') if self.total else ''} samples"
                   f"{share}, {self.shards + self.kept_shards} shards, {rate}", file=self.stream, flush=True)

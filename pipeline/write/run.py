@@ -96,9 +96,10 @@ class ShardResult(NamedTuple):
     varied: dict[str, str] = {}  # per field whose shape starts to vary in the shard: the sample where
 
 
-def write_shard(run: ShardRun, i: int) -> ShardResult:
-    """Write shard ``i`` of a run, reading its rows a chunk at a time (bounded memory); when
-    resuming, keep the file already there if it holds what the plan puts in the shard."""
+def write_shard(run: ShardRun, i: int, on_rows: Callable[[int], None] | None = None) -> ShardResult:
+    """Write shard ``i`` of a run, reading its rows a chunk at a time (bounded memory), telling
+    ``on_rows`` each chunk's rows; when resuming, keep the file already there if it holds what the
+    plan puts in the shard."""
     name = shard_name(run.prefix, run.first_number + i)
     start, stop = run.bounds[i], run.bounds[i + 1]
     if run.keep is not None:
@@ -120,6 +121,8 @@ def write_shard(run: ShardRun, i: int) -> ShardResult:
                 block, first = block.slice(rows, len(block)), first + rows
             for key, parts, rows in encode_records(block, first, run.pack):
                 shard.add_record(key, parts, rows)
+            if on_rows is not None:
+                on_rows(min(chunk_start + run.chunk_rows, stop) - chunk_start)
         info = shard.commit()
     run.destination.publish(name)
     return ShardResult(info, schema or {}, varied={field: f"{note} in {name}" for field, note in varied.items()})
@@ -136,11 +139,12 @@ def _read_rows(source: Source, start: int, stop: int, first: int, shard: str) ->
     return block
 
 
-def write_run(run: ShardRun, on_shard: Callable[[ShardResult], None] | None = None) -> list[ShardResult]:
+def write_run(run: ShardRun, on_shard: Callable[[ShardResult], None] | None = None,
+              on_rows: Callable[[int], None] | None = None) -> list[ShardResult]:
     """Write every shard of a run; the function each worker executes."""
     results = []
     for i in range(len(run.bounds) - 1):
-        results.append(write_shard(run, i))
+        results.append(write_shard(run, i, on_rows))
         if on_shard is not None:
             on_shard(results[-1])
     return results
@@ -201,7 +205,7 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
         progress.update(result.info.samples, result.info.bytes, kept=result.kept)
 
     if executor is None:
-        return [r for task in tasks for r in write_run(task, report)]
+        return [r for task in tasks for r in write_run(task, report, progress.advance)]
     futures: dict[Future, int] = {}
     try:
         for i, task in enumerate(tasks):

@@ -30,3 +30,34 @@ def test_a_build_of_samples_or_one_that_kept_them_does_not_warn() -> None:
         progress.update(10, 4096, kept=kept)
         summary = progress.close("out/index.json")
         assert log.getvalue() == summary + "\n" and "warning" not in summary
+
+
+def test_a_long_shard_moves_the_progress_as_its_chunks_are_written(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A build of 15,000 files into one shard showed 0 samples done until the shard was whole."""
+    monkeypatch.setattr("pipeline.write.progress.LOG_EVERY_S", 0.0)  # a line at every count (a log, not a bar)
+    monkeypatch.setattr("pipeline.write.run._CHUNK_BYTES", 1000 * 8)  # chunks of 1,000 rows of 8 bytes
+    pipeline.write_shards(tmp_path / "out", {"x": np.arange(3000, dtype=np.int64)}, pack=1, shard_samples=2500)
+    lines = capsys.readouterr().err.splitlines()
+    where = f"arrays -> {tmp_path / 'out'}"
+    assert [line.split(", ")[:2] for line in lines[:-1]] == [
+        [f"{where}: 1,000/3,000 samples (33%)", "0 shards"], [f"{where}: 2,000/3,000 samples (67%)", "0 shards"],
+        [f"{where}: 2,500/3,000 samples (83%)", "0 shards"], [f"{where}: 2,500/3,000 samples (83%)", "1 shards"],
+        [f"{where}: 3,000/3,000 samples (100%)", "1 shards"], [f"{where}: 3,000/3,000 samples (100%)", "2 shards"]]
+    assert lines[-1].startswith("wrote 3000 samples in 2 shards, ")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_bar_counts_a_shard_once_whether_its_chunks_were_shown_or_not() -> None:
+    progress = BuildProgress(25, "arrays -> out", stream=_Terminal())
+    progress.advance(4)
+    progress.advance(6)
+    assert progress._bar is not None and progress._bar.n == 10
+    progress.update(10, 1000)  # the shard of those chunks
+    progress.update(5, 500, kept=True)  # a shard an earlier run finished
+    progress.update(10, 1000)  # a shard whose chunks were not shown
+    assert progress._bar.n == 25 and (progress.samples, progress.kept_samples, progress.shards) == (20, 5, 2)
+    assert progress.close("out/index.json").startswith("wrote 20 samples in 2 shards and kept 1 shards (5 samples)")
