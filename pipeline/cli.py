@@ -17,9 +17,11 @@ from .check.describe import describe_parts
 from .check.verify import NOTE, check_set
 from .cli_tune import add_tune_arguments
 from .format.errors import FormatError
+from .format.index import INDEX_NAME
 from .format.verify import Problem
 from .interrupts import reliable_ctrl_c
 from .storage import is_remote
+from .storage.indexes import shard_sets_in
 from .write.api import build_folder, build_imagefolder, build_joblib, build_npz, build_sample_files, write_shards
 from .write.engines import ENGINES
 from .write.indexing import index_shards
@@ -135,21 +137,39 @@ def _cmd_merge(args: argparse.Namespace) -> None:
 _INDEX_HELP = "index.json, its folder, or a URL (https://..., s3://bucket/prefix)"
 
 
+def _sets_named(location: str) -> list[str]:
+    """The shard sets ``location`` names: itself, or, for a local folder without an index that
+    holds sets (the splits of a build: OUT/train, OUT/validation), each of them."""
+    if is_remote(location) or not os.path.isdir(location) or os.path.isfile(os.path.join(location, INDEX_NAME)):
+        return [location]
+    return [os.path.join(location, name) for name in shard_sets_in(location)] or [location]
+
+
 def _cmd_inspect(args: argparse.Namespace) -> None:
-    for part in describe_parts(args.index, args.samples):  # the index's summary, even if the samples fail
-        print(part, flush=True)
+    sets = _sets_named(args.index)
+    for location in sets:
+        if len(sets) > 1:
+            print(f"== {location}", flush=True)
+        for part in describe_parts(location, args.samples):  # the index's summary, even if the samples fail
+            print(part, flush=True)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     """Verify's report, all on stdout, in the order found: a line a file (``--quiet``: only the
-    files with a problem), then the result line."""
+    files with a problem), then the result line; for a folder of splits, each split's."""
     def report(status: str, shown: str, problem: Problem | None) -> None:
         if problem is not None or not args.quiet or status == NOTE:
             print(f"{status:<4} {problem or shown}", flush=True)
 
-    outcome = check_set(args.index, report, images=args.images)
-    print(outcome)
-    return 1 if outcome.problems else 0
+    sets = _sets_named(args.index)
+    failed = 0
+    for location in sets:
+        if len(sets) > 1:
+            print(f"== {location}", flush=True)
+        outcome = check_set(location, report, images=args.images)
+        print(outcome, flush=True)
+        failed += bool(outcome.problems)
+    return 1 if failed else 0
 
 
 def _command(commands: Any, name: str, help: str, epilog: str) -> argparse.ArgumentParser:

@@ -89,14 +89,34 @@ def test_a_mistyped_path_is_offered_only_splits(three: Path, capsys) -> None:
     pipeline.write_shards("wds", {"x": np.zeros(4)}, quiet=True)  # sets beside each other: no splits
     what = "pass an index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)"
     assert run(capsys, "inspect", "nonexist") == (1, "", f"error: nonexist: no such index file; {what}\n")
-    assert run(capsys, "inspect", ".") == (  # a folder given for a set: the sets in it
-        1, "", "error: ./index.json: no such index file; . holds the shard sets 's', 'wds': pass one of them, e.g. "
-               "./s\n")
+    with pytest.raises(IndexFormatError, match=re.escape(  # a folder given for a set: the sets in it
+            "./index.json: no such index file; . holds the shard sets 's', 'wds': pass one of them, e.g. ./s")):
+        pipeline.describe(".")
     Path("out").mkdir()
     three.rename("out/train")
     assert run(capsys, "inspect", "out/tain") == (
         1, "", "error: out/tain: no such index file; out holds the shard sets 'train' (one per split): pass one of "
                "them, e.g. out/train\n")
+
+
+def test_inspect_and_verify_of_a_folder_of_splits_take_each_split(tmp_path: Path, capsys, monkeypatch) -> None:
+    """They refused the folder a split build wrote, saying to pass one split."""
+    monkeypatch.chdir(tmp_path)
+    pipeline.write_shards("out", {"x": np.arange(40, dtype=np.float32).reshape(20, 2)}, validation=5, pack=5,
+                          quiet=True)
+    assert run(capsys, "verify", "out") == (0, "== out/train\nok   out/train/train-000000.tar\nverified out/train: "
+                                               "every shard matches its index\n== out/validation\nok   out/validation/"
+                                               "validation-000000.tar\nverified out/validation: every shard matches "
+                                               "its index\n", "")
+    code, out, err = run(capsys, "inspect", "out", "--samples", "0")
+    assert (code, err) == (0, "") and out.startswith("== out/train\nindex    out/train/index.json\nsamples  15 in 1 ")
+    assert "\n== out/validation\nindex    out/validation/index.json\nsamples  5 in 1 shards" in out
+    shard = Path("out/validation/validation-000000.tar")
+    shard.write_bytes(shard.read_bytes()[:-1024])
+    code, out, err = run(capsys, "verify", "out", "--quiet")
+    assert (code, err) == (1, "") and out.startswith("== out/train\nverified out/train: every shard matches its "
+                                                     "index\n== out/validation\nFAIL out/validation/validation-000000.tar")
+    assert out.splitlines()[-1].startswith("not verified out/validation: 1 of 1 shards failed")
 
 
 def test_inspect_rejects_a_negative_number_of_samples(three: Path, capsys) -> None:

@@ -235,7 +235,7 @@ def _refuse_shards(location: str, path: str) -> None:
                            f"{verb} first: pipeline index {shlex.quote(shown)}{output})")
 
 
-def _shard_sets_in(folder: str) -> list[str]:
+def shard_sets_in(folder: str) -> list[str]:
     """The subfolders of a local folder that hold an index: the splits a build wrote there."""
     try:
         names = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
@@ -263,7 +263,7 @@ def location_hint(path: str, patterns: bool = False) -> str:
         folder = path
     else:
         folder = os.path.dirname(os.path.normpath(path)) or "."
-    names = _shard_sets_in(folder)
+    names = shard_sets_in(folder)
     splits = not _SPLIT_NAMES.isdisjoint(names)
     if not names or not (given_folder or splits):
         return ""

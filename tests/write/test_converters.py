@@ -289,6 +289,19 @@ def test_a_stray_file_in_a_folder_is_named_as_the_odd_one_out(tmp_path: Path) ->
         pipeline.build_folder(folder, tmp_path / "out", quiet=True)
 
 
+def test_a_file_without_an_extension_is_named_with_what_to_do(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("a.txt", "b.txt", "LICENSE"):
+        (folder / name).write_text(name)
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'LICENSE'}: a file name needs a stem and an extension (key.ext): a sample is the files of one "
+            f"stem, a field each extension; move files that are no samples (a README, a LICENSE) out of the folder, "
+            f"or rename this one")):
+        pipeline.build_folder(folder, tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_folder_stems_with_dots_are_told_the_key_ends_at_the_first_dot(tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()

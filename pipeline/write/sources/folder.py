@@ -42,7 +42,9 @@ class FolderSource(FileRowsSource):
             relative = path.relative_to(self.folder).as_posix()
             key, ext = split_name(relative)
             if key is None or ext is None:
-                raise SampleError(f"{path}: a file name needs a stem and an extension (key.ext)")
+                raise SampleError(f"{path}: a file name needs a stem and an extension (key.ext): a sample is the "
+                                  f"files of one stem, a field each extension; move files that are no samples (a "
+                                  f"README, a LICENSE) out of the folder, or rename this one")
             try:
                 key = check_key(key.replace("/", "_"))
             except SampleError as exc:  # named by the file, which the user can rename
