@@ -21,7 +21,7 @@ from .format.index import INDEX_NAME
 from .format.verify import Problem
 from .interrupts import reliable_ctrl_c
 from .storage import is_remote
-from .storage.indexes import shard_sets_in
+from .storage.location_hints import shard_sets_in
 from .write.api import build_folder, build_imagefolder, build_joblib, build_npz, build_sample_files, write_shards
 from .write.engines import ENGINES
 from .write.indexing import index_shards

@@ -23,16 +23,15 @@ from ..caller_warning import warn_caller
 from ..format.index import DatasetIndex
 from ..storage import SourceError, is_remote, parent, redact, scheme
 from ..storage.indexes import (
-    SHARD_SUFFIXES,
     IndexedShards,
     NoIndexError,
     UnansweredIndexError,
     http_forbidden,
     index_url,
-    location_hint,
     open_index,
     strays,
 )
+from ..storage.location_hints import SHARD_SUFFIXES, location_hint
 from ..storage.opener import local_path
 from ..storage.retry import RetryPolicy, RetrySink
 
