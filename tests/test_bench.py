@@ -149,12 +149,3 @@ def test_a_tmp_folder_that_is_not_there_is_a_usage_error(tmp_path: Path, script:
     assert run.returncode == 2, run.stderr[-3000:]
     assert run.stderr.splitlines()[-1] == (f"{script}: error: argument --tmp: no folder '{missing}': make it first, "
                                            "or leave --tmp out for the system's temporary folder")
-
-
-@pytest.mark.parametrize("script", ["bench_killed_worker.py", "bench_dask.py"])
-def test_a_benchmark_leaves_nothing_in_the_temporary_folder(tmp_path: Path, script: str) -> None:
-    """Not the folders of the DataLoader workers it kills (pymp-*), not Dask's dask-scratch-space."""
-    run = subprocess.run([sys.executable, str(BENCH.with_name(script)), "--quick"], capture_output=True, text=True,
-                         timeout=300, cwd=BENCH.parent, env={**os.environ, "TMPDIR": str(tmp_path)})
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert not list(tmp_path.iterdir())
