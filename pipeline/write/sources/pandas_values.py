@@ -26,26 +26,27 @@ def is_pandas(value: Any) -> bool:
 
 def pandas_values(value: Any, where: str) -> np.ndarray:
     """The values of a DataFrame, Series or pandas array as one NumPy array: a nullable column
-    without gaps as its NumPy dtype (``Int64`` as int64), columns of several numeric dtypes as
-    their common one; a gap is an error naming ``where`` (a file, a field), the column and its
-    rows (counted from 0), and saying how to fill or drop them."""
+    without gaps as its NumPy dtype (``Int64`` as int64), beside others as their common dtype; a
+    gap is an error naming ``where`` (a file, a field), the column and its rows (counted from 0),
+    and saying how to fill or drop them."""
     columns = list(value.items()) if hasattr(value, "columns") else [(None, value)]
-    arrays = [_column_values(column, name, where) for name, column in columns]
-    if len(arrays) == 1 and not hasattr(value, "columns"):
+    nullable = [not isinstance(column.dtype, np.dtype) for _, column in columns]
+    for (name, column), extension in zip(columns, nullable):
+        if extension or column.dtype == object:
+            _refuse_gaps(column, name, where)
+    if not any(nullable):
+        return value.to_numpy()
+    arrays = [_numpy_values(column) for _, column in columns]
+    if not hasattr(value, "columns"):
         return arrays[0]
-    if not arrays:
-        raise SampleError(f"{where}: a DataFrame without columns holds no values")
     if all(array.dtype.kind in "biuf" for array in arrays):
         return np.stack(arrays, axis=1).astype(np.result_type(*arrays), copy=False)
     return value.to_numpy()  # (text beside numbers: an array of objects, which the caller refuses)
 
 
-def _column_values(column: Any, name: Any, where: str) -> np.ndarray:
-    """One column's values: a nullable (pandas extension) column without gaps in its NumPy dtype."""
-    nullable = not isinstance(column.dtype, np.dtype)
-    if nullable or column.dtype == object:
-        _refuse_gaps(column, name, where)
-    numpy_dtype = getattr(column.dtype, "numpy_dtype", None) if nullable else None
+def _numpy_values(column: Any) -> np.ndarray:
+    """A column's values, a nullable (pandas extension) numeric one's in its NumPy dtype."""
+    numpy_dtype = getattr(column.dtype, "numpy_dtype", None)
     if numpy_dtype is not None and numpy_dtype.kind in "biuf":
         return column.to_numpy(dtype=numpy_dtype)
     return column.to_numpy()
@@ -58,8 +59,8 @@ def _refuse_gaps(column: Any, name: Any, where: str) -> None:
     shown = ", ".join(str(row) for row in gaps[:_SHOWN_ROWS].tolist()) + (", ..." if len(gaps) > _SHOWN_ROWS else "")
     which = "" if name is None else f"column {name!r}: "
     values = "values" if name is None else f"frame[{name!r}]"
-    them = "it" if len(gaps) == 1 else "them"
+    them, rows = ("it", "that row") if len(gaps) == 1 else ("them", "those rows")
     raise SampleError(f"{where}: {which}{len(gaps)} missing value{'s' if len(gaps) > 1 else ''} ({column.dtype}), "
                       f"at {'row' if len(gaps) == 1 else 'rows'} {shown} (counting from 0): fill {them} "
-                      f"({values}.fillna(VALUE)) or drop {'that row' if len(gaps) == 1 else 'those rows'} (.dropna()) first; stored as NaN, a gap would "
-                      f"change the column's values and type")
+                      f"({values}.fillna(VALUE)) or drop {rows} (.dropna()) first; stored as NaN, a gap would change "
+                      f"the column's values and type")
