@@ -20,6 +20,7 @@ from .sources.arrays import ArraySource, open_npz
 from .sources.folder import FolderSource
 from .sources.image_folder import ImageFolderSource, split_folders
 from .sources.joblib_batches import JoblibBatchSource
+from .sources.pandas_values import pandas_columns
 from .sources.sample_files import partition_sources
 from .sources.table_files import Inputs
 from .splits import build_split_sets, build_splits
@@ -47,7 +48,8 @@ def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], pre
         given = f"({type(out_dir).__name__}, {type(arrays).__name__})"
         raise TypeError(f"write_shards takes the output folder, then a mapping of field names to arrays: "
                         f"write_shards('shards', {{'x': features, 'y': labels}}), got {given}")
-    return build_dataset(ArraySource(arrays, None if keys is None else list(keys)), out_dir, prefix, **options)
+    columns = pandas_columns(arrays, "write_shards")
+    return build_dataset(ArraySource(columns, None if keys is None else list(keys)), out_dir, prefix, **options)
 
 
 def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",

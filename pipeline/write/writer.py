@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+import numpy as np
+
 from ..format.errors import FormatError, SampleError
 from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.tar import END_OF_ARCHIVE, member_bytes
@@ -38,6 +40,7 @@ from .output import (
 from .progress import BuildProgress
 from .rows import RowBlock, check_key, encode_records
 from .shard_file import ShardFile
+from .sources.pandas_values import is_pandas, pandas_columns, pandas_values
 
 
 class ShardWriter:
@@ -95,8 +98,10 @@ class ShardWriter:
                            None if key is None else [key]))
 
     def write_columns(self, columns: Mapping[str, Any], keys: list[str] | None = None) -> None:
-        """Add many samples at once: arrays (or lists) of equal length, one per field."""
-        self._add(RowBlock(dict(columns), None if keys is None else list(keys)))
+        """Add many samples at once: arrays (or lists) of equal length, one per field, or a
+        DataFrame's columns; a 1-d array of strings is a field of one string a sample."""
+        values = {name: _column_values(value, name) for name, value in pandas_columns(columns, "write_columns").items()}
+        self._add(RowBlock(values, None if keys is None else list(keys)))
 
     def close(self) -> DatasetIndex:
         """Write what is pending, finalise the last shard and write ``index.json``."""
@@ -262,3 +267,13 @@ class ShardWriter:
         self.destination.publish(info.url)
         self._shards.append(info)
         self.progress.update(info.samples, info.bytes)
+
+
+def _column_values(value: Any, name: str) -> Any:
+    """A column as :meth:`ShardWriter.write` takes values one a sample: a pandas one's values as
+    NumPy holds them (its gaps refused), a NumPy string array's as ``str`` (``bytes``)."""
+    if is_pandas(value):
+        value = pandas_values(value, f"write_columns field {name!r}")
+    if isinstance(value, np.ndarray) and value.dtype.kind in "USO" and value.ndim == 1:
+        return value.tolist()
+    return value

@@ -24,10 +24,11 @@ GAPS = {"Int64": [1, None, 3, None], "Float64": [1.5, None, 3.0, None], "boolean
 @pytest.mark.parametrize("dtype", sorted(GAPS))
 def test_a_gap_in_a_nullable_column_is_refused_naming_the_field_and_its_rows(tmp_path: Path, dtype: str) -> None:
     frame = pd.DataFrame({"f": pd.array([0.5, 1.5, 2.5, 3.5]), "y": pd.Series(GAPS[dtype], dtype=dtype)})
+    why = "a field needs a value in every sample" if dtype in ("string", "category") else \
+        "pandas would make it a NaN, changing the column's values (and an integer column's type)"
     with pytest.raises(SampleError, match=re.escape(
             f"field 'y': 2 missing values ({dtype}), at rows 1, 3 (counting from 0): fill them "
-            f"(values.fillna(VALUE)) or drop those rows (.dropna()) first; stored as NaN, a gap would change the "
-            f"column's values and type")):
+            f"(frame['y'].fillna(VALUE)) or drop those rows (.dropna()) first; {why}")):
         pipeline.write_shards(tmp_path / "out", frame, quiet=True)
     assert not (tmp_path / "out").exists()
 
@@ -76,3 +77,45 @@ def test_joblib_files_of_pandas_objects_refuse_gaps_naming_the_file(tmp_path: Pa
     _, values = read_back(tmp_path / "out")
     assert np.array_equal(np.stack(values["x"]), [[1, 0.5], [2, 1.5], [3, 2.5], [4, 3.5]])
     assert [int(v) for v in values["y"]] == [0, 1, 1, 0]
+
+
+def test_frames_that_a_dict_would_change_are_refused(tmp_path: Path) -> None:
+    """Two columns of one name kept only the last; Series reordered or filtered were paired with
+    other rows by position; a Series given for the mapping made fields named 0, 1, ..."""
+    with pytest.raises(SampleError, match=re.escape(
+            "write_shards: several columns are named 'a': a field is one column; rename them (frame.columns = "
+            "[...]) or leave all but one out")):
+        pipeline.write_shards(tmp_path / "out", pd.DataFrame([[1.0, 3.0], [2.0, 4.0]], columns=["a", "a"]),
+                              quiet=True)
+    frame = pd.DataFrame({"x": np.arange(5.0), "y": np.arange(5)})
+    with pytest.raises(SampleError, match=re.escape(
+            "write_shards: fields 'x' and 'y' are pandas objects with different indexes, and rows are paired by "
+            "position, not by index: align them first")):
+        pipeline.write_shards(tmp_path / "out", {"x": frame["x"], "y": frame["y"].iloc[::-1]}, quiet=True)
+    with pytest.raises(TypeError, match=re.escape(
+            "write_shards takes a mapping of field names to arrays, or a DataFrame; got a pandas Series: pass "
+            "{'y': values} or values.to_frame()")):
+        pipeline.write_shards(tmp_path / "out", frame["x"], quiet=True)
+    assert not (tmp_path / "out").exists()
+    pipeline.write_shards(tmp_path / "out", {"x": frame["x"], "y": frame["y"].to_numpy()[::-1]}, quiet=True)
+    _, values = read_back(tmp_path / "out")
+    assert [float(v) for v in values["x"]] == [0, 1, 2, 3, 4] and [int(v) for v in values["y"]] == [4, 3, 2, 1, 0]
+
+
+def test_shard_writer_columns_take_frames_and_string_arrays_as_write_shards_does(tmp_path: Path) -> None:
+    """A DataFrame's columns were written as values the index misdescribed, a set no reader took;
+    a NumPy string array was refused."""
+    frame = pd.DataFrame({"x": np.arange(4.0), "y": pd.array([3, 1, 2, 0], dtype="Int64")})
+    with pipeline.ShardWriter(tmp_path / "out") as writer:
+        writer.write_columns(frame)
+        writer.write_columns({"x": frame["x"], "y": np.arange(4)})
+        with pytest.raises(SampleError, match=re.escape("write_columns: several columns are named 'x'")):
+            writer.write_columns(pd.DataFrame([[1.0, 2.0]], columns=["x", "x"]))
+    samples = [sample for _, sample in pipeline.iter_samples(tmp_path / "out")]
+    assert [(float(s["x"]), int(s["y"])) for s in samples] == [(0, 3), (1, 1), (2, 2), (3, 0), (0, 0), (1, 1), (2, 2),
+                                                               (3, 3)]
+    assert pipeline.verify(tmp_path / "out") == []
+    with pipeline.ShardWriter(tmp_path / "text") as writer:
+        writer.write_columns({"name": np.array(["a", "bc"]), "raw": np.array([b"x", b"yz"])})
+    assert [sample for _, sample in pipeline.iter_samples(tmp_path / "text")] == [
+        {"name": "a", "raw": b"x"}, {"name": "bc", "raw": b"yz"}]

@@ -58,9 +58,40 @@ def _refuse_gaps(column: Any, name: Any, where: str) -> None:
         return
     shown = ", ".join(str(row) for row in gaps[:_SHOWN_ROWS].tolist()) + (", ..." if len(gaps) > _SHOWN_ROWS else "")
     which = "" if name is None else f"column {name!r}: "
-    values = "values" if name is None else f"frame[{name!r}]"
+    label = name if name is not None else getattr(column, "name", None)  # (a Series knows its column's name)
+    values = "values" if label is None else f"frame[{label!r}]"
     them, rows = ("it", "that row") if len(gaps) == 1 else ("them", "those rows")
     raise SampleError(f"{where}: {which}{len(gaps)} missing value{'s' if len(gaps) > 1 else ''} ({column.dtype}), "
                       f"at {'row' if len(gaps) == 1 else 'rows'} {shown} (counting from 0): fill {them} "
-                      f"({values}.fillna(VALUE)) or drop {rows} (.dropna()) first; stored as NaN, a gap would change "
-                      f"the column's values and type")
+                      f"({values}.fillna(VALUE)) or drop {rows} (.dropna()) first; {_why(column)}")
+
+
+def _why(column: Any) -> str:
+    """Why a gap is refused, for a column of its kind."""
+    numpy_dtype = getattr(column.dtype, "numpy_dtype", None)
+    if numpy_dtype is not None and numpy_dtype.kind in "biuf":
+        return "pandas would make it a NaN, changing the column's values (and an integer column's type)"
+    return "a field needs a value in every sample"
+
+
+def pandas_columns(columns: Any, where: str) -> dict[Any, Any]:
+    """The columns of a DataFrame (or of a mapping of arrays) as a dict, refusing what a dict would
+    hide or pair wrongly: two columns of one name (a dict keeps the last), and pandas Series
+    whose indexes differ (rows are taken by position, so a Series reordered or filtered would pair
+    each row with another row's values)."""
+    if is_pandas(columns) and not hasattr(columns, "columns"):
+        raise TypeError(f"{where} takes a mapping of field names to arrays, or a DataFrame; got a pandas "
+                        f"{type(columns).__name__}: pass {{'y': values}} or values.to_frame()")
+    names = list(columns.keys())
+    repeated = sorted({str(name) for name in names if names.count(name) > 1})
+    if repeated:
+        raise SampleError(f"{where}: several columns are named {repeated[0]!r}: a field is one column; rename them "
+                          f"(frame.columns = [...]) or leave all but one out")
+    indexed = [(name, value.index) for name, value in columns.items() if is_pandas(value) and hasattr(value, "index")]
+    for name, index in indexed[1:]:
+        if not index.equals(indexed[0][1]):
+            raise SampleError(f"{where}: fields {indexed[0][0]!r} and {name!r} are pandas objects with different "
+                              f"indexes, and rows are paired by position, not by index: align them first "
+                              f"(pd.concat([...], axis=1), or .reset_index(drop=True) on each if their order is "
+                              f"already the same)")
+    return dict(columns.items())
