@@ -52,6 +52,13 @@ def test_a_npy_file_of_strings_builds_from_the_command_line(tmp_path: Path, pack
     assert samples_by_x(tmp_path / "out", ["name"]) == {i: (NAMES[i],) for i in range(ROWS)}
 
 
+def pd_values_of_arrays() -> np.ndarray:
+    """What ``frame["x"].values`` is for a Parquet column of lists read by pandas: arrays as objects."""
+    column = np.empty(4, dtype=object)
+    column[:] = [np.zeros(2), np.ones(2), np.zeros(2), np.ones(2)]
+    return column
+
+
 @pytest.mark.parametrize("column, told", [
     (np.array([["a", "b"]] * 4), "a 2-d array of strings or objects; give one string a row (a 1-d array), or join "
                                  "each row's strings into one"),
@@ -62,6 +69,16 @@ def test_a_npy_file_of_strings_builds_from_the_command_line(tmp_path: Path, pack
                                                         "str, or only bytes"),
     (np.array([1.5, 2, 3, 4], dtype=object), "row 0 is float 1.5, where a column of objects may hold only str, or "
                                               "only bytes; give numbers as an array of numbers"),
+    (np.array([b"a", "b", b"c", b"d"], dtype=object), "row 1 is str 'b', where a column of objects may hold only "
+                                                        "str, or only bytes; make them all bytes (encode the str, or "
+                                                        "decode the bytes)"),
+    (pd_values_of_arrays(), "row 0 is ndarray array([0., 0.]), where a column of objects "
+                                                         "may hold only str, or only bytes; give arrays of one shape as "
+                                                         "one array (np.stack(values)), and arrays of several shapes "
+                                                         "with pipeline.ShardWriter, a sample at a time"),
+    (np.array(["2020-01-01"] * 4, dtype="datetime64[ms]"), "unsupported array dtype datetime64[ms] (supported: bool, "
+                                                          "int8-64, uint8-64, float16/32/64); store times as numbers: "
+                                                          "values.astype('int64') (ms since 1970)"),
 ])
 def test_a_column_that_is_not_one_string_a_row_is_refused_naming_the_row(tmp_path: Path, column: object,
                                                                          told: str) -> None:

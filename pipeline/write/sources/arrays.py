@@ -188,7 +188,7 @@ class ArraySource(Source):
                 raise SampleError(f"field {name!r} ({_where(col)}): names starting with '__' are reserved, and a "
                                   f"name cannot be empty: give the array another name") from None
             except TypeError as exc:
-                raise SampleError(f"field {name!r} ({_where(col)}): {exc}") from None
+                raise SampleError(f"field {name!r} ({_where(col)}): {exc}{_times_hint(col.dtype)}") from None
         lengths = {name: len(col) for name, col in self.columns.items()}
         if len(set(lengths.values())) > 1:
             detail = ", ".join(f"{n} has {k} rows ({_where(self.columns[n])})" for n, k in lengths.items())
@@ -275,9 +275,35 @@ def _is_text(name: str, col: Column) -> bool:
         wrong = next((row for row, value in enumerate(col) if type(value) is not expected), None)
         if wrong is not None:
             raise SampleError(f"field {name!r} ({_where(col)}): row {wrong} is {type(col[wrong]).__name__} "
-                              f"{col[wrong]!r}, where a column of objects may hold only str, or only bytes; give "
-                              f"numbers as an array of numbers (np.asarray(values, dtype=np.float32))")
+                              f"{_shown(col[wrong])}, where a column of objects may hold only str, or only bytes; "
+                              f"{_object_fix(col[wrong], expected)}")
     return True
+
+
+def _times_hint(dtype: np.dtype) -> str:
+    """How to store NumPy times (``datetime64``, ``timedelta64``), which shards do not hold as such."""
+    if dtype.kind not in "mM":
+        return ""
+    unit = np.datetime_data(dtype)[0]
+    counted = f"{unit} since 1970" if dtype.kind == "M" else f"a count of {unit}"
+    return f"; store times as numbers: values.astype('int64') ({counted})"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _object_fix(value: Any, expected: type) -> str:
+    """What to give instead of a column of objects that holds ``value`` (beside ``expected`` ones)."""
+    if isinstance(value, (np.ndarray, list, tuple)) or type(value).__module__ == "torch":
+        return ("give arrays of one shape as one array (np.stack(values)), and arrays of several shapes with "
+                "pipeline.ShardWriter, a sample at a time")
+    if isinstance(value, (str, bytes)):
+        return f"make them all {expected.__name__} (encode the str, or decode the bytes)"
+    if hasattr(value, "timestamp") or isinstance(value, np.datetime64):
+        return "store times as numbers (a pandas column: values.astype('int64'), in its unit since 1970)"
+    return "give numbers as an array of numbers (np.asarray(values, dtype=np.float32))"
 
 
 #: Rows of a column of objects whose sizes estimate a row's (as a build sizes its reads by it).
