@@ -198,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             batches_run += 1
             bar.update(1)
             stop = bool(args.stop_after and batches_run >= args.stop_after)
-            if train_loader.epoch != epoch:
-                continue  # the epoch's last batch (the loader has moved on): the epoch's end comes first
+            if not len(prefetcher):
+                continue  # the epoch's last batch: the epoch's end (evaluation, its line, its checkpoint) comes first
             if stop or (args.checkpoint_every and batches_run % args.checkpoint_every == 0):
                 so_far = all_sum([loss_sum, samples], device)  # (every rank is here: the same batches_run)
                 if rank == 0:

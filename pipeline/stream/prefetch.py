@@ -72,7 +72,8 @@ class DevicePrefetcher:
         self._fetched_at: int | None = None  # the loader's generation when the batch held was fetched
 
     def __len__(self) -> int:
-        return len(self.loader)
+        """Batches still to come to the training loop (the one fetched ahead among them)."""
+        return len(self.loader) + int(self._held())
 
     def stats(self) -> dict[str, float]:
         """Seconds waited for data, seconds in all, batches and the input-bound fraction, over every
@@ -92,14 +93,18 @@ class DevicePrefetcher:
         start, before = time.perf_counter(), self.elapsed  # stats() sum every loop over this prefetcher
         stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         taken = 0  # batches taken from the loader and not yet handed to the loop: given back if it stops
+        left = self._batches_left()  # fetched only once the last one was trained on: see below
 
         def fetch() -> Any:
-            nonlocal taken
+            nonlocal taken, left
+            if left == 0:
+                return None
             try:
                 batch = self._timed_next(iterator)
             except StopIteration:
                 return None
             taken, self._fetched_at = taken + 1, self._loader_generation()
+            left = None if left is None else left - 1
             if stream is None:
                 return _to_device(batch, self.device)
             with torch.cuda.stream(stream):
@@ -107,7 +112,15 @@ class DevicePrefetcher:
 
         try:
             self._upcoming = fetch()
-            while self._held():
+            while True:
+                if left == 0 and self._upcoming is None and self._fetched_at == self._loader_generation():
+                    # the epoch's last batch was trained on: only now may the loader's loop run out and end
+                    # its epoch, so that a checkpoint taken in that step stands at the epoch's end, as without
+                    # a prefetcher (and not at the next epoch's start, which a resumed run would replay)
+                    left = None
+                    self._upcoming = fetch()
+                if not self._held():
+                    break
                 batch = self._upcoming
                 if stream is not None:
                     current = torch.cuda.current_stream(self.device)
@@ -126,6 +139,14 @@ class DevicePrefetcher:
             self._upcoming = None  # nothing held; a batch fetched before the loader moved is dropped
         self._close(iterator)
         self.elapsed = before + time.perf_counter() - start
+
+    def _batches_left(self) -> int | None:
+        """The batches the loader's next loop delivers, where it knows (``None``: shards without an
+        index, a loader without ``len``)."""
+        try:
+            return len(self.loader)
+        except TypeError:
+            return None
 
     def _loader_generation(self) -> int | None:
         return getattr(self.loader, "generation", None)

@@ -239,3 +239,29 @@ def test_batches_held_by_a_prefetcher_of_ones_own_are_given_back_after_the_epoch
     loader.give_back(1)  # a prefetcher of one's own, told after something asked len()
     assert len(loader) == 1 and ids(loader) == epoch[-1:] and ids(taken) == epoch
     assert ids(loader) == reference[1]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_prefetched_checkpoint_at_an_epochs_last_batch_stands_at_its_end_as_without_one(shards: Path, reference,
+                                                                                          workers: int) -> None:
+    """The prefetcher asked for the batch after the last while the last step ran: the loader's
+    epoch ended, the checkpoint stood at the next epoch's start, and a resumed run that counted
+    that epoch as under way (set_epoch(0)) played all of it again."""
+    loader = loader_of(shards, workers)
+    prefetcher = DevicePrefetcher(loader)
+    states, lengths, played = [], [], []
+    for batch in prefetcher:
+        played.append(batch["i"].tolist())
+        states.append(prefetcher.state_dict())
+        lengths.append(len(prefetcher))
+    last = len(reference[0])
+    assert played == reference[0] and lengths == list(range(last - 1, -1, -1))
+    assert [(s["epoch"], s["batches"]) for s in states] == [(0, n) for n in range(1, last + 1)]
+    resumed = loader_of(shards, workers)
+    resumed.load_state_dict(states[-1])
+    epochs = []
+    for epoch in range(0, 2):  # the script's own epoch counter, saved with the state: epoch 0 was under way
+        resumed.set_epoch(epoch)
+        epochs.append(ids(DevicePrefetcher(resumed)))
+    assert epochs == [[], reference[1]]
+    assert loader.epoch == 1 and ids(DevicePrefetcher(loader)) == reference[1]
