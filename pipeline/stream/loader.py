@@ -189,7 +189,7 @@ class ShardLoader(DataLoader):
         break after the last step) ended its epoch, as one that ran out does: the next epoch is
         where the loader stands, not an epoch with no batch left to resume. Settled only once the
         loop is over, and not before a prefetcher that stopped gives back the batches it held."""
-        if self._closed_early and not self._loaded and (self._legs or self._batches) \
+        if self._closed_early and not self._loaded and (self._legs or self._batches) and self.dataset.exact \
                 and not self.dataset.batches_left(self._epoch, self._legs, self._batches):  # type: ignore[attr-defined]
             self._closed_early = False
             self._settled_from = (self._epoch, self._legs, self._batches)  # for give_back and in_flight
@@ -203,6 +203,11 @@ class ShardLoader(DataLoader):
         self._loops += 1
         loop = self._loops
         resumed = bool(self._legs or self._batches)
+        if resumed and not dataset.exact:
+            raise ValueError(f"this loop would go on with epoch {self._epoch} after the {self._batches} batches an "
+                             f"earlier loop took, which needs an index (shards without one are streamed whole, with "
+                             f"no plan to go on from): call loader.set_epoch(...) to play an epoch from its start, or "
+                             f"index the shards in place (pipeline index) so that loops and checkpoints go on exactly")
         dataset.resume(self._epoch, self._legs, self._batches) if resumed else dataset.set_epoch(self._epoch)
         if not resumed and dataset.exact and not len(self):
             warn_caller(f"epoch {self._epoch} has no batch for rank {dataset.rank}: {dataset.samples} samples on "
@@ -321,6 +326,9 @@ class ShardLoader(DataLoader):
         """Samples of each source the job delivered in the current epoch so far, over all ranks
         (every rank in step with this one, as under DDP) and the legs on other world sizes; the
         same on every rank. ``""`` names the one source of a loader that mixes none."""
+        if not self.dataset.exact:
+            raise TypeError("progress() counts from the epoch's plan, which shards without an index have not: index "
+                            "them in place (pipeline index)")
         self._settle()
         return self.dataset.delivered_per_source(self._epoch, self._legs, self._batches)  # type: ignore[attr-defined]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -308,6 +309,29 @@ def test_foreign_shards_under_ddp_are_refused_unless_uneven_ranks_are_allowed(tm
     with pytest.warns(UserWarning, match="1 shards without an index for 2 consumers") as caught:
         assert sum(len(b["cls"]) for b in dataset) == 10
     assert caught[0].filename == __file__
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loop_over_shards_without_an_index_left_early_is_told_how_to_go_on(tmp_path: Path, workers: int) -> None:
+    """The loader then failed every loop, state_dict() and progress() with 'shards without an index have no known
+    length', until a set_epoch."""
+    urls = webdataset_shards(tmp_path / "wds", count=3, per_shard=40)
+    loader = make_loader(urls, num_workers=workers, batch_size=16, fields=["cls"])
+    for step, _ in enumerate(loader):
+        if step == 2:
+            break
+    assert (loader.state_dict()["epoch"], loader.state_dict()["batches"]) == (0, 3)
+    with pytest.raises(ValueError, match=re.escape(
+            "this loop would go on with epoch 0 after the 3 batches an earlier loop took, which needs an index (shards "
+            "without one are streamed whole, with no plan to go on from): call loader.set_epoch(...) to play an epoch "
+            "from its start, or index the shards in place (pipeline index) so that loops and checkpoints go on "
+            "exactly")):
+        next(iter(loader))
+    with pytest.raises(TypeError, match=re.escape("progress() counts from the epoch's plan, which shards without an "
+                                                  "index have not: index them in place (pipeline index)")):
+        loader.progress()
+    loader.set_epoch(1)
+    assert sum(len(batch["cls"]) for batch in loader) == 120 and loader.epoch == 2
 
 
 def test_a_corrupt_shard_is_an_error_naming_it_not_a_hang(tmp_path: Path) -> None:
