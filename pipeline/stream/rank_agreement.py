@@ -1,18 +1,20 @@
-"""Ranks that read the same shards must draw the same order: a check through torch.distributed's store.
+"""Ranks that read the same shards must draw the same order and cut it alike: a check through
+torch.distributed's store.
 
 Each rank cuts its span out of the epoch's shuffled sequence, so the ranks' spans are disjoint only
 if every rank draws the same sequence from the same seed. A rank seeded ``seed + rank`` (a common
 habit, right for augmentation) draws its own order instead, and the spans overlap: some samples
-come twice in an epoch, a quarter of them never, and nothing fails. So a shuffled dataset whose
-world is that of the initialised default process group records its seed in that group's store,
-under a key made of everything else that shapes its sequence (its sources' digests, chunking,
-samples, remainder, shares, world size) and of the launch attempt (an elastic restart may change
-them), and compares its seed with the first one recorded there (``compare_set`` sets the key
-only if absent and returns what it holds: one request a rank, no waiting, so a rank alone cannot
-hang on it). The n-th such dataset of a rank pairs with the n-th of another. The rank that finds
-another seed raises; torchrun then stops the job. Settings that cannot make spans overlap (batch
-size, ``shuffle_buffer`` beyond the chunking) are not compared, nor is anything when
-``shuffle=False`` (no seed is used).
+come twice in an epoch, a quarter of them never, and nothing fails. Ranks that batch differently
+(a batch size, ``drop_last``, ``remainder`` of their own) or shuffle on one rank only yield other
+numbers of batches, or overlap, and a DDP job then dies in its collective calls with a message
+about a peer's connection, naming nothing. So a dataset whose world is that of the initialised
+default process group records its settings in that group's store, under a key made of its
+sources' digests (and a mix's shares), world size and launch attempt (an elastic restart may
+change them), and compares them with the first recorded there (``compare_set`` sets the key only
+if absent and returns what it holds: one request a rank, no waiting, so a rank alone cannot hang
+on it). The n-th such dataset of a rank pairs with the n-th of another. The rank that finds other
+settings raises; torchrun then stops the job. ``shuffle_buffer`` beyond the chunking cannot make
+spans overlap and is not compared, nor is the seed when ``shuffle=False`` (no seed is used).
 """
 
 from __future__ import annotations
@@ -34,32 +36,44 @@ if TYPE_CHECKING:
 log = logging.getLogger("pipeline.stream")
 #: Datasets this process made of each key: the n-th of one rank pairs with the n-th of another.
 _MADE: Counter[str] = Counter()
-#: What shapes a rank's span besides the seed.
-_SEQUENCE_KEYS = ("sources", "shuffle", "samples", "chunk_samples", "remainder", "mix")
+#: What names the data a dataset reads: datasets of the same data on two ranks are compared.
+_DATA_KEYS = ("sources", "mix")
+#: What every rank must agree on besides the seed: what shapes a rank's span, and its batches.
+_AGREED_KEYS = ("shuffle", "samples", "chunk_samples", "remainder", "batch_size", "drop_last")
 
 
 def check_ranks_agree(dataset: ShardDataset) -> None:
-    """Raise ``ValueError`` if another rank of the default process group shuffles the same epoch
-    sequence from another seed; nothing without an initialised group of 2 ranks or more, a
-    dataset whose world size is another, an unshuffled one, or shards without an index."""
+    """Raise ``ValueError`` if another rank of the default process group reads the same shards
+    with other settings (see :data:`_AGREED_KEYS`) or, shuffled, from another seed; nothing
+    without an initialised group of 2 ranks or more, a dataset whose world size is another, or
+    shards without an index."""
     group = torch.distributed
-    if not (group.is_available() and group.is_initialized()) or not dataset.exact or not dataset.shuffle \
+    if not (group.is_available() and group.is_initialized()) or not dataset.exact \
             or dataset.world_size < 2 or dataset.world_size != group.get_world_size():
         return  # (a world of its own: an evaluation on rank 0 alone, say; no peers in this group)
     try:
         plan = plan_values(dataset)
-        sequence = {name: plan.get(name) for name in _SEQUENCE_KEYS}
+        data = {name: plan.get(name) for name in _DATA_KEYS}
         attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
-        digest = hashlib.sha256(json.dumps([attempt, dataset.world_size, sequence], default=str).encode())
+        digest = hashlib.sha256(json.dumps([attempt, dataset.world_size, data], default=str).encode())
         key = digest.hexdigest()[:24]
         _MADE[key] += 1
-        mine = json.dumps({"rank": dataset.rank, "seed": int(dataset.seed)})
+        mine = json.loads(json.dumps({"rank": dataset.rank, "seed": int(dataset.seed),
+                                      **{name: plan.get(name) for name in _AGREED_KEYS}}, default=str))
         first = json.loads(group.distributed_c10d._get_default_store().compare_set(
-            f"pipeline/plan/{key}/{_MADE[key]}", "", mine))
+            f"pipeline/plan/{key}/{_MADE[key]}", "", json.dumps(mine)))
     except Exception as exc:  # noqa: BLE001 - a store that cannot answer: the check is a help, not a need
-        log.debug("the ranks' seeds were not compared (%s: %s)", type(exc).__name__, exc)
+        log.debug("the ranks' settings were not compared (%s: %s)", type(exc).__name__, exc)
         return
-    if first["seed"] != int(dataset.seed):
+    differ = [name for name in _AGREED_KEYS if first.get(name) != mine[name]]
+    if differ:
+        shown = ", ".join(f"{name}={mine[name]!r}" for name in differ)
+        theirs = ", ".join(f"{name}={first.get(name)!r}" for name in differ)
+        raise ValueError(f"rank {dataset.rank} reads these shards with {shown}, rank {first['rank']} with {theirs}: "
+                         f"every rank must read them alike, or ranks yield other numbers of batches (a DDP job then "
+                         f"stops in its collective calls) or overlapping samples. Pass the same settings on every "
+                         f"rank")
+    if dataset.shuffle and first["seed"] != int(dataset.seed):
         raise ValueError(f"rank {dataset.rank} shuffles these shards with seed={int(dataset.seed)}, rank "
                          f"{first['rank']} with seed={first['seed']}: every rank must draw the same epoch order, or "
                          f"their parts of it overlap (samples twice in an epoch, others never). Pass the same seed "

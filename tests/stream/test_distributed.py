@@ -128,15 +128,24 @@ def test_shards_without_an_index_under_torchrun_are_an_error_not_a_hang(tmp_path
     assert "shards without an index, under DDP (world size 2)" in result.stderr and "pipeline index" in result.stderr
 
 
-def test_ranks_seeded_apart_are_an_error_not_a_silent_loss(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mistake", ["seed-per-rank", "batch-per-rank"])
+def test_ranks_seeded_or_batched_apart_are_an_error_not_a_silent_loss(tmp_path: Path, mistake: str) -> None:
+    """Ranks batched apart yield other numbers of batches: the job died in gloo ('Connection closed
+    by peer'), naming nothing."""
     shards = uneven_shards(tmp_path / "shards", [300, 200], pack=4)
     (tmp_path / "out").mkdir()
-    result = torchrun(2, str(HERE / "ddp_collect.py"), str(shards), str(tmp_path / "out"), "0", "i", "seed-per-rank",
+    result = torchrun(2, str(HERE / "ddp_collect.py"), str(shards), str(tmp_path / "out"), "0", "i", mistake,
                       check=False, timeout=120)
     assert result.returncode != 0 and not list((tmp_path / "out").iterdir())
-    assert re.search(r"rank ([01]) shuffles these shards with seed=([56]), rank ([01]) with seed=([56]): every rank "
-                     r"must draw the same epoch order", result.stderr), result.stderr[-3000:]
-    assert "seed=base, not base + rank" in result.stderr
+    if mistake == "seed-per-rank":
+        assert re.search(r"rank ([01]) shuffles these shards with seed=([56]), rank ([01]) with seed=([56]): every "
+                         r"rank must draw the same epoch order", result.stderr), result.stderr[-3000:]
+        assert "seed=base, not base + rank" in result.stderr
+    else:
+        assert re.search(r"rank ([01]) reads these shards with batch_size=(32|48), rank ([01]) with batch_size=(32|48): "
+                         r"every rank must read them alike, or ranks yield other numbers of batches \(a DDP job then "
+                         r"stops in its collective calls\) or overlapping samples. Pass the same settings on every "
+                         r"rank", result.stderr), result.stderr[-3000:]
 
 
 def test_training_example_under_torchrun_on_uneven_data(tmp_path: Path) -> None:
