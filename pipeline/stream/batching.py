@@ -223,15 +223,28 @@ def per_sample(batch: Columns, transform: Callable[[dict[str, Any]], dict[str, A
     ``None``, text) as a list. Every sample must come back with the same fields."""
     n = len(next(iter(batch.values())))
     samples = [transform({k: v[i] for k, v in batch.items()}) for i in range(n)]
-    fields = list(samples[0]) if samples else []
     for sample in samples:
         if not isinstance(sample, dict):
-            raise TypeError(f"sample_transform must return a dict of fields, got {type(sample).__name__}")
+            forgot = " (a function that changes the sample in place still ends with `return sample`)" \
+                if sample is None else ""
+            raise TypeError(f"sample_transform must return a dict of fields, got {type(sample).__name__}{forgot}")
+    fields = list(samples[0]) if samples else []
+    for sample in samples:
         if sample.keys() != set(fields):
             raise ValueError(f"sample_transform returned the fields {sorted(fields)} for one sample of a batch and "
                              f"{sorted(sample)} for another: return the same fields for every sample (with None, or "
                              f"a value that stands for none, where a sample has no value)")
     return {k: _stack([s[k] for s in samples]) for k in fields}
+
+
+def batch_transformed(transform: Callable[[Any], Any], batch: Any) -> Any:
+    """``transform(batch)``; ``None`` is refused, as the batch a loop would otherwise get (a
+    function that changed the batch in place and returned nothing)."""
+    out = transform(batch)
+    if out is None:
+        raise TypeError("batch_transform returned None: return the batch (a function that changes it in place still "
+                        "ends with `return batch`)")
+    return out
 
 
 def _stack(values: list[Any]) -> Any:

@@ -43,6 +43,7 @@ from . import message_buffers
 from .allocator import fix_mmap_threshold
 from .batching import (
     FinishedBatches,
+    batch_transformed,
     drop_short_tail,
     gather,
     listed,
@@ -189,7 +190,7 @@ class ShardDataset(IterableDataset):
                                        self.policy, self.read_stats)
         if sources is not None:
             check_read_fields(self.as_tuple, self.fill, sources.schema(self.fields), not self.plain_messages,
-                              "the index", decoded)
+                              "the index" if self.fields is None else "the fields read (fields=)", decoded)
         return shards, sources
 
     # -- configuration -------------------------------------------------------------------------
@@ -400,6 +401,6 @@ class ShardDataset(IterableDataset):
             batch = per_sample(batch, self.sample_transform)
         out = to_torch(batch) if self.sample_transform is not None else listed(to_torch(batch), self.varied)
         if self.batch_transform is not None:
-            out = self.batch_transform(out)
+            out = batch_transformed(self.batch_transform, out)
         return out if self.as_tuple is None else picked(out, self.as_tuple)
 

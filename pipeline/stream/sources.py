@@ -15,7 +15,7 @@ import math
 import numbers
 import os
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -194,6 +194,17 @@ def single_source(shards: IndexedShards) -> SourceSet:
     return SourceSet([""], [shards], [shards.index.samples])
 
 
+def _check_location(location: Any, what: str, mix: bool = True) -> None:
+    """Refuse what names no shards, saying what does (else a ``None`` failed as "not iterable")."""
+    if isinstance(location, (str, os.PathLike)) or isinstance(location, (list, tuple)) and location and all(
+            isinstance(item, (str, os.PathLike)) for item in location):
+        return
+    mixes = ", or a mapping {name: index} of sources to mix" if mix else ""
+    shown = repr(location) if len(repr(location)) <= 60 else repr(location)[:57] + "..."
+    raise TypeError(f"{what} is an index (a folder, index.json or its URL), a brace pattern or a list of shard "
+                    f"paths{mixes}; got {type(location).__name__} {shown}")
+
+
 def open_sources(source: str | os.PathLike[str] | Sequence[str] | Mapping[str, str | os.PathLike[str]],
                  weights: Mapping[str, float] | None, samples: Mapping[str, int] | None, epoch_samples: int | None,
                  world_size: int, allow_uneven: bool, policy: RetryPolicy, stats: ReadStats,
@@ -207,6 +218,7 @@ def open_sources(source: str | os.PathLike[str] | Sequence[str] | Mapping[str, s
             if not isinstance(name, str) or not name or "/" in name:
                 raise ValueError(f"a mix names its sources by non-empty strings without '/' (a sample's key is "
                                  f"'name/key', and progress() counts by name), got {name!r}")
+            _check_location(source[name], f"source {name!r} of the mix", mix=False)
         opened = {name: resolve_shards(location, policy, stats) for name, location in source.items()}
         foreign = [name for name, shards in opened.items() if not isinstance(shards, IndexedShards)]
         if foreign:
@@ -217,6 +229,7 @@ def open_sources(source: str | os.PathLike[str] | Sequence[str] | Mapping[str, s
     if weights or samples or epoch_samples:
         raise ValueError("weights=, samples= and epoch_samples= mix several sources: give them as a "
                          "mapping {name: index}")
+    _check_location(source, "the source")
     shards = resolve_shards(source, policy, stats)
     if isinstance(shards, ForeignShards):
         if world_size > 1 and not allow_uneven:

@@ -138,6 +138,47 @@ def test_sample_transform_outputs_are_put_together_as_stored_fields_are(shards: 
         next(iter(make_loader(shards, num_workers=0, batch_size=6, shuffle=False, sample_transform=some_have_more)))
 
 
+@pytest.mark.parametrize("source, given", [(None, "NoneType None"), (123, "int 123"), ([], "list []")])
+def test_a_source_that_names_no_shards_is_told_what_does(source, given: str) -> None:
+    """None and numbers failed as "'NoneType' object is not iterable"."""
+    with pytest.raises(TypeError, match=re.escape(
+            f"the source is an index (a folder, index.json or its URL), a brace pattern or a list of shard paths, or "
+            f"a mapping {{name: index}} of sources to mix; got {given}")):
+        make_loader(source)
+
+
+def test_a_source_of_a_mix_that_names_no_shards_or_a_fill_beside_fields_is_named(shards: Path) -> None:
+    with pytest.raises(TypeError, match=re.escape(
+            "source 'a' of the mix is an index (a folder, index.json or its URL), a brace pattern or a list of shard "
+            "paths; got dict {'b': 'x'}")):
+        make_loader({"a": {"b": "x"}})
+    with pytest.raises(ValueError, match=re.escape(  # 'y' is in the index: fields= leaves it out
+            "fill keys ['y'] are not in the fields read (fields=) (it has ['x'])")):
+        make_loader(shards, fields=["x"], fill={"y": 0})
+
+
+def _normalise_in_place(sample: dict) -> None:
+    sample["x"] = sample["x"] * 2  # and no return: the loop got None (or a TypeError from inside the loader)
+
+
+def _scale_in_place(batch: dict) -> None:
+    batch["x"] *= 2
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_transform_that_returns_nothing_is_told_to_return_what_it_changed(shards: Path, workers: int) -> None:
+    """A sample_transform returning None failed with "'NoneType' object is not iterable"; a
+    batch_transform returning None gave the loop None for every batch."""
+    with pytest.raises(TypeError, match=re.escape(
+            "sample_transform must return a dict of fields, got NoneType (a function that changes the sample in place "
+            "still ends with `return sample`)")):
+        next(iter(make_loader(shards, num_workers=workers, batch_size=6, sample_transform=_normalise_in_place)))
+    with pytest.raises(TypeError, match=re.escape(
+            "batch_transform returned None: return the batch (a function that changes it in place still ends with "
+            "`return batch`)")):
+        next(iter(make_loader(shards, num_workers=workers, batch_size=6, batch_transform=_scale_in_place)))
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loader_iterated_by_two_loops_at_once_is_an_error_not_a_lost_epoch(shards: Path, workers: int) -> None:
     loader = make_loader(shards, num_workers=workers, batch_size=10)
