@@ -28,7 +28,7 @@ from ..format.walk import walk_shard
 from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
-from ..storage.errors import ServerSetupError
+from ..storage.errors import CutShort, ServerSetupError
 from ..storage.indexes import IndexedShards, http_forbidden, nothing_at
 from ..storage.opener import has_ranged_reads, local_path, map_range, read_range_into
 from ..storage.per_process import per_process
@@ -292,9 +292,9 @@ def _advised(exc: ShardError | SourceError, shards: IndexedShards) -> ShardError
     """``exc``, a shard's failure to pass its checks (a corrupt record, a tar header, a shard cut
     short), with what to do about it; others as they are (a missing shard, the network's
     failure and the index's own errors say what they are)."""
-    if type(exc) is not ShardError or exc.reason is None:
+    if type(exc) not in (ShardError, CutShort) or exc.reason is None:
         return exc
-    return ShardError(exc.url, exc.offset, exc.reason + _what_to_do(shards))
+    return type(exc)(exc.url, exc.offset, exc.reason + _what_to_do(shards))
 
 
 #: Threads that read remote pieces of a block at once, one pool per process (a pool does not
