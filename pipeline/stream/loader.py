@@ -135,7 +135,8 @@ class ShardLoader(DataLoader):
         :class:`WatchedWorkersIterator`)."""
         if not self.num_workers:
             return super()._get_iterator()
-        self.check_worker_number_rationality()
+        if not _WORKERS_CHECKED_AT_INIT:  # (else the warning of too many workers came twice)
+            self.check_worker_number_rationality()
         return WatchedWorkersIterator(self)
 
     @property
@@ -353,6 +354,11 @@ class ShardLoader(DataLoader):
         self._generation += 1  # a loop under way ends at its next step
         self._loaded = True
         self._settled_from = None
+
+
+#: Whether DataLoader warns of more workers than cores when it is made (recent PyTorch), not when
+#: its iterator is (this class makes that one itself).
+_WORKERS_CHECKED_AT_INIT = "check_worker_number_rationality" in DataLoader.__init__.__code__.co_names
 
 
 def _death_text(exc: BaseException) -> str | None:

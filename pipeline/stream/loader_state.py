@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..format.numbers import is_whole
 from .options import CHUNKS_PER_BUFFER, REMOTE_CHUNKS_PER_BUFFER
 from .plan import Leg, leg_sequences, rank_batches
 from .shards import IndexedShards
@@ -100,8 +101,8 @@ def _saved_position(state: Mapping[str, Any]) -> Position:
         raise ValueError(f"not a loader state: it lacks {missing} (give load_state_dict what the loader's "
                          f"state_dict() returned)")
     try:
-        epoch, batches, world = int(state["epoch"]), int(state["batches"]), int(state["world_size"])
-        legs = tuple(Leg(int(w), int(b)) for w, b in state["legs"])
+        epoch, batches, world = _whole(state["epoch"]), _whole(state["batches"]), _whole(state["world_size"])
+        legs = tuple(Leg(_whole(w), _whole(b)) for w, b in state["legs"])
     except (TypeError, ValueError):
         raise ValueError(f"not a loader state: epoch {state['epoch']!r}, legs {state['legs']!r}, batches "
                          f"{state['batches']!r} and world_size {state['world_size']!r} must be whole numbers "
@@ -110,6 +111,13 @@ def _saved_position(state: Mapping[str, Any]) -> Position:
         raise ValueError(f"not a loader state: epoch {epoch}, legs {[[leg.world, leg.batches] for leg in legs]}, batches "
                          f"{batches} and world_size {world} cannot be negative (nor a world size 0)")
     return Position(epoch, legs, batches)
+
+
+def _whole(value: Any) -> int:
+    """``value`` as the whole number a loader wrote (``int()`` would take ``1.5``, ``"1"`` and ``True``)."""
+    if not is_whole(value):
+        raise TypeError(f"not a whole number: {value!r}")
+    return int(value)
 
 
 def _check_inside_epoch(dataset: ShardDataset, saved: Position, world: int) -> None:

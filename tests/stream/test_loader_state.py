@@ -57,6 +57,11 @@ def test_a_state_loads_and_its_batches_follow(shards) -> None:
                                                          "world_size 1 cannot be negative"),
     (lambda state: {**state, "epoch": "one"}, ValueError, "not a loader state: epoch 'one', legs [], batches 5 and "
                                                           "world_size 1 must be whole numbers"),
+    # int() took these, truncated: a damaged or hand-made state resumed somewhere else
+    (lambda state: {**state, "epoch": 1.5}, ValueError, "epoch 1.5, legs [], batches 5 and world_size 1 must be "
+                                                        "whole numbers"),
+    (lambda state: {**state, "batches": "5"}, ValueError, "batches '5' and world_size 1 must be whole numbers"),
+    (lambda state: {**state, "epoch": True}, ValueError, "epoch True, legs [], batches 5"),
 ])
 def test_what_is_not_a_loaders_state_is_refused_at_load_time(shards, change, error, message: str) -> None:
     state = state_after(loader_of(shards["a"]), 5)

@@ -233,3 +233,17 @@ def test_a_pattern_with_a_shard_the_index_lacks_warns_that_it_streams_without_th
         pipeline.make_loader(pattern, num_workers=0, batch_size=50)
     assert caught[0].filename == __file__
     assert sum(len(batch["y"]) for batch in dataset) == 250
+
+
+def test_more_workers_than_cores_is_warned_of_once(shards: Path) -> None:
+    """PyTorch warns when the loader is made; the loader warned again as its workers started."""
+    import os
+    import warnings
+
+    workers = len(os.sched_getaffinity(0)) + 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = make_loader(shards, num_workers=workers, batch_size=50)
+        assert sum(len(batch["y"]) for batch in loader) == 200
+    told = [w for w in caught if "suggested max number of worker" in str(w.message)]
+    assert len(told) == 1, [str(w.message) for w in told]
