@@ -131,14 +131,14 @@ def choose_task(train: str, validation: str, classes: int | None = None, task: s
         raise UnusableData(f"{train}: field {field!r} holds {fields[field].dtype}, not numbers")
     features = _size(x, "x", train)
     outputs = _size(y, "y", train)
+    labels = np.concatenate([_labels(train), _labels(validation)])  # (each checked: no NaN, which no loss survives)
     if task == "regression":
         return _regression(features, outputs, f"labels y: {y.dtype}; --task regression")
     if classes:
-        one_hot = outputs > 1 and _one_hot(np.concatenate([_labels(train), _labels(validation)]))
+        one_hot = outputs > 1 and _one_hot(labels)
         return Task(features, classes, classes, f"classification into {classes} classes (--classes; labels y: "
                                                 f"{'one-hot rows of ' if one_hot else ''}{y.dtype}; CrossEntropyLoss, "
                                                 f"validation accuracy)", one_hot=one_hot)
-    labels = np.concatenate([_labels(train), _labels(validation)])
     whole = bool(np.all(labels == np.round(labels)))
     if outputs == 1 and whole and (_kind(y.dtype) == "i" or task == "classification" or
                                    (labels.min() >= 0 and labels.max() < MAX_GUESSED_CLASSES)):
@@ -184,4 +184,10 @@ def _labels(location: str) -> np.ndarray:
     parts = [batch["y"].numpy().reshape(len(batch["y"]), -1) for batch in dataset]
     if not parts:
         raise UnusableData(f"{location}: no samples; the example needs samples in both splits")
-    return np.concatenate(parts)
+    labels = np.concatenate(parts)
+    unusable = np.flatnonzero(~np.isfinite(labels).all(axis=1)) if labels.dtype.kind == "f" else []
+    if len(unusable):
+        raise UnusableData(f"{location}: {len(unusable)} label(s) y are no finite number (NaN or infinity: a missing "
+                           f"value?), the first that of sample {unusable[0]} in the set's order; a loss over them is "
+                           f"NaN: drop or fill those samples, and build the shards again")
+    return labels

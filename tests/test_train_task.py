@@ -3,6 +3,7 @@ regression, how many classes, and clear errors for labels it cannot train on."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -64,6 +65,18 @@ def test_labels_it_cannot_train_on_are_clear_errors(tmp_path: Path) -> None:
                           overwrite=True, quiet=True)
     with pytest.raises(UnusableData, match=rf"{validation}: no samples"):
         choose_task(train, validation)
+
+
+@pytest.mark.parametrize("task", ["auto", "regression"])
+def test_labels_that_are_no_finite_number_are_an_error_naming_the_split_and_sample(tmp_path: Path,
+                                                                                   task: str) -> None:
+    """NaN labels (a missing value) made a regression whose loss and RMSE were NaN, said nowhere."""
+    train, validation = splits(tmp_path / "a", np.array([0.5, 1.5, 2.5]), np.array([0.5, np.nan, np.inf, 1.0]))
+    with pytest.raises(UnusableData, match=re.escape(
+            f"{validation}: 2 label(s) y are no finite number (NaN or infinity: a missing value?), the first that of "
+            f"sample 1 in the set's order; a loss over them is NaN: drop or fill those samples, and build the shards "
+            f"again")):
+        choose_task(train, validation, task=task)
 
 
 def test_a_label_beyond_the_classes_given_is_an_error_naming_the_split() -> None:
