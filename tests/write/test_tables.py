@@ -165,6 +165,24 @@ def test_a_fill_that_the_column_cannot_hold_is_refused_when_the_source_opens(tmp
         ParquetSource(tmp_path / "f.parquet", fill={"y": "many"})
 
 
+def test_a_boolean_fill_reads_true_and_false_and_a_time_fill_is_told_its_unit(tmp_path: Path) -> None:
+    """--fill ok=false was refused as 'not a number', told to 'give a value of that type'."""
+    pq.write_table(pa.table({"ok": pa.array([True, None, False]), "when": pa.array([5, None, 7], pa.timestamp("us"))}),
+                   tmp_path / "f.parquet")
+    assert ParquetSource(tmp_path / "f.parquet", ["ok"], fill={"ok": "false"}).read(0, 3).columns["ok"].tolist() == \
+        [True, False, False]
+    assert ParquetSource(tmp_path / "f.parquet", ["ok"], fill={"ok": "True"}).fill["ok"] is True
+    with pytest.raises(SampleError, match=re.escape("fill value 'yes' of column 'ok' is not a number; the column "
+                                                    "holds bool: give true, false, 0 or 1")):
+        ParquetSource(tmp_path / "f.parquet", ["ok"], fill={"ok": "yes"})
+    with pytest.raises(SampleError, match=re.escape(
+            "fill value '2020-01-01' of column 'when' is not a number; the column holds timestamp[us]: give a whole "
+            "number of the column's unit (its values are stored so: a timestamp's since 1970)")):
+        ParquetSource(tmp_path / "f.parquet", ["when"], fill={"when": "2020-01-01"})
+    assert ParquetSource(tmp_path / "f.parquet", ["when"], fill={"when": "6"}).read(0, 3).columns["when"].tolist() == \
+        [5, 6, 7]
+
+
 def test_a_fill_that_would_be_stored_as_another_value_is_refused(tmp_path: Path) -> None:
     """A float too large for its column became inf; None on a text column the text 'None'."""
     pq.write_table(pa.table({"f": pa.array([1.0, None], pa.float32()), "h": pa.array([1.0, None], pa.float16()),

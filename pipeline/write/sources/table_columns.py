@@ -101,7 +101,9 @@ def fill_value(name: str, type_: pa.DataType, value: Any) -> Any:
     leaf = _leaf(type_)
     given = value
     problem = None
-    if isinstance(value, str) and not _is(leaf, _TEXT) and not _is(leaf, _BINARY):
+    if isinstance(value, str) and pa.types.is_boolean(leaf) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"  # (--fill ok=false)
+    elif isinstance(value, str) and not _is(leaf, _TEXT) and not _is(leaf, _BINARY):
         value = _number(value)
     if (_is(leaf, _TEXT) or _is(leaf, _BINARY)) and not isinstance(value, (str, bytes, int, float, np.number)):
         problem = "is no text, bytes or number"  # (None would be stored as the text 'None')
@@ -126,8 +128,11 @@ def fill_value(name: str, type_: pa.DataType, value: Any) -> Any:
             if pa.types.is_floating(leaf) and math.isfinite(float(value)) and not math.isfinite(stored.as_py()):
                 problem = "does not fit"
     if problem:
+        kind = "true, false, 0 or 1" if pa.types.is_boolean(leaf) else (
+            "a whole number of the column's unit (its values are stored so: a timestamp's since 1970)"
+            if _is(leaf, _TEMPORAL) else "a value of that type")
         raise SampleError(f"the fill value {given!r} of column {name!r} {problem}; the column holds {type_}: give "
-                          f"a value of that type")
+                          f"{kind}")
     return value
 
 
