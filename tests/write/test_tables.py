@@ -86,6 +86,17 @@ def test_every_column_kind_of_a_parquet_file_with_several_row_groups_arrives_exa
     check_mixed(tmp_path / "out", table)
 
 
+def test_strings_and_bytes_beside_numbers_pack_several_samples_a_record(tmp_path: Path) -> None:
+    """A text column made a table one sample a record (3,000 records, 5x the bytes of write_shards' set)."""
+    table = mixed_table(2600).drop_columns(["ragged"])
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=700)
+    index = pipeline.build_parquet(tmp_path / "t.parquet", tmp_path / "out", quiet=True)
+    assert index.pack == 2600 // 512 and index.fields["name"].dtype == "str"  # 512 records at least
+    keys, fields = read_back(tmp_path / "out")
+    assert len(keys) == 2600 and fields["name"] == table["name"].to_pylist()
+    assert fields["blob"] == table["blob"].to_pylist() and [int(v) for v in fields["y"]] == list(range(2600))
+
+
 def test_a_file_larger_than_a_read_chunk_packs_embeddings_byte_exact(tmp_path: Path) -> None:
     x, y = embeddings(7000)
     pq.write_table(pa.table({"x": fixed_list(x), "y": y}), tmp_path / "e.parquet", row_group_size=2500)

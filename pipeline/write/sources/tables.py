@@ -43,7 +43,7 @@ from ...format.codec import check_field_names
 from ...format.errors import SampleError
 from ..rows import RowBlock
 from ..source import Source, span_identity
-from .table_columns import FIXED_KINDS, RAGGED, column_kind, fill_value, null_rows, signature, to_column
+from .table_columns import BINARY, FIXED_KINDS, RAGGED, TEXT, column_kind, fill_value, null_rows, signature, to_column
 from .table_files import Inputs, parquet_files
 
 #: Rows decoded at once from a Parquet row group: about this many bytes of them (a read of a build,
@@ -103,7 +103,9 @@ class TableSource(Source):
         self._starts = np.cumsum([0] + [unit.rows for unit in self.units]).tolist()
         self._skip, self._rows = 0, self._starts[-1]
         self._row_bytes = max(data_bytes // max(self._rows, 1), 1)
-        self.fixed_shape = all(kind in FIXED_KINDS for kind in self.kinds.values())
+        # one string (or bytes) a row packs as a list, as an array source's text does: only ragged lists keep a
+        # sample a record
+        self.fixed_shape = all(kind in (*FIXED_KINDS, TEXT, BINARY) for kind in self.kinds.values())
         many = f" and {len(self.paths) - 1} more files" if len(self.paths) > 1 else ""
         self.description = f"{self.kind} {self.paths[0]}{many}"
 
