@@ -109,7 +109,7 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
                              **options)
     if validation is not None:
         raise ValueError(f"{root} already holds train/ and val/ folders: the split is theirs; "
-                         f"leave out validation=")
+                         f"leave out --validation (validation=)")
     if prefix != "shard":
         raise ValueError("train/ and val/ folders make two sets named after each split (train-000000.tar); "
                          "a prefix does not apply")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.feather
 import pyarrow.parquet as pq
 import pytest
 
@@ -264,6 +265,21 @@ def test_a_csv_file_is_told_to_be_converted_not_to_be_copied_again(tmp_path: Pat
         f"error: {csv}: not in {kind} format (it starts with b'x,y\\n1,2\\n'): convert it first (a CSV file: "
         f"{convert}), or leave it out of the inputs\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_table_of_the_other_format_is_told_which_command_builds_it(tmp_path: Path, capsys) -> None:
+    """A Parquet file given to build arrow was told to be converted 'a CSV file: ...'."""
+    table = pa.table({"y": [1, 2]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    pyarrow.feather.write_feather(table, tmp_path / "t.arrow")
+    assert cli_main(["build", "arrow", str(tmp_path / "t.parquet"), str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (f"error: {tmp_path / 't.parquet'}: a file in Parquet format, not Arrow IPC: "
+                                       f"build it with 'pipeline build parquet' (pipeline.build_parquet in Python)\n")
+    assert cli_main(["build", "parquet", str(tmp_path / "t.arrow"), str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (f"error: {tmp_path / 't.arrow'}: a file in Arrow IPC format, not Parquet: "
+                                       f"build it with 'pipeline build arrow' (pipeline.build_arrow in Python)\n")
+    assert not (tmp_path / "out").exists()
+
 
 def test_a_file_of_no_rows_builds_an_empty_set_and_the_build_warns(tmp_path: Path, capsys) -> None:
     empty, out = tmp_path / "empty.parquet", tmp_path / "out"

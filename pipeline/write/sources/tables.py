@@ -358,6 +358,11 @@ def unreadable(path: Path, exc: Exception, kind: str = "Parquet") -> SampleError
             head = f.read(8)
     except OSError:  # gone since it was listed: pyarrow's error says so
         head = b""
+    other = next((name for name, magic in _MAGIC.items() if name != kind and head.startswith(magic)), None)
+    if head and other is not None:
+        command = "build parquet" if other == "Parquet" else "build arrow"
+        return SampleError(f"{path}: a file in {other} format, not {kind}: build it with 'pipeline {command}' "
+                           f"(pipeline.{command.replace(' ', '_')} in Python)")
     if head and not head.startswith(_MAGIC[kind]):  # (an empty file is one cut short)
         return SampleError(f"{path}: not in {kind} format (it starts with {head!r}): convert it first (a CSV file: "
                            f"{_CONVERT[kind]}), or leave it out of the inputs")
