@@ -3,6 +3,7 @@ runs, and a measure of how long training waits for data (the input-bound fractio
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Iterator, Mapping
 
@@ -58,6 +59,9 @@ class DevicePrefetcher:
     _close = staticmethod(_close)
 
     def __init__(self, loader: Any, device: str | torch.device | None = None) -> None:
+        if isinstance(loader, (str, bytes, os.PathLike)) or not hasattr(loader, "__iter__"):
+            raise TypeError(f"DevicePrefetcher wraps a loader, DevicePrefetcher(make_loader(...)); got "
+                            f"{type(loader).__name__} {loader!r}")
         self.loader = loader
         self.device = torch.device(device) if device is not None else (
             torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))

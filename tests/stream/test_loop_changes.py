@@ -5,6 +5,7 @@ every batch of the uninterrupted run once, in its order."""
 
 from __future__ import annotations
 
+import re
 import time
 from itertools import islice
 from pathlib import Path
@@ -265,3 +266,11 @@ def test_a_prefetched_checkpoint_at_an_epochs_last_batch_stands_at_its_end_as_wi
         epochs.append(ids(DevicePrefetcher(resumed)))
     assert epochs == [[], reference[1]]
     assert loader.epoch == 1 and ids(DevicePrefetcher(loader)) == reference[1]
+
+
+def test_a_prefetcher_of_something_that_is_no_loader_is_refused(shards: Path) -> None:
+    """A path was taken, and its characters iterated as batches."""
+    for given, shown in ((str(shards), f"str {str(shards)!r}"), (5, "int 5")):
+        with pytest.raises(TypeError, match=re.escape(f"DevicePrefetcher wraps a loader, DevicePrefetcher(make_loader("
+                                                      f"...)); got {shown}")):
+            DevicePrefetcher(given)
