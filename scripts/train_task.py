@@ -128,7 +128,11 @@ def choose_task(train: str, validation: str, classes: int | None = None, task: s
     x, y = fields["x"], fields["y"]
     if not _kind(x.dtype) or not _kind(y.dtype):
         field = "x" if not _kind(x.dtype) else "y"
-        raise UnusableData(f"{train}: field {field!r} holds {fields[field].dtype}, not numbers")
+        names = "" if field != "y" or fields[field].dtype != "str" else (
+            ": class names are numbered by their position in the sorted names before a build (np.unique(names, "
+            "return_inverse=True)[1]; frame['y'].astype('category').cat.codes), as the joblib and sample-file builds "
+            "do themselves")
+        raise UnusableData(f"{train}: field {field!r} holds {fields[field].dtype}, not numbers{names}")
     features = _size(x, "x", train)
     outputs = _size(y, "y", train)
     labels = np.concatenate([_labels(train), _labels(validation)])  # (each checked: no NaN, which no loss survives)

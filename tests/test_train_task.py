@@ -79,6 +79,14 @@ def test_labels_that_are_no_finite_number_are_an_error_naming_the_split_and_samp
         choose_task(train, validation, task=task)
 
 
+def test_class_names_as_labels_are_told_how_to_be_numbered(tmp_path: Path) -> None:
+    train, validation = splits(tmp_path / "a", np.array(["cat", "dog"]), np.array(["dog"]))
+    with pytest.raises(UnusableData, match=re.escape(
+            f"{train}: field 'y' holds str, not numbers: class names are numbered by their position in the sorted "
+            f"names before a build (np.unique(names, return_inverse=True)[1]")):
+        choose_task(train, validation)
+
+
 def test_a_label_beyond_the_classes_given_is_an_error_naming_the_split() -> None:
     task = Task(6, 5, 5, "classification into 5 classes (--classes)")
     assert task.targets({"y": torch.tensor([0, 4])}, "validation").tolist() == [0, 4]
