@@ -21,7 +21,7 @@ from .format.index import INDEX_NAME
 from .format.verify import Problem
 from .interrupts import reliable_ctrl_c
 from .storage import is_remote
-from .storage.location_hints import shard_sets_in
+from .storage.location_hints import SPLIT_NAMES, shard_sets_in
 from .write.api import build_folder, build_imagefolder, build_joblib, build_npz, build_sample_files, write_shards
 from .write.engines import ENGINES
 from .write.indexing import index_shards
@@ -139,10 +139,15 @@ _INDEX_HELP = "index.json, its folder, or a URL (https://..., s3://bucket/prefix
 
 def _sets_named(location: str) -> list[str]:
     """The shard sets ``location`` names: itself, or, for a local folder without an index that
-    holds sets (the splits of a build: OUT/train, OUT/validation), each of them."""
+    holds the splits of a build (OUT/train, OUT/validation), each of them, a split's folder whose
+    index is missing among them (so that it is reported, not passed over); other sets side by
+    side are no splits of one build, and are left to the error that names them."""
     if is_remote(location) or not os.path.isdir(location) or os.path.isfile(os.path.join(location, INDEX_NAME)):
         return [location]
-    return [os.path.join(location, name) for name in shard_sets_in(location)] or [location]
+    splits = {entry.name for entry in os.scandir(location) if entry.is_dir() and entry.name in SPLIT_NAMES}
+    if not splits & set(shard_sets_in(location)):
+        return [location]
+    return [os.path.join(location, name) for name in sorted(splits | set(shard_sets_in(location)))]
 
 
 def _cmd_inspect(args: argparse.Namespace) -> None:

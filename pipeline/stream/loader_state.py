@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+import numpy as np
+
 from ..format.numbers import is_whole
 from .options import CHUNKS_PER_BUFFER, REMOTE_CHUNKS_PER_BUFFER
 from .plan import Leg, leg_sequences, rank_batches
@@ -114,8 +116,9 @@ def _saved_position(state: Mapping[str, Any]) -> Position:
 
 
 def _whole(value: Any) -> int:
-    """``value`` as the whole number a loader wrote (``int()`` would take ``1.5``, ``"1"`` and ``True``)."""
-    if not is_whole(value):
+    """``value`` as the whole number a loader wrote, or a float holding it (a state through YAML);
+    ``int()`` would take ``1.5``, ``"1"`` and ``True``."""
+    if not is_whole(value) and not (isinstance(value, (float, np.floating)) and float(value).is_integer()):
         raise TypeError(f"not a whole number: {value!r}")
     return int(value)
 

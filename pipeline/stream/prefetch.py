@@ -76,8 +76,9 @@ class DevicePrefetcher:
         self._fetched_at: int | None = None  # the loader's generation when the batch held was fetched
 
     def __len__(self) -> int:
-        """Batches still to come to the training loop (the one fetched ahead among them)."""
-        return len(self.loader) + int(self._held())
+        """The loader's ``len``; for a loader that counts what it delivered (a ShardLoader: batches
+        still to come), with the batch fetched ahead among those to come."""
+        return len(self.loader) + int(self._held() and hasattr(self.loader, "give_back"))
 
     def stats(self) -> dict[str, float]:
         """Seconds waited for data, seconds in all, batches and the input-bound fraction, over every
@@ -97,7 +98,8 @@ class DevicePrefetcher:
         start, before = time.perf_counter(), self.elapsed  # stats() sum every loop over this prefetcher
         stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         taken = 0  # batches taken from the loader and not yet handed to the loop: given back if it stops
-        left = self._batches_left()  # fetched only once the last one was trained on: see below
+        left = self._batches_left() or None  # fetched only once the last one was trained on: see below (none
+        # left: the loader's loop is asked at once, and runs out, ending its epoch)
 
         def fetch() -> Any:
             nonlocal taken, left

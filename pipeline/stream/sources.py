@@ -196,8 +196,8 @@ def single_source(shards: IndexedShards) -> SourceSet:
 
 def _check_location(location: Any, what: str, mix: bool = True) -> None:
     """Refuse what names no shards, saying what does (else a ``None`` failed as "not iterable")."""
-    if isinstance(location, (str, os.PathLike)) or isinstance(location, (list, tuple)) and location and all(
-            isinstance(item, (str, os.PathLike)) for item in location):
+    if isinstance(location, (str, os.PathLike)) or hasattr(location, "__iter__") and not isinstance(
+            location, (Mapping, bytes)):  # (a list, a glob's generator, an array of paths: their items are checked)
         return
     mixes = ", or a mapping {name: index} of sources to mix" if mix else ""
     shown = repr(location) if len(repr(location)) <= 60 else repr(location)[:57] + "..."

@@ -274,6 +274,6 @@ def _column_values(value: Any, name: str) -> Any:
     NumPy holds them (its gaps refused), a NumPy string array's as ``str`` (``bytes``)."""
     if is_pandas(value):
         value = pandas_values(value, f"write_columns field {name!r}")
-    if isinstance(value, np.ndarray) and value.dtype.kind in "USO" and value.ndim == 1:
+    if isinstance(value, np.ndarray) and value.dtype.kind in "US" and value.ndim == 1:
         return value.tolist()
     return value

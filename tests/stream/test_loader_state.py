@@ -62,6 +62,8 @@ def test_a_state_loads_and_its_batches_follow(shards) -> None:
                                                         "whole numbers"),
     (lambda state: {**state, "batches": "5"}, ValueError, "batches '5' and world_size 1 must be whole numbers"),
     (lambda state: {**state, "epoch": True}, ValueError, "epoch True, legs [], batches 5"),
+    (lambda state: {**state, "batches": 21.0}, ValueError, "the checkpoint says 21 batches of epoch 0 were "
+                                                           "delivered"),  # a whole float is read (YAML), then checked
 ])
 def test_what_is_not_a_loaders_state_is_refused_at_load_time(shards, change, error, message: str) -> None:
     state = state_after(loader_of(shards["a"]), 5)

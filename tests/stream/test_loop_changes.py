@@ -268,6 +268,22 @@ def test_a_prefetched_checkpoint_at_an_epochs_last_batch_stands_at_its_end_as_wi
     assert loader.epoch == 1 and ids(DevicePrefetcher(loader)) == reference[1]
 
 
+def test_a_prefetched_loop_with_no_batch_left_ends_its_epoch(shards: Path, reference) -> None:
+    """A prefetcher that asked for nothing when no batch was left never let the loader's loop run
+    out: the epoch never ended, and `while loader.epoch < E` ran for ever."""
+    loader = loader_of(shards, 0)
+    prefetcher = DevicePrefetcher(loader)
+    for _ in prefetcher:
+        state = prefetcher.state_dict()  # the last one: at epoch 0's end
+    resumed = loader_of(shards, 0)
+    resumed.load_state_dict(state)
+    assert ids(DevicePrefetcher(resumed)) == [] and resumed.epoch == 1
+    assert ids(DevicePrefetcher(resumed)) == reference[1] and resumed.epoch == 2
+    empty = make_loader(shards, num_workers=0, batch_size=5000, drop_last=True)  # no batch in an epoch
+    with pytest.warns(UserWarning, match="epoch 0 has no batch"):
+        assert ids(DevicePrefetcher(empty)) == [] and empty.epoch == 1
+
+
 def test_a_prefetcher_of_something_that_is_no_loader_is_refused(shards: Path) -> None:
     """A path was taken, and its characters iterated as batches."""
     for given, shown in ((str(shards), f"str {str(shards)!r}"), (5, "int 5")):

@@ -138,13 +138,21 @@ def test_sample_transform_outputs_are_put_together_as_stored_fields_are(shards: 
         next(iter(make_loader(shards, num_workers=0, batch_size=6, shuffle=False, sample_transform=some_have_more)))
 
 
-@pytest.mark.parametrize("source, given", [(None, "NoneType None"), (123, "int 123"), ([], "list []")])
+@pytest.mark.parametrize("source, given", [(None, "NoneType None"), (123, "int 123"), (b"x.tar", "bytes b'x.tar'")])
 def test_a_source_that_names_no_shards_is_told_what_does(source, given: str) -> None:
     """None and numbers failed as "'NoneType' object is not iterable"."""
     with pytest.raises(TypeError, match=re.escape(
             f"the source is an index (a folder, index.json or its URL), a brace pattern or a list of shard paths, or "
             f"a mapping {{name: index}} of sources to mix; got {given}")):
         make_loader(source)
+
+
+def test_shard_paths_may_come_from_any_iterable(shards: Path) -> None:
+    paths = sorted(shards.glob("*.tar"))
+    for given in (iter(paths), np.array([str(p) for p in paths]), map(str, paths)):
+        assert sum(len(batch["y"]) for batch in make_loader(given, batch_size=50)) == 200
+    with pytest.raises(ValueError, match="no shards"):
+        make_loader([])
 
 
 def test_a_source_of_a_mix_that_names_no_shards_or_a_fill_beside_fields_is_named(shards: Path) -> None:

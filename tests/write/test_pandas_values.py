@@ -119,3 +119,12 @@ def test_shard_writer_columns_take_frames_and_string_arrays_as_write_shards_does
         writer.write_columns({"name": np.array(["a", "bc"]), "raw": np.array([b"x", b"yz"])})
     assert [sample for _, sample in pipeline.iter_samples(tmp_path / "text")] == [
         {"name": "a", "raw": b"x"}, {"name": "bc", "raw": b"yz"}]
+
+
+def test_booleans_beside_numbers_are_refused_as_numpys_columns_are(tmp_path: Path) -> None:
+    """A nullable Int8 column beside a boolean one stored True as 1 in an int8 array; the same
+    frame of NumPy columns is an array of objects, refused."""
+    for ints in (pd.array([1, 2], dtype="Int8"), np.array([1, 2], np.int8)):
+        frame = pd.DataFrame({"n": ints, "ok": pd.array([True, False], dtype="boolean")})
+        with pytest.raises(SampleError, match=re.escape("field 'x' (in memory): a 2-d array of strings or objects")):
+            pipeline.write_shards(tmp_path / "out", {"x": frame}, quiet=True)

@@ -39,7 +39,8 @@ def pandas_values(value: Any, where: str) -> np.ndarray:
     arrays = [_numpy_values(column) for _, column in columns]
     if not hasattr(value, "columns"):
         return arrays[0]
-    if all(array.dtype.kind in "biuf" for array in arrays):
+    kinds = {array.dtype.kind for array in arrays}
+    if kinds <= set("iuf") or kinds == {"b"}:  # (booleans beside numbers: objects, refused as NumPy's columns are)
         return np.stack(arrays, axis=1).astype(np.result_type(*arrays), copy=False)
     return value.to_numpy()  # (text beside numbers: an array of objects, which the caller refuses)
 
