@@ -36,7 +36,8 @@ def test_arrow_ipc_files_and_streams_build_the_shards_a_parquet_file_builds(tmp_
         pipeline.build_arrow(tmp_path / name, tmp_path / name.replace(".", "-"), **options)
         assert [s.sha256 for s in pipeline.load_index(tmp_path / name.replace(".", "-")).shards] == expected, name
     check_mixed(tmp_path / "t-arrows", table)
-    with pytest.raises(SampleError, match=r"t\.parquet: not in Arrow IPC format \(it starts with b'PAR1"):
+    with pytest.raises(SampleError, match=r"t\.parquet: a file in Parquet format, not Arrow IPC: build it with "
+                                          r"'pipeline build parquet'"):
         ArrowSource(tmp_path / "t.parquet")
     encoded = pa.table({"y": [1, 2], "c": pa.array(["a", "b"]).dictionary_encode()})
     with pa.ipc.new_stream(tmp_path / "d.arrows", encoded.schema) as writer:
