@@ -145,9 +145,10 @@ def _sets_named(location: str) -> list[str]:
     if is_remote(location) or not os.path.isdir(location) or os.path.isfile(os.path.join(location, INDEX_NAME)):
         return [location]
     splits = {entry.name for entry in os.scandir(location) if entry.is_dir() and entry.name in SPLIT_NAMES}
-    if not splits & set(shard_sets_in(location)):
+    sets = set(shard_sets_in(location))
+    if not splits & sets:
         return [location]
-    return [os.path.join(location, name) for name in sorted(splits | set(shard_sets_in(location)))]
+    return [os.path.join(location, name) for name in sorted(splits | sets)]
 
 
 def _cmd_inspect(args: argparse.Namespace) -> None:
