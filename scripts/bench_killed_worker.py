@@ -72,6 +72,8 @@ def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
             delivered.append(batch["i"].tolist())
             if len(delivered) == 20:
                 workers = sorted(children() - before)
+                # timed before the kill: its SIGCHLD can raise the WorkerError as soon as os.kill returns
+                killed_at = time.monotonic()
                 if during_step:
                     os.kill(workers[0], signal.SIGKILL)
                 else:  # pause the others so that the main thread drains their batches and waits
@@ -79,7 +81,6 @@ def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
                         os.kill(pid, signal.SIGSTOP)
                     threading.Timer(0.3, lambda w=workers: [os.kill(w[0], signal.SIGKILL)] +
                                     [os.kill(p, signal.SIGCONT) for p in w[1:]]).start()
-                killed_at = time.monotonic()
             if during_step:
                 time.sleep(0.005)
     except pipeline.WorkerError:
@@ -88,7 +89,9 @@ def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
         return f"{type(exc).__name__}: {str(exc)[:200]}"
     else:
         return "no error"
-    if killed_at is None or time.monotonic() - killed_at > 5:
+    if killed_at is None:
+        return f"a WorkerError before any worker was killed, after {len(delivered)} batches"
+    if time.monotonic() - killed_at > 5:
         return "slow (> 5 s)"
     time.sleep(0.2)
     if children() - before:
