@@ -17,13 +17,13 @@ import numpy as np
 
 from ..format.numbers import is_whole
 from .options import CHUNKS_PER_BUFFER, REMOTE_CHUNKS_PER_BUFFER
-from .plan import Leg, leg_sequences, rank_batches
+from .plan import Leg, leg_remainder, leg_sequences, rank_batches
 from .shards import IndexedShards
 
 if TYPE_CHECKING:
     from .dataset import ShardDataset
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 #: What the plan depends on: a checkpoint of another value cannot be continued mid-epoch.
 _PLAN_KEYS = ("sources", "seed", "batch_size", "drop_last", "remainder", "shuffle", "shuffle_buffer", "samples",
               "chunk_samples")
@@ -60,6 +60,7 @@ def resumed_position(dataset: ShardDataset, state: Mapping[str, Any]) -> Positio
     """Where a loader over ``dataset`` goes on from ``state`` (on another world size: a new leg),
     after checking that ``state`` is a loader's state whose plan ``dataset`` can continue; a mix's
     stream positions are carried over to ``dataset``."""
+    version = state.get("version") if isinstance(state, Mapping) else None
     state = _upgraded(state)
     saved = _saved_position(state)
     _check_mix_kind(dataset, state)
@@ -75,6 +76,8 @@ def resumed_position(dataset: ShardDataset, state: Mapping[str, Any]) -> Positio
     world = int(state["world_size"])
     if saved.middle:
         _check_inside_epoch(dataset, saved, world)
+        if version == 2:
+            _check_version_2_padding(dataset, saved, world)
     if saved.middle and world != dataset.world_size:  # an elastic restart: a new leg
         return Position(saved.epoch, saved.legs + ((Leg(world, saved.batches),) if saved.batches else ()), 0)
     return saved
@@ -90,9 +93,10 @@ def _upgraded(state: Mapping[str, Any]) -> Mapping[str, Any]:
                          f"has no 'version'; its keys: {sorted(map(str, state))[:8]})")
     if state.get("version") == 1 and not state.get("legs"):
         return {**state, "legs": [], "batches": 0, "shuffle_buffer": None, "mix": None}
-    if state.get("version") != STATE_VERSION:
+    if state.get("version") not in (2, STATE_VERSION):
         raise ValueError(f"loader state version {state.get('version')!r} is not supported (this library writes "
-                         f"{STATE_VERSION}; a state of version 1 resumes at an epoch boundary only)")
+                         f"{STATE_VERSION}; a state of version 1 resumes at an epoch boundary only, one of version 2 "
+                         f"wherever its plan is this version's)")
     return state
 
 
@@ -135,6 +139,25 @@ def _check_inside_epoch(dataset: ShardDataset, saved: Position, world: int) -> N
             raise ValueError(f"cannot resume: the checkpoint says {leg.batches} batches of epoch {saved.epoch} were "
                              f"delivered on {leg.world} rank(s), where a rank has {most} at most: it is not a state "
                              f"of this data and batch size")
+
+
+def _check_version_2_padding(dataset: ShardDataset, saved: Position, world: int) -> None:
+    """A state of version 2 continues mid-epoch where its plan is this version's: that version
+    padded every leg under ``remainder="pad"``, also with ``drop_last`` where this one drops the
+    rest instead (see :func:`~.plan.leg_remainder`), which moves the ranks' spans."""
+    config = dataset.plan_config
+    if not dataset.exact or not (config.drop_last and config.remainder == "pad"):
+        return
+    legs = [*saved.legs, Leg(world, saved.batches)]
+    for leg, ranks in zip(legs, leg_sequences(dataset.samples, config, legs)):
+        if leg_remainder(ranks[0].pool, leg.world, config) == "drop":
+            raise ValueError(f"cannot resume: this checkpoint of epoch {saved.epoch} was taken by an earlier version "
+                             f"of pipeline, which with drop_last=True and remainder='pad' padded {ranks[0].pool} "
+                             f"samples on {leg.world} ranks with repeats that could stand in for real samples dropped "
+                             f"with each rank's short batch; this version drops the rest instead, so the epoch's "
+                             f"batches differ: go on from the epoch's start (loader.set_epoch({saved.epoch})) or the "
+                             f"next epoch's (loader.set_epoch({saved.epoch + 1})), or finish this epoch with the "
+                             f"earlier version")
 
 
 def _check_mix_kind(dataset: ShardDataset, state: Mapping[str, Any]) -> None:

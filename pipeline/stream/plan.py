@@ -60,6 +60,17 @@ def rank_span(samples: int, world: int, rank: int, remainder: Remainder) -> tupl
     return rank * length, (rank + 1) * length
 
 
+def leg_remainder(samples: int, world: int, config: PlanConfig) -> Remainder:
+    """The remainder policy a leg of ``samples`` positions on ``world`` ranks takes: with
+    ``drop_last``, ``"pad"`` pads only where its repeats complete a batch; elsewhere each rank's
+    short last batch is dropped anyway, and a repeat shuffled into a full batch would stand in
+    for a real sample dropped with it (``"drop"`` then gives the same batches, no repeat)."""
+    if config.remainder != "pad" or not config.drop_last or samples % world == 0:
+        return config.remainder
+    padded = batches_of(-(-samples // world), config.batch_size, True)
+    return "pad" if padded > batches_of(samples // world, config.batch_size, True) else "drop"
+
+
 def batches_of(samples: int, batch_size: int, drop_last: bool) -> int:
     return samples // batch_size if drop_last else -(-samples // batch_size)
 
@@ -108,7 +119,7 @@ def leg_sequences(samples: int, config: PlanConfig, legs: Sequence[Leg]) -> list
     for j, leg in enumerate(legs):
         ranks = []
         for r in range(leg.world):
-            start, stop = rank_span(pool, leg.world, r, config.remainder)
+            start, stop = rank_span(pool, leg.world, r, leg_remainder(pool, leg.world, config))
             length = stop - start if pool else 0
             ranks.append(RankSequence(j, r, start, length, pool, unit_size(length, config)))
         out.append(ranks)

@@ -99,6 +99,32 @@ def test_other_data_mid_epoch_is_refused_without_contradicting_itself(shards) ->
         loader_of(shards["b"]).load_state_dict(state)
 
 
+def test_a_state_of_version_2_goes_on_where_its_plan_is_this_versions(shards) -> None:
+    """Version 2 padded every rank under remainder='pad', also with drop_last where this version
+    drops the rest instead (640 samples on 3 ranks, 6 batches of 32 each either way): its
+    checkpoints of such an epoch are refused mid-epoch, named, and go on elsewhere."""
+    def older(state: dict) -> dict:
+        assert state["version"] == 3
+        return {**state, "version": 2}
+
+    three = dict(drop_last=True, rank=1, world_size=3)
+    with pytest.raises(ValueError, match=re.escape(
+            "cannot resume: this checkpoint of epoch 0 was taken by an earlier version of pipeline, which with "
+            "drop_last=True and remainder='pad' padded 640 samples on 3 ranks with repeats that could stand in for "
+            "real samples dropped with each rank's short batch; this version drops the rest instead, so the epoch's "
+            "batches differ: go on from the epoch's start (loader.set_epoch(0)) or the next epoch's "
+            "(loader.set_epoch(1)), or finish this epoch with the earlier version")):
+        loader_of(shards["a"], **three).load_state_dict(older(state_after(loader_of(shards["a"], **three), 2)))
+    at_the_start = loader_of(shards["a"], **three)
+    at_the_start.load_state_dict(older(loader_of(shards["a"], **three).state_dict()))
+    assert len(at_the_start) == 6
+    for same_plan in (dict(drop_last=True), dict(rank=1, world_size=3)):  # one rank; no drop_last
+        whole = [batch["i"].tolist() for batch in loader_of(shards["a"], **same_plan)]
+        resumed = loader_of(shards["a"], **same_plan)
+        resumed.load_state_dict(older(state_after(loader_of(shards["a"], **same_plan), 2)))
+        assert [batch["i"].tolist() for batch in resumed] == whole[2:]
+
+
 def test_set_epoch_that_leaves_a_loaded_position_warns(shards) -> None:
     state = state_after(loader_of(shards["a"]), 5)
     loader = loader_of(shards["a"])

@@ -65,6 +65,22 @@ def test_drop_last_drops_the_ranks_one_short_batch_only() -> None:
     assert len(batches) == sequence.length // cfg.batch_size == rank_batches(sequence, cfg)
 
 
+@pytest.mark.parametrize("total, world, batch", [(3001, 2, 10), (2999, 2, 10), (1000, 3, 7), (998, 3, 111),
+                                                  (1001, 4, 250), (500, 1, 16)])
+def test_drop_last_pads_only_where_the_repeats_complete_a_batch(total: int, world: int, batch: int) -> None:
+    """With drop_last, a padding repeat that falls into a full batch stands in for a real sample
+    dropped with the short one: the default remainder pads only where that cannot happen."""
+    planned = Planned([[total // 3, total // 3, total - 2 * (total // 3)]], [total])
+    cfg = config(batch=batch, drop_last=True, window=60)
+    per_rank = [planned.batches(cfg, 0, [Leg(world, 0)], r, workers=2) for r in range(world)]
+    assert {len(b) for b in per_rank} == {max(total // world // batch, -(-total // world) // batch)}
+    seen = Counter(i for batches in per_rank for batch in batches for i in batch)
+    if len(seen) < total:  # real samples dropped: none repeated
+        assert max(seen.values()) == 1
+    else:
+        assert sum(v - 1 for v in seen.values()) < world
+
+
 def sixty_four_rank_sources(mixed: bool) -> Planned:
     """200 shards of 500-3000 samples; mixed with two small sources (20 and 2 shards) by 0.6 / 0.3 / 0.1."""
     rng = np.random.default_rng(0)
