@@ -48,10 +48,16 @@ def test_nullable_columns_without_gaps_keep_their_numpy_dtypes_and_values(tmp_pa
 def test_numbered_columns_are_refused_saying_to_name_the_arrays(tmp_path: Path) -> None:
     """A DataFrame of features in columns 0..N-1 was refused as if its names began with '__'."""
     frame = pd.DataFrame(np.arange(12.0).reshape(4, 3))
-    with pytest.raises(SampleError, match=re.escape(
-            "field 0 (in memory): a field's name is a str, not int 0: name the arrays ({'x': "
-            "frame.to_numpy(np.float32), 'y': labels} for a DataFrame of numbered feature columns)")):
-        pipeline.write_shards(tmp_path / "out", frame, quiet=True)
+    def write_columns() -> None:
+        with pipeline.ShardWriter(tmp_path / "cols") as writer:
+            writer.write_columns(frame)
+
+    for where, write in (("write_shards", lambda: pipeline.write_shards(tmp_path / "out", frame, quiet=True)),
+                         ("write_columns", write_columns)):
+        with pytest.raises(SampleError, match=re.escape(
+                f"{where}: field 0: a field's name is a str, not int 0: name the arrays ({{'x': "
+                f"frame.to_numpy(np.float32), 'y': labels}} for a DataFrame of numbered feature columns)")):
+            write()
     pipeline.write_shards(tmp_path / "out", {"x": frame, "y": np.arange(4)}, quiet=True)
     assert np.array_equal(np.stack(read_back(tmp_path / "out")[1]["x"]), frame.to_numpy())
 

@@ -176,11 +176,6 @@ class ArraySource(Source):
             raise SampleError("no arrays given")
         self.text = frozenset(name for name, col in self.columns.items() if _is_text(name, col))
         for name, col in self.columns.items():
-            if not isinstance(name, str):
-                raise SampleError(f"field {name!r} ({_where(col)}): a field's name is a str, not "
-                                  f"{type(name).__name__} {name!r}: name the arrays ({{'x': "
-                                  f"frame.to_numpy(np.float32), 'y': labels}} for a DataFrame of numbered feature "
-                                  f"columns)")
             try:
                 check_field_names({name: None}, name)
                 if name not in self.text:

@@ -76,7 +76,8 @@ def _why(column: Any) -> str:
 
 
 def pandas_columns(columns: Any, where: str) -> dict[Any, Any]:
-    """The columns of a DataFrame (or of a mapping of arrays) as a dict, refusing what a dict would
+    """The columns of a DataFrame (or of a mapping of arrays) as a dict, refusing names that are no
+    field's (a DataFrame's numbered columns) and what a dict would
     hide or pair wrongly: two columns of one name (a dict keeps the last), and pandas Series
     whose indexes differ (rows are taken by position, so a Series reordered or filtered would pair
     each row with another row's values)."""
@@ -88,6 +89,11 @@ def pandas_columns(columns: Any, where: str) -> dict[Any, Any]:
     if repeated:
         raise SampleError(f"{where}: several columns are named {repeated[0]!r}: a field is one column; rename them "
                           f"(frame.columns = [...]) or leave all but one out")
+    unnamed = [name for name in names if not isinstance(name, str)]
+    if unnamed:
+        raise SampleError(f"{where}: field {unnamed[0]!r}: a field's name is a str, not {type(unnamed[0]).__name__} "
+                          f"{unnamed[0]!r}: name the arrays ({{'x': frame.to_numpy(np.float32), 'y': labels}} for a "
+                          f"DataFrame of numbered feature columns)")
     indexed = [(name, value.index) for name, value in columns.items() if is_pandas(value) and hasattr(value, "index")]
     for name, index in indexed[1:]:
         if not index.equals(indexed[0][1]):
