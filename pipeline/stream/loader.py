@@ -16,10 +16,10 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
-from torch.utils.data._utils.collate import default_convert
 
 from ..caller_warning import warn_caller
 from .batching import FinishedBatches, listed, split_message
+from .conversion import convert_keeping_tuples
 from .dataset import ShardDataset
 from .loader_state import Position, loader_state, resumed_position
 from .message_buffers import Lent, ReleaseTable
@@ -36,47 +36,6 @@ from .workers import (
     translate_worker_deaths,
     with_signals,
 )
-
-
-def convert_keeping_tuples(item: Any) -> Any:
-    """DataLoader's conversion of what a dataset yields (arrays to tensors), but for a tuple,
-    which it would make a list: an ``as_tuple`` batch stays a tuple, and a worker's tuple
-    message is not taken for a list of batches; nor does a tuple a ``batch_transform`` returned
-    in a worker, so that it comes as it does without workers."""
-    if type(item) is tuple:
-        return tuple(_converted(value) for value in item)
-    if type(item) is dict:
-        return {name: _converted(value) for name, value in item.items()}
-    if isinstance(item, FinishedBatches):
-        return FinishedBatches(convert_keeping_tuples(batch) for batch in item)
-    if type(item) is Lent:  # a worker's message in reused buffers: its message by these rules (as a
-        # NamedTuple, DataLoader's would visit every string of a text field: half a worker's time)
-        return item._replace(message=convert_keeping_tuples(item.message))
-    return default_convert(item)
-
-
-_TEXT_TYPES = {str, bytes}
-
-
-def _converted(value: Any) -> Any:
-    """``default_convert(value)``, with a batch's list of strings (a text field) kept as it is:
-    ``default_convert`` visits every string of it, which took two thirds of an epoch's time over
-    a set with a text field beside its arrays."""
-    if type(value) is list and set(map(type, value)) <= _TEXT_TYPES:
-        return value
-    return default_convert(_own_arrays(value))
-
-
-def _own_arrays(value: Any) -> Any:
-    """``value`` with its read-only arrays copied (those of a dict field are views of the bytes
-    read): a tensor must not share them, and PyTorch warns of it."""
-    if isinstance(value, np.ndarray):
-        return value if value.flags.writeable else value.copy()
-    if type(value) is dict:
-        return {key: _own_arrays(item) for key, item in value.items()}
-    if type(value) is list:
-        return [_own_arrays(item) for item in value]
-    return value
 
 
 def _seed_numpy_in_worker(worker_id: int, then: Callable[[int], None] | None = None) -> None:

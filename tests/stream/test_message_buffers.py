@@ -179,7 +179,7 @@ def test_trim_lets_go_of_the_buffers_not_out() -> None:
 def test_a_message_in_reused_buffers_is_converted_as_a_plain_one_its_text_handed_over_as_it_is() -> None:
     """DataLoader's conversion in the worker took the message for a tuple of anything and visited
     every string of a text field: half a worker's time over a set with file names beside arrays."""
-    from pipeline.stream.loader import convert_keeping_tuples
+    from pipeline.stream.conversion import convert_keeping_tuples
 
     names, x = [f"sample-{i}.jpg" for i in range(1000)], torch.zeros(1000)
     lent = Lent({"x": x, "name": names}, 1, ((("x",), 0, 7),))
