@@ -18,7 +18,7 @@ import numpy as np
 from . import npy
 from .codec import array_view, decode_record
 from .errors import SampleError, ShardError
-from .tar import DEFAULT_MAX_MEMBER_BYTES, iter_members, split_name
+from .tar import DEFAULT_MAX_MEMBER_BYTES, BrokenAfterMember, DataAfterEnd, iter_members, split_name
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,15 @@ def iter_records(
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     whole: bool = True,
     pending_on_error: bool = False,
+    pending_after_member: bool = False,
 ) -> Iterator[Record]:
     """Group the members of a tar stream into records (members with the same key); see
     :func:`~pipeline.format.tar.iter_members` for ``whole``. A record is known to be complete
     only once the next member's header is read: with ``pending_on_error``, a structure that
     breaks after a record's members (the next header, the end of the archive) still yields that
-    record before the error, for a caller that checks it (against its checksum) not to lose it."""
+    record before the error, for a caller that checks it (against its checksum) not to lose it;
+    with ``pending_after_member``, only where the archive broke at a member of another key, whose
+    header was read, or after its end (a reader without checksums)."""
     key: str | None = None
     members: dict[str, bytes | memoryview] = {}
     offset = end = 0
@@ -52,7 +55,10 @@ def iter_records(
         for member in iter_members(stream, url, start, max_member_bytes, whole):
             name_key, ext = split_name(member.name)
             if name_key is None or ext is None:
-                raise ShardError(url, member.offset, f"member name {member.name!r} has no key.extension form")
+                raise BrokenAfterMember.at(url, member.offset, f"member name {member.name!r} has no key.extension "
+                                           f"form: a shard holds samples only (leave it out: tar --delete -f SHARD "
+                                           f"{member.name!r}; macOS's ._ files: make the tar with COPYFILE_DISABLE=1)",
+                                           member.name)
             if name_key == key:
                 if ext in members:
                     raise ShardError(url, member.offset, f"record {key!r} has two {ext!r} members")
@@ -61,12 +67,17 @@ def iter_records(
             if key is not None:
                 yield Record(key, members, offset, end)
             key, members, offset, end = name_key, {ext: member.data}, member.offset, member.end
-    except ShardError:
-        if pending_on_error and key is not None:
+    except ShardError as exc:
+        if key is not None and (pending_on_error or (pending_after_member and _after(exc, key))):
             yield Record(key, members, offset, end)
         raise
     if key is not None:
         yield Record(key, members, offset, end)
+
+
+def _after(exc: ShardError, key: str) -> bool:
+    """Whether ``exc`` broke the archive after record ``key``'s members, not inside them."""
+    return isinstance(exc, DataAfterEnd) or (isinstance(exc, BrokenAfterMember) and split_name(exc.next_name)[0] != key)
 
 
 def _load_npy(data: bytes | memoryview) -> np.ndarray:

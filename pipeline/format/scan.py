@@ -20,7 +20,7 @@ from .errors import IndexFormatError, SampleError, ShardError
 from .hashing import HashingReader
 from .index import FieldSpec, Schema, ShardInfo, merge_spec, spec_of
 from .shard_table import record_checksum
-from .tar import BLOCK, END_OF_ARCHIVE
+from .tar import END_OF_ARCHIVE
 from .walk import WalkedRecord, walk_shard
 
 _RESERVED = (ROWS_FIELD, KEYS_FIELD)
@@ -114,15 +114,8 @@ def scan_stream(stream: BinaryIO, url: str) -> tuple[ShardInfo, Schema, list[int
     archive may be followed by zero padding (tar pads to its blocking factor), nothing else."""
     reader = HashingReader(stream)
     scan = _Scan(url, optional=True)
-    for walked in walk_shard(reader, url):  # type: ignore[arg-type]
+    for walked in walk_shard(reader, url):  # type: ignore[arg-type]  (read to its end: see iter_members)
         scan.add(walked)
-    position = reader.size
-    while block := reader.read(1 << 20):
-        if block.count(0) != len(block):
-            where = position + next(i for i, byte in enumerate(block) if byte)
-            raise ShardError(url, where - where % BLOCK, "data after the end of the archive (two tars one after "
-                             "the other, or a file appended to?): rewrite the shard as one tar")
-        position += len(block)
     return scan.entry(reader.size, reader.sha.hexdigest()), scan.inference.schema(), scan.rows
 
 

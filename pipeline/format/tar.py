@@ -83,6 +83,27 @@ def split_name(name: str) -> tuple[str, str] | tuple[None, None]:
     return match.group(1), match.group(2)
 
 
+class BrokenAfterMember(ShardError):
+    """The archive breaks at the member ``next_name``, whose header was read whole (its body is
+    cut short, or it is of a type a shard may not hold, or not named ``key.extension``). Without
+    an index, a record before it of another key is known complete as any record is: the next
+    one started. (A cut between members is not one of these: the record before may have lost
+    members.)"""
+
+    next_name = ""
+
+    @classmethod
+    def at(cls, url: str, offset: int, reason: str, next_name: str) -> "BrokenAfterMember":
+        error = cls(url, offset, reason)
+        error.next_name = next_name
+        return error
+
+
+class DataAfterEnd(ShardError):
+    """Bytes other than zeros after the end-of-archive blocks (a second tar, a file appended): the
+    archive's records all ended before them."""
+
+
 @dataclass(frozen=True)
 class TarMember:
     """A regular file read from a tar stream. ``offset`` is where its headers start (its PAX
@@ -199,8 +220,9 @@ class _Stream:
         self.position = position
         self.chunk = chunk
 
-    def read(self, size: int, what: str) -> bytes | memoryview | None:
-        """Exactly ``size`` bytes, ``None`` at a clean end before any byte, else ShardError.
+    def read(self, size: int, what: str, member: str | None = None) -> bytes | memoryview | None:
+        """Exactly ``size`` bytes, ``None`` at a clean end before any byte, else ShardError
+        (:class:`BrokenAfterMember` for the body of ``member``).
         Asks for ``chunk`` bytes at most at a time: a header that claims gigabytes costs
         memory only for the bytes that really follow it."""
         data: bytes | memoryview = self.stream.read(min(size, self.chunk))
@@ -214,6 +236,10 @@ class _Stream:
             data = memoryview(buffer).toreadonly()
         start = self.position
         self.position += len(data)
+        if len(data) < size and member is not None:
+            raise BrokenAfterMember.at(self.url, start, f"truncated {what} {member!r}: expected {size} bytes, got "
+                                       f"{len(data)} (the shard is cut short: copy or write it again, or leave it "
+                                       f"out)", member)
         if len(data) < size and (data or what != "header"):
             raise ShardError(self.url, start, f"truncated {what}: expected {size} bytes, got {len(data)}")
         return data if data else None
@@ -308,7 +334,7 @@ def iter_members(
             if block is None and whole:
                 raise ShardError(url, offset, "shard ends without the end-of-archive blocks (truncated)")
             if block is not None:
-                _check_end(reader, url, offset)
+                _check_end(reader, url, offset, whole)
             return
         header = bytes(block)
         if offset == 0 and header[:2] == _GZIP_MAGIC:
@@ -347,18 +373,28 @@ def iter_members(
         if kind == _DIRECTORY or (kind == b"\0" and name.endswith("/")):
             reader.skip(padded, "directory")
         elif kind in _REGULAR:
-            body = reader.read(padded, "member") if padded else b""
+            body = reader.read(padded, "member", name) if padded else b""
             yield TarMember(name, (body or b"")[:size], offset if first is None else first, reader.position)
         else:
             what = _REFUSED.get(kind, f"unknown type {kind!r}")
-            raise ShardError(url, offset, f"tar member {name!r} ({what}) is not allowed in a shard: "
-                                          "only regular files and directories are")
+            raise BrokenAfterMember.at(url, offset, f"tar member {name!r} ({what}) is not allowed in a shard: only "
+                                       f"regular files and directories are (tar --dereference stores the files "
+                                       f"links point to)", name)
         pax, long_name, first = {}, None, None
 
 
-def _check_end(reader: _Stream, url: str, offset: int) -> None:
+def _check_end(reader: _Stream, url: str, offset: int, whole: bool) -> None:
     """After a zero block comes the second block of the end-of-archive marker, or less of it (a
-    cut inside the marker loses no data); a header after one zero block was zeroed."""
+    cut inside the marker loses no data); a header after one zero block was zeroed. A whole
+    shard is read to its end, which may hold zero padding (tar pads to its blocking factor),
+    nothing else: a second tar after the first would otherwise go unread."""
     rest = reader.stream.read(BLOCK)
     if rest and rest != _ZERO_BLOCK[:len(rest)]:
         raise ShardError(url, offset, "a zero block inside the archive (a zeroed header?)")
+    position = offset + BLOCK + len(rest)
+    while whole and (block := bytes(reader.stream.read(1 << 20))):
+        if block.count(0) != len(block):
+            where = position + next(i for i, byte in enumerate(block) if byte)
+            raise DataAfterEnd(url, where - where % BLOCK, "data after the end of the archive (two tars one after "
+                               "the other, or a file appended to?): rewrite the shard as one tar")
+        position += len(block)

@@ -84,7 +84,8 @@ def walk_shard(
         return
     keys: dict[str, int] = {}
     number = first_record
-    for record in iter_records(source, url, start, whole=whole, pending_on_error=entry is not None and checksums):
+    for record in iter_records(source, url, start, whole=whole, pending_on_error=entry is not None and checksums,
+                               pending_after_member=entry is None):
         if entry is not None and number >= entry.records:
             raise ShardError(url, record.offset, f"more records than the {entry.records} the index says")
         if entry is not None:  # where it starts, before decoding bytes that may not be a record

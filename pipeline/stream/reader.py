@@ -341,9 +341,8 @@ def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str]
                             "shards' first record): pass fields= naming every field, and fill= a value for the "
                             "records without one, to read them", redact(url), walked.key,
                             sorted(walked.fields.keys() - fields - _RESERVED), sorted(fields))
-            yield _record_columns(walked, fields, fill or {})
-        while stream.read(1 << 20):  # to the end: a gzip-compressed shard checks its checksum there
-            pass
+            yield _record_columns(walked, fields, fill or {})  # (the walk reads to the end, where a gzip-compressed
+            # shard checks its checksum)
 
 
 def _first_fields(walked: WalkedRecord, wanted: set[str] | None, fill: Mapping[str, Any], url: str) -> set[str]:
