@@ -19,6 +19,10 @@ def is_whole(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
+#: Kinds of NumPy dtypes whose values join without changing type: signed and unsigned ints.
+_KIND_GROUPS = {"u": "i"}
+
+
 def inexact_int(values: Iterable[Any], numbers: np.ndarray) -> int | None:
     """An int of ``values`` that ``numbers`` (their array) does not hold exactly, if any."""
     if numbers.dtype.kind != "f" or not numbers.size or np.abs(numbers).max() < _EXACT_IN_FLOAT64:
@@ -28,12 +32,15 @@ def inexact_int(values: Iterable[Any], numbers: np.ndarray) -> int | None:
 
 
 def joins_exactly(arrays: Iterable[np.ndarray]) -> bool:
-    """Whether the arrays, concatenated, keep every value: an int column joined to a float one
-    (or int64 to uint64, which NumPy joins as float64) must hold ints the float holds exactly."""
+    """Whether the arrays, concatenated, keep every value as it is: not where they differ in kind
+    (an int column joined to a float one would make its ints floats, booleans ints), and int64
+    joined to uint64, which NumPy joins as float64, only where the float holds every int exactly."""
     arrays = list(arrays)
     dtypes = {array.dtype for array in arrays}
     if len(dtypes) == 1:
         return True
+    if len({_KIND_GROUPS.get(dtype.kind, dtype.kind) for dtype in dtypes}) > 1:
+        return False
     joined = np.result_type(*dtypes)
     if joined.kind != "f":
         return True

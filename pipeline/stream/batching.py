@@ -109,9 +109,17 @@ def listed(batch: Any, varied: frozenset[str], as_tuple: Sequence[str] | None = 
 
 
 def _per_sample(value: Any) -> Any:
+    """A column as a list of its samples' values: an array (tensor) each, or where each holds one
+    value (a number of an optional field, or of a field of several types) that value as Python
+    has it, as in a batch where a sample lacks it (``[3, None]``) or where the values differ in
+    type (``[1, 0.5]``): one type from step to step."""
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 1:
+        return value.tolist()
     if isinstance(value, torch.Tensor):
         return list(value.unbind(0))
-    return list(value) if isinstance(value, np.ndarray) else value
+    if isinstance(value, np.ndarray):
+        return list(value)
+    return [v.item() if isinstance(v, (np.generic, torch.Tensor)) and v.ndim == 0 else v for v in value]
 
 
 def _join(parts: list[Columns]) -> Columns:

@@ -40,8 +40,8 @@ LARGE_SAMPLE_BYTES = 16 << 10
 def stack_values(values: Sequence[Any]) -> Any:
     """One column from per-sample values: an array if they are equally shaped arrays of one
     dtype (stacked, an int64 beside a float32 would become a float64: another number), or numbers
-    an array holds exactly (except large arrays, kept as a list of views until batching), else
-    the list."""
+    of one type that an array holds exactly (except large arrays, kept as a list of views until
+    batching), else the list."""
     first = values[0]
     if isinstance(first, np.ndarray) and first.nbytes >= LARGE_SAMPLE_BYTES:
         return list(values)
@@ -53,6 +53,8 @@ def stack_values(values: Sequence[Any]) -> Any:
         except ValueError:
             return list(values)
     if isinstance(first, (int, float)):  # bool is an int
+        if len(set(map(type, values))) > 1:  # an int beside a float would become a float: another value
+            return list(values)
         numbers = np.asarray(values)
         exact = numbers.dtype.kind in "biuf" and inexact_int(values, numbers) is None
         return numbers if exact else list(values)

@@ -121,18 +121,24 @@ def test_a_fill_value_the_field_cannot_hold_is_refused(optional_field: Path, fil
         make_loader(optional_field, fill=fill)
 
 
-def test_a_field_of_values_of_several_types_is_a_list_in_every_batch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_field_of_values_of_several_types_is_a_list_of_them_in_every_batch(tmp_path: Path, workers: int) -> None:
     """Labels written once as 3.5 (or one None among them): before, that batch was float64 (or a
-    list), the others int64."""
+    list), the others int64; then lists of 0-d tensors, in which the ints beside 3.5 were floats
+    and the batch with None held Python values. So were ints beside one None (``w``)."""
     with pipeline.ShardWriter(tmp_path / "mixed") as writer:
         for n in range(64):
-            writer.write({"y": 3.5 if n == 40 else None if n == 50 else n})
+            writer.write({"y": 3.5 if n == 40 else None if n == 50 else n, "w": None if n == 9 else n * 2})
     assert pipeline.load_index(tmp_path / "mixed").fields["y"].dtype == "any"
-    values = []
-    for batch in make_loader(tmp_path / "mixed", batch_size=8, shuffle=False):
-        assert isinstance(batch["y"], list)
+    values, weights = [], []
+    for batch in make_loader(tmp_path / "mixed", batch_size=8, shuffle=False, num_workers=workers):
+        assert isinstance(batch["y"], list) and isinstance(batch["w"], list)
         values.extend(batch["y"])
-    assert values == [3.5 if n == 40 else None if n == 50 else n for n in range(64)]
+        weights.extend(batch["w"])
+    expected = [3.5 if n == 40 else None if n == 50 else n for n in range(64)]
+    assert values == expected and list(map(type, values)) == list(map(type, expected))
+    assert weights == [None if n == 9 else n * 2 for n in range(64)]
+    assert {type(w) for n, w in enumerate(weights) if n != 9} == {int}
 
 
 def test_a_field_optional_in_one_source_of_a_mix_is_a_list_in_every_batch(optional_field: Path,
