@@ -30,6 +30,15 @@ def add_tune_arguments(parser: argparse.ArgumentParser, data_help: str) -> None:
                         help="decode FIELD's images to SIZE x SIZE in the workers, as Images(SIZE) (repeatable)")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                         help="as make_loader's on_error: skip records that fail their checks (a damaged image)")
+    parser.add_argument("--fields", type=values.names, metavar="A,B",
+                        help="as make_loader's fields: read only these (the fields of the shards' first record without "
+                             "an index, unless given)")
+    parser.add_argument("--fill", type=values.fill, action="append", default=[], metavar="FIELD=VALUE",
+                        help="as make_loader's fill, for a field some samples lack: VALUE as JSON (0, -1.5, null, "
+                             "\"text\"), else the text as typed (repeatable)")
+    parser.add_argument("--cache-dir", metavar="DIR",
+                        help="as make_loader's cache_dir: remote shards are read whole into DIR (for a server "
+                             "without Range requests), and the measuring reads them there")
     parser.add_argument("--plot", metavar="FILE.png", help="also save a chart of the settings (needs matplotlib)")
     parser.set_defaults(run=_cmd_tune)
 
@@ -46,6 +55,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"on_error": "skip"} if args.on_error == "skip" else {}
     if args.shuffle_buffer is not None:
         options["shuffle_buffer"] = args.shuffle_buffer
+    if args.fields:
+        options["fields"] = args.fields
+    if args.fill:
+        options["fill"] = {field: values.json_or_text(value) for field, value in values.named(args.fill, "--fill").items()}
+    if args.cache_dir:
+        options["cache_dir"] = args.cache_dir
     if args.images:
         from .stream.images import Images
 

@@ -5,6 +5,7 @@ shows beside the option's name."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 from typing import Any, Callable
@@ -131,6 +132,23 @@ def fill(text: str) -> tuple[str, Any]:
     """``COL=VALUE``; the value stays text: the column's type says what it becomes (a number for
     a numeric column, the text as typed for a text one)."""
     return pair("COL=VALUE", empty=True)(text)
+
+
+def names(text: str) -> list[str]:
+    """``A,B``: names, in order, none empty."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"expected names separated by commas, got {text!r}")
+    return parts
+
+
+def json_or_text(text: str) -> Any:
+    """A value typed on the command line: JSON where it is (``0``, ``-1.5``, ``null``, ``"7"``),
+    else the text as typed (``--fill caption=none`` is the text ``none``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def counts(least: int) -> Callable[[str], list[int]]:

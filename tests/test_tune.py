@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import pipeline
+from pipeline import cli_values as values
 from pipeline.cli import main
 from pipeline.measure import throughput
 from pipeline.measure import tune as tune_module
@@ -127,6 +128,21 @@ def test_worker_counts_double_up_to_the_cores() -> None:
 def test_the_library_function_is_the_commands(shards: Path) -> None:
     result = pipeline.tune(str(shards), batch_size=100, workers=[0], seconds=0.3, warmup=0.1)
     assert [r.setting for r in result.rows] == [Setting(0, None)] and result.best is result.rows[0]
+
+
+def test_fields_and_fill_are_passed_on_from_the_command(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An indexed set whose samples lack a field some others have could be tuned from Python only."""
+    with pipeline.ShardWriter(tmp_path / "set") as writer:
+        for n in range(600):
+            writer.write({"x": np.full(4, n, np.float32), "w": None if n % 7 == 0 else float(n), "note": "-"})
+    data = str(tmp_path / "set")
+    assert main(["tune", data, "--workers", "0", "--seconds", "0.3", "--batch-size", "50", "--fields", "x,w",
+                 "--fill", "w=-1.5"]) == 0
+    assert capsys.readouterr().out.strip().endswith(
+        f"recommended: pipeline.make_loader({data!r}, num_workers=0, batch_size=50, fields=['x', 'w'], "
+        f"fill={{'w': -1.5}})")
+    assert values.json_or_text("null") is None and values.json_or_text("none") == "none"
+    assert values.json_or_text('"7"') == "7" and values.json_or_text("") == ""
 
 
 def test_the_table_says_why_a_faster_setting_was_not_recommended() -> None:

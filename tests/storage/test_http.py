@@ -18,6 +18,7 @@ from typing import Iterator
 import pytest
 
 from pipeline import SourceError, make_loader
+from pipeline.cli import main
 from pipeline.storage import open_stream, read_range
 from pipeline.storage.buffers import process_pool
 from pipeline.stream import idle_trim
@@ -189,6 +190,17 @@ def test_a_server_that_ignores_range_is_an_error_even_under_skip_and_cache_dir_r
         all_ids(make_loader(url, num_workers=0, batch_size=64, on_error="skip"))
     cached = make_loader(url, num_workers=0, batch_size=64, cache_dir=tmp_path / "cache")
     assert all_ids(cached) == list(range(total_samples))
+
+
+def test_tune_reads_through_a_cache_dir_as_its_error_about_such_a_server_says(
+        server_without_range: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The error says to pass cache_dir=; tune had no way to."""
+    url, cache = f"{server_without_range}/data/index.json", tmp_path / "cache"
+    assert main(["tune", url, "--workers", "0", "--seconds", "0.3", "--batch-size", "64", "--cache-dir",
+                 str(cache)]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"recommended: pipeline.make_loader({url!r}, num_workers=0, "
+                                                    f"batch_size=64, cache_dir={str(cache)!r})")
+    assert any(cache.rglob("*.tar"))
 
 
 def test_a_shard_without_an_index_cut_on_a_server_that_ignores_range_is_an_error_even_under_skip(
