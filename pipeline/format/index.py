@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from .errors import FormatError, IndexFormatError
+from .errors import FormatError, IndexFormatError, SampleError
 from .shard_names import ShardNames
 from .shard_table import ShardInfo, ShardTable, read_table
 
@@ -97,10 +97,11 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str,
         raise error(f"{where}: field {name!r} is {_kind_of(new)} here and {_kind_of(old)} in earlier "
                     f"samples; give it one kind of value in every sample")
     if old.dtype != new.dtype:
-        raise error(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}; a "
-                    f"field needs one dtype: cast the values as you write them (shards already written: "
-                    f"write them again), or, in a build from your data, with "
-                    f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)")
+        cast = f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)"
+        raise error(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}; a field needs one "
+                    f"dtype: " + (f"cast the values as you write them, or build with {cast}" if error is SampleError
+                                  else "write the shards again with the values cast to one (shards of this library: "
+                                       f"build them again from your data with {cast})"))
     if len(old.shape) != len(new.shape):
         raise error(
             f"{where}: field {name!r} has shape {shape_words(new.shape)}, earlier samples "

@@ -288,3 +288,16 @@ def test_keys_with_dots_that_split_a_sample_are_told_where_a_key_ends(tmp_path: 
                                                    "the first dot of a member's name (img.002.cls): replace the dots "
                                                    "in the names' keys")):
         pipeline.index_shards(tmp_path, quiet=True)
+
+
+def test_shards_whose_field_changes_dtype_are_told_to_be_written_again_not_given_a_build_option(
+        tmp_path: Path) -> None:
+    """The indexer suggested --dtype ... (dtypes=), which only a build takes."""
+    with wds.TarWriter(str(tmp_path / "w-000000.tar")) as sink:
+        for n, dtype in enumerate((np.float64, np.float32)):
+            sink.write({"__key__": f"s{n}", "npy": np.zeros(3, dtype)})
+    with pytest.raises(ShardError, match=re.escape(
+            "w-000000.tar at byte 2048: record 's1': field 'npy' has dtype float32, earlier samples float64; a field needs one dtype: write the "
+            "shards again with the values cast to one (shards of this library: build them again from your data with "
+            "--dtype npy=float64 (dtypes=))")):
+        pipeline.index_shards(tmp_path, quiet=True)
