@@ -119,8 +119,17 @@ def decode_fields(record: Record, url: str) -> dict[str, Any]:
                 raise SampleError(f"field(s) {twice} given both in the msgpack map and as members")
             fields.update(decoded)
     except SampleError as exc:
-        raise ShardError(url, record.offset, f"record {record.key!r}: {exc}") from None
+        raise ShardError(url, record.offset, f"record {record.key!r}: {exc}{_way_out(ext)}") from None
     except (ValueError, RecursionError) as exc:  # int(), json and UTF-8 on foreign members
         raise ShardError(url, record.offset,
-                         f"record {record.key!r}, member {ext!r}: {type(exc).__name__}: {exc}") from None
+                         f"record {record.key!r}, member {ext!r}: {type(exc).__name__}: {exc}{_way_out(ext)}") from None
     return fields
+
+
+def _way_out(ext: str) -> str:
+    """What to do about a member of another tool's shard that does not decode by its extension."""
+    if ext == "msgpack":
+        return ""
+    return (" (a member decodes by its extension: .cls a whole number, .json JSON, .txt UTF-8 text, .npy an array "
+            "without Python objects; write the member again so, or under another extension, such as .bin, to get "
+            "its bytes as they are)")

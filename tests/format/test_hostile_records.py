@@ -4,6 +4,7 @@ that disagree with the index's schema. Each is our error, never a NumPy, msgpack
 from __future__ import annotations
 
 import io
+import re
 import struct
 import tracemalloc
 
@@ -189,6 +190,15 @@ def test_hostile_npy_members_are_errors_without_allocating(data: bytes, pattern:
 def test_foreign_members_that_do_not_decode(members: dict, pattern: str) -> None:
     with pytest.raises(ShardError, match=rf"^s\.tar at byte 1024: record 'k'.*{pattern}"):
         decode_fields(record(**members), "s.tar")
+
+
+def test_a_foreign_member_that_does_not_decode_says_what_its_extension_needs() -> None:
+    with pytest.raises(ShardError, match=re.escape(
+            "member 'cls': ValueError: invalid literal for int() with base 10: b'1.5' (a member decodes by its "
+            "extension: .cls a whole number, .json JSON, .txt UTF-8 text, .npy an array without Python objects; write "
+            "the member again so, or under another extension, such as .bin, to get its bytes as they are)")):
+        decode_fields(record(cls=b"1.5"), "s.tar")
+    assert decode_fields(record(bin=b"1.5"), "s.tar") == {"bin": b"1.5"}
 
 
 SCHEMA = {"x": FieldSpec("float32", (None, 3)), "label": FieldSpec("int", None)}
