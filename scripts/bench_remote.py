@@ -38,7 +38,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
@@ -55,7 +54,7 @@ import pipeline  # noqa: E402
 from pipeline.measure.cpu import tree_cpu_seconds  # noqa: E402
 from pipeline.measure.memory import TreeMemory, process_tree  # noqa: E402
 from pipeline.stream import idle_trim  # noqa: E402
-from tests.storage.servers import ACCESS_KEY, SECRET_KEY, start_nginx, start_seaweedfs, stop  # noqa: E402
+from tests.storage.servers import ACCESS_KEY, SECRET_KEY, make_bucket, start_nginx, start_seaweedfs, stop  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -289,12 +288,7 @@ def bench_s3(folder: Path, names: list[str], runs: int, local: LoaderEpoch) -> l
         import boto3
 
         client = boto3.client("s3")
-        for _ in range(50):
-            try:
-                client.create_bucket(Bucket="bench")
-                break
-            except Exception:  # noqa: BLE001 - the gateway may not be ready yet
-                time.sleep(0.2)
+        make_bucket("bench")
         for path in sorted((folder / "data").iterdir()):  # the shards and the index (json and bin)
             client.upload_file(str(path), "bench", f"data/{path.name}")
         whole_objects = boto3_all("bench", [f"data/{n}" for n in names], local.loader.num_workers)

@@ -104,7 +104,8 @@ def test_a_killed_worker_stops_training_with_a_message_and_resume_trains_the_sam
         os.kill(child_pids(run.pid)[0], signal.SIGKILL)
         killed = time.monotonic()
         _, stderr = run.communicate(timeout=60)
-        assert time.monotonic() - killed < 10
+        assert time.monotonic() - killed < 30  # a death unseen waits for ever; this also times the process's
+        # shutdown, seconds on a loaded machine (5.4 s measured)
         assert run.returncode == 1, stderr[-3000:]
         assert "Traceback" not in stderr and "DataLoader worker (pid" in stderr, stderr[-3000:]
         assert "--resume continues from the last checkpoint exactly" in stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import shutil
-import time
 import traceback
 from pathlib import Path
 from typing import Callable, Iterator
@@ -69,21 +68,6 @@ def fast_retries(monkeypatch) -> None:
     monkeypatch.setenv("PIPELINE_RETRY_DELAY", "0.01")
     monkeypatch.setenv("PIPELINE_READ_TIMEOUT", "1")
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "6")
-
-
-def make_bucket(name: str) -> None:
-    import boto3
-
-    client = boto3.client("s3")
-    for _ in range(50):  # the gateway may answer before its filer is ready
-        try:
-            client.create_bucket(Bucket=name)
-            return
-        except client.exceptions.BucketAlreadyOwnedByYou:
-            return
-        except Exception:  # noqa: BLE001
-            time.sleep(0.2)
-    client.create_bucket(Bucket=name)
 
 
 def upload_folder(folder: Path, bucket: str, prefix: str) -> None:

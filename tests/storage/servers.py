@@ -20,25 +20,49 @@ import pytest
 ACCESS_KEY, SECRET_KEY = "pipeline-test", "pipeline-test-secret"
 
 
-def _bind(port: int) -> int:
-    with socket.socket() as sock:
+def _bound(port: int) -> socket.socket:
+    sock = socket.socket()
+    try:
         sock.bind(("127.0.0.1", port))
-        return sock.getsockname()[1]
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
-def free_port(also_free_offset: int = 0) -> int:
-    """A free port on 127.0.0.1 (with ``port + also_free_offset`` free too, when asked:
-    SeaweedFS opens a gRPC port 10000 above each HTTP port)."""
-    for _ in range(200):
-        port = _bind(0)
-        if not also_free_offset:
-            return port
-        try:
-            if port + also_free_offset <= 65535 and _bind(port + also_free_offset):
-                return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair found")
+def free_port() -> int:
+    """A free port on 127.0.0.1."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, also_free_offset: int = 0) -> list[int]:
+    """``count`` different free ports on 127.0.0.1 (each with ``port + also_free_offset`` free too,
+    when asked: SeaweedFS opens a gRPC port 10000 above each HTTP port). Every port found is held
+    until all are: ports looked for one by one may be the same, the kernel handing a port just
+    let go of out again (a SeaweedFS given one port twice exits)."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        for _ in range(200 * count):
+            if len(ports) == count:
+                return ports
+            sock = _bound(0)
+            held.append(sock)
+            port = sock.getsockname()[1]
+            if also_free_offset:
+                try:
+                    if port + also_free_offset > 65535:
+                        continue
+                    held.append(_bound(port + also_free_offset))
+                except OSError:
+                    continue
+            ports.append(port)
+        if len(ports) == count:
+            return ports
+        raise RuntimeError(f"no {count} free ports found")
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def port_of(url: str) -> int:
@@ -132,7 +156,8 @@ def start_seaweedfs(data: Path) -> tuple[str, ServerProcess]:
     data.mkdir(parents=True, exist_ok=True)
     # every port its own, the admin server's too (it runs even without its UI, on a fixed port
     # by default, where a second SeaweedFS would clash with the first)
-    ports = {name: free_port(also_free_offset=10000) for name in ("s3", "master", "volume", "filer", "admin")}
+    names = ("s3", "master", "volume", "filer", "admin")
+    ports = dict(zip(names, free_ports(len(names), also_free_offset=10000)))
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
     process = ServerProcess(
         # its logs and the S3 gateway's socket in ``data``, not in /tmp
@@ -152,6 +177,21 @@ def start_seaweedfs(data: Path) -> tuple[str, ServerProcess]:
         stop(process)
         raise
     return f"http://127.0.0.1:{ports['s3']}", process
+
+
+def make_bucket(name: str) -> None:
+    import boto3
+
+    client = boto3.client("s3")
+    for _ in range(50):  # the gateway may answer before its filer is ready
+        try:
+            client.create_bucket(Bucket=name)
+            return
+        except client.exceptions.BucketAlreadyOwnedByYou:
+            return
+        except Exception:  # noqa: BLE001
+            time.sleep(0.2)
+    client.create_bucket(Bucket=name)
 
 
 class FaultProxy:

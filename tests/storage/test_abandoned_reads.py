@@ -97,4 +97,6 @@ def test_a_script_that_ends_while_its_reads_ahead_retry_exits_at_once(refusing_l
         script.kill()
         script.wait()
     assert script.returncode == 0, said
-    assert took < 2.5 and "Traceback" not in said
+    # (a held exit lasts until the retry deadline, 600 s, and ends in communicate's timeout; a loaded
+    # machine takes seconds to end any Python process with torch loaded: 6.3 s measured)
+    assert took < 20 and "Traceback" not in said

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import pipeline
-from tests.storage.conftest import make_bucket, upload_folder
+from tests.storage.conftest import upload_folder
+from tests.storage.servers import make_bucket
 from tests.write.test_indexing import SIZES, delivered_across_a_resume, every_sample, webdataset_shards
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")

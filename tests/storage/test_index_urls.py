@@ -22,7 +22,8 @@ import pipeline
 from pipeline.cli import main
 from pipeline.storage import redact
 from pipeline.storage.indexes import NoIndexError
-from tests.storage.conftest import make_bucket, upload_folder
+from tests.storage.conftest import upload_folder
+from tests.storage.servers import make_bucket
 
 from ..helpers import index_content, read_back
 

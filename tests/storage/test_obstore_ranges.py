@@ -19,8 +19,8 @@ import pytest
 
 from pipeline import make_loader
 from pipeline.storage import RetryPolicy, obstore_ranges, read_range
-from tests.storage.conftest import all_ids, make_bucket, run_in_child, upload_folder
-from tests.storage.servers import FaultProxy, port_of
+from tests.storage.conftest import all_ids, run_in_child, upload_folder
+from tests.storage.servers import FaultProxy, make_bucket, port_of
 
 pytest.importorskip("obstore")
 SHARD = "s3://clients/train/part-000002.tar"

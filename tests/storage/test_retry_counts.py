@@ -16,8 +16,8 @@ import pytest
 
 from pipeline import SourceError, make_loader
 from pipeline.storage import open_stream, read_range
-from tests.storage.conftest import all_ids, make_bucket, read_into, upload_folder
-from tests.storage.servers import FaultProxy, port_of
+from tests.storage.conftest import all_ids, read_into, upload_folder
+from tests.storage.servers import FaultProxy, make_bucket, port_of
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 SHARDS = "part-{000000..000008}.tar"
@@ -127,9 +127,12 @@ def counts_bucket(s3_env: str, web_root: Path, foreign_folder: str) -> str:
 
 
 def _many_quick_retries(monkeypatch) -> None:
-    """Enough attempts that no read runs out (so that every 503 is retried), and short waits."""
+    """Enough attempts that no read runs out (so that every 503 is retried), short waits, and a
+    read timeout no answer of a loaded machine reaches (the proxy runs in this process's threads;
+    a read that timed out would be a retry that is no 503)."""
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "20")
     monkeypatch.setenv("PIPELINE_RETRY_DELAY", "0.002")
+    monkeypatch.setenv("PIPELINE_READ_TIMEOUT", "60")
 
 
 def _epoch_counts(loader, proxy: FaultProxy, total: int) -> tuple[int, int]:
@@ -263,6 +266,7 @@ def test_over_s3_botocore_makes_no_attempt_of_its_own(counts_bucket: str, seawee
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_dataset_keeps_the_policy_of_its_construction(nginx: str, fast_retries, monkeypatch, workers: int) -> None:
     monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "3")
+    monkeypatch.setenv("PIPELINE_READ_TIMEOUT", "60")  # (503s only: see _many_quick_retries)
     proxy = FaultProxy(port_of(nginx), {})
     try:
         loader = make_loader(f"{proxy.url}/data/", num_workers=workers, batch_size=64, shuffle_buffer=300)

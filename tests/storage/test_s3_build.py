@@ -12,8 +12,8 @@ from pipeline import OutputExistsError, Part, SourceError
 from pipeline.storage import read_bytes
 from pipeline.storage import s3 as s3_storage
 from pipeline.storage.retry import RetryPolicy
-from tests.storage.conftest import all_ids, make_bucket
-from tests.storage.servers import FaultProxy, port_of
+from tests.storage.conftest import all_ids
+from tests.storage.servers import FaultProxy, make_bucket, port_of
 
 from ..helpers import index_content
 

@@ -11,8 +11,8 @@ import pytest
 
 from pipeline import SourceError, make_loader
 from pipeline.storage import read_range
-from tests.storage.conftest import make_bucket, upload_folder
-from tests.storage.servers import FaultProxy, port_of
+from tests.storage.conftest import upload_folder
+from tests.storage.servers import FaultProxy, make_bucket, port_of
 
 SHARD = "part-000001.tar"
 

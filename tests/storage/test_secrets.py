@@ -14,8 +14,7 @@ import pytest
 import pipeline
 from pipeline import SourceError, make_loader
 from pipeline.storage import read_range
-from tests.storage.conftest import make_bucket
-from tests.storage.servers import ACCESS_KEY, SECRET_KEY, FaultProxy, free_port, port_of
+from tests.storage.servers import ACCESS_KEY, SECRET_KEY, FaultProxy, free_port, make_bucket, port_of
 
 SIGNATURE, CREDENTIAL, PASSWORD = "sig-6f1d2e9a", "cred-AKIA7QZX", "pw-c4a1b7e2"
 SIGNED = f"?X-Amz-Signature={SIGNATURE}&X-Amz-Credential={CREDENTIAL}%2F20250101%2Fus-east-1&X-Amz-Expires=60"

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 import pipeline
-from tests.storage.conftest import make_bucket, upload_folder
+from tests.storage.conftest import upload_folder
+from tests.storage.servers import make_bucket
 
 TRAIN = Path(__file__).resolve().parents[2] / "scripts" / "train.py"
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -177,10 +178,11 @@ def test_training_example_under_torchrun_on_uneven_data(tmp_path: Path) -> None:
 
 def test_a_job_past_its_time_fails_with_its_stacks_and_leaves_no_process() -> None:
     before = set(child_pids(os.getpid()))
+    marker = f"run-{uuid.uuid4().hex}"  # (another job's stuck ranks are none of this test's business)
     with pytest.raises(pytest.fail.Exception, match=r"(?s)ran past 15 s; the job's stacks:.*in wait_for_ever"):
-        torchrun(2, str(HERE / "stuck_rank.py"), timeout=15)
+        torchrun(2, str(HERE / "stuck_rank.py"), marker, timeout=15)
     assert set(child_pids(os.getpid())) == before
-    assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if "stuck_rank.py" in command_line(pid)]
+    assert not ranks_running(marker)
 
 
 def test_an_interrupted_test_leaves_no_process_of_its_job() -> None:
@@ -189,10 +191,16 @@ def test_an_interrupted_test_leaves_no_process_of_its_job() -> None:
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     signal.alarm(8)
+    marker = f"run-{uuid.uuid4().hex}"
     try:
         with pytest.raises(KeyboardInterrupt):
-            torchrun(2, str(HERE / "stuck_rank.py"), timeout=120)
+            torchrun(2, str(HERE / "stuck_rank.py"), marker, timeout=120)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if "stuck_rank.py" in command_line(pid)]
+    assert not ranks_running(marker)
+
+
+def ranks_running(marker: str) -> list[int]:
+    """The processes on this machine whose command line holds ``marker``."""
+    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if marker in command_line(pid)]
