@@ -18,7 +18,7 @@ import numpy as np
 from . import npy
 from .codec import array_view, decode_record
 from .errors import SampleError, ShardError
-from .tar import DEFAULT_MAX_MEMBER_BYTES, BrokenAfterMember, DataAfterEnd, iter_members, split_name
+from .tar import DEFAULT_MAX_MEMBER_BYTES, BrokenAfterEnd, BrokenAfterMember, iter_members, split_name
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def iter_records(
     breaks after a record's members (the next header, the end of the archive) still yields that
     record before the error, for a caller that checks it (against its checksum) not to lose it;
     with ``pending_after_member``, only where the archive broke at a member of another key, whose
-    header was read, or after its end (a reader without checksums)."""
+    header was read, or after its end-of-archive blocks (a reader without checksums)."""
     key: str | None = None
     members: dict[str, bytes | memoryview] = {}
     offset = end = 0
@@ -77,7 +77,7 @@ def iter_records(
 
 def _after(exc: ShardError, key: str) -> bool:
     """Whether ``exc`` broke the archive after record ``key``'s members, not inside them."""
-    return isinstance(exc, DataAfterEnd) or (isinstance(exc, BrokenAfterMember) and split_name(exc.next_name)[0] != key)
+    return isinstance(exc, BrokenAfterEnd) or (isinstance(exc, BrokenAfterMember) and split_name(exc.next_name)[0] != key)
 
 
 def _load_npy(data: bytes | memoryview) -> np.ndarray:

@@ -93,15 +93,15 @@ class BrokenAfterMember(ShardError):
     next_name = ""
 
     @classmethod
-    def at(cls, url: str, offset: int, reason: str, next_name: str) -> "BrokenAfterMember":
+    def at(cls, url: str, offset: int | None, reason: str, next_name: str) -> "BrokenAfterMember":
         error = cls(url, offset, reason)
         error.next_name = next_name
         return error
 
 
-class DataAfterEnd(ShardError):
-    """Bytes other than zeros after the end-of-archive blocks (a second tar, a file appended): the
-    archive's records all ended before them."""
+class BrokenAfterEnd(ShardError):
+    """The archive's records all ended (its end-of-archive blocks read) before it broke: a
+    compressed stream that fails at its end (its checksum, its trailer cut)."""
 
 
 @dataclass(frozen=True)
@@ -222,9 +222,27 @@ class _Stream:
 
     def read(self, size: int, what: str, member: str | None = None) -> bytes | memoryview | None:
         """Exactly ``size`` bytes, ``None`` at a clean end before any byte, else ShardError
-        (:class:`BrokenAfterMember` for the body of ``member``).
+        (:class:`BrokenAfterMember` for the body of ``member``, a whole shard's: cut short, or a
+        compressed stream that fails in it).
         Asks for ``chunk`` bytes at most at a time: a header that claims gigabytes costs
         memory only for the bytes that really follow it."""
+        start = self.position
+        try:
+            data = self._read(size)
+        except ShardError as exc:
+            if member is None:
+                raise
+            raise BrokenAfterMember.at(self.url, exc.offset, exc.reason or str(exc), member) from None
+        self.position += len(data)
+        if len(data) < size and member is not None:
+            raise BrokenAfterMember.at(self.url, start, f"truncated {what} {member!r}: expected {size} bytes, got "
+                                       f"{len(data)} (the shard is cut short: copy or write it again, or leave it "
+                                       f"out)", member)
+        if len(data) < size and (data or what != "header"):
+            raise ShardError(self.url, start, f"truncated {what}: expected {size} bytes, got {len(data)}")
+        return data if data else None
+
+    def _read(self, size: int) -> bytes | memoryview:
         data: bytes | memoryview = self.stream.read(min(size, self.chunk))
         if len(data) < size and data:
             buffer = bytearray(data)
@@ -234,15 +252,7 @@ class _Stream:
                     break
                 buffer += more
             data = memoryview(buffer).toreadonly()
-        start = self.position
-        self.position += len(data)
-        if len(data) < size and member is not None:
-            raise BrokenAfterMember.at(self.url, start, f"truncated {what} {member!r}: expected {size} bytes, got "
-                                       f"{len(data)} (the shard is cut short: copy or write it again, or leave it "
-                                       f"out)", member)
-        if len(data) < size and (data or what != "header"):
-            raise ShardError(self.url, start, f"truncated {what}: expected {size} bytes, got {len(data)}")
-        return data if data else None
+        return data
 
     def skip(self, size: int, what: str) -> None:
         """Read past ``size`` bytes (a directory's body) without keeping them."""
@@ -373,7 +383,7 @@ def iter_members(
         if kind == _DIRECTORY or (kind == b"\0" and name.endswith("/")):
             reader.skip(padded, "directory")
         elif kind in _REGULAR:
-            body = reader.read(padded, "member", name) if padded else b""
+            body = reader.read(padded, "member", name if whole else None) if padded else b""
             yield TarMember(name, (body or b"")[:size], offset if first is None else first, reader.position)
         else:
             what = _REFUSED.get(kind, f"unknown type {kind!r}")
@@ -392,9 +402,16 @@ def _check_end(reader: _Stream, url: str, offset: int, whole: bool) -> None:
     if rest and rest != _ZERO_BLOCK[:len(rest)]:
         raise ShardError(url, offset, "a zero block inside the archive (a zeroed header?)")
     position = offset + BLOCK + len(rest)
-    while whole and (block := bytes(reader.stream.read(1 << 20))):
-        if block.count(0) != len(block):
+    while whole:
+        try:
+            block = bytes(reader.stream.read(1 << 20))
+        except ShardError as exc:  # a compressed stream's checksum, checked at its end
+            raise BrokenAfterEnd(url, exc.offset, exc.reason or str(exc)) from None
+        if not block:
+            return
+        if block.count(0) != len(block):  # (a second tar, or a stretch zeroed over members that looked like the
+            # end: the record before may have lost members, so it is not delivered)
             where = position + next(i for i, byte in enumerate(block) if byte)
-            raise DataAfterEnd(url, where - where % BLOCK, "data after the end of the archive (two tars one after "
-                               "the other, or a file appended to?): rewrite the shard as one tar")
+            raise ShardError(url, where - where % BLOCK, "data after the end of the archive (two tars one after "
+                             "the other, or a file appended to?): rewrite the shard as one tar")
         position += len(block)

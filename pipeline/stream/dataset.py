@@ -5,8 +5,9 @@ count epochs for you):
 
 - Every rank delivers a disjoint part of the epoch's shuffled sequence (see
   :mod:`pipeline.stream.plan`); with an index, every sample is delivered exactly once per epoch
-  (``remainder="pad"`` repeats up to ``world_size - 1`` samples so that ranks are equal,
-  ``"drop"`` leaves out as many, ``"keep"`` lets ranks differ by a batch: for evaluation).
+  (``remainder="pad"`` repeats up to ``world_size - 1`` samples so that ranks are equal, with
+  ``drop_last`` only where they complete a batch; ``"drop"`` leaves out as many, ``"keep"`` lets
+  ranks differ by a batch: for evaluation).
 - Every rank yields the same number of batches (``len(dataset)``), so DDP never waits for a
   rank that ran out; a rank's batches do not depend on the number of DataLoader workers (nor,
   in a ShardLoader, their order; a plain DataLoader takes the workers' batches one by one in

@@ -140,7 +140,7 @@ class ForeignStream:
     def _window(self, parts: list[Columns], rows: int, epoch: int, consumer: int,
                 window: int) -> tuple[Columns, np.ndarray]:
         with self.stats.timing(Count.GATHER):
-            columns = {name: stack_values(col) if isinstance(col, list) else col
+            columns = {name: stack_values(col, one_type=False) if isinstance(col, list) else col
                        for name, col in concat_columns(parts).items()}
         return columns, window_permutation(self.seed, epoch, consumer, window, rows, self.shuffle)
 

@@ -37,11 +37,12 @@ log = logging.getLogger("pipeline.stream")
 LARGE_SAMPLE_BYTES = 16 << 10
 
 
-def stack_values(values: Sequence[Any]) -> Any:
+def stack_values(values: Sequence[Any], one_type: bool = True) -> Any:
     """One column from per-sample values: an array if they are equally shaped arrays of one
     dtype (stacked, an int64 beside a float32 would become a float64: another number), or numbers
-    of one type that an array holds exactly (except large arrays, kept as a list of views until
-    batching), else the list."""
+    an array holds exactly, of one type (with ``one_type`` false, ints beside floats too: a stream
+    without an index, which has no field of several types to keep them in) (except large arrays,
+    kept as a list of views until batching), else the list."""
     first = values[0]
     if isinstance(first, np.ndarray) and first.nbytes >= LARGE_SAMPLE_BYTES:
         return list(values)
@@ -53,7 +54,7 @@ def stack_values(values: Sequence[Any]) -> Any:
         except ValueError:
             return list(values)
     if isinstance(first, (int, float)):  # bool is an int
-        if len(set(map(type, values))) > 1:  # an int beside a float would become a float: another value
+        if one_type and len(set(map(type, values))) > 1:  # an int beside a float would become a float
             return list(values)
         numbers = np.asarray(values)
         exact = numbers.dtype.kind in "biuf" and inexact_int(values, numbers) is None

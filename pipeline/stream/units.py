@@ -292,7 +292,7 @@ def _advised(exc: ShardError | SourceError, shards: IndexedShards) -> ShardError
     """``exc``, a shard's failure to pass its checks (a corrupt record, a tar header, a shard cut
     short), with what to do about it; others as they are (a missing shard, the network's
     failure and the index's own errors say what they are)."""
-    if type(exc) not in (ShardError, CutShort) or exc.reason is None:
+    if not isinstance(exc, (ShardError, CutShort)) or exc.reason is None:
         return exc
     return type(exc)(exc.url, exc.offset, exc.reason + _what_to_do(shards))
 

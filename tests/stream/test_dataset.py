@@ -277,7 +277,7 @@ def test_a_record_with_fields_the_first_lacks_is_told_of_and_read_when_named(tmp
 
 def test_foreign_samples_of_other_types_keep_their_values_and_types(tmp_path: Path) -> None:
     """Stacked with a float32 beside it, an int64 of 2**62 + 1 became a float64 of 2**62; JSON's
-    2**53 + 1 beside 0.5 became 2**53, and 1 beside 2.5 became 1.0 (numbers of one type still make one array)."""
+    2**53 + 1 beside 0.5 became 2**53 (numbers a float64 holds exactly still make one array)."""
     import io
 
     def npy(array: np.ndarray) -> bytes:
@@ -296,13 +296,8 @@ def test_foreign_samples_of_other_types_keep_their_values_and_types(tmp_path: Pa
     with wds.TarWriter(str(tmp_path / "exact.tar")) as sink:
         for key, text in (("k0", b"1"), ("k1", b"2.5")):
             sink.write({"__key__": key, "json": text})
-    mixed = next(iter(ShardDataset([str(tmp_path / "exact.tar")], batch_size=2, shuffle=False)))["json"]
-    assert mixed == [1, 2.5] and [type(v) for v in mixed] == [int, float]
-    with wds.TarWriter(str(tmp_path / "floats.tar")) as sink:
-        for key, text in (("k0", b"1.5"), ("k1", b"2.5")):
-            sink.write({"__key__": key, "json": text})
-    assert next(iter(ShardDataset([str(tmp_path / "floats.tar")], batch_size=2, shuffle=False)))["json"].tolist() == \
-        [1.5, 2.5]
+    assert next(iter(ShardDataset([str(tmp_path / "exact.tar")], batch_size=2, shuffle=False)))["json"].tolist() == \
+        [1.0, 2.5]
 
 
 def test_foreign_shards_under_ddp_are_refused_unless_uneven_ranks_are_allowed(tmp_path: Path) -> None:
