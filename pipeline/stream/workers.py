@@ -381,6 +381,6 @@ def stop_workers(iterator: Any) -> None:
         try:  # itself done first, and a second call returns at once) would leave workers running
             if worker.is_alive():
                 worker.kill()
-            worker.join(timeout=1)
+            worker.join(timeout=5)  # (killed, it is gone at once, but a loaded machine may take a second to end it)
         except (ValueError, AssertionError):  # a closed process object, or one this process did not start
             continue
