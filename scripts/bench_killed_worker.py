@@ -16,6 +16,8 @@ main thread waits for data and while it runs a "training step") and checks that:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import multiprocessing.util
 import os
@@ -34,6 +36,8 @@ import pipeline
 from pipeline.stream.loader import ShardLoader
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+#: A run takes about a second; one still going after this long hangs.
+RUN_LIMIT_S = 60
 
 
 def build(folder: Path) -> Path:
@@ -61,6 +65,14 @@ def ids(batches) -> list[list[int]]:
     return [batch["i"].tolist() for batch in batches]
 
 
+def kill_and_resume(workers: list[int]) -> None:
+    """Kill the first of ``workers`` and resume the others, each signal sent whatever became of
+    the others (an error on one would leave the rest stopped, and the run waiting for ever)."""
+    for pid, how in [(workers[0], signal.SIGKILL), *((p, signal.SIGCONT) for p in workers[1:])]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, how)
+
+
 def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
     """One kill; returns ``"ok"`` or what went wrong."""
     before = children()
@@ -79,8 +91,7 @@ def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
                 else:  # pause the others so that the main thread drains their batches and waits
                     for pid in workers:
                         os.kill(pid, signal.SIGSTOP)
-                    threading.Timer(0.3, lambda w=workers: [os.kill(w[0], signal.SIGKILL)] +
-                                    [os.kill(p, signal.SIGCONT) for p in w[1:]]).start()
+                    threading.Timer(0.3, kill_and_resume, (workers,)).start()
             if during_step:
                 time.sleep(0.005)
     except pipeline.WorkerError:
@@ -125,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         shards = build(Path(tmp) / "shards")
         reference = ids(new_loader(shards))
         for run in range(runs):
+            # a run that hangs ends the benchmark with every thread's stack, not a silent wait
+            faulthandler.dump_traceback_later(RUN_LIMIT_S, exit=True)
             outcome = one_run(shards, reference, during_step=run % 2 == 1)
+            faulthandler.cancel_dump_traceback_later()
             outcomes[outcome] += 1
             if outcome != "ok":
                 print(f"run {run}: {outcome}", file=sys.stderr)
