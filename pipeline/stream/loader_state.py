@@ -60,7 +60,6 @@ def resumed_position(dataset: ShardDataset, state: Mapping[str, Any]) -> Positio
     """Where a loader over ``dataset`` goes on from ``state`` (on another world size: a new leg),
     after checking that ``state`` is a loader's state whose plan ``dataset`` can continue; a mix's
     stream positions are carried over to ``dataset``."""
-    version = state.get("version") if isinstance(state, Mapping) else None
     state = _upgraded(state)
     saved = _saved_position(state)
     _check_mix_kind(dataset, state)
@@ -76,7 +75,7 @@ def resumed_position(dataset: ShardDataset, state: Mapping[str, Any]) -> Positio
     world = int(state["world_size"])
     if saved.middle:
         _check_inside_epoch(dataset, saved, world)
-        if version == 2:
+        if state["version"] == 2:  # (an upgraded state keeps the version it was written in)
             _check_version_2_padding(dataset, saved, world)
     if saved.middle and world != dataset.world_size:  # an elastic restart: a new leg
         return Position(saved.epoch, saved.legs + ((Leg(world, saved.batches),) if saved.batches else ()), 0)

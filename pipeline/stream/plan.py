@@ -118,8 +118,9 @@ def leg_sequences(samples: int, config: PlanConfig, legs: Sequence[Leg]) -> list
     pool = samples
     for j, leg in enumerate(legs):
         ranks = []
+        remainder = leg_remainder(pool, leg.world, config)
         for r in range(leg.world):
-            start, stop = rank_span(pool, leg.world, r, leg_remainder(pool, leg.world, config))
+            start, stop = rank_span(pool, leg.world, r, remainder)
             length = stop - start if pool else 0
             ranks.append(RankSequence(j, r, start, length, pool, unit_size(length, config)))
         out.append(ranks)
