@@ -9,12 +9,11 @@ offset instead of hanging or guessing.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator
+from typing import BinaryIO, Iterator
 
+from .compressed import GZIP_MAGIC
 from .errors import ShardError
 
 BLOCK = 512
@@ -262,54 +261,6 @@ class _Stream:
             size -= step
 
 
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-class _Peeked:
-    """A stream whose first bytes were read to look at them, read again from the start."""
-
-    def __init__(self, head: bytes, stream: BinaryIO) -> None:
-        self.head, self.stream = head, stream
-
-    def read(self, size: int = -1) -> bytes:
-        if not self.head:
-            return self.stream.read(size)
-        if size < 0:
-            data, self.head = self.head + self.stream.read(), b""
-            return data
-        data, self.head = self.head[:size], self.head[size:]
-        return data if len(data) == size else data + self.stream.read(size - len(data))
-
-
-class _Gunzipped:
-    """A gzip stream read as the tar it holds. Damage to the compressed bytes (a cut, a bad
-    block, a checksum that differs, which gzip checks at the end: read to the end) is a
-    :class:`ShardError` naming the shard; errors of the stream below pass through."""
-
-    def __init__(self, compressed: Any, url: str) -> None:
-        self.file = gzip.GzipFile(fileobj=compressed, mode="rb")
-        self.url = url
-
-    def read(self, size: int = -1) -> bytes:
-        try:
-            return self.file.read(size)
-        except ShardError:
-            raise
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise ShardError(self.url, None, f"gzip-compressed shard is damaged or cut: {exc}") from None
-
-
-def open_archive(stream: BinaryIO, url: str) -> BinaryIO:
-    """The tar stream in ``stream``: decompressed as it is read when it is gzip-compressed (a
-    ``.tar.gz``, as webdataset writes with ``ShardWriter("x-%06d.tar.gz")``; byte offsets in
-    errors are then those of the decompressed tar), else as it is."""
-    head = stream.read(2)
-    peeked = _Peeked(head, stream)
-    if head != _GZIP_MAGIC:
-        return peeked  # type: ignore[return-value]
-    return _Gunzipped(peeked, url)  # type: ignore[return-value]
-
-
 def iter_members(
     stream: BinaryIO | bytes | bytearray | memoryview,
     url: str,
@@ -347,7 +298,7 @@ def iter_members(
                 _check_end(reader, url, offset, whole)
             return
         header = bytes(block)
-        if offset == 0 and header[:2] == _GZIP_MAGIC:
+        if offset == 0 and header[:2] == GZIP_MAGIC:
             raise ShardError(url, 0, "is gzip-compressed (a .tar.gz), not a plain tar: stream it without an "
                              "index, or decompress it (gunzip) to index it or read it by ranges")
         try:

@@ -14,12 +14,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..format.codec import KEYS_FIELD, ROWS_FIELD
+from ..format.compressed import open_archive
 from ..format.errors import ShardError
 from ..format.fixed_runs import RunLayouts
 from ..format.index import Schema, ShardInfo
 from ..format.numbers import inexact_int, joins_exactly
 from ..format.packing import SAMPLE_KEY, sample_keys
-from ..format.tar import open_archive
 from ..format.walk import WalkedRecord, walk_shard
 from ..storage import redact
 from ..storage.buffers import pooled_concatenate, pooled_stack
