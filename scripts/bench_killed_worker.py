@@ -57,6 +57,17 @@ def children() -> set[int]:
     return found
 
 
+def describe(pid: int, workers: list[int]) -> str:
+    """A child process in a few words: which it is, and its state (R running, S sleeping, T
+    stopped, Z exited and not waited for)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        state = "gone"
+    which = f"worker {workers.index(pid)}" if pid in workers else "not a worker"
+    return f"pid {pid} ({which}, state {state})"
+
+
 def new_loader(shards: Path) -> ShardLoader:
     return pipeline.make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300)
 
@@ -78,7 +89,7 @@ def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
     before = children()
     loader = new_loader(shards)
     delivered: list[list[int]] = []
-    killed_at = None
+    killed_at, workers = None, []
     try:
         for batch in loader:
             delivered.append(batch["i"].tolist())
@@ -108,7 +119,7 @@ def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
     while children() - before and time.monotonic() < deadline:
         time.sleep(0.05)
     if children() - before:
-        return "workers left running"
+        return f"workers left running: {', '.join(describe(pid, workers) for pid in sorted(children() - before))}"
     if delivered != reference[:len(delivered)]:
         return "wrong batches before the error"
     state = loader.state_dict()

@@ -86,6 +86,7 @@ def build_shards(folder: Path, shape: str, rows: int, pack: int) -> list[str]:
 
 
 SERVERS: set[int] = set()  # the servers' processes, left out of the loader's memory
+SEAWEEDFS_PORTS: dict[str, int] = {}  # (in the report: a test looks for files left behind by port)
 
 
 def server_cpu_seconds() -> float:
@@ -282,6 +283,7 @@ def bench_http(folder: Path, names: list[str], runs: int, local: LoaderEpoch) ->
 def bench_s3(folder: Path, names: list[str], runs: int, local: LoaderEpoch) -> list[dict]:
     endpoint, process = start_seaweedfs(folder / "seaweedfs")
     SERVERS.add(process.pid)
+    SEAWEEDFS_PORTS.update(process.ports)
     os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                        "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1"})
     try:
@@ -377,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_remote.json").write_text(json.dumps({"config": vars(args) | {"out": str(args.out)},
-                                                            "rows": rows}, indent=1))
+                                                            "rows": rows, "seaweedfs_ports": SEAWEEDFS_PORTS},
+                                                           indent=1))
     return 0
 
 

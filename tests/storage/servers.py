@@ -3,6 +3,7 @@ a TCP proxy of our own that injects faults between a client and a server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -13,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -65,6 +66,14 @@ def free_ports(count: int, also_free_offset: int = 0) -> list[int]:
             sock.close()
 
 
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A port of 127.0.0.1 that refuses connections: bound, not listening, and held so until the
+    block ends (a port let go of may be another server's by the time a test connects)."""
+    with _bound(0) as sock:
+        yield sock.getsockname()[1]
+
+
 def port_of(url: str) -> int:
     """The port of a server's base URL (``http://127.0.0.1:PORT``)."""
     return int(url.rsplit(":", 1)[1])
@@ -84,9 +93,10 @@ def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: floa
 
 class ServerProcess(subprocess.Popen):
     """A server's process, with the files it may leave outside its own folder (``leftovers``),
-    which ``stop`` removes once it has exited."""
+    which ``stop`` removes once it has exited, and its ports by what listens there."""
 
     leftovers: tuple[Path, ...] = ()
+    ports: dict[str, int] = {}
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -159,17 +169,20 @@ def start_seaweedfs(data: Path) -> tuple[str, ServerProcess]:
     names = ("s3", "master", "volume", "filer", "admin")
     ports = dict(zip(names, free_ports(len(names), also_free_offset=10000)))
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    s3_socket = Path(f"/tmp/seaweedfs-s3-{ports['s3']}.sock")
     process = ServerProcess(
-        # its logs and the S3 gateway's socket in ``data``, not in /tmp
-        [binary, f"-logdir={data}", "mini", f"-dir={data}", f"-s3.localSocket={data / 's3.sock'}",
+        # its logs in ``data``, not in /tmp; the S3 gateway's socket in /tmp, as its others (in ``data``,
+        # a deep temporary folder, its path may pass the 107 bytes a socket's may have: it exits then)
+        [binary, f"-logdir={data}", "mini", f"-dir={data}", f"-s3.localSocket={s3_socket}",
          "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
          "-admin.ui=false", f"-admin.port={ports['admin']}", "-webdav=false",
          f"-s3.port={ports['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
          f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    process.ports = ports
     # its gRPC sockets and the filer's go to /tmp whatever its options (a socket path of over 107
     # bytes fails), and a stop does not always remove them all
-    process.leftovers = (Path(f"/tmp/seaweedfs-filer-{ports['filer']}.sock"),
+    process.leftovers = (s3_socket, Path(f"/tmp/seaweedfs-filer-{ports['filer']}.sock"),
                          *(Path(f"/tmp/seaweedfs-{name}-grpc-{port + 10000}.sock") for name, port in ports.items()))
     try:
         wait_for_port(ports["s3"], process, "SeaweedFS S3", timeout=60)
@@ -177,6 +190,13 @@ def start_seaweedfs(data: Path) -> tuple[str, ServerProcess]:
         stop(process)
         raise
     return f"http://127.0.0.1:{ports['s3']}", process
+
+
+def seaweedfs_sockets(ports: dict[str, int]) -> set[Path]:
+    """The sockets in /tmp of the SeaweedFS on ``ports`` (named by its ports, its gRPC ones 10000
+    above: another server's may be there too)."""
+    names = {str(port + offset) for port in ports.values() for offset in (0, 10000)}
+    return {path for path in Path("/tmp").glob("seaweedfs-*.sock") if path.stem.rsplit("-", 1)[-1] in names}
 
 
 def make_bucket(name: str) -> None:

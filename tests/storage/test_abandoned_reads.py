@@ -63,7 +63,7 @@ def test_workers_stopped_while_their_reads_retry_exit_on_their_own(refusing_late
     assert wait_for(lambda: proxy.counts["503"] >= 6)
     began = time.monotonic()
     del batches
-    assert time.monotonic() - began < 2.5 and [worker.exitcode for worker in workers] == [0, 0]
+    assert time.monotonic() - began < 6 and [worker.exitcode for worker in workers] == [0, 0]
     proxy.fail_after = None
     assert sorted(first + all_ids(loader)) == list(range(total_samples))
 

@@ -18,7 +18,7 @@ from pipeline.cli import main
 from pipeline.storage import RetryPolicy, retry
 from pipeline.storage import http as http_backend
 from pipeline.storage.opener import read_bytes
-from tests.storage.servers import FaultProxy, port_of
+from tests.storage.servers import FaultProxy, port_of, refused_port
 
 NO_HOST = "no-such-host.invalid"  # a name that never resolves (RFC 6761)
 GONE = "part-000002.tar"
@@ -122,17 +122,15 @@ def test_an_index_at_a_server_that_refuses_connections_is_that_error_not_a_shard
     """Refused is not "no index here": before, the URL was then read as a shard and its folder
     searched for an index, each after its own retries (2 minutes in tune), and the error blamed
     byte 0 of a shard."""
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]  # closed again: nothing listens there
     monkeypatch.setenv("PIPELINE_RETRY_DELAY", "0.01")
-    url = f"http://127.0.0.1:{port}/data"
-    with pytest.raises(pipeline.SourceError) as caught:
-        pipeline.make_loader(url, num_workers=0)
-    told = str(caught.value)
-    assert told.startswith(f"{url}/index.json: cannot read index file (request failed 8 times, last: ") and \
-        "Connection refused" in told
-    code, out, err = _cli(capsys, "tune", url, "--workers", "0", "--seconds", "0.2")
+    with refused_port() as port:
+        url = f"http://127.0.0.1:{port}/data"
+        with pytest.raises(pipeline.SourceError) as caught:
+            pipeline.make_loader(url, num_workers=0)
+        told = str(caught.value)
+        assert told.startswith(f"{url}/index.json: cannot read index file (request failed 8 times, last: ") and \
+            "Connection refused" in told
+        code, out, err = _cli(capsys, "tune", url, "--workers", "0", "--seconds", "0.2")
     assert (code, out, err) == (1, "", f"error: {told}\n")
 
 

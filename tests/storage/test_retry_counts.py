@@ -231,9 +231,9 @@ def test_a_deadline_ends_a_run_of_failures(scripted, fast_retries, monkeypatch) 
     monkeypatch.setenv("PIPELINE_RETRY_DEADLINE", "0.5")
     server = scripted(lambda n: "503")
     began = time.monotonic()
-    with pytest.raises(SourceError, match=r"failed \d+ times in 0\.\ds \(retry deadline 0\.5s\), last: HTTP 503"):
+    with pytest.raises(SourceError, match=r"failed \d+ times in \d+\.\ds \(retry deadline 0\.5s\), last: HTTP 503"):
         read_range(server.url, 0, 1000)
-    assert time.monotonic() - began < 1.5 and 3 <= server.requests < 12
+    assert time.monotonic() - began < 5 and 3 <= server.requests < 12  # (without the deadline: 50 s)
 
 
 @pytest.mark.parametrize("read", [read_range, read_into])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 import subprocess
 import sys
 import warnings
@@ -17,7 +16,7 @@ from pipeline import SourceError, make_loader
 from pipeline.cli import main
 from pipeline.storage import read_bytes, read_range
 from tests.storage.conftest import all_ids, play, read_into, upload_folder
-from tests.storage.servers import make_bucket, start_seaweedfs, stop
+from tests.storage.servers import make_bucket, seaweedfs_sockets, start_seaweedfs, stop
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -139,29 +138,33 @@ def test_a_seaweedfs_stopped_uncleanly_leaves_no_socket_in_tmp(tmp_path: Path) -
     """SeaweedFS puts its gRPC sockets in /tmp whatever its options, and a stop that comes at a
     bad time (or a kill) leaves some there; the harness removes them once it has exited."""
     _, process = start_seaweedfs(tmp_path / "seaweedfs")
-    grpc = {int(re.search(r"-(\d+)\.sock$", path.name)[1]) for path in process.leftovers if "-grpc-" in path.name}
-    ports = {str(port) for port in grpc | {port - 10000 for port in grpc}}  # (its own ports: not another job's)
-
-    def its_sockets() -> set[Path]:
-        return {path for path in Path("/tmp").glob("seaweedfs-*.sock") if path.stem.rsplit("-", 1)[-1] in ports}
-
     process.kill()
-    left = its_sockets()
+    left = seaweedfs_sockets(process.ports)
     stop(process)
-    assert left <= set(process.leftovers) and not its_sockets()
+    assert left and left <= set(process.leftovers) and not seaweedfs_sockets(process.ports)
+
+
+def test_seaweedfs_starts_in_a_folder_too_deep_for_a_socket_path(tmp_path: Path) -> None:
+    """A socket's path has at most 107 bytes: none of SeaweedFS's goes in its (deep) folder."""
+    endpoint, process = start_seaweedfs(tmp_path / ("deep" * 20) / "seaweedfs")
+    try:
+        assert endpoint == f"http://127.0.0.1:{process.ports['s3']}"
+    finally:
+        stop(process)
 
 
 @pytest.mark.parametrize("shape", ["embeddings", "images"])
 def test_the_remote_benchmark_runs_local_http_and_s3(tmp_path: Path, shape: str) -> None:
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_remote.py"
     (tmp_path / "tmp").mkdir()
-    sockets = set(Path("/tmp").glob("seaweedfs-*.sock"))
     result = subprocess.run([sys.executable, str(script), "--quick", "--shape", shape, "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "bench_remote.json").read_text())
     # nothing left behind: not the servers' logs (in TMPDIR), not SeaweedFS's sockets (in /tmp whatever TMPDIR)
-    assert not list((tmp_path / "tmp").iterdir()) and set(Path("/tmp").glob("seaweedfs-*.sock")) <= sockets
-    rows = json.loads((tmp_path / "bench_remote.json").read_text())["rows"]
+    assert not list((tmp_path / "tmp").iterdir())
+    assert len(report["seaweedfs_ports"]) == 5 and not seaweedfs_sockets(report["seaweedfs_ports"])
+    rows = report["rows"]
     assert [(r["source"], r["reader"].split(":")[0]) for r in rows] == [
         ("local", "this loader (2 workers)"), ("http", "curl"), ("http", "this loader (2 workers, urllib3)"),
         ("http", "this loader (2 workers, obstore)"), ("http", "ranged GETs of 512 KB, 8 threads, urllib3"),

@@ -14,7 +14,7 @@ import pytest
 import pipeline
 from pipeline import SourceError, make_loader
 from pipeline.storage import read_range
-from tests.storage.servers import ACCESS_KEY, SECRET_KEY, FaultProxy, free_port, make_bucket, port_of
+from tests.storage.servers import ACCESS_KEY, SECRET_KEY, FaultProxy, make_bucket, port_of, refused_port
 
 SIGNATURE, CREDENTIAL, PASSWORD = "sig-6f1d2e9a", "cred-AKIA7QZX", "pw-c4a1b7e2"
 SIGNED = f"?X-Amz-Signature={SIGNATURE}&X-Amz-Credential={CREDENTIAL}%2F20250101%2Fus-east-1&X-Amz-Expires=60"
@@ -75,17 +75,18 @@ def test_http_errors_retries_and_resumes_never_show_passwords_or_signatures(ngin
     assert str(error).endswith("/data/nope.tar?<redacted> at byte 0: HTTP 404 not found")
     port = port_of(nginx)
     unavailable, cutting = FaultProxy(port, {}, fail_after=0), FaultProxy(port, {"cut": 1.0})
-    refused_upstream = FaultProxy(free_port(), {})
-    try:
-        error = leaks.error(lambda: read_range(with_secrets(unavailable.url, "/data/part-000000.tar"), 0, 10))
-        assert "request failed 3 times, last: HTTP 503" in str(error)
-        assert read_range(with_secrets(cutting.url, "/data/part-000000.tar"), 0, 60_000)  # resumed after cuts
-        error = leaks.error(lambda: read_range(with_secrets(refused_upstream.url, "/data/part-000000.tar"), 0, 10))
-        assert "request failed 3 times" in str(error)
-    finally:
-        for proxy in (unavailable, cutting, refused_upstream):
-            proxy.close()
-    error = leaks.error(lambda: read_range(with_secrets(f"http://127.0.0.1:{free_port()}", "/x.tar"), 0, 10))
+    with refused_port() as closed:
+        refused_upstream = FaultProxy(closed, {})
+        try:
+            error = leaks.error(lambda: read_range(with_secrets(unavailable.url, "/data/part-000000.tar"), 0, 10))
+            assert "request failed 3 times, last: HTTP 503" in str(error)
+            assert read_range(with_secrets(cutting.url, "/data/part-000000.tar"), 0, 60_000)  # resumed after cuts
+            error = leaks.error(lambda: read_range(with_secrets(refused_upstream.url, "/data/part-000000.tar"), 0, 10))
+            assert "request failed 3 times" in str(error)
+        finally:
+            for proxy in (unavailable, cutting, refused_upstream):
+                proxy.close()
+        error = leaks.error(lambda: read_range(with_secrets(f"http://127.0.0.1:{closed}", "/x.tar"), 0, 10))
     assert "Connection refused" in str(error)
     logged = [record.getMessage() for record in leaks.caplog.records]
     assert any("retrying request" in line for line in logged) and any("resuming" in line for line in logged)
@@ -166,6 +167,7 @@ def test_s3_errors_never_show_the_secret_key(s3_env: str, web_root: Path, leaks:
     assert "InvalidAccessKeyId" in str(error)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://reader:{PASSWORD}@127.0.0.1:{free_port()}")
-    error = leaks.error(lambda: read_range("s3://secrets/part-000000.tar", 0, 10))
+    with refused_port() as closed:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://reader:{PASSWORD}@127.0.0.1:{closed}")
+        error = leaks.error(lambda: read_range("s3://secrets/part-000000.tar", 0, 10))
     assert "failed 3 times" in str(error)

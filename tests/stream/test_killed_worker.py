@@ -201,7 +201,8 @@ def test_a_death_the_signal_does_not_report_is_found_by_the_loader_within_a_seco
         with pytest.raises(WorkerError, match=r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly"):
             for batch in iterator:
                 head.append(batch["i"].tolist())
-        assert time.monotonic() - killed[0] < 2
+        # (PyTorch's own watch: about 5 s after the main thread began to wait, 0.3 s before the kill)
+        assert time.monotonic() - killed[0] < 4
     finally:
         signal.signal(signal.SIGCHLD, watched)
     assert len(workers) == 2 and still_children(workers) == [] and worker_pids(loader) == []
