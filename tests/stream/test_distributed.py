@@ -51,13 +51,16 @@ def torchrun(nproc: int, *args: str, timeout: int = 180, check: bool = True) -> 
 def stop_job(pid: int, ask_for_stacks: bool) -> None:
     """Kill torchrun ``pid`` and every process of its job. torchrun starts each rank in a session
     of its own, so the sessions are collected, and every process in one of them is killed (one
-    a rank started meanwhile too)."""
+    a rank started meanwhile too). torchrun is stopped first: a rank it started after the
+    sessions were collected would be in none of them."""
     if ask_for_stacks:  # one process at a time: dumps written at once into the one stderr interleave
         for process in descendants(pid):
             signal_all([process], signal.SIGUSR1)
             time.sleep(0.3)
         time.sleep(1)
-    sessions = {pid, *(session_of(child) for child in descendants(pid))} - {None, session_of(os.getpid())}
+    signal_all([pid], signal.SIGSTOP)
+    found = descendants(pid)  # (a rank's session is torchrun's until it calls setsid, then its own pid)
+    sessions = {pid, *found, *map(session_of, found)} - {None, session_of(os.getpid())}
     for _ in range(50):  # until none is left, or 5 s
         members = [p for p in map(int, filter(str.isdigit, os.listdir("/proc"))) if session_of(p) in sessions]
         if not members:
