@@ -96,7 +96,7 @@ class ServerProcess(subprocess.Popen):
     which ``stop`` removes once it has exited, and its ports by what listens there."""
 
     leftovers: tuple[Path, ...] = ()
-    ports: dict[str, int] = {}
+    ports: dict[str, int]  # (set by start_seaweedfs)
 
 
 def stop(process: subprocess.Popen) -> None:
