@@ -14,6 +14,7 @@ raise one :class:`SourceError` naming the URL, the byte offset and the cause.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import posixpath
@@ -73,7 +74,7 @@ def _open_local(url: str, start: int) -> int:
     try:
         fd = os.open(local_path(url), os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise SourceError(url, start, f"cannot open: {exc.strerror}") from None
+        raise SourceError(url, start, f"cannot open: {exc.strerror}{_advice(exc)}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
@@ -102,25 +103,54 @@ def _local_range(url: str, start: int, stop: int) -> bytes:
         os.close(fd)
 
 
-def map_range(url: str, start: int, stop: int) -> memoryview:
-    """Bytes ``[start, stop)`` of a local file as a read-only view of its pages (no copy into
-    our memory: the page cache itself, unmapped when the last view of it goes)."""
+def check_range(url: str, start: int, stop: int, size: int | None = None) -> None:
+    """That ``[start, stop)`` is a range (of a file of ``size`` bytes, when given)."""
     if stop < start:  # an index's offsets out of order: its table is damaged
         raise SourceError(url, start, f"a range that ends (at byte {stop}) before it starts: is the index's table "
                                       f"(index.bin) damaged? 'pipeline verify' checks it")
+    if size is not None and size < stop:
+        raise CutShort(url, size, f"ends at byte {size}, expected data up to byte {stop}")
+
+
+def _mapped(fd: int, url: str, at: int, length: int, offset: int = 0) -> mmap.mmap:
+    try:
+        return mmap.mmap(fd, length, offset=offset, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise SourceError(url, at, f"cannot map it: {exc.strerror or exc}{_advice(exc)}") from None
+
+
+def _advice(exc: OSError) -> str:
+    """What to do about an error opening or mapping a file, where there is something to do."""
+    if exc.errno == errno.EMFILE:
+        return " (this process has as many files open as it may: raise the limit, ulimit -n)"
+    return ""
+
+
+def map_file(url: str, wanted_at: int = 0) -> tuple[memoryview, os.stat_result]:
+    """A local file whole as a read-only view of its pages, and its status when mapped (a
+    failure names the byte ``wanted_at``, for which it was mapped)."""
+    fd = _open_local(url, wanted_at)
+    try:
+        status = os.fstat(fd)
+        if status.st_size == 0:
+            return memoryview(b""), status
+        return memoryview(_mapped(fd, url, wanted_at, status.st_size)), status
+    finally:
+        os.close(fd)
+
+
+def map_range(url: str, start: int, stop: int) -> memoryview:
+    """Bytes ``[start, stop)`` of a local file as a read-only view of its pages (no copy into
+    our memory: the page cache itself, unmapped when the last view of it goes)."""
+    check_range(url, start, stop)  # (before the file is opened: an index that misstates it is what to mend)
     fd = _open_local(url, start)
     try:
         size = os.fstat(fd).st_size
-        if size < stop:
-            raise CutShort(url, size, f"ends at byte {size}, expected data up to byte {stop}")
+        check_range(url, start, stop, size)
         if stop == start:
             return memoryview(b"")
         base = start - start % mmap.ALLOCATIONGRANULARITY
-        try:
-            mapped = mmap.mmap(fd, stop - base, offset=base, access=mmap.ACCESS_READ)
-        except OSError as exc:
-            raise SourceError(url, start, f"cannot map it: {exc.strerror or exc}") from None
-        return memoryview(mapped)[start - base:]
+        return memoryview(_mapped(fd, url, start, stop - base, base))[start - base:]
     finally:
         os.close(fd)
 

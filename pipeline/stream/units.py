@@ -29,6 +29,7 @@ from ..storage import SourceError, is_remote, read_range, redact
 from ..storage.buffers import process_pool
 from ..storage.cache import ShardCache
 from ..storage.errors import CutShort, ServerSetupError
+from ..storage.file_maps import FileMaps
 from ..storage.indexes import IndexedShards, http_forbidden, nothing_at
 from ..storage.opener import has_ranged_reads, local_path, map_range, read_range_into
 from ..storage.per_process import per_process
@@ -63,12 +64,21 @@ class UnitReader:
         self.searching = False  # reading blocks to find such rows: their losses are not this unit's
         self.last_loss: str | None = None  # why the latest piece skipped was lost
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
+        self.file_maps: FileMaps | None = None  # local files' mappings, shared by a unit's pieces while it is read
 
     def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
              blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
         """The samples at material ``positions``, read block by block, keeping of each block only
         the rows needed (a unit of a later leg may take a few rows of many blocks): their
         columns, and the row of them of each position (to gather, in that order)."""
+        self.file_maps = FileMaps()
+        try:
+            return self._read_unit(material, first_leg, positions, blocks)
+        finally:
+            self.file_maps = None  # (the unit's views hold the mappings they need)
+
+    def _read_unit(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
+                   blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
         total = max(material.samples, 1)
         names, where = _blocks_of(blocks)
         rows = np.empty(len(positions), np.int64)
@@ -270,11 +280,12 @@ class UnitReader:
         return redact(url), offset, f"record {record} (key {key!r})"
 
     def _range_reader(self, url: str, start: int, stop: int, shard: ShardInfo) -> bytes | memoryview:
+        mapped = map_range if self.file_maps is None else self.file_maps.range
         if not is_remote(url):
-            return map_range(url, start, stop)
+            return mapped(url, start, stop)
         if self.cache is not None:
             with self.cache.reading(url, shard.bytes, shard.sha256) as path:
-                return map_range(str(path), start, stop)  # the mapping outlives an eviction
+                return mapped(str(path), start, stop)  # the mapping outlives an eviction
         if not has_ranged_reads(url):  # pipe:, fsspec: bytes of their own
             return read_range(url, start, stop, self.policy, stats=self.stats)
         out = process_pool().take(stop - start)

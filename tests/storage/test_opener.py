@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import resource
 import warnings
 from pathlib import Path
 
@@ -11,7 +14,10 @@ import pytest
 import pipeline
 from pipeline import SourceError
 from pipeline.storage import join, open_stream, read_range, redact
+from pipeline.storage.errors import CutShort
+from pipeline.storage.file_maps import FileMaps
 from pipeline.storage.indexes import NoIndexError
+from pipeline.storage.opener import map_range
 from tests.stream.shardsets import uneven_shards
 
 
@@ -151,8 +157,46 @@ def test_a_shard_that_is_not_a_file_is_an_error_naming_it_not_a_hang(tmp_path: P
 def test_a_range_that_ends_before_it_starts_names_the_file(tmp_path: Path) -> None:
     """A damaged index.bin can give a record an end before its start: mmap said only 'memory
     mapped length must be positive'."""
-    from pipeline.storage.opener import map_range
-
     (tmp_path / "f.tar").write_bytes(bytes(4096))
-    with pytest.raises(SourceError, match=r"f\.tar at byte 3000: a range that ends \(at byte 1000\) before it starts"):
-        map_range(str(tmp_path / "f.tar"), 3000, 1000)
+    for read in (map_range, FileMaps().range):
+        with pytest.raises(SourceError, match=r"f\.tar at byte 3000: a range that ends \(at byte 1000\) before it "
+                                              r"starts"):
+            read(str(tmp_path / "f.tar"), 3000, 1000)
+
+
+def test_a_units_ranges_of_one_file_share_its_mapping_and_see_it_replaced(tmp_path: Path) -> None:
+    """Ranges of one file read for a unit are views of one mapping (one descriptor a file,
+    however many pieces); a file replaced meanwhile (a cache's copy downloaded again) is mapped
+    again, and a range past its end is the error a single range's mapping gives."""
+    path = tmp_path / "f.tar"
+    path.write_bytes(bytes(range(256)) * 64)
+    maps = FileMaps()
+    first, second = maps.range(str(path), 10, 20), maps.range(str(path), 5000, 5004)
+    assert bytes(first) == bytes(range(10, 20)) and bytes(second) == bytes(range(136, 140))
+    assert first.obj is second.obj  # the same mapping
+    path.with_name("new").write_bytes(bytes(reversed(range(256))) * 4)
+    path.with_name("new").replace(path)
+    assert bytes(maps.range(str(path), 0, 3)) == bytes([255, 254, 253]) and bytes(first) == bytes(range(10, 20))
+    for read in (map_range, maps.range):
+        with pytest.raises(CutShort, match=r"f\.tar at byte 1024: ends at byte 1024, expected data up to byte 2000"):
+            read(str(path), 1000, 2000)
+    path.write_bytes(b"")
+    assert bytes(maps.range(str(path), 0, 0)) == b""
+
+
+def test_out_of_descriptors_says_to_raise_the_limit(tmp_path: Path) -> None:
+    (tmp_path / "f.tar").write_bytes(bytes(4096))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(map(int, os.listdir("/proc/self/fd"))) + 2, hard))
+    held = []
+    try:
+        with contextlib.suppress(OSError):  # every descriptor the limit leaves taken
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        with pytest.raises(SourceError, match=r"f\.tar at byte 0: cannot open: Too many open files \(this process has "
+                                              r"as many files open as it may: raise the limit, ulimit -n\)"):
+            map_range(str(tmp_path / "f.tar"), 0, 10)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

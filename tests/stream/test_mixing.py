@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import subprocess
 import sys
 from collections import Counter
@@ -239,3 +240,26 @@ def test_weights_are_shares_whatever_their_scale(mix: dict[str, str]) -> None:
         return loader.state_dict()["mix"]["counts"]
 
     assert counts(1e307) == counts(1e-300) == counts(1.0) == [27_750, 16_650, 11_100]
+
+
+def test_a_small_source_drawn_many_times_reads_with_few_files_open(tmp_path: Path) -> None:
+    """Every piece of a local shard was mapped on its own, and Python's mmap holds a descriptor
+    a mapping: a unit with thousands of pieces of a small source (here 4,000 samples of a set of
+    100, in one unit) ran out of them ("Too many open files" at 1,024, here 256). One mapping a
+    shard for each unit holds a few."""
+    import pipeline
+
+    pipeline.write_shards(tmp_path / "big", {"i": np.arange(20_000), "x": np.zeros((20_000, 4), np.float32)},
+                          quiet=True)
+    pipeline.write_shards(tmp_path / "small", {"i": np.arange(100) + 10**6, "x": np.ones((100, 4), np.float32)},
+                          quiet=True)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        loader = make_loader({"big": str(tmp_path / "big"), "small": str(tmp_path / "small")},
+                             samples={"big": 20_000, "small": 4_000}, num_workers=0, batch_size=256, seed=0)
+        ids = np.concatenate([batch["i"].numpy() for batch in loader])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert sorted(ids[ids < 10**6].tolist()) == list(range(20_000))
+    assert Counter(ids[ids >= 10**6].tolist()) == {10**6 + n: 40 for n in range(100)}
