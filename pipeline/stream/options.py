@@ -95,14 +95,24 @@ def rank_and_world(rank: Any, world_size: Any) -> tuple[int, int]:
     """This process's rank and the world size: those given, else torch.distributed's when it is
     initialised, else ``RANK``/``WORLD_SIZE`` (as torchrun sets them), else 0 of 1."""
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    # one given, the other from nowhere: every process would take the same part (world_size=2
+    # alone is rank 0 in each), or a rank of a world of one
+    for given, name, other, variable in ((world_size, "world_size", rank, "RANK"),
+                                         (rank, "rank", world_size, "WORLD_SIZE")):
+        if given is not None and other is None and not distributed and variable not in os.environ:
+            missing = "rank" if name == "world_size" else "world_size"
+            raise ValueError(f"{name}={given!r} is given without {missing}=: pass both (each process its own rank, "
+                             f"0 to world_size - 1), or neither under torchrun or torch.distributed")
     if rank is None:
         rank = torch.distributed.get_rank() if distributed else environment_count("RANK", 0)
     if world_size is None:
         world_size = torch.distributed.get_world_size() if distributed else environment_count("WORLD_SIZE", 1)
     if not is_whole(rank) or not is_whole(world_size):
         raise TypeError(f"rank and world_size must be integers, got {rank!r} and {world_size!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is outside world size {world_size}")
+        raise ValueError(f"rank {rank} is outside world size {world_size}: ranks are 0 to {world_size - 1}")
     return int(rank), int(world_size)
 
 

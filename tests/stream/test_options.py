@@ -25,6 +25,12 @@ def shards(tmp_path_factory) -> Path:
 
 
 BAD_OPTIONS = [
+    # one of rank and world_size, and the other from nowhere: world_size=2 alone was rank 0 in every process
+    ({"world_size": 2}, "world_size=2 is given without rank=: pass both (each process its own rank, 0 to "
+                        "world_size - 1), or neither under torchrun or torch.distributed"),
+    ({"rank": 1}, "rank=1 is given without world_size=: pass both"),
+    ({"rank": 0, "world_size": 0}, "world_size must be at least 1, got 0"),
+    ({"rank": 2, "world_size": 2}, "rank 2 is outside world size 2: ranks are 0 to 1"),
     ({"as_tuple": ("x", "q")}, "as_tuple names ['q'], which are not in the index (it has ['x', 'y'])"),
     ({"as_tuple": ("x", "y"), "fields": ["x"]}, "as_tuple names ['y'], which fields= leaves out"),
     ({"fields": []}, "fields=[] names no field: name at least one, or leave fields out"),
