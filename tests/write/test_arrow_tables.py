@@ -111,3 +111,12 @@ def test_a_folder_of_files_builds_whatever_its_subfolders_hold(tmp_path: Path) -
         warnings.simplefilter("error")
         pipeline.build_arrow(tmp_path / "data", tmp_path / "out", quiet=True)
     assert read_back(tmp_path / "out")[1] == {"y": [0, 1, 0]}
+
+
+def test_bytes_pyarrow_reads_as_a_bad_continuation_token_are_named_as_not_arrow(tmp_path: Path) -> None:
+    """pyarrow raises an OSError, not an ArrowInvalid, for a stream whose first word is negative:
+    it went out bare, without the file's name."""
+    (tmp_path / "neg.arrow").write_bytes(b"\x00\x00\x00\x80garbage")
+    with pytest.raises(SampleError, match=rf"^{re.escape(str(tmp_path / 'neg.arrow'))}: not in Arrow IPC format "
+                                          r"\(it starts with b'\\x00\\x00\\x00\\x80garb'\): convert it first"):
+        pipeline.build_arrow(tmp_path / "neg.arrow", tmp_path / "out", quiet=True)

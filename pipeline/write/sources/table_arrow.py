@@ -19,11 +19,11 @@ def _open_ipc(path: Path) -> tuple[Any, Any]:
     source = pa.memory_map(str(path))  # (pyarrow takes no Path here)
     try:
         return pa.ipc.open_file(source), source
-    except pa.ArrowInvalid:
-        source.seek(0)
+    except (pa.ArrowInvalid, OSError):  # (bytes it cannot take are an OSError at times: a "negative continuation
+        source.seek(0)  # token")
     try:
         return pa.ipc.open_stream(source), source
-    except pa.ArrowInvalid as exc:
+    except (pa.ArrowInvalid, OSError) as exc:
         raise unreadable(path, exc, "Arrow IPC") from None
 
 
