@@ -112,7 +112,7 @@ def _cmd_imagefolder(args: argparse.Namespace) -> None:
 
 
 def _table_options(args: argparse.Namespace) -> dict[str, Any]:
-    columns = args.columns.split(",") if args.columns else None
+    columns = args.columns
     return {"columns": columns, "fill": values.named(args.fill, "--fill"), **_options(args)}
 
 
@@ -191,7 +191,7 @@ def _table_command(sub: argparse.ArgumentParser, inputs: str, run: Callable[[arg
     """The arguments of a build from tables (a row a sample, a column a field)."""
     sub.add_argument("inputs", nargs="+", metavar="FILE_OR_FOLDER", help=inputs)
     sub.add_argument("out", help="output folder or s3://bucket/prefix")
-    sub.add_argument("--columns", metavar="A,B", help="the columns to build, in this order (default: all of them)")
+    sub.add_argument("--columns", type=values.names, metavar="A,B", help="the columns to build, in this order (default: all of them)")
     sub.add_argument("--fill", type=values.fill, action="append", default=[], metavar="COL=VALUE",
                      help="store VALUE where COL is null (a number when it reads as one; repeatable); a null "
                           "without a fill is an error")

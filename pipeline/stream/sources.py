@@ -102,7 +102,7 @@ class SourceSet:
                 if f in first and f in have and (have[f].dtype, have[f].shape) != (first[f].dtype, first[f].shape):
                     raise ValueError(f"field {f!r} is {have[f].dtype}{list(have[f].shape or [])} in source "
                                      f"{name!r} and {first[f].dtype}{list(first[f].shape or [])} in source "
-                                     f"{first_name!r}: the sources of a mix must agree")
+                                     f"{first_name!r}: the sources of a mix must agree{_dtype_fix(f, have[f], first[f])}")
         schema = {f: first[f] for f in (first if stored is None else stored) if f in first}
         for f, spec in schema.items():  # optional if any source's samples may lack it
             if any(f in s.index.fields and s.index.fields[f].optional for s in self.shards):
@@ -241,3 +241,11 @@ def open_sources(source: str | os.PathLike[str] | Sequence[str] | Mapping[str, s
                 f"(DDP join(), say)")
         return shards, None
     return shards, single_source(shards)
+
+
+def _dtype_fix(name: str, one: FieldSpec, other: FieldSpec) -> str:
+    """How to make two sources' field ``name`` agree, where only its dtype differs."""
+    if one.shape != other.shape:
+        return ""
+    return (f" (build one of them again with dtypes={{{name!r}: {str(other.dtype)!r}}}, or --dtype "
+            f"{name}={other.dtype} on the command line)")

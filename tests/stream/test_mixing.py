@@ -139,8 +139,15 @@ def test_sources_must_agree_on_their_fields(mix: dict[str, str], tmp_path: Path)
     loader = make_loader(sources, num_workers=0, weights={"large": 1, "tagged": 1}, fields=["i"], batch_size=500)
     assert set(next(iter(loader))) == {"i"}
     other = source_shards(tmp_path, "wide", 300, {"x": np.zeros((300, 2), np.float32)})
-    with pytest.raises(ValueError, match=r"field 'x' is float32\[2\] in source 'wide' and float32\[\] in source 'large'"):
+    with pytest.raises(ValueError, match=r"field 'x' is float32\[2\] in source 'wide' and float32\[\] in source "
+                                         r"'large': the sources of a mix must agree$"):
         make_loader({"large": mix["large"], "wide": str(other)}, num_workers=0)
+    doubles = source_shards(tmp_path, "doubles", 300, {"x": np.zeros(300, np.float64)})  # (pandas' default float)
+    with pytest.raises(ValueError, match=re.escape("field 'x' is float64[] in source 'doubles' and float32[] in source "
+                                                   "'large': the sources of a mix must agree (build one of them again "
+                                                   "with dtypes={'x': 'float32'}, or --dtype x=float32 on the command "
+                                                   "line)")):
+        make_loader({"large": mix["large"], "doubles": str(doubles)}, num_workers=0)
 
 
 def test_an_empty_source_is_left_out_by_weight_0_wherever_it_stands_and_refused_a_share(mix: dict[str, str],

@@ -317,7 +317,7 @@ def test_columns_choose_the_fields_and_unknown_or_invalid_names_are_refused(tmp_
     table = pa.table({"__index_level_0__": [5, 6], "a": [1, 2], "b": ["p", "q"], "s": pa.array([{"k": 1}] * 2)})
     pq.write_table(table, tmp_path / "t.parquet")
     assert cli_main(["build", "parquet", str(tmp_path / "t.parquet"), str(tmp_path / "out"),
-                              "--columns", "b,a", "--quiet"]) == 0
+                              "--columns", "b, a", "--quiet"]) == 0  # (spaces after commas: as typed)
     _, fields = read_back(tmp_path / "out")
     assert list(fields) == ["b", "a"] and fields["b"] == ["p", "q"]
     with pytest.raises(SampleError, match=r"t\.parquet has no column 'c'; its columns are: __index_level_0__, a, b, s"):
