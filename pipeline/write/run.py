@@ -311,7 +311,7 @@ def build_shards(
             runs = 1 if pool.executor is None else task_count(pool.slots, rows * source.approx_row_bytes())
             tasks = plan_runs(source, target, prefix, bounds, numbers, pack, runs, keep)
             results = run_tasks(tasks, pool.executor, progress)
-        schema = _merged_schema(results, target, progress)
+        schema = _merged_schema(results, target, progress, source)
         part_info = None if part is None else PartInfo(part.index, part.count, total)
         index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata)
         where = save_index(target, index, index_name)
@@ -342,7 +342,8 @@ def check_limits(shard_samples: int | None, shard_bytes: int | None, workers: in
         raise ValueError(f"workers must be >= 1 (1 writes in this process), got {workers}")
 
 
-def _merged_schema(results: list[ShardResult], target: Destination, progress: BuildProgress) -> Schema | None:
+def _merged_schema(results: list[ShardResult], target: Destination, progress: BuildProgress,
+                   source: Source) -> Schema | None:
     """The schema of the shards together; a field whose shape varies is said, naming the first
     sample (or shard) where it does: batches hold it as a list, not a tensor."""
     schema: Schema | None = None
@@ -356,7 +357,7 @@ def _merged_schema(results: list[ShardResult], target: Destination, progress: Bu
                 progress.say(f"warning: field {name!r} varies in shape: {_where_varied(result, name, before)}. "
                              f"Batches hold such a field as a list of tensors, one per sample (pad or crop them in a "
                              f"batch_transform); if every sample should have one shape, mend that sample and build "
-                             f"again with --overwrite")
+                             f"again with --overwrite{source.why_shapes_vary(name)}")
         schema = merged
     return schema
 

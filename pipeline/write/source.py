@@ -72,6 +72,11 @@ class Source(ABC):
         number in the input: ``(the file, "row 7 (counting from 0 in the file)")``. ``None`` here."""
         return None
 
+    def why_shapes_vary(self, field: str) -> str:
+        """What of this source may make ``field``'s shape vary, for the build's warning that it
+        does; nothing here."""
+        return ""
+
     def identity(self, digest: Any, start: int, stop: int) -> None:
         """Feed ``digest`` (a hashlib object) what names the source's rows ``[start, stop)``, for
         a resumed build to see which finished shards still hold the rows it plans: here nothing

@@ -161,6 +161,22 @@ def test_nulls_in_variable_length_lists_and_strings_are_found_and_filled(tmp_pat
     assert fields["name"] == ["a", "?", "c", "d", "e"]
 
 
+def test_a_null_list_filled_in_lists_of_any_length_says_how_to_fill_it_with_copies(tmp_path: Path, capsys) -> None:
+    """pandas and ``datasets`` write arrays as lists of any length: a null filled there is an
+    empty list, and the field's shape varies; the warning says to cast the column."""
+    emb = pa.array([None if i == 5 else [float(i)] * 8 for i in range(20)], pa.list_(pa.float32()))
+    pq.write_table(pa.table({"emb": emb}), tmp_path / "any.parquet")
+    pq.write_table(pa.table({"emb": emb.cast(pa.list_(pa.float32(), 8))}), tmp_path / "eight.parquet")
+    pipeline.build_parquet(tmp_path / "any.parquet", tmp_path / "any", fill={"emb": 0}, quiet=False)
+    warned = capsys.readouterr().err
+    assert "sample 5 has shape [0], the samples before it [8]" in warned and "(a null of a column of lists of any " \
+        "length, as 'emb' is, is filled with an empty list: cast the column to lists of one length, " \
+        "pyarrow.list_(type, length), to fill a null with that many copies of its fill)" in warned
+    pipeline.build_parquet(tmp_path / "eight.parquet", tmp_path / "eight", fill={"emb": 0}, quiet=True)
+    _, fields = read_back(tmp_path / "eight")
+    assert [v.tolist() for v in fields["emb"]][4:7] == [[4.0] * 8, [0.0] * 8, [6.0] * 8]
+
+
 def test_a_fill_that_the_column_cannot_hold_is_refused_when_the_source_opens(tmp_path: Path) -> None:
     pq.write_table(pa.table({"y": pa.array([1, None], pa.int8()), "s": ["a", None]}), tmp_path / "f.parquet")
     with pytest.raises(SampleError, match=r"fill value 0.5 of column 'y' is not a whole number; the column holds int8"):

@@ -165,6 +165,13 @@ class TableSource(Source):
             return os.path.basename(self.paths[self.units[i].file]), self.units[i].locator
         span_identity(digest, self._starts, name_of, start + self._skip, stop + self._skip)
 
+    def why_shapes_vary(self, field: str) -> str:
+        if field not in self.fill or self.kinds[field] != RAGGED:
+            return ""
+        return (f" (a null of a column of lists of any length, as {field!r} is, is filled with an empty list: cast "
+                f"the column to lists of one length, pyarrow.list_(type, length), to fill a null with that many "
+                f"copies of its fill)")
+
     def place(self, row: int) -> tuple[str, str]:
         """The file of ``row`` and its row there."""
         row += self._skip
