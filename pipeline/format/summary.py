@@ -6,6 +6,7 @@ or URL), and the samples of one shard read from a stream.
 
 from __future__ import annotations
 
+import re
 from typing import Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
@@ -25,7 +26,7 @@ def _show(value: Any, width: int = 100) -> str:
         text = f"bytes[{len(value)}] {value[:24]!r}"
     else:
         text = repr(value)
-    text = " ".join(text.split())
+    text = re.sub(r"\s*\n\s*", " ", text)  # an array's lines as one; a text's spaces as they are
     return text if len(text) <= width else text[:width - 3] + "..."
 
 

@@ -55,6 +55,12 @@ def test_arrow_nulls_are_found_from_batch_headers_when_the_source_opens(tmp_path
                                           r"the file\)"):
         ArrowSource(tmp_path / "n.arrows")
     assert ArrowSource(tmp_path / "n.arrows", fill={"y": 9}).read(1, 6).columns["y"].tolist() == [1, 2, 9, 4, 9]
+    # a null inside a list: the headers count whole values only ("0 null, at row 1" before)
+    inside = pa.table({"fx": pa.array([[1.0, 1.0], [2.0, None]], pa.list_(pa.float32(), 2))})
+    with pa.ipc.new_file(tmp_path / "inside.arrow", inside.schema) as writer:
+        writer.write_table(inside)
+    with pytest.raises(SampleError, match=r"inside\.arrow: column 'fx' has nulls, the first at row 1 \(counting"):
+        ArrowSource(tmp_path / "inside.arrow")
 
 
 def test_a_damaged_arrow_file_or_stream_is_an_error_naming_it(tmp_path: Path) -> None:

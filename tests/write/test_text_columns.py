@@ -95,3 +95,12 @@ def test_a_build_reads_long_texts_of_objects_in_chunks_of_their_size_not_of_thei
     texts = np.array(["word " * 2000] * 5000, dtype=object)  # 10 kB each
     source = ArraySource({"x": np.arange(5000, dtype=np.float32), "text": texts})
     assert _CHUNK_BYTES // 2 <= chunk_rows_for(source, 1) * 10_004 <= _CHUNK_BYTES
+
+
+def test_inspect_shows_texts_with_their_spaces_and_arrays_on_one_line() -> None:
+    """Shown values were split on whitespace and joined again: 'a  b' read as 'a b'."""
+    from pipeline.format.summary import _show
+
+    assert _show("a  b") == "'a  b'" and _show("trail  ") == "'trail  '" and _show("x\ny") == "'x\\ny'"
+    shown = _show(np.arange(40, dtype=np.int64).reshape(4, 10), width=60)
+    assert "\n" not in shown and shown.startswith("int64[4, 10] [[ 0  1  2")

@@ -244,7 +244,8 @@ class TableSource(Source):
             rows = null_rows(batch.column(name))
             if len(rows):
                 shown = ", ".join(str(first_row + r) for r in rows[:_SHOWN_ROWS].tolist())
-                total = in_file(name)
+                # (a file's counts are of whole values: a list with a null inside is not one)
+                total = None if pa.types.is_nested(batch.schema.field(name).type) else in_file(name)
                 if total is None:
                     found[name] = f"nulls, the first at {'row' if len(rows) == 1 else 'rows'} {shown}"
                 else:
