@@ -342,8 +342,16 @@ def test_columns_choose_the_fields_and_unknown_or_invalid_names_are_refused(tmp_
                                           r"'__' are reserved.*\): rename it, or leave it out with --columns a,b,s"):
         ParquetSource(tmp_path / "t.parquet")
     with pytest.raises(SampleError, match=r"column 's' has type struct<k: int64>, which shards cannot store .* "
-                                          r"leave it out with --columns"):
+                                          r"leave it out with --columns \(columns=\[\.\.\.\] in Python\), or convert it "
+                                          r"first$"):
         ParquetSource(tmp_path / "t.parquet", columns=["a", "s"])
+    pd = pytest.importorskip("pandas")  # a category column, as pandas writes it: a dictionary
+    pd.DataFrame({"c": pd.Categorical(["x", "y", "x"])}).to_parquet(tmp_path / "c.parquet")
+    with pytest.raises(SampleError, match=re.escape("or convert it first: a dictionary column holds its values once "
+                                                    "and a number a row; write the values (pandas: df['c'].astype(str), "
+                                                    "or .cat.codes for the numbers; pyarrow: cast the column to "
+                                                    "string)")):
+        ParquetSource(tmp_path / "c.parquet")
     assert cli_main(["build", "parquet", str(tmp_path / "t.parquet"), str(tmp_path / "bad"),
                               "--columns", "a,zz"]) == 1
     assert "error: " in capsys.readouterr().err and not (tmp_path / "bad").exists()

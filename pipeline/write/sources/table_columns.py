@@ -72,8 +72,18 @@ def column_kind(name: str, type_: pa.DataType, path: os.PathLike[str] | str) -> 
             f"{path}: column {name!r} has type {type_}, which shards cannot store (supported: numbers, "
             f"booleans, timestamps and dates, strings, binaries, and fixed-size or variable-length lists of "
             f"numbers); leave it out with --columns (columns=[...] in Python), or convert it first"
+            f"{_conversion(name, type_)}"
         )
     return kind
+
+
+def _conversion(name: str, type_: pa.DataType) -> str:
+    """How to convert a column of ``type_`` into one shards can store, where there is a plain way."""
+    if pa.types.is_dictionary(type_):  # (pandas writes a category column so)
+        return (f": a dictionary column holds its values once and a number a row; write the values (pandas: "
+                f"df[{name!r}].astype(str), or .cat.codes for the numbers; pyarrow: cast the column to "
+                f"{type_.value_type})")
+    return ""
 
 
 def signature(type_: pa.DataType) -> Any:
