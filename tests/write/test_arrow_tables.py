@@ -126,3 +126,11 @@ def test_bytes_pyarrow_reads_as_a_bad_continuation_token_are_named_as_not_arrow(
     with pytest.raises(SampleError, match=rf"^{re.escape(str(tmp_path / 'neg.arrow'))}: not in Arrow IPC format "
                                           r"\(it starts with b'\\x00\\x00\\x00\\x80garb'\): convert it first"):
         pipeline.build_arrow(tmp_path / "neg.arrow", tmp_path / "out", quiet=True)
+
+
+def test_a_feather_file_of_version_1_is_told_how_to_write_it_again(tmp_path: Path) -> None:
+    (tmp_path / "old.feather").write_bytes(b"FEA1" + bytes(56) + b"FEA1")  # its magic, first and last (pyarrow
+    # deprecates writing version 1)
+    with pytest.raises(SampleError, match=re.escape(f"{tmp_path / 'old.feather'}: a Feather file of version 1, which "
+                                                    f"is not Arrow IPC: write it again as version 2")):
+        pipeline.build_arrow(tmp_path / "old.feather", tmp_path / "out", quiet=True)

@@ -371,6 +371,10 @@ def unreadable(path: Path, exc: Exception, kind: str = "Parquet") -> SampleError
         command = "build parquet" if other == "Parquet" else "build arrow"
         return SampleError(f"{path}: a file in {other} format, not {kind}: build it with 'pipeline {command}' "
                            f"(pipeline.{command.replace(' ', '_')} in Python)")
+    if head.startswith(b"FEA1"):  # (the first Feather format, before it became Arrow IPC)
+        return SampleError(f"{path}: a Feather file of version 1, which is not Arrow IPC: write it again as version "
+                           f"2 (pyarrow.feather.write_feather(pyarrow.feather.read_table(path), 'table.arrow')), or "
+                           f"leave it out of the inputs")
     if head and not head.startswith(_MAGIC[kind]):  # (an empty file is one cut short)
         return SampleError(f"{path}: not in {kind} format (it starts with {head!r}): convert it first (a CSV file: "
                            f"{_CONVERT[kind]}), or leave it out of the inputs")
