@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -32,3 +35,13 @@ def tune_shards(tmp_path_factory) -> Path:
     pipeline.write_shards(out, {"x": rng.random((6000, 16), np.float32), "y": np.arange(6000)}, pack=8,
                           shard_samples=1000, quiet=True)
     return out
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """An empty folder for a process's TMPDIR, right in /tmp: DataLoader workers make a Unix socket
+    in their temporary folder (at most 107 bytes a path), which pytest's deep ones can leave no
+    room for (see pipeline.stream.socket_folder)."""
+    folder = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -123,9 +123,8 @@ def test_the_bytes_counted_are_those_of_the_batches_delivered(shards: Path, tmp_
     assert foreign.samples > 0 and foreign.batch_bytes == (3 * 4 + 8 + 5) * foreign.samples
 
 
-def test_measuring_leaves_no_temporary_files(shards: Path, tmp_path: Path, monkeypatch) -> None:
-    private = tmp_path / "tmp"
-    private.mkdir()
+def test_measuring_leaves_no_temporary_files(shards: Path, short_tmp: Path, monkeypatch) -> None:
+    private = short_tmp
     monkeypatch.setenv("TMPDIR", str(private))
     row = measure(str(shards), Setting(1, 2), {"batch_size": 100}, seconds=0.3, warmup=0.1)
     assert not row.stopped_early and row.samples > 0

@@ -61,6 +61,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..storage.retry import abandon_process_reads_when, answered_hosts, take_answered_hosts
 from .message_buffers import ReleaseTable, WorkerBuffers, install
+from .socket_folder import check_socket_folder
 
 _TORCH_DEATH = "DataLoader worker (pid"
 #: Seconds between two checks that the workers live while the loader waits for a batch.
@@ -205,6 +206,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     def __init__(self, loader: Any) -> None:
         self._abandon_reads = self._started = None
         self._forked = time.monotonic()
+        check_socket_folder()
         if isinstance(loader.worker_init_fn, LoaderWorker):  # handed to the workers it starts
             context = loader.multiprocessing_context or multiprocessing.get_context()
             self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()

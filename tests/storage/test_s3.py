@@ -154,15 +154,14 @@ def test_seaweedfs_starts_in_a_folder_too_deep_for_a_socket_path(tmp_path: Path)
 
 
 @pytest.mark.parametrize("shape", ["embeddings", "images"])
-def test_the_remote_benchmark_runs_local_http_and_s3(tmp_path: Path, shape: str) -> None:
+def test_the_remote_benchmark_runs_local_http_and_s3(tmp_path: Path, short_tmp: Path, shape: str) -> None:
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_remote.py"
-    (tmp_path / "tmp").mkdir()
     result = subprocess.run([sys.executable, str(script), "--quick", "--shape", shape, "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(short_tmp)})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "bench_remote.json").read_text())
     # nothing left behind: not the servers' logs (in TMPDIR), not SeaweedFS's sockets (in /tmp whatever TMPDIR)
-    assert not list((tmp_path / "tmp").iterdir())
+    assert not list(short_tmp.iterdir())
     assert len(report["seaweedfs_ports"]) == 5 and not seaweedfs_sockets(report["seaweedfs_ports"])
     rows = report["rows"]
     assert [(r["source"], r["reader"].split(":")[0]) for r in rows] == [

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -104,7 +105,7 @@ ENDINGS = {"a loop under way": "loop = iter(loader)\nnext(loop)", "an epoch done
 
 @pytest.mark.parametrize("ending", ENDINGS)
 @pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
-def test_a_script_that_ends_with_its_loader_alive_exits_without_a_word_or_a_file(shards: Path, tmp_path: Path,
+def test_a_script_that_ends_with_its_loader_alive_exits_without_a_word_or_a_file(shards: Path, short_tmp: Path,
                                                                                 workers: int, persistent: bool,
                                                                                 ending: str) -> None:
     """The loader, and a loop's generator, go as the interpreter finalizes, when the loader's
@@ -113,9 +114,23 @@ def test_a_script_that_ends_with_its_loader_alive_exits_without_a_word_or_a_file
     stopped, as a loader stops them, before multiprocessing's exit handler would terminate them:
     terminated, each left its temporary folder (``pymp-*``) behind, every run."""
     script = LEFT_AT_EXIT.format(workers=workers, persistent=persistent, ending=ENDINGS[ending])
-    temporary = tmp_path / "tmp"
-    temporary.mkdir()
+    temporary = short_tmp
     run = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(shards)], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "TMPDIR": str(temporary)})
     assert (run.returncode, run.stderr) == (0, "")
     assert list(temporary.iterdir()) == []
+
+
+def test_workers_whose_temporary_folder_leaves_no_room_for_their_socket_are_refused_not_waited_for(
+        shards: Path, short_tmp: Path) -> None:
+    """Every handover failed in the workers' feeder threads, unseen, and the loop waited for its
+    first batch for ever."""
+    deep = short_tmp / ("d" * 90)
+    deep.mkdir()
+    script = LEFT_AT_EXIT.format(workers=2, persistent=False, ending=ENDINGS["an epoch done"])
+    run = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(shards)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TMPDIR": str(deep)})
+    assert run.returncode == 1 and re.search(r"RuntimeError: DataLoader workers hand batches over through a Unix "
+                                             r"socket in the temporary folder .*/pymp-\w+, whose path leaves no room "
+                                             r"for one \(\d+ bytes with the socket's name, at most 107\): set TMPDIR "
+                                             r"to a shorter folder \(TMPDIR=/tmp\), or pass num_workers=0", run.stderr)

@@ -159,14 +159,14 @@ def test_indexing_on_dask_gives_the_index_of_one_process(tmp_path: Path) -> None
     assert index_content(on_dask) == index_content(local)
 
 
-def test_the_dask_benchmark_runs_and_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> None:
+def test_the_dask_benchmark_runs_and_leaves_nothing_in_the_temporary_folder(short_tmp: Path) -> None:
     """Not Dask's dask-scratch-space either."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_dask.py"
     result = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300,
-                            cwd=script.parent, env={**os.environ, "TMPDIR": str(tmp_path)})
+                            cwd=script.parent, env={**os.environ, "TMPDIR": str(short_tmp)})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "dask, cluster of 2 already running | 5,000 |" in result.stdout
-    assert not list(tmp_path.iterdir())
+    assert not list(short_tmp.iterdir())
 
 
 CLUSTER_ELSEWHERE = """
