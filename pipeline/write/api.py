@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence, Union
 
 from ..format.index import DatasetIndex
 from .run import build_shards
-from .source import Source
+from .source import Source, advise_pack
 from .sources.arrays import ArraySource, open_npz
 from .sources.folder import FolderSource
 from .sources.image_folder import ImageFolderSource, split_folders
@@ -34,7 +34,9 @@ def build_dataset(source: Source, out_dir: str | os.PathLike[str], prefix: str =
     """``source`` as one shard set in ``out_dir``, or split into ``out_dir/train`` and
     ``out_dir/validation`` when ``validation`` is given (rows chosen at random by ``seed``)."""
     if validation is None:
-        return build_shards(source, out_dir, prefix, **options)
+        index = build_shards(source, out_dir, prefix, **options)
+        advise_pack(options, [(source, index)])
+        return index
     if prefix != "shard":
         raise ValueError("a split build names shards after each split (train-000000.tar); a prefix does not apply")
     return build_splits(source, out_dir, validation, seed, **options)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import bisect
 import copy
 import pickle
+import sys
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from ..format.index import DatasetIndex
 from ..format.tar import BLOCK, END_OF_ARCHIVE, member_bytes
 from .rows import RowBlock, encode_records
 
@@ -104,10 +106,35 @@ def resolve_pack(pack: int | str, source: Source) -> int:
         if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
             raise ValueError(f"pack must be 'auto' or an integer >= 1, got {pack!r}")
         return pack
-    if not source.fixed_shape or len(source) == 0:
+    return auto_pack(source) if source.fixed_shape else 1
+
+
+def auto_pack(source: Source) -> int:
+    """What ``pack="auto"`` gives samples of ``source``'s size whose shapes are fixed."""
+    if len(source) == 0:
         return 1
     by_size = AUTO_RECORD_BYTES // max(source.read(0, 1).data_bytes(), 1)
     return max(min(by_size, len(source) // AUTO_MIN_RECORDS), 1)
+
+
+def advise_pack(options: Mapping[str, Any], built: Sequence[tuple[Source, DatasetIndex]]) -> None:
+    """After a converter's build (one set, or each split's): where ``pack="auto"`` left small
+    samples one a record only because their shapes might have differed (files, ragged columns)
+    and every field kept one shape, say the pack to build with instead (a record costs a tar
+    header and a checksum to write and to read, whatever its size). One pack for all splits: a
+    command takes one."""
+    if options.get("pack", "auto") != "auto" or options.get("quiet"):
+        return
+    built = [(source, index) for source, index in built if index.samples]
+    for source, index in built:
+        if index.pack != 1 or source.fixed_shape or any(
+                spec.varies or spec.optional or spec.dtype == "bfloat16" for spec in index.fields.values()):
+            return
+    better = max((auto_pack(source) for source, _ in built), default=1)
+    if better > 1:
+        print(f"note: each sample is a record of its own (pack=1), as 'auto' makes them when samples may differ in "
+              f"shape, but every field kept one shape: records of {better} samples would take less room and stream "
+              f"faster; build again with --pack {better} --overwrite (pack={better} in Python)", file=sys.stderr)
 
 
 def uniform_bounds(rows: int, samples_per_shard: int) -> list[int]:

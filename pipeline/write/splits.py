@@ -20,7 +20,7 @@ from ..storage.destination import destination
 from .output import clear_split_parent
 from .rows import RowBlock
 from .run import build_shards
-from .source import Source, greedy_bounds
+from .source import Source, advise_pack, greedy_bounds
 
 TRAIN, VALIDATION = "train", "validation"
 
@@ -164,5 +164,7 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
         clear_split_parent(parent, list(sources), bool(options.get("overwrite")))
     finally:
         parent.close()
-    return {name: build_shards(source, join(os.fspath(out_dir), name), name, **options)
-            for name, source in sources.items()}
+    indexes = {name: build_shards(source, join(os.fspath(out_dir), name), name, **options)
+               for name, source in sources.items()}
+    advise_pack(options, [(sources[name], index) for name, index in indexes.items()])
+    return indexes
