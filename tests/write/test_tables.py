@@ -155,6 +155,9 @@ def test_nulls_in_variable_length_lists_and_strings_are_found_and_filled(tmp_pat
         pipeline.build_parquet(tmp_path / "r.parquet", tmp_path / "out", columns=["ragged"], quiet=True)
     with pytest.raises(SampleError, match=r"column 'name' has 1 null, at row 1 "):
         pipeline.build_parquet(tmp_path / "r.parquet", tmp_path / "out", fill={"ragged": 0}, quiet=True)
+    pq.write_table(pa.table({"ragged": ragged, "name": names}), tmp_path / "one.parquet")  # one row group
+    with pytest.raises(SampleError, match=r"column 'ragged' has nulls, the first at rows 2, 3; column 'name' has 1 "):
+        pipeline.build_parquet(tmp_path / "one.parquet", tmp_path / "out", quiet=True)  # both at once
     pipeline.build_parquet(tmp_path / "r.parquet", tmp_path / "out", fill={"ragged": 0, "name": "?"}, quiet=True)
     _, fields = read_back(tmp_path / "out")
     assert [v.tolist() for v in fields["ragged"]] == [[1.0], [], [], [2.0, 0.0], [3.0]]

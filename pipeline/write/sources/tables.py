@@ -300,14 +300,16 @@ class ParquetSource(TableSource):
             max(BATCH_BYTES // row_bytes, 1), row_groups=[row_group], columns=columns))
 
     def scan(self, number: int, path: Path) -> Iterator[tuple[Unit, int]]:
-        # statistics count empty lists as nulls: trust them for columns without variable-length lists
-        watched = [name for name in self.columns if name not in self.fill and self.kinds[name] != RAGGED]
+        # statistics count empty lists as nulls: trust them for columns without variable-length lists; those are
+        # read here only beside a column found with nulls, to name them in the same error (else the build finds them)
+        unfilled = [name for name in self.columns if name not in self.fill]
+        watched = [name for name in unfilled if self.kinds[name] != RAGGED]
         metadata = _parquet_file(path).metadata
         nulls = _null_counts(metadata, watched)
         first_row = 0
         for group in range(metadata.num_row_groups):
             meta = metadata.row_group(group)
-            data_bytes, suspects = 0, set()
+            data_bytes, suspects, lists = 0, set(), set()
             for leaf in map(meta.column, range(meta.num_columns)):
                 where = leaf.path_in_schema
                 name = next((n for n in self.columns if where == n or where.startswith(f"{n}.")), None)
@@ -315,11 +317,12 @@ class ParquetSource(TableSource):
                     continue
                 data_bytes += leaf.total_uncompressed_size
                 stats = leaf.statistics
-                if name in watched and stats is not None and stats.has_null_count and stats.null_count:
-                    suspects.add(name)
+                if name in unfilled and stats is not None and stats.has_null_count and stats.null_count:
+                    (suspects if name in watched else lists).add(name)
             if suspects:  # find the rows, reading only those columns of this row group
                 start = first_row
-                for batch in self._batches(number, group, sorted(suspects), data_bytes // max(meta.num_rows, 1) + 1):
+                read = [name for name in self.columns if name in suspects | lists]
+                for batch in self._batches(number, group, read, data_bytes // max(meta.num_rows, 1) + 1):
                     self.check_nulls(path, start, batch, nulls.get)
                     start += batch.num_rows
             if meta.num_rows:
