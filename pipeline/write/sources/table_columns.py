@@ -7,6 +7,8 @@ per row where Arrow's layout allows it.
 - ``fixed_size_list`` of numbers (embeddings), nested to any depth -> one array of shape
   ``(rows, size, ...)``, a reshape of the flat values buffer;
 - ``list``/``large_list`` of those -> a list of arrays, one per row (views of one flat array);
+  lists of such lists (``datasets``' ``Array2D`` to ``Array5D``) -> one more dimension a depth,
+  where a row's lists of each depth have one length;
 - strings -> ``str``, binaries -> ``bytes``.
 
 Every other type (structs, maps, dictionaries, decimals, unions...) is refused when the source
@@ -52,13 +54,19 @@ def _is_list(type_: pa.DataType) -> bool:
     return pa.types.is_list(type_) or pa.types.is_large_list(type_)
 
 
+def _storage(type_: pa.DataType) -> pa.DataType:
+    """What an extension type (``datasets``' ``Array2D``, once ``datasets`` is imported) stores."""
+    return type_.storage_type if isinstance(type_, pa.ExtensionType) else type_
+
+
 def _kind(type_: pa.DataType) -> str | None:
+    type_ = _storage(type_)
     if _is_number(type_):
         return NUMBER
     if pa.types.is_fixed_size_list(type_):
         return FIXED if _kind(type_.value_type) in FIXED_KINDS else None
-    if _is_list(type_):
-        return RAGGED if _kind(type_.value_type) in FIXED_KINDS else None
+    if _is_list(type_):  # (lists of lists: a row's lists of each depth make one array, as Array2D's do)
+        return RAGGED if _kind(type_.value_type) in (*FIXED_KINDS, RAGGED) else None
     if _is(type_, _TEXT):
         return TEXT
     return BINARY if _is(type_, _BINARY) else None
@@ -71,7 +79,7 @@ def column_kind(name: str, type_: pa.DataType, path: os.PathLike[str] | str) -> 
         raise SampleError(
             f"{path}: column {name!r} has type {type_}, which shards cannot store (supported: numbers, "
             f"booleans, timestamps and dates, strings, binaries, and fixed-size or variable-length lists of "
-            f"numbers); leave it out with --columns (columns=[...] in Python), or convert it first"
+            f"numbers, or of such lists); leave it out with --columns (columns=[...] in Python), or convert it first"
             f"{_conversion(name, type_)}"
         )
     return kind
@@ -90,6 +98,7 @@ def signature(type_: pa.DataType) -> Any:
     """What makes two columns the same for a build: the nesting, list sizes and value type, not
     what changes nothing in the shards (the names Arrow gives list items, ``item`` or ``element``
     depending on the writer; 32- or 64-bit offsets of lists, strings and binaries)."""
+    type_ = _storage(type_)
     if pa.types.is_fixed_size_list(type_):
         return FIXED, type_.list_size, signature(type_.value_type)
     if _is_list(type_):
@@ -159,6 +168,7 @@ def _number(text: str) -> Any:
 def null_rows(array: pa.Array) -> np.ndarray:
     """Positions (sorted) of the rows of ``array`` with a null at any level of nesting; cheap when
     there is none (Arrow keeps null counts)."""
+    array = _stored(array)
     rows = np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)) if array.null_count else \
         np.zeros(0, np.int64)
     type_ = array.type
@@ -172,6 +182,10 @@ def null_rows(array: pa.Array) -> np.ndarray:
     return np.union1d(rows, inner)
 
 
+def _stored(array: pa.Array) -> pa.Array:
+    return array.storage if isinstance(array, pa.ExtensionArray) else array
+
+
 def _fixed_values(array: pa.FixedSizeListArray) -> pa.Array:
     """The values of the rows of ``array`` (``.values`` ignores a slice's offset)."""
     size = array.type.list_size
@@ -182,9 +196,24 @@ def _list_values(array: pa.Array, offsets: np.ndarray) -> pa.Array:
     return array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
+def to_columns(path: os.PathLike[str] | str, first_row: int, batch: pa.RecordBatch, kinds: dict[str, str],
+               fill: dict[str, Any]) -> dict[str, Any]:
+    """The columns ``kinds`` of ``batch``, rows ``first_row``... of ``path``, as block columns."""
+    columns = {}
+    for name, kind in kinds.items():
+        try:
+            columns[name] = to_column(batch.column(name), kind, fill.get(name))
+        except JaggedRow as jagged:
+            raise SampleError(f"{path}: column {name!r}, row {first_row + jagged.row} (counting from 0 in the file): "
+                              f"{jagged}, so they make no array; give the lists of each depth of a row one length, "
+                              f"or leave the column out with --columns") from None
+    return columns
+
+
 def to_column(array: pa.Array, kind: str, fill: Any = None) -> Any:
     """``array`` as a block column of ``kind`` (see :func:`column_kind`); nulls become ``fill``
     (the caller has refused nulls when there is none)."""
+    array = _stored(array)
     if kind == NUMBER:
         return _numbers(array, fill)
     if kind == FIXED:
@@ -223,13 +252,56 @@ def _fixed(array: pa.Array, fill: Any) -> np.ndarray:
     return out
 
 
+class JaggedRow(ValueError):
+    """A row of lists of lists whose lists of one depth differ in length: no array."""
+
+    def __init__(self, row: int, depth: int, lengths: tuple[int, int]) -> None:
+        super().__init__(f"its lists {'inside lists ' * (depth - 1)}hold {lengths[0]} and {lengths[1]} items")
+        self.row = row
+
+
 def _ragged(array: pa.Array, fill: Any) -> list[np.ndarray]:
-    """Variable-length lists as one array per row, views of the flat values."""
-    offsets = array.offsets.to_numpy()
-    values = _list_values(array, offsets)
-    flat = _fixed(values, fill) if pa.types.is_fixed_size_list(values.type) else _numbers(values, fill)
-    rows = np.split(flat, (offsets[1:-1] - offsets[0]).astype(np.int64))
+    """Lists of any length as one array a row, views of the flat values. Lists of lists make an
+    array of one more dimension a depth, so a row's lists of one depth need one length (else
+    :class:`JaggedRow`); a row with no lists has none below it (shape ``(0, 0)``)."""
+    rows = len(array)
+    lo, hi = np.arange(rows), np.arange(1, rows + 1)  # each row's items at the current depth
+    dims: list[np.ndarray] = []
+    level: pa.Array = array
+    while _is_list(level.type):
+        offsets = level.offsets.to_numpy()
+        lengths = np.diff(offsets)
+        dims.append(_one_length(lengths, lo, hi, len(dims)))
+        lo, hi = offsets[lo] - offsets[0], offsets[hi] - offsets[0]
+        level = _list_values(level, offsets)
+    flat = _fixed(level, fill) if pa.types.is_fixed_size_list(level.type) else _numbers(level, fill)
+    if len(dims) == 1:
+        out = [flat[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
+    else:
+        leaf = flat.shape[1:]
+        out = [flat[a:b].reshape(*shape, *leaf)
+               for a, b, *shape in zip(lo.tolist(), hi.tolist(), *(dim.tolist() for dim in dims))]
     if array.null_count:
+        empty = flat[:0].reshape(*(0,) * len(dims), *flat.shape[1:])
         for i in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)).tolist():
-            rows[i] = flat[:0]
-    return rows
+            out[i] = empty
+    return out
+
+
+def _one_length(lengths: np.ndarray, lo: np.ndarray, hi: np.ndarray, depth: int) -> np.ndarray:
+    """The length that the lists ``lo[r]:hi[r]`` of each row ``r`` share (0 for a row of none)."""
+    if depth == 0:  # (a row is one list)
+        return lengths
+    held = hi > lo
+    out = np.zeros(len(lo), lengths.dtype)
+    if not held.any():
+        return out
+    starts = lo[held]
+    shortest = np.minimum.reduceat(lengths, starts)
+    longest = np.maximum.reduceat(lengths, starts)
+    # (reduceat over a row's items ends where the next row's start: rows with none are left out above)
+    wrong = np.flatnonzero(shortest != longest)
+    if len(wrong):
+        raise JaggedRow(int(np.flatnonzero(held)[wrong[0]]), depth, (int(shortest[wrong[0]]), int(longest[wrong[0]])))
+    out[held] = shortest
+    return out

@@ -43,7 +43,7 @@ from ...format.codec import check_field_names
 from ...format.errors import SampleError
 from ..rows import RowBlock
 from ..source import Source, span_identity
-from .table_columns import BINARY, FIXED_KINDS, RAGGED, TEXT, column_kind, fill_value, null_rows, signature, to_column
+from .table_columns import BINARY, FIXED_KINDS, RAGGED, TEXT, column_kind, fill_value, null_rows, signature, to_columns
 from .table_files import Inputs, parquet_files
 
 #: Rows decoded at once from a Parquet row group: about this many bytes of them (a read of a build,
@@ -156,8 +156,7 @@ class TableSource(Source):
         blocks = []
         for piece in pieces:  # joined once converted: the files' types may differ in what changes nothing
             self.check_nulls(piece.path, piece.first_row, piece.batch)
-            blocks.append(RowBlock({name: to_column(piece.batch.column(name), self.kinds[name], self.fill.get(name))
-                                    for name in self.columns}))
+            blocks.append(RowBlock(to_columns(piece.path, piece.first_row, piece.batch, self.kinds, self.fill)))
         return RowBlock.concat(blocks)
 
     def identity(self, digest: Any, start: int, stop: int) -> None:

@@ -1,0 +1,93 @@
+"""Lists of lists of numbers (``datasets``' ``Array2D``/``Array3D``, Parquet lists of lists): one
+array a sample, one dimension a depth; a row whose lists of one depth differ in length is an
+error naming the file, the column and the row. Before, such columns were refused with "convert
+it first"."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import pipeline
+from pipeline import SampleError, make_loader
+from tests.helpers import read_back
+
+
+def _saved_dataset(folder: Path, rows: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    import datasets  # in the test extra; optional for users
+
+    rng = np.random.default_rng(0)
+    grids = rng.standard_normal((rows, 4, 3)).astype(np.float32)
+    cubes = rng.integers(0, 255, (rows, 2, 3, 2), dtype=np.uint8)
+    tracks = [rng.standard_normal((1 + n % 5, 2)).astype(np.float32) for n in range(rows)]  # first dimension free
+    features = datasets.Features({"grid": datasets.Array2D((4, 3), "float32"),
+                                  "cube": datasets.Array3D((2, 3, 2), "uint8"),
+                                  "track": datasets.Array2D((None, 2), "float32"), "y": datasets.Value("int64")})
+    data = {"grid": list(grids), "cube": list(cubes), "track": tracks, "y": list(range(rows))}
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(folder), num_shards=2)
+    return grids, tracks, cubes
+
+
+def test_datasets_array2d_and_array3d_columns_build_one_array_a_sample(tmp_path: Path) -> None:
+    grids, tracks, cubes = _saved_dataset(tmp_path / "saved", 300)
+    # in this process `datasets` is imported, so pyarrow reads the columns as its extension types
+    pipeline.build_arrow(tmp_path / "saved", tmp_path / "out", shard_samples=70, quiet=True)
+    index = pipeline.load_index(tmp_path / "out")
+    assert (index.fields["grid"].shape, index.fields["cube"].shape) == ((4, 3), (2, 3, 2))
+    assert index.fields["track"].varies and index.fields["cube"].dtype == "uint8"
+    _, fields = read_back(tmp_path / "out")
+    assert np.stack(fields["grid"]).tobytes() == grids.tobytes()
+    assert np.stack(fields["cube"]).tobytes() == cubes.tobytes()
+    assert all(np.array_equal(got, want) for got, want in zip(fields["track"], tracks, strict=True))
+    batch = next(iter(make_loader(tmp_path / "out", batch_size=32, shuffle=False)))
+    assert batch["grid"].shape == (32, 4, 3) and torch.equal(batch["grid"][5], torch.from_numpy(grids[5]))
+    # the command line's process has not imported `datasets`: the columns are lists of lists there
+    run = subprocess.run([sys.executable, "-m", "pipeline", "build", "arrow", str(tmp_path / "saved"),
+                          str(tmp_path / "cli"), "--shard-samples", "70", "--quiet"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert [s.sha256 for s in pipeline.load_index(tmp_path / "cli").shards] == [s.sha256 for s in index.shards]
+
+
+def _lists_of_lists(rows: list) -> pa.Array:
+    return pa.array(rows, pa.list_(pa.list_(pa.float32())))
+
+
+def test_parquet_lists_of_lists_read_from_inside_row_groups_keep_every_row(tmp_path: Path) -> None:
+    """Windows that start inside a row group slice the lists: offsets that do not start at 0."""
+    rows = [[[float(n), n + 0.5]] * (1 + n % 3) for n in range(500)]
+    pq.write_table(pa.table({"x": _lists_of_lists(rows)}), tmp_path / "t.parquet", row_group_size=128)
+    pipeline.build_parquet(tmp_path / "t.parquet", tmp_path / "out", shard_samples=45, quiet=True)
+    _, fields = read_back(tmp_path / "out")
+    assert [x.shape for x in fields["x"][:4]] == [(1, 2), (2, 2), (3, 2), (1, 2)]
+    assert all(x.tolist() == want for x, want in zip(fields["x"], rows, strict=True))
+
+
+def test_a_row_of_lists_of_different_lengths_is_an_error_naming_it(tmp_path: Path) -> None:
+    rows = [[[1.0, 2.0], [3.0, 4.0]]] * 10
+    rows[7] = [[1.0, 2.0], [3.0]]
+    pq.write_table(pa.table({"y": list(range(10)), "x": _lists_of_lists(rows)}), tmp_path / "j.parquet")
+    with pytest.raises(SampleError, match=re.escape(
+            f"{tmp_path / 'j.parquet'}: column 'x', row 7 (counting from 0 in the file): its lists hold "
+            f"1 and 2 items, so they make no array; give the lists of each depth of a row one length, or leave the "
+            f"column out with --columns")):
+        pipeline.build_parquet(tmp_path / "j.parquet", tmp_path / "out", quiet=True)
+    pipeline.build_parquet(tmp_path / "j.parquet", tmp_path / "out", columns=["y"], quiet=True)
+
+
+def test_nulls_in_lists_of_lists_are_named_or_filled(tmp_path: Path) -> None:
+    rows = [[[1.0, 2.0]], None, [[3.0, None]], [], [[5.0, 6.0], [7.0, 8.0]]]
+    pq.write_table(pa.table({"x": _lists_of_lists(rows)}), tmp_path / "n.parquet")
+    with pytest.raises(SampleError, match=r"n\.parquet: column 'x' has nulls, the first at rows 1, 2 \(counting"):
+        pipeline.build_parquet(tmp_path / "n.parquet", tmp_path / "out", quiet=True)
+    pipeline.build_parquet(tmp_path / "n.parquet", tmp_path / "out", fill={"x": -1}, quiet=True)
+    _, fields = read_back(tmp_path / "out")
+    assert [x.tolist() for x in fields["x"]] == [[[1.0, 2.0]], [], [[3.0, -1.0]], [], [[5.0, 6.0], [7.0, 8.0]]]
+    assert [x.shape for x in fields["x"]] == [(1, 2), (0, 0), (1, 2), (0, 0), (2, 2)]
