@@ -180,7 +180,8 @@ def _refuse_other_classes(shards: Mapping[str, IndexedShards]) -> None:
                                  f"is {first_classes[label]!r} in {first!r} and {classes[label]!r} in {name!r} "
                                  f"({first!r}: {first_classes}, {name!r}: {classes}); build them with one class "
                                  f"list (build_imagefolder(..., classes=[...]), pipeline build imagefolder --classes "
-                                 f"a,b,c)")
+                                 f"a,b,c; a datasets ClassLabel column: Dataset.align_labels_with_mapping before "
+                                 f"saving)")
 
 
 def _digest(shards: IndexedShards) -> str:

@@ -134,3 +134,32 @@ def test_a_feather_file_of_version_1_is_told_how_to_write_it_again(tmp_path: Pat
     with pytest.raises(SampleError, match=re.escape(f"{tmp_path / 'old.feather'}: a Feather file of version 1, which "
                                                     f"is not Arrow IPC: write it again as version 2")):
         pipeline.build_arrow(tmp_path / "old.feather", tmp_path / "out", quiet=True)
+
+
+def test_classlabel_names_are_kept_as_an_image_folders_classes_and_checked_in_a_mix(tmp_path: Path) -> None:
+    """Before, a ClassLabel column's names were lost: labels of two datasets numbered otherwise mixed unseen."""
+    import datasets  # in the test extra; optional for users
+
+    def saved(name: str, classes: list[str], **more: datasets.ClassLabel) -> Path:
+        features = datasets.Features({"x": datasets.Value("float32"), "y": datasets.ClassLabel(names=classes), **more})
+        rows = {"x": [0.5, 1.5, 2.5], "y": [0, 1, 1], **{column: [1, 0, 0] for column in more}}
+        data = datasets.Dataset.from_dict(rows, features=features)
+        data.save_to_disk(str(tmp_path / name))
+        data.to_parquet(str(tmp_path / f"{name}.parquet"))
+        return tmp_path / name
+
+    pipeline.build_arrow(saved("pets", ["cat", "dog"]), tmp_path / "out-pets", quiet=True)
+    assert pipeline.load_index(tmp_path / "out-pets").metadata == {"classes": ["cat", "dog"]}
+    pipeline.build_parquet(tmp_path / "pets.parquet", tmp_path / "out-parquet", quiet=True)
+    assert pipeline.load_index(tmp_path / "out-parquet").metadata == {"classes": ["cat", "dog"]}
+    pipeline.build_parquet(tmp_path / "pets.parquet", tmp_path / "out-x", columns=["x"], quiet=True)
+    assert pipeline.load_index(tmp_path / "out-x").metadata == {}
+    pipeline.build_arrow(saved("two", ["cat", "dog"], z=datasets.ClassLabel(names=["no", "yes"])), tmp_path / "out-two",
+                         quiet=True)
+    assert pipeline.load_index(tmp_path / "out-two").metadata == {"classes": {"y": ["cat", "dog"], "z": ["no", "yes"]}}
+    pipeline.build_arrow(saved("swapped", ["dog", "cat"]), tmp_path / "out-swapped", quiet=True)
+    with pytest.raises(ValueError, match=re.escape(
+            "sources 'pets' and 'swapped' number their classes differently: label 0 is 'cat' in 'pets' and 'dog' in "
+            "'swapped'")) as refused:
+        pipeline.make_loader({"pets": tmp_path / "out-pets", "swapped": tmp_path / "out-swapped"}, num_workers=0)
+    assert "Dataset.align_labels_with_mapping" in str(refused.value)

@@ -2,7 +2,8 @@
 
 A folder of Parquet files (as Spark, Dask or pandas write them) is read in name order; a folder
 written by ``datasets.Dataset.save_to_disk`` in the order its ``state.json`` lists its files,
-which is the order of the dataset's rows.
+which is the order of the dataset's rows. What ``datasets`` says of its columns in the files'
+schema metadata gives the names of its ``ClassLabel`` columns' classes.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError
+
+if TYPE_CHECKING:  # (this module is imported without pyarrow, which is optional)
+    import pyarrow as pa
 
 Inputs = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -115,3 +119,19 @@ def _arrow_folder(folder: Path) -> list[Path]:
         if not (folder / name).is_file():
             raise FileNotFoundError(f"{folder / name}: listed in {state}, but not there")
     return [folder / name for name in listed]
+
+
+def class_names(schema: pa.Schema, columns: Sequence[str]) -> dict[str, Any] | None:
+    """What a build keeps of ``datasets``' ``ClassLabel`` columns among ``columns``: the names
+    their numbers stand for, which ``datasets`` writes in the schema's metadata. ``{"classes":
+    names}`` for one such column (as an image folder's build keeps them), ``{"classes": {column:
+    names}}`` for several, ``None`` for none."""
+    try:
+        features = json.loads((schema.metadata or {})[b"huggingface"])["info"]["features"]
+        found = {name: features[name]["names"] for name in columns
+                 if features.get(name, {}).get("_type") == "ClassLabel"}
+    except (KeyError, TypeError, ValueError, AttributeError):  # (no such metadata, or not as datasets writes it)
+        return None
+    if not found or not all(isinstance(names, list) for names in found.values()):
+        return None
+    return {"classes": next(iter(found.values())) if len(found) == 1 else found}

@@ -44,7 +44,7 @@ from ...format.errors import SampleError
 from ..rows import RowBlock
 from ..source import Source, span_identity
 from .table_columns import BINARY, FIXED_KINDS, RAGGED, TEXT, column_kind, fill_value, null_rows, signature, to_columns
-from .table_files import Inputs, parquet_files
+from .table_files import Inputs, class_names, parquet_files
 
 #: Rows decoded at once from a Parquet row group: about this many bytes of them (a read of a build,
 #: about 16 MB, spans a few batches; larger batches only take more memory).
@@ -86,6 +86,7 @@ class TableSource(Source):
         first = self.schema(self.paths[0])
         self.columns = self._select(first, columns)
         self.kinds = {name: column_kind(name, first.field(name).type, self.paths[0]) for name in self.columns}
+        self.metadata = class_names(first, self.columns)
         self.fill = {}
         for name, value in (fill or {}).items():
             if name not in self.kinds:
