@@ -128,10 +128,11 @@ def class_names(schema: pa.Schema, columns: Sequence[str]) -> dict[str, Any] | N
     names}}`` for several, ``None`` for none."""
     try:
         features = json.loads((schema.metadata or {})[b"huggingface"])["info"]["features"]
-        found = {name: features[name]["names"] for name in columns
-                 if features.get(name, {}).get("_type") == "ClassLabel"}
-    except (KeyError, TypeError, ValueError, AttributeError):  # (no such metadata, or not as datasets writes it)
+    except (KeyError, TypeError, ValueError):  # (no such metadata, or not as datasets writes it)
         return None
+    labels = [features.get(name) if isinstance(features, dict) else None for name in columns]
+    found = {name: label.get("names") for name, label in zip(columns, labels)
+             if isinstance(label, dict) and label.get("_type") == "ClassLabel"}
     if not found or not all(isinstance(names, list) for names in found.values()):
         return None
     return {"classes": next(iter(found.values())) if len(found) == 1 else found}
