@@ -163,3 +163,13 @@ def test_classlabel_names_are_kept_as_an_image_folders_classes_and_checked_in_a_
             "'swapped'")) as refused:
         pipeline.make_loader({"pets": tmp_path / "out-pets", "swapped": tmp_path / "out-swapped"}, num_workers=0)
     assert "Dataset.align_labels_with_mapping" in str(refused.value)
+
+
+def test_classlabel_names_are_found_beside_features_written_as_lists(tmp_path: Path) -> None:
+    """Older ``datasets`` wrote a Sequence feature as a list, where a dict was looked for."""
+    features = {"z": [{"dtype": "float32", "_type": "Value"}], "y": {"names": ["no", "yes"], "_type": "ClassLabel"}}
+    table = pa.table({"z": pa.array([[1.0], [2.0]], pa.list_(pa.float32())), "y": [1, 0]})
+    table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, tmp_path / "old.parquet")
+    pipeline.build_parquet(tmp_path / "old.parquet", tmp_path / "out", quiet=True)
+    assert pipeline.load_index(tmp_path / "out").metadata == {"classes": ["no", "yes"]}
