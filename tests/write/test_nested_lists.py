@@ -5,6 +5,7 @@ it first"."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -91,3 +92,47 @@ def test_nulls_in_lists_of_lists_are_named_or_filled(tmp_path: Path) -> None:
     _, fields = read_back(tmp_path / "out")
     assert [x.tolist() for x in fields["x"]] == [[[1.0, 2.0]], [], [[3.0, -1.0]], [], [[5.0, 6.0], [7.0, 8.0]]]
     assert [x.shape for x in fields["x"]] == [(1, 2), (0, 0), (1, 2), (0, 0), (2, 2)]
+
+
+def test_array2d_of_one_shape_packs_as_fixed_size_arrays_do(tmp_path: Path) -> None:
+    """An Array2D whose every dimension is fixed is one array of all rows: 'auto' packs it."""
+    import datasets  # in the test extra; optional for users
+
+    grids = np.random.default_rng(1).standard_normal((2048, 4, 3)).astype(np.float32)
+    features = datasets.Features({"grid": datasets.Array2D((4, 3), "float32"), "y": datasets.ClassLabel(names=["a", "b"])})
+    datasets.Dataset.from_dict({"grid": list(grids), "y": [n % 2 for n in range(2048)]}, features=features).save_to_disk(
+        str(tmp_path / "saved"))
+    index = pipeline.build_arrow(tmp_path / "saved", tmp_path / "out", quiet=True)
+    assert index.pack == 4 and index.fields["grid"].shape == (4, 3)  # 2,048 rows keep 512 records
+    assert index.metadata == {"classes": ["a", "b"]}
+    _, fields = read_back(tmp_path / "out")
+    assert np.stack(fields["grid"]).tobytes() == grids.tobytes()
+
+
+def _claimed(rows: list, shape: list) -> pa.Table:
+    """A table whose metadata says, as ``datasets`` writes it, that column ``x`` is an Array2D of ``shape``."""
+    features = {"x": {"shape": shape, "dtype": "float32", "_type": "Array2D"}}
+    return pa.table({"x": _lists_of_lists(rows)}).replace_schema_metadata(
+        {"huggingface": json.dumps({"info": {"features": features}})})
+
+
+def test_a_row_of_another_shape_than_its_array2d_feature_is_named(tmp_path: Path) -> None:
+    rows = [[[1.0, 2.0], [3.0, 4.0]]] * 6
+    rows[4] = [[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]]
+    pq.write_table(_claimed(rows, [2, 2]), tmp_path / "w.parquet")
+    with pytest.raises(SampleError, match=re.escape(
+            f"{tmp_path / 'w.parquet'}: column 'x', row 4 (counting from 0 in the file): its shape is (2, 3), where "
+            f"the column's datasets feature says (2, 2); mend that row, or leave the column out with --columns")):
+        pipeline.build_parquet(tmp_path / "w.parquet", tmp_path / "out", quiet=True)
+
+
+def test_a_null_array2d_row_is_filled_with_copies_of_the_fill(tmp_path: Path) -> None:
+    rows = [[[float(n), n + 0.5]] * 3 for n in range(6)]
+    rows[2] = None
+    pq.write_table(_claimed(rows, [3, 2]), tmp_path / "n.parquet", row_group_size=4)
+    with pytest.raises(SampleError, match=r"column 'x' has nulls, the first at row 2 "):
+        pipeline.build_parquet(tmp_path / "n.parquet", tmp_path / "out", quiet=True)
+    pipeline.build_parquet(tmp_path / "n.parquet", tmp_path / "out", fill={"x": 7}, shard_samples=3, quiet=True)
+    _, fields = read_back(tmp_path / "out")
+    assert [x.shape for x in fields["x"]] == [(3, 2)] * 6
+    assert fields["x"][2].tolist() == [[7.0, 7.0]] * 3 and fields["x"][5].tolist() == [[5.0, 5.5]] * 3

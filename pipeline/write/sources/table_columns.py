@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -30,8 +30,10 @@ import pyarrow.compute as pc
 from ...format.errors import SampleError
 
 NUMBER, FIXED, RAGGED, TEXT, BINARY = "number", "fixed", "ragged", "text", "binary"
+#: lists of lists that the table's metadata gives one shape (see :func:`shaped_kind`)
+SHAPED = "shaped"
 #: kinds whose rows all have the same shape, so that rows can share a packed record
-FIXED_KINDS = (NUMBER, FIXED)
+FIXED_KINDS = (NUMBER, FIXED, SHAPED)
 
 _TEMPORAL = (pa.types.is_timestamp, pa.types.is_date, pa.types.is_time, pa.types.is_duration)
 # (the view types came with pyarrow 16)
@@ -85,6 +87,29 @@ def column_kind(name: str, type_: pa.DataType, path: os.PathLike[str] | str) -> 
     return kind
 
 
+def column_kinds(schema: pa.Schema, columns: Sequence[str], path: os.PathLike[str] | str,
+                 shapes: Mapping[str, tuple[int, ...]]) -> dict[str, str]:
+    """The kind of each of ``columns`` (see :func:`column_kind`); lists of lists that ``shapes``
+    (the table's metadata) says all have one shape, as ``datasets``' ``Array2D`` do, are
+    :data:`SHAPED`: one array of all rows, so that rows pack."""
+    kinds = {}
+    for name in columns:
+        type_ = schema.field(name).type
+        kinds[name] = column_kind(name, type_, path)
+        depth, leaf = 0, _storage(type_)
+        while _is_list(leaf):
+            depth, leaf = depth + 1, leaf.value_type
+        if kinds[name] == RAGGED and name in shapes and depth == len(shapes[name]):
+            kinds[name] = SHAPED
+    return kinds
+
+
+def packable(kinds: Mapping[str, str]) -> bool:
+    """Whether rows of columns of ``kinds`` can share a packed record: one string (or bytes) a
+    row packs as a list, as an array source's text does; only ragged lists keep a sample a record."""
+    return all(kind in (*FIXED_KINDS, TEXT, BINARY) for kind in kinds.values())
+
+
 def _conversion(name: str, type_: pa.DataType) -> str:
     """How to convert a column of ``type_`` into one shards can store, where there is a plain way."""
     if pa.types.is_dictionary(type_):  # (pandas writes a category column so)
@@ -108,6 +133,7 @@ def signature(type_: pa.DataType) -> Any:
 
 
 def _leaf(type_: pa.DataType) -> pa.DataType:
+    type_ = _storage(type_)
     while pa.types.is_fixed_size_list(type_) or _is_list(type_):
         type_ = type_.value_type
     return type_
@@ -196,23 +222,23 @@ def _list_values(array: pa.Array, offsets: np.ndarray) -> pa.Array:
     return array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
-def to_columns(path: os.PathLike[str] | str, first_row: int, batch: pa.RecordBatch, kinds: dict[str, str],
-               fill: dict[str, Any]) -> dict[str, Any]:
+def to_columns(path: os.PathLike[str] | str, first_row: int, batch: pa.RecordBatch, kinds: Mapping[str, str],
+               fill: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
     """The columns ``kinds`` of ``batch``, rows ``first_row``... of ``path``, as block columns."""
     columns = {}
     for name, kind in kinds.items():
         try:
-            columns[name] = to_column(batch.column(name), kind, fill.get(name))
-        except JaggedRow as jagged:
-            raise SampleError(f"{path}: column {name!r}, row {first_row + jagged.row} (counting from 0 in the file): "
-                              f"{jagged}, so they make no array; give the lists of each depth of a row one length, "
-                              f"or leave the column out with --columns") from None
+            columns[name] = to_column(batch.column(name), kind, fill.get(name), shapes.get(name))
+        except RowShapeError as wrong:
+            raise SampleError(f"{path}: column {name!r}, row {first_row + wrong.row} (counting from 0 in the file): "
+                              f"{wrong}, or leave the column out with --columns") from None
     return columns
 
 
-def to_column(array: pa.Array, kind: str, fill: Any = None) -> Any:
-    """``array`` as a block column of ``kind`` (see :func:`column_kind`); nulls become ``fill``
-    (the caller has refused nulls when there is none)."""
+def to_column(array: pa.Array, kind: str, fill: Any = None, shape: tuple[int, ...] | None = None) -> Any:
+    """``array`` as a block column of ``kind`` (see :func:`column_kind`; ``shape`` a
+    :data:`SHAPED` column's); nulls become ``fill`` (the caller has refused nulls when there is
+    none)."""
     array = _stored(array)
     if kind == NUMBER:
         return _numbers(array, fill)
@@ -220,6 +246,8 @@ def to_column(array: pa.Array, kind: str, fill: Any = None) -> Any:
         return _fixed(array, fill)
     if kind == RAGGED:
         return _ragged(array, fill)
+    if kind == SHAPED:
+        return _shaped(array, fill, shape or ())
     if array.null_count:
         array = pc.fill_null(array, pa.scalar(fill, type=array.type))
     return array.to_pylist()
@@ -252,29 +280,19 @@ def _fixed(array: pa.Array, fill: Any) -> np.ndarray:
     return out
 
 
-class JaggedRow(ValueError):
-    """A row of lists of lists whose lists of one depth differ in length: no array."""
+class RowShapeError(ValueError):
+    """A row of lists of lists that makes no array, or not the one its column's metadata says."""
 
-    def __init__(self, row: int, depth: int, lengths: tuple[int, int]) -> None:
-        super().__init__(f"its lists {'inside lists ' * (depth - 1)}hold {lengths[0]} and {lengths[1]} items")
+    def __init__(self, row: int, text: str) -> None:
+        super().__init__(text)
         self.row = row
 
 
 def _ragged(array: pa.Array, fill: Any) -> list[np.ndarray]:
     """Lists of any length as one array a row, views of the flat values. Lists of lists make an
     array of one more dimension a depth, so a row's lists of one depth need one length (else
-    :class:`JaggedRow`); a row with no lists has none below it (shape ``(0, 0)``)."""
-    rows = len(array)
-    lo, hi = np.arange(rows), np.arange(1, rows + 1)  # each row's items at the current depth
-    dims: list[np.ndarray] = []
-    level: pa.Array = array
-    while _is_list(level.type):
-        offsets = level.offsets.to_numpy()
-        lengths = np.diff(offsets)
-        dims.append(_one_length(lengths, lo, hi, len(dims)))
-        lo, hi = offsets[lo] - offsets[0], offsets[hi] - offsets[0]
-        level = _list_values(level, offsets)
-    flat = _fixed(level, fill) if pa.types.is_fixed_size_list(level.type) else _numbers(level, fill)
+    :class:`RowShapeError`); a row with no lists has none below it (shape ``(0, 0)``)."""
+    flat, lo, hi, dims = _nested(array, fill)
     if len(dims) == 1:
         out = [flat[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
     else:
@@ -286,6 +304,41 @@ def _ragged(array: pa.Array, fill: Any) -> list[np.ndarray]:
         for i in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)).tolist():
             out[i] = empty
     return out
+
+
+def _shaped(array: pa.Array, fill: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """Lists of lists whose rows all have ``shape`` as one array ``(rows, *shape)``: the flat
+    values reshaped, without a copy unless a null row is filled (with copies of ``fill``)."""
+    flat, lo, _, dims = _nested(array, fill)
+    rows = len(array)
+    kept = ~array.is_null().to_numpy(zero_copy_only=False) if array.null_count else np.ones(rows, bool)
+    found = np.stack(dims, axis=1) if rows else np.zeros((0, len(shape)), np.int64)
+    wrong = np.flatnonzero(kept & (found != np.array(shape, np.int64)).any(axis=1))
+    if len(wrong):
+        raise RowShapeError(int(wrong[0]), f"its shape is {tuple(found[wrong[0]].tolist())}, where the column's "
+                                           f"datasets feature says {shape}; mend that row")
+    if kept.all():
+        return flat.reshape(rows, *shape, *flat.shape[1:])
+    out = np.full((rows, *shape, *flat.shape[1:]), fill, flat.dtype)
+    size = int(np.prod(shape))
+    out[kept] = flat[lo[kept][:, None] + np.arange(size)].reshape(-1, *shape, *flat.shape[1:])
+    return out
+
+
+def _nested(array: pa.Array, fill: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Lists (of lists...) of numbers: the flat values (nulls filled), each row's range of them
+    (``lo``, ``hi``), and its length at each depth (one array of lengths a depth)."""
+    rows = len(array)
+    lo, hi = np.arange(rows), np.arange(1, rows + 1)  # each row's items at the current depth
+    dims: list[np.ndarray] = []
+    level: pa.Array = array
+    while _is_list(level.type):
+        offsets = level.offsets.to_numpy()
+        dims.append(_one_length(np.diff(offsets), lo, hi, len(dims)))
+        lo, hi = offsets[lo] - offsets[0], offsets[hi] - offsets[0]
+        level = _list_values(level, offsets)
+    flat = _fixed(level, fill) if pa.types.is_fixed_size_list(level.type) else _numbers(level, fill)
+    return flat, lo, hi, dims
 
 
 def _one_length(lengths: np.ndarray, lo: np.ndarray, hi: np.ndarray, depth: int) -> np.ndarray:
@@ -302,6 +355,9 @@ def _one_length(lengths: np.ndarray, lo: np.ndarray, hi: np.ndarray, depth: int)
     # (reduceat over a row's items ends where the next row's start: rows with none are left out above)
     wrong = np.flatnonzero(shortest != longest)
     if len(wrong):
-        raise JaggedRow(int(np.flatnonzero(held)[wrong[0]]), depth, (int(shortest[wrong[0]]), int(longest[wrong[0]])))
+        first = wrong[0]
+        raise RowShapeError(int(np.flatnonzero(held)[first]),
+                            f"its lists {'inside lists ' * (depth - 1)}hold {shortest[first]} and {longest[first]} "
+                            f"items, so they make no array; give the lists of each depth of a row one length")
     out[held] = shortest
     return out

@@ -2,8 +2,7 @@
 
 A folder of Parquet files (as Spark, Dask or pandas write them) is read in name order; a folder
 written by ``datasets.Dataset.save_to_disk`` in the order its ``state.json`` lists its files,
-which is the order of the dataset's rows. What ``datasets`` says of its columns in the files'
-schema metadata gives the names of its ``ClassLabel`` columns' classes.
+which is the order of the dataset's rows.
 """
 
 from __future__ import annotations
@@ -11,13 +10,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+from typing import Callable, Sequence, Union
 
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError
-
-if TYPE_CHECKING:  # (this module is imported without pyarrow, which is optional)
-    import pyarrow as pa
 
 Inputs = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -120,19 +116,3 @@ def _arrow_folder(folder: Path) -> list[Path]:
             raise FileNotFoundError(f"{folder / name}: listed in {state}, but not there")
     return [folder / name for name in listed]
 
-
-def class_names(schema: pa.Schema, columns: Sequence[str]) -> dict[str, Any] | None:
-    """What a build keeps of ``datasets``' ``ClassLabel`` columns among ``columns``: the names
-    their numbers stand for, which ``datasets`` writes in the schema's metadata. ``{"classes":
-    names}`` for one such column (as an image folder's build keeps them), ``{"classes": {column:
-    names}}`` for several, ``None`` for none."""
-    try:
-        features = json.loads((schema.metadata or {})[b"huggingface"])["info"]["features"]
-    except (KeyError, TypeError, ValueError):  # (no such metadata, or not as datasets writes it)
-        return None
-    labels = [features.get(name) if isinstance(features, dict) else None for name in columns]
-    found = {name: label.get("names") for name, label in zip(columns, labels)
-             if isinstance(label, dict) and label.get("_type") == "ClassLabel"}
-    if not found or not all(isinstance(names, list) for names in found.values()):
-        return None
-    return {"classes": next(iter(found.values())) if len(found) == 1 else found}

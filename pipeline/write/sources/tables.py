@@ -43,8 +43,9 @@ from ...format.codec import check_field_names
 from ...format.errors import SampleError
 from ..rows import RowBlock
 from ..source import Source, span_identity
-from .table_columns import BINARY, FIXED_KINDS, RAGGED, TEXT, column_kind, fill_value, null_rows, signature, to_columns
-from .table_files import Inputs, class_names, parquet_files
+from .table_columns import RAGGED, column_kinds, fill_value, null_rows, packable, signature, to_columns
+from .table_features import array_shapes, class_names
+from .table_files import Inputs, parquet_files
 
 #: Rows decoded at once from a Parquet row group: about this many bytes of them (a read of a build,
 #: about 16 MB, spans a few batches; larger batches only take more memory).
@@ -85,7 +86,8 @@ class TableSource(Source):
         self.paths = [Path(p) for p in self.files(inputs)]  # Paths: made absolute for a cluster's workers
         first = self.schema(self.paths[0])
         self.columns = self._select(first, columns)
-        self.kinds = {name: column_kind(name, first.field(name).type, self.paths[0]) for name in self.columns}
+        self.shapes = array_shapes(first, self.columns)
+        self.kinds = column_kinds(first, self.columns, self.paths[0], self.shapes)
         self.metadata = class_names(first, self.columns)
         self.fill = {}
         for name, value in (fill or {}).items():
@@ -104,9 +106,7 @@ class TableSource(Source):
         self._starts = np.cumsum([0] + [unit.rows for unit in self.units]).tolist()
         self._skip, self._rows = 0, self._starts[-1]
         self._row_bytes = max(data_bytes // max(self._rows, 1), 1)
-        # one string (or bytes) a row packs as a list, as an array source's text does: only ragged lists keep a
-        # sample a record
-        self.fixed_shape = all(kind in (*FIXED_KINDS, TEXT, BINARY) for kind in self.kinds.values())
+        self.fixed_shape = packable(self.kinds)
         many = f" and {len(self.paths) - 1} more files" if len(self.paths) > 1 else ""
         self.description = f"{self.kind} {self.paths[0]}{many}"
 
@@ -157,7 +157,8 @@ class TableSource(Source):
         blocks = []
         for piece in pieces:  # joined once converted: the files' types may differ in what changes nothing
             self.check_nulls(piece.path, piece.first_row, piece.batch)
-            blocks.append(RowBlock(to_columns(piece.path, piece.first_row, piece.batch, self.kinds, self.fill)))
+            blocks.append(RowBlock(to_columns(piece.path, piece.first_row, piece.batch, self.kinds, self.fill,
+                                              self.shapes)))
         return RowBlock.concat(blocks)
 
     def identity(self, digest: Any, start: int, stop: int) -> None:
