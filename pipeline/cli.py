@@ -366,12 +366,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of the output left (pipeline verify DIR | head): end quietly
         _drop_stdout()
         return READER_LEFT
-    except (FormatError, OSError, ValueError, ImportError, OutputExistsError) as exc:
+    except OutputExistsError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (FormatError, OSError, ValueError, ImportError) as exc:
+        print(f"error: {exc}{_after_failure(args)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"interrupted{_how_to_finish(args)}", file=sys.stderr)
         return 130
+
+
+def _after_failure(args: argparse.Namespace) -> str:
+    """What finishes a local build that failed once it had planned its shards (on an input to
+    mend, say), on a line of its own; nothing for other failures. A set that ``--overwrite``
+    replaces is gone by then: say so, since a user may take overwrite to keep it on failure."""
+    if not hasattr(args, "resume") or is_remote(str(args.out)) or not _planned(args):
+        return ""
+    replaced = (" (the set that was there was removed as this build began: --overwrite replaces it)"
+                if args.overwrite else "")
+    return (f"\nthe build stopped part way{replaced}; once the cause is mended, run the same command with "
+            f"--resume{' in place of --overwrite' if args.overwrite else ''} to finish it, keeping the shards it "
+            f"finished")
+
+
+def _planned(args: argparse.Namespace) -> bool:
+    return any(Path(args.out).glob("**/.index*.plan.json"))
 
 
 def _how_to_finish(args: argparse.Namespace) -> str:
@@ -379,7 +399,7 @@ def _how_to_finish(args: argparse.Namespace) -> str:
     "interrupted"; nothing for other commands."""
     if not hasattr(args, "resume") or is_remote(str(args.out)):
         return ""
-    if not any(Path(args.out).glob("**/.index*.plan.json")):  # stopped before its plan (and its first shard): an
+    if not _planned(args):  # stopped before its plan (and its first shard): an
         return ": run the same command again"  # old index may still be there, which --resume would take as done
     instead = " in place of --overwrite" if args.overwrite else ""
     return f": run the same command with --resume{instead} to finish the build, keeping the shards it finished"
