@@ -30,6 +30,7 @@ from ...format.numbers import is_whole
 from ...stream.image_decoders import check_whole
 from ..rows import RowBlock, key_for_name
 from ..source import FileRowsSource
+from .class_list import warn_of_renumbered_numbers
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 #: the subfolders of ROOT read as two sets (``ROOT/train`` + ``ROOT/val``), and the set each makes
@@ -166,6 +167,9 @@ class ImageFolderSource(FileRowsSource):
                               f"build_imagefolder (build imagefolder) reads a ROOT of train/ and val/ (or validation/) "
                               f"as two sets, else build each split folder on its own")
         self.classes = list(found if classes is None else classes)
+        if classes is None:
+            warn_of_renumbered_numbers(self.classes, str(self.root), "give the classes in the order of their numbers "
+                                       "(classes=[...], --classes 0,1,2,...) to store those numbers")
         twice = sorted(name for name, count in Counter(self.classes).items() if count > 1)
         if twice or not all(isinstance(name, str) and name for name in self.classes):
             raise ValueError(f"classes must be distinct, non-empty names, got {self.classes}"

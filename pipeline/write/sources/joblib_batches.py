@@ -27,6 +27,7 @@ from ...caller_warning import warn_caller
 from ...format.errors import SampleError, explain, unloadable
 from ..rows import RowBlock, storable
 from ..source import Source, span_identity
+from .class_list import sorted_classes
 from .pandas_values import is_pandas, pandas_values
 
 _NAME = re.compile(r"^([xy])_(\d+)\.job$")
@@ -177,7 +178,8 @@ def _classes_of(rows: list[np.ndarray], paths: list[Path]) -> list[str] | None:
     if not all(named):
         raise SampleError(f"{paths[named.index(True)]} holds class names, {paths[named.index(False)]} numbers: "
                           f"give every label file the same kind of labels")
-    return sorted(set().union(*(r.tolist() for r in rows)))
+    return sorted_classes(set().union(*(r.tolist() for r in rows)), str(paths[0].parent),
+                          "save the labels as numbers (y.astype(int)) to store those numbers")
 
 
 def _not_arrays(obj: Any, path: Path) -> np.ndarray:

@@ -24,6 +24,7 @@ import numpy as np
 from ...format.errors import SampleError, explain, unloadable
 from ..rows import RowBlock, check_key, key_for_name, storable
 from ..source import FileRowsSource
+from .class_list import sorted_classes
 
 SAMPLE_SUFFIXES = (".pt", ".npy")
 
@@ -291,13 +292,13 @@ def _finite(label: Any) -> bool:
         return True
 
 
-def class_positions(labels: Mapping[str, Any], ids: Sequence[str]) -> list[str] | None:
+def class_positions(labels: Mapping[str, Any], ids: Sequence[str], where: str) -> list[str] | None:
     """The sorted class names when the labels of ``ids`` are names (``"cat"``): each is stored
-    as its position in that list, as torchvision's ImageFolder numbers its class folders;
-    ``None`` when they are numbers."""
+    as its position in that list (see :mod:`.class_list`); ``None`` when they are numbers."""
     if not ids or not isinstance(labels[ids[0]], str):
         return None
-    return sorted({labels[i] for i in ids})
+    return sorted_classes((labels[i] for i in ids), where, "give the labels as numbers (2, not \"2\") to store "
+                                                           "those numbers")
 
 
 def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[str] | Mapping[str, Any],
@@ -317,7 +318,7 @@ def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[st
     check_partition(splits, label_map, partition_name, _name(labels, "the labels mapping"))
     listed = [str(i) for ids in splits.values() for i in ids]
     label_map = _floats_beside_floats(label_map, listed)
-    classes = class_positions(label_map, listed)
+    classes = class_positions(label_map, listed, _name(labels, "the labels mapping"))
     if classes is not None:
         position = {name: n for n, name in enumerate(classes)}
         label_map = {i: position[label_map[i]] for i in listed}  # (labels of IDs outside the partition: unused)
