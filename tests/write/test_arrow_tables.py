@@ -173,3 +173,17 @@ def test_classlabel_names_are_found_beside_features_written_as_lists(tmp_path: P
     pq.write_table(table, tmp_path / "old.parquet")
     pipeline.build_parquet(tmp_path / "old.parquet", tmp_path / "out", quiet=True)
     assert pipeline.load_index(tmp_path / "out").metadata == {"classes": ["no", "yes"]}
+
+
+def test_the_names_of_lists_of_classlabels_are_kept_beside_the_labels(tmp_path: Path) -> None:
+    """Sequence(ClassLabel(...)), as datasets stores tags and ner_tags: its names were dropped, and
+    the one ClassLabel beside it took the form of the only one."""
+    import datasets  # in the test extra; optional for users
+
+    features = datasets.Features({"y": datasets.ClassLabel(names=["b", "a"]),
+                                  "tags": datasets.Sequence(datasets.ClassLabel(names=["t1", "t0"]))})
+    datasets.Dataset.from_dict({"y": [0, 1], "tags": [[1], [0, 1]]}, features=features).save_to_disk(
+        str(tmp_path / "tagged"))
+    pipeline.build_arrow(tmp_path / "tagged", tmp_path / "out", quiet=True)
+    assert pipeline.load_index(tmp_path / "out").metadata == {"classes": {"y": ["b", "a"], "tags": ["t1", "t0"]}}
+    assert [tags.tolist() for tags in read_back(tmp_path / "out")[1]["tags"]] == [[1], [0, 1]]

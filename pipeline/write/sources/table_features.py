@@ -12,25 +12,38 @@ from typing import Any, Sequence
 import pyarrow as pa
 
 _ARRAYS = ("Array2D", "Array3D", "Array4D", "Array5D")
+_LISTS = ("Sequence", "List", "LargeList")
 
 
-def _features(schema: pa.Schema, columns: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The ``datasets`` feature of each of ``columns`` that has one written as a dict."""
+def _features(schema: pa.Schema, columns: Sequence[str]) -> dict[str, Any]:
+    """The ``datasets`` feature of each of ``columns`` that has one."""
     try:
         features = json.loads((schema.metadata or {})[b"huggingface"])["info"]["features"]
     except (KeyError, TypeError, ValueError):  # (no such metadata, or not as datasets writes it)
         return {}
     if not isinstance(features, dict):
         return {}
-    return {name: features[name] for name in columns if isinstance(features.get(name), dict)}
+    return {name: features[name] for name in columns if name in features}
+
+
+def _item(feature: Any) -> Any:
+    """What a ``Sequence``/``List`` feature holds (older ``datasets`` write one as ``[item]``)."""
+    if isinstance(feature, list) and len(feature) == 1:
+        return feature[0]
+    return feature.get("feature") if isinstance(feature, dict) and feature.get("_type") in _LISTS else None
 
 
 def class_names(schema: pa.Schema, columns: Sequence[str]) -> dict[str, Any] | None:
-    """What a build keeps of the ``ClassLabel`` columns among ``columns``: ``{"classes": names}``
-    for one such column (as an image folder's build keeps them), ``{"classes": {column: names}}``
-    for several, ``None`` for none."""
-    found = {name: feature.get("names") for name, feature in _features(schema, columns).items()
-             if feature.get("_type") == "ClassLabel"}
+    """What a build keeps of the ``ClassLabel`` columns among ``columns``, and of lists of
+    ``ClassLabel`` (``Sequence(ClassLabel(...))``: tags, ``ner_tags``): ``{"classes": names}`` for
+    one such column (as an image folder's build keeps them), ``{"classes": {column: names}}`` for
+    several, ``None`` for none."""
+    found = {}
+    for name, feature in _features(schema, columns).items():
+        while _item(feature) is not None:
+            feature = _item(feature)
+        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
+            found[name] = feature.get("names")
     if not found or not all(isinstance(names, list) for names in found.values()):
         return None
     return {"classes": next(iter(found.values())) if len(found) == 1 else found}
@@ -41,8 +54,8 @@ def array_shapes(schema: pa.Schema, columns: Sequence[str]) -> dict[str, tuple[i
     (``Array2D((None, 3))``, whose first dimension may vary, has none)."""
     shapes = {}
     for name, feature in _features(schema, columns).items():
-        shape = feature.get("shape")
-        if feature.get("_type") in _ARRAYS and isinstance(shape, list) and all(
+        shape = feature.get("shape") if isinstance(feature, dict) else None
+        if isinstance(shape, list) and feature.get("_type") in _ARRAYS and all(
                 isinstance(size, int) and size >= 0 for size in shape):
             shapes[name] = tuple(shape)
     return shapes
