@@ -91,6 +91,9 @@ class BuildProgress:
         line = (f"{self.verb} {self.samples} samples in {self.shards} shards{kept}, {self.bytes / 1e6:.1f} MB, "
                 f"in {elapsed:.2f} s ({self.samples / elapsed:,.0f} samples/s, "
                 f"{self.bytes / elapsed / 1e6:.1f} MB/s) -> {destination}")
+        if self.kept_shards and not self.shards:  # (rates of nothing written say nothing)
+            line = (f"kept {self.kept_shards} shards ({self.kept_samples} samples) that an earlier run finished; "
+                    f"{self.verb} none -> {destination}")
         if not self.quiet:
             if not self.samples + self.kept_samples:
                 print(f"warning: {self.verb} 0 samples ({self.description}): the set is empty, and a loader reading "

@@ -61,3 +61,12 @@ def test_the_bar_counts_a_shard_once_whether_its_chunks_were_shown_or_not() -> N
     progress.update(10, 1000)  # a shard whose chunks were not shown
     assert progress._bar.n == 25 and (progress.samples, progress.kept_samples, progress.shards) == (20, 5, 2)
     assert progress.close("out/index.json").startswith("wrote 20 samples in 2 shards and kept 1 shards (5 samples)")
+
+
+def test_a_build_that_only_kept_shards_says_so_without_rates() -> None:
+    """Before: "wrote 0 samples in 0 shards and kept 2 shards ..., 0.0 MB, ... (0 samples/s, 0.0 MB/s)"."""
+    progress = BuildProgress(10, "arrays -> out", quiet=True)
+    progress.update(5, 500, kept=True)
+    progress.update(5, 500, kept=True)
+    assert progress.close("out/index.json") == ("kept 2 shards (10 samples) that an earlier run finished; wrote none "
+                                                "-> out/index.json")
