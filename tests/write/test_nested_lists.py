@@ -136,3 +136,72 @@ def test_a_null_array2d_row_is_filled_with_copies_of_the_fill(tmp_path: Path) ->
     _, fields = read_back(tmp_path / "out")
     assert [x.shape for x in fields["x"]] == [(3, 2)] * 6
     assert fields["x"][2].tolist() == [[7.0, 7.0]] * 3 and fields["x"][5].tolist() == [[5.0, 5.5]] * 3
+
+
+def test_nulls_of_array2d_columns_are_counted_as_the_command_line_counts_them(tmp_path: Path) -> None:
+    """With datasets imported, the column is an extension type: its nulls were said "0 null, at rows 1"."""
+    import datasets  # in the test extra; optional for users
+
+    rows = [[[1.0, 2.0], [3.0, 4.0]], [[1.0, None], [3.0, 4.0]], None]
+    datasets.Dataset.from_dict({"a": rows}, features=datasets.Features({"a": datasets.Array2D((2, 2), "float32")})
+                               ).save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(SampleError, match=r"column 'a' has nulls, the first at rows 1, 2 \(counting"):
+        pipeline.build_arrow(tmp_path / "saved", tmp_path / "out", quiet=True)
+
+
+def test_a_null_list_inside_a_row_is_refused_even_with_a_fill(tmp_path: Path) -> None:
+    """A fill cannot stand for a list of unknown length: before, "lists hold 0 and 2 items", or
+    the row was stored as [[]] without a word."""
+    for name, rows in (("pair", [[[1.0, 2.0]], [[1.0, 2.0], None]]), ("alone", [[[1.0, 2.0]], [None]])):
+        pq.write_table(pa.table({"x": _lists_of_lists(rows)}), tmp_path / f"{name}.parquet")
+        with pytest.raises(SampleError, match=re.escape(
+                f"{tmp_path / f'{name}.parquet'}: column 'x', row 1 (counting from 0 in the file): a list in it is "
+                f"null, which a fill cannot stand for (a list of unknown length); mend that row")):
+            pipeline.build_parquet(tmp_path / f"{name}.parquet", tmp_path / name, fill={"x": 0}, quiet=True)
+
+
+def test_a_null_row_is_empty_or_filled_whatever_values_its_offsets_span() -> None:
+    """Arrow lets a null slot span values: they made a null row "hold 1 and 3 items"."""
+    from pipeline.write.sources.table_columns import RAGGED, SHAPED, to_column
+
+    inner = pa.ListArray.from_arrays(pa.array([0, 2, 4, 5, 8, 10], pa.int32()),
+                                     pa.array(np.arange(10, dtype=np.float32)))
+    rows = pa.ListArray.from_arrays(pa.array([0, 1, 4, 5], pa.int32()), inner, mask=pa.array([False, True, False]))
+    assert [x.shape for x in to_column(rows, RAGGED, -1.0)] == [(1, 2), (0, 0), (1, 2)]
+    shaped = to_column(rows, SHAPED, -1.0, (1, 2))
+    assert shaped.tolist() == [[[0.0, 1.0]], [[-1.0, -1.0]], [[8.0, 9.0]]]
+
+
+def test_array_dimensions_of_size_0_build(tmp_path: Path) -> None:
+    import datasets  # in the test extra; optional for users
+
+    datasets.Dataset.from_dict({"a": [np.zeros((0, 3), np.float32)] * 4},
+                               features=datasets.Features({"a": datasets.Array2D((0, 3), "float32")})
+                               ).save_to_disk(str(tmp_path / "saved"))
+    pipeline.build_arrow(tmp_path / "saved", tmp_path / "out", quiet=True)
+    assert [x.shape for x in read_back(tmp_path / "out")[1]["a"]] == [(0, 3)] * 4
+    pq.write_table(_claimed([[[], []], None, [[], []]], [2, 0]), tmp_path / "z.parquet")
+    pipeline.build_parquet(tmp_path / "z.parquet", tmp_path / "z", fill={"x": 0}, quiet=True)
+    assert [x.shape for x in read_back(tmp_path / "z")[1]["x"]] == [(2, 0)] * 3
+
+
+def test_files_whose_datasets_features_differ_are_refused_naming_both(tmp_path: Path) -> None:
+    """The first file's class names and shapes stood for all: a label meant one class in one file,
+    another in the next; a row of the second file's shape was 'to mend' mid-build."""
+    import datasets  # in the test extra; optional for users
+
+    (tmp_path / "labels").mkdir()
+    for name, classes in (("a", ["cat", "dog"]), ("b", ["dog", "cat"])):
+        datasets.Dataset.from_dict({"y": [0, 1]}, features=datasets.Features({"y": datasets.ClassLabel(names=classes)})
+                                   ).to_parquet(str(tmp_path / "labels" / f"{name}.parquet"))
+    with pytest.raises(SampleError, match=re.escape(
+            f"{tmp_path / 'labels' / 'b.parquet'}: its datasets features give class names ['dog', 'cat'], "
+            f"{tmp_path / 'labels' / 'a.parquet'} ['cat', 'dog'] (number the classes alike: "
+            f"Dataset.align_labels_with_mapping); every file needs the same")):
+        pipeline.build_parquet(tmp_path / "labels", tmp_path / "out", quiet=True)
+    (tmp_path / "shapes").mkdir()
+    pq.write_table(_claimed([[[1.0, 2.0]]], [1, 2]), tmp_path / "shapes" / "a.parquet")
+    pq.write_table(_claimed([[[1.0, 2.0, 3.0]]], [1, 3]), tmp_path / "shapes" / "b.parquet")
+    with pytest.raises(SampleError, match=re.escape("its datasets features give array shapes {'x': (1, 3)}, ")):
+        pipeline.build_parquet(tmp_path / "shapes", tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()

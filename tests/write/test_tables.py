@@ -158,6 +158,12 @@ def test_nulls_in_variable_length_lists_and_strings_are_found_and_filled(tmp_pat
     pq.write_table(pa.table({"ragged": ragged, "name": names}), tmp_path / "one.parquet")  # one row group
     with pytest.raises(SampleError, match=r"column 'ragged' has nulls, the first at rows 2, 3; column 'name' has 1 "):
         pipeline.build_parquet(tmp_path / "one.parquet", tmp_path / "out", quiet=True)  # both at once
+    far = pa.table({"a": pa.array([None] + list(range(1, 3000)), pa.int64()),
+                    "x": pa.array([[1.0]] * 2999 + [None], pa.list_(pa.float64()))})
+    pq.write_table(far, tmp_path / "far.parquet", row_group_size=1000)  # the list's null two row groups later
+    with pytest.raises(SampleError, match=r"column 'a' has 1 null, at row 0; column 'x' has nulls, the first at row "
+                                          r"2999 "):
+        pipeline.build_parquet(tmp_path / "far.parquet", tmp_path / "out", quiet=True)
     pipeline.build_parquet(tmp_path / "r.parquet", tmp_path / "out", fill={"ragged": 0, "name": "?"}, quiet=True)
     _, fields = read_back(tmp_path / "out")
     assert [v.tolist() for v in fields["ragged"]] == [[1.0], [], [], [2.0, 0.0], [3.0]]

@@ -11,7 +11,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from ...format.errors import SampleError
 from ..rows import RowBlock
 from .table_files import Inputs, arrow_files
-from .tables import TableSource, Unit, pa, unreadable  # pyarrow: .tables says how to install it when it is missing
+
+# (pyarrow, and what reads it, from .tables: it says how to install pyarrow when it is missing)
+from .tables import FileNulls, TableSource, Unit, pa, unreadable
 
 
 def _open_ipc(path: Path) -> tuple[Any, Any]:
@@ -84,14 +86,15 @@ class ArrowSource(TableSource):
                               f"be read a batch at a time; write it as an IPC file (pyarrow.ipc.new_file) or Parquet")
         self.streams.append(stream)
         watched = [name for name in self.columns if name not in self.fill]
-        first_row = 0
+        first_row, found = 0, FileNulls(path, self.columns, self.fill)
         try:
             for locator, batch in _located_batches(reader, source):
                 if batch.num_rows:  # only metadata and null counts are read: the data stays on disk
-                    self.check_nulls(path, first_row, batch.select(watched), lambda name: _nulls_in(path, name))
+                    found.add(first_row, batch.select(watched), lambda name: _nulls_in(path, name))
                     columns_bytes = sum(batch.column(name).get_total_buffer_size() for name in self.columns)
                     yield Unit(number, locator, first_row, batch.num_rows), columns_bytes
                 first_row += batch.num_rows
+            found.refuse()
         except (pa.ArrowException, OSError) as exc:  # cut short, or damaged: pyarrow names no file
             raise unreadable(path, exc, "Arrow IPC") from None
 

@@ -310,29 +310,38 @@ def _shaped(array: pa.Array, fill: Any, shape: tuple[int, ...]) -> np.ndarray:
     """Lists of lists whose rows all have ``shape`` as one array ``(rows, *shape)``: the flat
     values reshaped, without a copy unless a null row is filled (with copies of ``fill``)."""
     flat, lo, _, dims = _nested(array, fill)
-    rows = len(array)
+    rows, leaf = len(array), flat.shape[1:]
     kept = ~array.is_null().to_numpy(zero_copy_only=False) if array.null_count else np.ones(rows, bool)
     found = np.stack(dims, axis=1) if rows else np.zeros((0, len(shape)), np.int64)
-    wrong = np.flatnonzero(kept & (found != np.array(shape, np.int64)).any(axis=1))
+    # (below a dimension of size 0 there are no lists to measure)
+    known = next((depth + 1 for depth, size in enumerate(shape) if size == 0), len(shape))
+    wrong = np.flatnonzero(kept & (found[:, :known] != np.array(shape[:known], np.int64)).any(axis=1))
     if len(wrong):
         raise RowShapeError(int(wrong[0]), f"its shape is {tuple(found[wrong[0]].tolist())}, where the column's "
                                            f"datasets feature says {shape}; mend that row")
     if kept.all():
-        return flat.reshape(rows, *shape, *flat.shape[1:])
-    out = np.full((rows, *shape, *flat.shape[1:]), fill, flat.dtype)
+        return flat.reshape(rows, *shape, *leaf)
+    out = np.full((rows, *shape, *leaf), fill, flat.dtype)
     size = int(np.prod(shape))
-    out[kept] = flat[lo[kept][:, None] + np.arange(size)].reshape(-1, *shape, *flat.shape[1:])
+    if size:
+        out[kept] = flat[lo[kept][:, None] + np.arange(size)].reshape(-1, *shape, *leaf)
     return out
 
 
 def _nested(array: pa.Array, fill: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
     """Lists (of lists...) of numbers: the flat values (nulls filled), each row's range of them
-    (``lo``, ``hi``), and its length at each depth (one array of lengths a depth)."""
+    (``lo``, ``hi``), and its length at each depth (one array of lengths a depth). A null row
+    holds nothing, whatever its offsets span; a null list inside a row is refused (a fill
+    cannot stand for a list of unknown length)."""
     rows = len(array)
     lo, hi = np.arange(rows), np.arange(1, rows + 1)  # each row's items at the current depth
+    if array.null_count:
+        hi = np.where(array.is_null().to_numpy(zero_copy_only=False), lo, hi)
     dims: list[np.ndarray] = []
     level: pa.Array = array
     while _is_list(level.type):
+        if dims and level.null_count:
+            _refuse_null_lists(level, lo, hi, len(dims))
         offsets = level.offsets.to_numpy()
         dims.append(_one_length(np.diff(offsets), lo, hi, len(dims)))
         lo, hi = offsets[lo] - offsets[0], offsets[hi] - offsets[0]
@@ -341,18 +350,26 @@ def _nested(array: pa.Array, fill: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
     return flat, lo, hi, dims
 
 
+def _refuse_null_lists(level: pa.Array, lo: np.ndarray, hi: np.ndarray, depth: int) -> None:
+    """Refuse a null among the lists ``level`` of depth ``depth`` that a row's range holds."""
+    nulls = np.flatnonzero(level.is_null().to_numpy(zero_copy_only=False))
+    row = np.searchsorted(hi, nulls, side="right")  # (the first row whose range ends past each)
+    inside = (row < len(lo)) & (lo[np.minimum(row, len(lo) - 1)] <= nulls)
+    if inside.any():
+        raise RowShapeError(int(row[inside][0]), f"a list {'inside lists ' * (depth - 1)}in it is null, which a fill "
+                                                 f"cannot stand for (a list of unknown length); mend that row")
+
+
 def _one_length(lengths: np.ndarray, lo: np.ndarray, hi: np.ndarray, depth: int) -> np.ndarray:
     """The length that the lists ``lo[r]:hi[r]`` of each row ``r`` share (0 for a row of none)."""
-    if depth == 0:  # (a row is one list)
-        return lengths
     held = hi > lo
     out = np.zeros(len(lo), lengths.dtype)
     if not held.any():
         return out
-    starts = lo[held]
-    shortest = np.minimum.reduceat(lengths, starts)
-    longest = np.maximum.reduceat(lengths, starts)
-    # (reduceat over a row's items ends where the next row's start: rows with none are left out above)
+    bounds = np.stack([lo[held], hi[held]], axis=1).ravel()  # (every other reduction is a row's)
+    padded = np.append(lengths, 0)  # (a range may end at the last list)
+    shortest = np.minimum.reduceat(padded, bounds)[::2]
+    longest = np.maximum.reduceat(padded, bounds)[::2]
     wrong = np.flatnonzero(shortest != longest)
     if len(wrong):
         first = wrong[0]

@@ -59,3 +59,16 @@ def array_shapes(schema: pa.Schema, columns: Sequence[str]) -> dict[str, tuple[i
                 isinstance(size, int) and size >= 0 for size in shape):
             shapes[name] = tuple(shape)
     return shapes
+
+
+def features_differ(first: pa.Schema, other: pa.Schema, columns: Sequence[str]) -> tuple[str, str] | None:
+    """What ``other``'s metadata gives ``columns`` that ``first``'s does not (class names, array
+    shapes): ``(what, ours)`` in words, else ``None``. (The first file's stand for all: a label
+    would mean one class in one file and another in the next.)"""
+    ours, theirs = (class_names(first, columns) or {}).get("classes"), (class_names(other, columns) or {}).get("classes")
+    if ours != theirs:
+        return f"class names {theirs}", f"{ours} (number the classes alike: Dataset.align_labels_with_mapping)"
+    ours, theirs = array_shapes(first, columns), array_shapes(other, columns)
+    if ours != theirs:
+        return f"array shapes {theirs}", f"{ours} (cast to one: Dataset.cast)"
+    return None

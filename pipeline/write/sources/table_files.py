@@ -115,4 +115,3 @@ def _arrow_folder(folder: Path) -> list[Path]:
         if not (folder / name).is_file():
             raise FileNotFoundError(f"{folder / name}: listed in {state}, but not there")
     return [folder / name for name in listed]
-

@@ -29,7 +29,7 @@ import copy
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -43,16 +43,16 @@ from ...format.codec import check_field_names
 from ...format.errors import SampleError
 from ..rows import RowBlock
 from ..source import Source, span_identity
-from .table_columns import RAGGED, column_kinds, fill_value, null_rows, packable, signature, to_columns
-from .table_features import array_shapes, class_names
+from .table_columns import RAGGED, column_kinds, fill_value, packable, signature, to_columns
+from .table_features import array_shapes, class_names, features_differ
 from .table_files import Inputs, parquet_files
+from .table_nulls import FileNulls
 
 #: Rows decoded at once from a Parquet row group: about this many bytes of them (a read of a build,
 #: about 16 MB, spans a few batches; larger batches only take more memory).
 BATCH_BYTES = 4 << 20
 #: How much of a Parquet column chunk is fetched at a time (rather than the whole chunk).
 READ_BUFFER = 1 << 20
-_SHOWN_ROWS = 5
 
 class Unit(NamedTuple):
     """A row group (Parquet) or a record batch (Arrow) of one file."""
@@ -156,7 +156,9 @@ class TableSource(Source):
             i += 1
         blocks = []
         for piece in pieces:  # joined once converted: the files' types may differ in what changes nothing
-            self.check_nulls(piece.path, piece.first_row, piece.batch)
+            nulls = FileNulls(piece.path, self.columns, self.fill)
+            nulls.add(piece.first_row, piece.batch)
+            nulls.refuse()
             blocks.append(RowBlock(to_columns(piece.path, piece.first_row, piece.batch, self.kinds, self.fill,
                                               self.shapes)))
         return RowBlock.concat(blocks)
@@ -228,37 +230,14 @@ class TableSource(Source):
                                   f"check): write the files again with one type (pandas: "
                                   f"df[{name!r}].astype(...); pyarrow: table.cast(schema)), or build each set of "
                                   f"files alike on its own")
+        differ = features_differ(first, schema, self.columns)
+        if differ:
+            raise SampleError(f"{path}: its datasets features give {differ[0]}, {self.paths[0]} {differ[1]}; every "
+                              f"file needs the same, or build each set of files alike on its own")
         extra = [name for name in schema.names if name not in self.columns]
         if all_columns and extra:
             raise SampleError(f"{path} has column {extra[0]!r}, which {self.paths[0]} has not; every file needs "
                               f"the same columns (or choose some with --columns)")
-
-    def check_nulls(self, path: Path, first_row: int, batch: pa.RecordBatch,
-                    in_file: Callable[[str], int | None] = lambda name: None) -> None:
-        """Refuse a null in a column of ``batch`` that has no fill; rows count from 0 in ``path``.
-        ``in_file`` gives a column's nulls in the whole file where the file's metadata says (the
-        batch's are only the first), else ``None``. Every such column is named at once."""
-        found = {}
-        for name in batch.schema.names:
-            if name in self.fill:
-                continue
-            rows = null_rows(batch.column(name))
-            if len(rows):
-                shown = ", ".join(str(first_row + r) for r in rows[:_SHOWN_ROWS].tolist())
-                # (a file's counts are of whole values: a list with a null inside is not one)
-                total = None if pa.types.is_nested(batch.schema.field(name).type) else in_file(name)
-                if total is None:
-                    found[name] = f"nulls, the first at {'row' if len(rows) == 1 else 'rows'} {shown}"
-                else:
-                    found[name] = (f"{total} null{'s' if total > 1 else ''}, at {'row' if total == 1 else 'rows'} "
-                                   f"{shown}{', ...' if total > min(len(rows), _SHOWN_ROWS) else ''}")
-        if found:
-            where = "; ".join(f"column {name!r} has {nulls}" for name, nulls in found.items())
-            options = " ".join(f"--fill {name}=VALUE" for name in found)
-            fills = ", ".join(f"{name!r}: VALUE" for name in found)
-            them = "column" if len(found) == 1 else "columns"
-            raise SampleError(f"{path}: {where} (counting from 0 in the file); fill them with {options} "
-                              f"(fill={{{fills}}} in Python), or leave the {them} out with --columns")
 
 
 class _Cursor:
@@ -302,15 +281,16 @@ class ParquetSource(TableSource):
 
     def scan(self, number: int, path: Path) -> Iterator[tuple[Unit, int]]:
         # statistics count empty lists as nulls: trust them for columns without variable-length lists; those are
-        # read here only beside a column found with nulls, to name them in the same error (else the build finds them)
+        # read here only in a file with nulls found, to name them in the same error (else the build finds them)
         unfilled = [name for name in self.columns if name not in self.fill]
         watched = [name for name in unfilled if self.kinds[name] != RAGGED]
         metadata = _parquet_file(path).metadata
         nulls = _null_counts(metadata, watched)
+        groups = []  # (row group, its first row, its bytes, its columns that may hold nulls)
         first_row = 0
         for group in range(metadata.num_row_groups):
             meta = metadata.row_group(group)
-            data_bytes, suspects, lists = 0, set(), set()
+            data_bytes, maybe = 0, set()
             for leaf in map(meta.column, range(meta.num_columns)):
                 where = leaf.path_in_schema
                 name = next((n for n in self.columns if where == n or where.startswith(f"{n}.")), None)
@@ -319,16 +299,20 @@ class ParquetSource(TableSource):
                 data_bytes += leaf.total_uncompressed_size
                 stats = leaf.statistics
                 if name in unfilled and stats is not None and stats.has_null_count and stats.null_count:
-                    (suspects if name in watched else lists).add(name)
-            if suspects:  # find the rows, reading only those columns of this row group
-                start = first_row
-                read = [name for name in self.columns if name in suspects | lists]
-                for batch in self._batches(number, group, read, data_bytes // max(meta.num_rows, 1) + 1):
-                    self.check_nulls(path, start, batch, nulls.get)
-                    start += batch.num_rows
-            if meta.num_rows:
-                yield Unit(number, group, first_row, meta.num_rows), data_bytes
+                    maybe.add(name)
+            groups.append((group, first_row, meta.num_rows, data_bytes, maybe))
             first_row += meta.num_rows
+        suspected = any(maybe & set(watched) for *_, maybe in groups)
+        found = FileNulls(path, self.columns, self.fill)
+        for group, first_row, rows, data_bytes, maybe in groups:
+            read = [name for name in self.columns if name in maybe] if suspected else []
+            start = first_row
+            for batch in self._batches(number, group, read, data_bytes // max(rows, 1) + 1) if read else ():
+                found.add(start, batch, nulls.get)  # (reading only those columns of this row group)
+                start += batch.num_rows
+            if rows:
+                yield Unit(number, group, first_row, rows), data_bytes
+        found.refuse()
 
     def read_unit(self, unit: Unit, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
         cursor = self._cursor
