@@ -8,13 +8,13 @@ import io
 import os
 import sys
 import warnings
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import build_arrow, build_parquet
 from . import cli_values as values
 from .check.describe import describe_parts
 from .check.verify import NOTE, check_set
+from .cli_build_end import BuildEnd
 from .cli_tune import add_tune_arguments
 from .format.errors import FormatError
 from .format.index import INDEX_NAME
@@ -357,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         after_command = argv.index(unknown[0]) > argv.index(args.command)
         (args.command_parser if after_command else parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     run: Callable[[argparse.Namespace], int | None] = args.run
+    build_end = BuildEnd(args)
     try:
         with warnings.catch_warnings(), reliable_ctrl_c():
             warnings.showwarning = _show_warning
@@ -370,36 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except (FormatError, OSError, ValueError, ImportError) as exc:
-        print(f"error: {exc}{_after_failure(args)}", file=sys.stderr)
+        print(f"error: {exc}{build_end.after_failure()}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"interrupted{_how_to_finish(args)}", file=sys.stderr)
+        print(f"interrupted{build_end.after_interrupt()}", file=sys.stderr)
         return 130
-
-
-def _after_failure(args: argparse.Namespace) -> str:
-    """What finishes a local build that failed once it had planned its shards (on an input to
-    mend, say), on a line of its own; nothing for other failures. A set that ``--overwrite``
-    replaces is gone by then: say so, since a user may take overwrite to keep it on failure."""
-    if not hasattr(args, "resume") or is_remote(str(args.out)) or not _planned(args):
-        return ""
-    replaced = (" (the set that was there was removed as this build began: --overwrite replaces it)"
-                if args.overwrite else "")
-    return (f"\nthe build stopped part way{replaced}; once the cause is mended, run the same command with "
-            f"--resume{' in place of --overwrite' if args.overwrite else ''} to finish it, keeping the shards it "
-            f"finished")
-
-
-def _planned(args: argparse.Namespace) -> bool:
-    return any(Path(args.out).glob("**/.index*.plan.json"))
-
-
-def _how_to_finish(args: argparse.Namespace) -> str:
-    """What finishes a build that was interrupted (a local one resumes), in words to follow
-    "interrupted"; nothing for other commands."""
-    if not hasattr(args, "resume") or is_remote(str(args.out)):
-        return ""
-    if not _planned(args):  # stopped before its plan (and its first shard): an
-        return ": run the same command again"  # old index may still be there, which --resume would take as done
-    instead = " in place of --overwrite" if args.overwrite else ""
-    return f": run the same command with --resume{instead} to finish the build, keeping the shards it finished"

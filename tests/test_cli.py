@@ -249,7 +249,8 @@ def test_demo_builds_verifies_and_trains_far_above_chance(tmp_path: Path) -> Non
 
 def test_a_build_stopped_by_a_bad_input_says_how_to_finish_it_and_what_overwrite_removed(tmp_path: Path) -> None:
     """A file found bad while the shards are written: before, the error alone, and a set that
-    --overwrite replaced was gone without a word."""
+    --overwrite replaced was gone without a word. What is said is of this run: not after an
+    error found before planning, with an earlier run's plan left in the folder."""
     (tmp_path / "data").mkdir()
     for n in range(12):
         np.save(tmp_path / "data" / f"{n}.npy", np.full(4, n, np.float32))
@@ -263,17 +264,22 @@ def test_a_build_stopped_by_a_bad_input_says_how_to_finish_it_and_what_overwrite
     told = (f"error: {tmp_path / 'data' / '9.npy'}: holds an array of Python objects, which only pickle could load: "
             f"save a numeric array\nthe build stopped part way")
     result = run_cli(*command, "--overwrite")
-    assert (result.returncode, result.stderr) == (1, f"{told} (the set that was there was removed as this build "
-                                                     f"began: --overwrite replaces it); once the cause is mended, run "
-                                                     f"the same command with --resume in place of --overwrite to finish "
-                                                     f"it, keeping the shards it finished\n")
+    assert (result.returncode, result.stderr) == (1, f"{told} (the set in {tmp_path / 'out' / 'train'} was removed "
+                                                     f"as this build began: --overwrite replaces it); once the cause "
+                                                     f"is mended, run the same command with --resume in place of "
+                                                     f"--overwrite to finish it, keeping the shards it finished\n")
     assert not (tmp_path / "out" / "train" / "index.json").exists()
     result = run_cli(*command, "--resume")
     assert (result.returncode, result.stderr) == (1, f"{told}; once the cause is mended, run the same command with "
                                                      f"--resume to finish it, keeping the shards it finished\n")
+    (tmp_path / "short.json").write_text(json.dumps({str(n): n % 2 for n in range(11)}))  # no label for ID 11
+    short = [str(tmp_path / "short.json") if arg == str(tmp_path / "labels.json") else arg for arg in command]
+    for wrong in ([*command, "--resume", "--overwrite"], [*short, "--resume"]):  # refused before planning
+        result = run_cli(*wrong)
+        assert result.returncode == 1 and "the build stopped part way" not in result.stderr, result.stderr
     np.save(tmp_path / "data" / "9.npy", np.full(4, 9, np.float32))
     assert run_cli(*command, "--resume").returncode == 0
     assert sorted(int(y[0]) for y in read_back(tmp_path / "out" / "train")[1]["x"]) == list(range(12))
-    (tmp_path / "labels.json").write_text(json.dumps({str(n): n % 2 for n in range(11)}))  # found before planning
-    result = run_cli(*command[:3], str(tmp_path / "other"), *command[4:])
-    assert result.returncode == 1 and "the build stopped part way" not in result.stderr
+    np.save(tmp_path / "data" / "9.npy", np.array([None]))
+    result = run_cli(*command[:3], str(tmp_path / "fresh"), *command[4:], "--overwrite")  # no set there to remove
+    assert result.returncode == 1 and result.stderr.startswith(f"{told.replace('out', 'fresh')}; once")
