@@ -167,21 +167,33 @@ def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, flo
 
 
 def _refuse_other_classes(shards: Mapping[str, IndexedShards]) -> None:
-    """Sources whose builds numbered their classes differently (``metadata["classes"]``) give a
-    label two meanings in a mix: an error naming the first such label. (One list may go on
-    where the other ends: the labels both have still agree.)"""
-    listed = [(name, s.index.metadata["classes"]) for name, s in shards.items()
-              if isinstance(s.index.metadata.get("classes"), list)]
-    for n, (name, classes) in enumerate(listed):
-        for first, first_classes in listed[:n]:  # every pair: [a, b] agrees with [a, b, c] and [a, b, d], not they
-            label = next((i for i, (a, b) in enumerate(zip(first_classes, classes)) if a != b), None)
-            if label is not None:
-                raise ValueError(f"sources {first!r} and {name!r} number their classes differently: label {label} "
-                                 f"is {first_classes[label]!r} in {first!r} and {classes[label]!r} in {name!r} "
-                                 f"({first!r}: {first_classes}, {name!r}: {classes}); build them with one class "
-                                 f"list (build_imagefolder(..., classes=[...]), pipeline build imagefolder --classes "
-                                 f"a,b,c; a datasets ClassLabel column: Dataset.align_labels_with_mapping before "
-                                 f"saving)")
+    """Sources whose builds numbered their classes differently (``metadata["classes"]``: a list,
+    or ``{column: list}`` for several columns of class names) give a label two meanings in a mix:
+    an error naming the first such label. (One list may go on where the other ends: the labels
+    both have still agree.)"""
+    listed = [(name, _class_lists(s.index.metadata.get("classes"))) for name, s in shards.items()]
+    for n, (name, lists) in enumerate(listed):
+        for first, first_lists in listed[:n]:  # every pair: [a, b] agrees with [a, b, c] and [a, b, d], not they
+            for column in first_lists.keys() & lists.keys():
+                first_classes, classes = first_lists[column], lists[column]
+                label = next((i for i, (a, b) in enumerate(zip(first_classes, classes)) if a != b), None)
+                if label is not None:
+                    field = f"field {column!r}: " if column else ""
+                    raise ValueError(
+                        f"sources {first!r} and {name!r} number their classes differently: {field}label {label} "
+                        f"is {first_classes[label]!r} in {first!r} and {classes[label]!r} in {name!r} ({first!r}: "
+                        f"{first_classes}, {name!r}: {classes}); build them with one class list "
+                        f"(build_imagefolder(..., classes=[...]), pipeline build imagefolder --classes a,b,c; a "
+                        f"datasets ClassLabel column: Dataset.align_labels_with_mapping before saving)")
+
+
+def _class_lists(classes: Any) -> dict[str, list]:
+    """``metadata["classes"]`` as ``{column: names}`` (``""`` for the one list of a build)."""
+    if isinstance(classes, list):
+        return {"": classes}
+    if isinstance(classes, dict):
+        return {column: names for column, names in classes.items() if isinstance(names, list)}
+    return {}
 
 
 def _digest(shards: IndexedShards) -> str:

@@ -163,6 +163,11 @@ def test_classlabel_names_are_kept_as_an_image_folders_classes_and_checked_in_a_
             "'swapped'")) as refused:
         pipeline.make_loader({"pets": tmp_path / "out-pets", "swapped": tmp_path / "out-swapped"}, num_workers=0)
     assert "Dataset.align_labels_with_mapping" in str(refused.value)
+    pipeline.build_arrow(saved("two-swapped", ["cat", "dog"], z=datasets.ClassLabel(names=["yes", "no"])),
+                         tmp_path / "out-two-swapped", quiet=True)
+    with pytest.raises(ValueError, match=re.escape("sources 'two' and 'swapped' number their classes differently: "
+                                                   "field 'z': label 0 is 'no' in 'two' and 'yes' in 'swapped'")):
+        pipeline.make_loader({"two": tmp_path / "out-two", "swapped": tmp_path / "out-two-swapped"}, num_workers=0)
 
 
 def test_classlabel_names_are_found_beside_features_written_as_lists(tmp_path: Path) -> None:
