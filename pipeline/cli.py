@@ -112,8 +112,7 @@ def _cmd_imagefolder(args: argparse.Namespace) -> None:
 
 
 def _table_options(args: argparse.Namespace) -> dict[str, Any]:
-    columns = args.columns
-    return {"columns": columns, "fill": values.named(args.fill, "--fill"), **_options(args)}
+    return {"columns": args.columns, "fill": values.named(args.fill, "--fill"), **_options(args)}
 
 
 def _cmd_parquet(args: argparse.Namespace) -> None:

@@ -127,7 +127,7 @@ def advise_pack(options: Mapping[str, Any], built: Sequence[tuple[Source, Datase
         return
     built = [(source, index) for source, index in built if index.samples]
     for source, index in built:
-        if index.pack != 1 or source.fixed_shape or any(
+        if source.fixed_shape or any(
                 spec.varies or spec.optional or spec.dtype == "bfloat16" for spec in index.fields.values()):
             return
     better = max((auto_pack(source) for source, _ in built), default=1)

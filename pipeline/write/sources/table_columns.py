@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from ...format.errors import SampleError
 
 NUMBER, FIXED, RAGGED, TEXT, BINARY = "number", "fixed", "ragged", "text", "binary"
-#: lists of lists that the table's metadata gives one shape (see :func:`shaped_kind`)
+#: lists of lists that the table's metadata gives one shape (see :func:`column_kinds`)
 SHAPED = "shaped"
 #: kinds whose rows all have the same shape, so that rows can share a packed record
 FIXED_KINDS = (NUMBER, FIXED, SHAPED)

@@ -40,8 +40,8 @@ def class_names(schema: pa.Schema, columns: Sequence[str]) -> dict[str, Any] | N
     several, ``None`` for none."""
     found = {}
     for name, feature in _features(schema, columns).items():
-        while _item(feature) is not None:
-            feature = _item(feature)
+        while (item := _item(feature)) is not None:
+            feature = item
         if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
             found[name] = feature.get("names")
     if not found or not all(isinstance(names, list) for names in found.values()):
@@ -61,14 +61,16 @@ def array_shapes(schema: pa.Schema, columns: Sequence[str]) -> dict[str, tuple[i
     return shapes
 
 
-def features_differ(first: pa.Schema, other: pa.Schema, columns: Sequence[str]) -> tuple[str, str] | None:
-    """What ``other``'s metadata gives ``columns`` that ``first``'s does not (class names, array
-    shapes): ``(what, ours)`` in words, else ``None``. (The first file's stand for all: a label
-    would mean one class in one file and another in the next.)"""
-    ours, theirs = (class_names(first, columns) or {}).get("classes"), (class_names(other, columns) or {}).get("classes")
+def features_differ(other: pa.Schema, columns: Sequence[str], classes: dict[str, Any] | None,
+                    shapes: dict[str, tuple[int, ...]]) -> tuple[str, str] | None:
+    """What ``other``'s metadata gives ``columns`` that the first file's ``classes`` (from
+    :func:`class_names`) and ``shapes`` (from :func:`array_shapes`) do not: ``(what, ours)`` in
+    words, else ``None``. (The first file's stand for all: a label would mean one class in one
+    file and another in the next.)"""
+    ours, theirs = (classes or {}).get("classes"), (class_names(other, columns) or {}).get("classes")
     if ours != theirs:
         return f"class names {theirs}", f"{ours} (number the classes alike: Dataset.align_labels_with_mapping)"
-    ours, theirs = array_shapes(first, columns), array_shapes(other, columns)
-    if ours != theirs:
-        return f"array shapes {theirs}", f"{ours} (cast to one: Dataset.cast)"
+    theirs_shapes = array_shapes(other, columns)
+    if shapes != theirs_shapes:
+        return f"array shapes {theirs_shapes}", f"{shapes} (cast to one: Dataset.cast)"
     return None

@@ -230,7 +230,7 @@ class TableSource(Source):
                                   f"check): write the files again with one type (pandas: "
                                   f"df[{name!r}].astype(...); pyarrow: table.cast(schema)), or build each set of "
                                   f"files alike on its own")
-        differ = features_differ(first, schema, self.columns)
+        differ = features_differ(schema, self.columns, self.metadata, self.shapes)
         if differ:
             raise SampleError(f"{path}: its datasets features give {differ[0]}, {self.paths[0]} {differ[1]}; every "
                               f"file needs the same, or build each set of files alike on its own")
