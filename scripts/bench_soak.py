@@ -63,7 +63,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # for tests/; last, so that the library snapshot on PYTHONPATH wins
 
-from benchlib.common import log, markdown_table, process_tree, rss_bytes  # noqa: E402
+from benchlib.common import log, markdown_table, process_tree, pss_bytes, rss_bytes, rss_parts  # noqa: E402
 from benchlib.library import snapshot_library  # noqa: E402
 
 from tests.storage.servers import FaultProxy, start_nginx, stop  # noqa: E402
@@ -72,6 +72,11 @@ MB = 1e6
 PACK = 16
 SAMPLE_INTERVAL_S = 1.0
 DEFAULT_FAULTS = "cut=0.02,stall=0.005,trickle=0.005,503=0.01"
+RESOURCES = {  # what the sampler records, as the report names it
+    "rss_mb": "loader tree RSS (MB)", "anon_mb": "of which anonymous", "file_mb": "of which file-backed",
+    "shmem_mb": "of which shared memory", "pss_mb": "loader tree PSS (MB)", "main_rss_mb": "the main process's RSS",
+    "fds": "loader tree open fds", "threads": "loader tree threads", "processes": "loader tree processes",
+    "nginx_rss_mb": "nginx RSS (MB)", "nginx_fds": "nginx open fds"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -185,8 +190,10 @@ def thread_count(pid: int) -> int:
 
 class TreeSampler(threading.Thread):
     """Every second: summed RSS, open descriptors and threads of the loader's process tree,
-    the main process's RSS apart (growth there or in the workers has different causes), and
-    nginx's RSS and descriptors (a server-side leak of connections would show there)."""
+    its RSS by kind (anonymous, file-backed, shared memory: a worker faults in the pages of
+    library code as it first runs it, which is not memory it holds) and its PSS, the main
+    process's RSS apart (growth there or in the workers has different causes), and nginx's RSS
+    and descriptors (a server-side leak of connections would show there)."""
 
     def __init__(self, root: int, nginx: int) -> None:
         super().__init__(daemon=True)
@@ -198,8 +205,11 @@ class TreeSampler(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.is_set():
             pids = process_tree(self.root)
+            parts = [rss_parts(p) for p in pids]
             self.samples.append({
                 "t": time.time(), "rss_mb": round(sum(rss_bytes(p) for p in pids) / MB, 2),
+                **{f"{kind}_mb": round(sum(p[kind] for p in parts) / MB, 2) for kind in ("anon", "file", "shmem")},
+                "pss_mb": round(sum(pss_bytes(p) for p in pids) / MB, 2),
                 "fds": sum(fd_count(p) for p in pids), "threads": sum(thread_count(p) for p in pids),
                 "processes": len(pids), "main_rss_mb": round(rss_bytes(self.root) / MB, 2),
                 "nginx_rss_mb": round(rss_bytes(self.nginx) / MB, 2),
@@ -306,7 +316,7 @@ def summarise(args: argparse.Namespace, run: dict[str, Any], proxy: FaultProxy, 
         "proxy": dict(proxy.counts),
         "failure": run["failure"],
         "trends": {key: trend(samples, key, warmup_end, steady_end)
-                   for key in ("rss_mb", "main_rss_mb", "fds", "threads", "processes", "nginx_rss_mb", "nginx_fds")},
+                   for key in RESOURCES},
     }
 
 
@@ -330,12 +340,10 @@ def report(args: argparse.Namespace, summary: dict[str, Any], epochs: list[dict[
         ["loader retries (`loader.stats()`)", f"{summary['retries']:,}"],
         ["failure", summary["failure"] or "none"],
     ]))
-    names = {"rss_mb": "loader tree RSS (MB)", "main_rss_mb": "of which the main process", "fds": "loader tree open fds", "threads": "loader tree threads",
-             "processes": "loader tree processes", "nginx_rss_mb": "nginx RSS (MB)", "nginx_fds": "nginx open fds"}
     print(f"\n### Resources (from the end of a warm-up of {summary['warmup_minutes']:.1f} minutes to the end "
           "of the last epoch; peak over the whole run)\n")
     print(markdown_table(["", "start", "end", "min", "max", "peak", "slope per hour"], [
-        [names[key], fmt(t["start"]), fmt(t["end"]), fmt(t["min"]), fmt(t["max"]), fmt(t["peak"]),
+        [RESOURCES[key], fmt(t["start"]), fmt(t["end"]), fmt(t["min"]), fmt(t["max"]), fmt(t["peak"]),
          fmt(t["slope_per_h"], "+.1f")] for key, t in summary["trends"].items()]))
 
 

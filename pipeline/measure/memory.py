@@ -64,6 +64,25 @@ def pss_bytes(pid: int) -> int:
     return 0
 
 
+def rss_parts(pid: int) -> dict[str, int]:
+    """Resident bytes of one process by kind (``/proc/PID/status``): ``anon`` (heaps, stacks,
+    copy-on-write pages), ``file`` (mapped libraries and files, faulted in as code and data are
+    first touched) and ``shmem`` (shared memory); zeros once it is gone. Why: growth in ``file``
+    is pages of libraries a process has only now run, which the kernel can drop and take back;
+    growth in ``anon`` is memory the process holds."""
+    fields = {"RssAnon:": "anon", "RssFile:": "file", "RssShmem:": "shmem"}
+    parts = dict.fromkeys(fields.values(), 0)
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                name, _, value = line.partition("\t")
+                if name in fields:
+                    parts[fields[name]] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return parts
+
+
 class TreeMemory(threading.Thread):
     """Samples the summed RSS (and, with ``pss``, PSS) of a process tree every ``interval``
     seconds until stopped (leaving out the processes in ``skip`` and their descendants: servers

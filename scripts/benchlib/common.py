@@ -29,6 +29,7 @@ def _checkout_module(name: str, relative: str) -> Any:
 
 _memory = _checkout_module("checkout_memory", "pipeline/measure/memory.py")
 TreeMemory, process_tree, rss_bytes = _memory.TreeMemory, _memory.process_tree, _memory.rss_bytes
+pss_bytes, rss_parts = _memory.pss_bytes, _memory.rss_parts
 BATCH = 256
 CLASSES = 1000
 LABEL_BYTES = 8  # int64
