@@ -5,7 +5,8 @@ per row where Arrow's layout allows it.
   Arrow stores as bits); timestamps, dates, times and durations -> int64 counts of their unit
   (``timestamp[ms]``: milliseconds since 1970-01-01 UTC; ``date32``: days);
 - ``fixed_size_list`` of numbers (embeddings), nested to any depth -> one array of shape
-  ``(rows, size, ...)``, a reshape of the flat values buffer;
+  ``(rows, size, ...)``, a reshape of the flat values buffer; Arrow's fixed-shape tensors
+  (``arrow.fixed_shape_tensor``, row-major) -> one array of shape ``(rows, *shape)``, the same way;
 - ``list``/``large_list`` of those -> a list of arrays, one per row (views of one flat array);
   lists of such lists (``datasets``' ``Array2D`` to ``Array5D``) -> one more dimension a depth,
   where a row's lists of each depth have one length;
@@ -28,12 +29,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...format.errors import SampleError
+from .table_list_shapes import RowShapeError, one_length, refuse_null_lists
 
 NUMBER, FIXED, RAGGED, TEXT, BINARY = "number", "fixed", "ragged", "text", "binary"
 #: lists of lists that the table's metadata gives one shape (see :func:`column_kinds`)
 SHAPED = "shaped"
+#: Arrow's fixed-shape tensors: a fixed-size list a row, and the shape of its values in the type
+TENSOR = "tensor"
 #: kinds whose rows all have the same shape, so that rows can share a packed record
-FIXED_KINDS = (NUMBER, FIXED, SHAPED)
+FIXED_KINDS = (NUMBER, FIXED, SHAPED, TENSOR)
 
 _TEMPORAL = (pa.types.is_timestamp, pa.types.is_date, pa.types.is_time, pa.types.is_duration)
 # (the view types came with pyarrow 16)
@@ -56,19 +60,33 @@ def _is_list(type_: pa.DataType) -> bool:
     return pa.types.is_list(type_) or pa.types.is_large_list(type_)
 
 
+def _is_tensor(type_: pa.DataType) -> bool:
+    """Whether ``type_`` is Arrow's fixed-shape tensor (pyarrow's class: no ``pa.ExtensionType``)."""
+    return getattr(type_, "extension_name", None) == "arrow.fixed_shape_tensor"
+
+
 def _storage(type_: pa.DataType) -> pa.DataType:
-    """What an extension type (``datasets``' ``Array2D``, once ``datasets`` is imported) stores."""
-    return type_.storage_type if isinstance(type_, pa.ExtensionType) else type_
+    """What an extension type (``datasets``' ``Array2D``, once ``datasets`` is imported; a
+    fixed-shape tensor) stores."""
+    return type_.storage_type if isinstance(type_, pa.ExtensionType) or _is_tensor(type_) else type_
+
+
+def _permuted(type_: pa.DataType) -> bool:
+    """Whether a tensor type's values are stored in another order than its shape's (pyarrow itself
+    disagrees with the format on what the shape then means)."""
+    return _is_tensor(type_) and list(type_.permutation or []) != sorted(type_.permutation or [])
 
 
 def _kind(type_: pa.DataType) -> str | None:
+    if _is_tensor(type_):
+        return TENSOR if not _permuted(type_) and _kind(type_.value_type) == NUMBER else None
     type_ = _storage(type_)
     if _is_number(type_):
         return NUMBER
     if pa.types.is_fixed_size_list(type_):
-        return FIXED if _kind(type_.value_type) in FIXED_KINDS else None
+        return FIXED if _kind(type_.value_type) in (NUMBER, FIXED) else None
     if _is_list(type_):  # (lists of lists: a row's lists of each depth make one array, as Array2D's do)
-        return RAGGED if _kind(type_.value_type) in (*FIXED_KINDS, RAGGED) else None
+        return RAGGED if _kind(type_.value_type) in (NUMBER, FIXED, RAGGED) else None
     if _is(type_, _TEXT):
         return TEXT
     return BINARY if _is(type_, _BINARY) else None
@@ -80,8 +98,9 @@ def column_kind(name: str, type_: pa.DataType, path: os.PathLike[str] | str) -> 
     if kind is None:
         raise SampleError(
             f"{path}: column {name!r} has type {type_}, which shards cannot store (supported: numbers, "
-            f"booleans, timestamps and dates, strings, binaries, and fixed-size or variable-length lists of "
-            f"numbers, or of such lists); leave it out with --columns (columns=[...] in Python), or convert it first"
+            f"booleans, timestamps and dates, strings, binaries, fixed-size or variable-length lists of "
+            f"numbers, or of such lists, and Arrow fixed-shape tensors of numbers); leave it out with --columns "
+            f"(columns=[...] in Python), or convert it first"
             f"{_conversion(name, type_)}"
         )
     return kind
@@ -112,6 +131,9 @@ def packable(kinds: Mapping[str, str]) -> bool:
 
 def _conversion(name: str, type_: pa.DataType) -> str:
     """How to convert a column of ``type_`` into one shards can store, where there is a plain way."""
+    if _permuted(type_):
+        return (f": its tensors are stored in the order of permutation {list(type_.permutation)}; write them in "
+                f"row-major order (numpy.ascontiguousarray before pyarrow.FixedShapeTensorArray.from_numpy_ndarray)")
     if pa.types.is_dictionary(type_):  # (pandas writes a category column so)
         return (f": a dictionary column holds its values once and a number a row; write the values (pandas: "
                 f"df[{name!r}].astype(str), or .cat.codes for the numbers; pyarrow: cast the column to "
@@ -123,6 +145,8 @@ def signature(type_: pa.DataType) -> Any:
     """What makes two columns the same for a build: the nesting, list sizes and value type, not
     what changes nothing in the shards (the names Arrow gives list items, ``item`` or ``element``
     depending on the writer; 32- or 64-bit offsets of lists, strings and binaries)."""
+    if _is_tensor(type_):
+        return TENSOR, tuple(type_.shape), signature(type_.value_type)
     type_ = _storage(type_)
     if pa.types.is_fixed_size_list(type_):
         return FIXED, type_.list_size, signature(type_.value_type)
@@ -239,6 +263,8 @@ def to_column(array: pa.Array, kind: str, fill: Any = None, shape: tuple[int, ..
     """``array`` as a block column of ``kind`` (see :func:`column_kind`; ``shape`` a
     :data:`SHAPED` column's); nulls become ``fill`` (the caller has refused nulls when there is
     none)."""
+    if kind == TENSOR:  # (the flat values of each row, in the shape its type gives them)
+        return _fixed(_stored(array), fill).reshape(len(array), *array.type.shape)
     array = _stored(array)
     if kind == NUMBER:
         return _numbers(array, fill)
@@ -278,14 +304,6 @@ def _fixed(array: pa.Array, fill: Any) -> np.ndarray:
         for depth, mask in null_lists:
             out.reshape(-1, *shape[depth:])[mask] = fill
     return out
-
-
-class RowShapeError(ValueError):
-    """A row of lists of lists that makes no array, or not the one its column's metadata says."""
-
-    def __init__(self, row: int, text: str) -> None:
-        super().__init__(text)
-        self.row = row
 
 
 def _ragged(array: pa.Array, fill: Any) -> list[np.ndarray]:
@@ -341,40 +359,10 @@ def _nested(array: pa.Array, fill: Any) -> tuple[np.ndarray, np.ndarray, np.ndar
     level: pa.Array = array
     while _is_list(level.type):
         if dims and level.null_count:
-            _refuse_null_lists(level, lo, hi, len(dims))
+            refuse_null_lists(level, lo, hi, len(dims))
         offsets = level.offsets.to_numpy()
-        dims.append(_one_length(np.diff(offsets), lo, hi, len(dims)))
+        dims.append(one_length(np.diff(offsets), lo, hi, len(dims)))
         lo, hi = offsets[lo] - offsets[0], offsets[hi] - offsets[0]
         level = _list_values(level, offsets)
     flat = _fixed(level, fill) if pa.types.is_fixed_size_list(level.type) else _numbers(level, fill)
     return flat, lo, hi, dims
-
-
-def _refuse_null_lists(level: pa.Array, lo: np.ndarray, hi: np.ndarray, depth: int) -> None:
-    """Refuse a null among the lists ``level`` of depth ``depth`` that a row's range holds."""
-    nulls = np.flatnonzero(level.is_null().to_numpy(zero_copy_only=False))
-    row = np.searchsorted(hi, nulls, side="right")  # (the first row whose range ends past each)
-    inside = (row < len(lo)) & (lo[np.minimum(row, len(lo) - 1)] <= nulls)
-    if inside.any():
-        raise RowShapeError(int(row[inside][0]), f"a list {'inside lists ' * (depth - 1)}in it is null, which a fill "
-                                                 f"cannot stand for (a list of unknown length); mend that row")
-
-
-def _one_length(lengths: np.ndarray, lo: np.ndarray, hi: np.ndarray, depth: int) -> np.ndarray:
-    """The length that the lists ``lo[r]:hi[r]`` of each row ``r`` share (0 for a row of none)."""
-    held = hi > lo
-    out = np.zeros(len(lo), lengths.dtype)
-    if not held.any():
-        return out
-    bounds = np.stack([lo[held], hi[held]], axis=1).ravel()  # (every other reduction is a row's)
-    padded = np.append(lengths, 0)  # (a range may end at the last list)
-    shortest = np.minimum.reduceat(padded, bounds)[::2]
-    longest = np.maximum.reduceat(padded, bounds)[::2]
-    wrong = np.flatnonzero(shortest != longest)
-    if len(wrong):
-        first = wrong[0]
-        raise RowShapeError(int(np.flatnonzero(held)[first]),
-                            f"its lists {'inside lists ' * (depth - 1)}hold {shortest[first]} and {longest[first]} "
-                            f"items, so they make no array; give the lists of each depth of a row one length")
-    out[held] = shortest
-    return out
