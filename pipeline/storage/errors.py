@@ -38,6 +38,12 @@ class TransientError(SourceError):
     """A failure worth retrying: a dropped connection, a timeout, a stall, HTTP 5xx, S3 SlowDown."""
 
 
+class RetriesSpent(SourceError):
+    """A read that failed attempt after attempt until its retries were spent: the storage did not
+    answer, or answered only errors worth a retry (5xx, cuts, stalls). One such read may be bad
+    luck; reads of several shards in a row failing so are a lost server, not damaged pieces."""
+
+
 class ServerSetupError(SourceError):
     """The server cannot serve a loader's reads at all (it ignores Range): a matter of its setup,
     not of one damaged piece, so it is raised even under ``on_error="skip"``, which would

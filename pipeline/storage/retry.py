@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from .errors import SourceError, TransientError, redact
+from .errors import RetriesSpent, SourceError, TransientError, redact
 
 log = logging.getLogger("pipeline.storage")
 T = TypeVar("T")
@@ -257,13 +257,13 @@ class RetryBudget:
             self._first_failure = now
         self.failures += 1
         if self.failures >= self.policy.attempts:
-            raise SourceError(self.url, exc.offset,
-                              f"{what} failed {self.failures} times, last: {exc.reason}") from None
+            raise RetriesSpent(self.url, exc.offset,
+                               f"{what} failed {self.failures} times, last: {exc.reason}") from None
         pause = self.policy.delay(self.failures - 1)
         spent = now - self._first_failure
         if spent + pause > self.policy.deadline:
-            raise SourceError(self.url, exc.offset, f"{what} failed {self.failures} times in {spent:.1f}s "
-                              f"(retry deadline {self.policy.deadline:g}s), last: {exc.reason}") from None
+            raise RetriesSpent(self.url, exc.offset, f"{what} failed {self.failures} times in {spent:.1f}s "
+                               f"(retry deadline {self.policy.deadline:g}s), last: {exc.reason}") from None
         log.warning("%s %s of %s at byte %s in %.2fs (attempt %d/%d): %s", "resuming" if resuming else "retrying",
                     what, redact(self.url), exc.offset, pause, self.failures + 1, self.policy.attempts, exc.reason)
         if _abandoned_during(pause, flags):

@@ -35,6 +35,7 @@ from ..storage.opener import has_ranged_reads, local_path, map_range, read_range
 from ..storage.per_process import per_process
 from ..storage.retry import RetryPolicy
 from .batching import gather
+from .lost_storage import LostStorage
 from .material import Material, locate
 from .plan import RankSequence, block_range
 from .reader import Columns, read_rows, repeat_rows, stand_in
@@ -63,6 +64,7 @@ class UnitReader:
         self.spare: Columns | None = None  # rows of the last unit read: stand-ins when a whole unit fails
         self.searching = False  # reading blocks to find such rows: their losses are not this unit's
         self.last_loss: str | None = None  # why the latest piece skipped was lost
+        self.lost_storage = LostStorage()  # under skip: reads failing shard after shard end the epoch
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
         self.file_maps: FileMaps | None = None  # local files' mappings, shared by a unit's pieces while it is read
 
@@ -210,6 +212,7 @@ class UnitReader:
             parts = read_rows(url, shards.shards[shard], shards.index.pack, start, stop, self.wanted,
                               timed_reader, shards.index.fields or None, self.check_records, self.fill,
                               lost if self.skip else None, join=False, layouts=self.layouts[source])
+            self.lost_storage.read(source)
             return parts if not self.sources.mixed else _named_by_source(parts, self.sources.names[source])
         except IndexSchemaError as exc:  # sound shards the index misdescribes: no record is to skip
             where = redact(shards.index_url or shards.base)
@@ -223,6 +226,7 @@ class UnitReader:
                 if told is exc:
                     raise
                 raise told from None
+            self.lost_storage.failed(exc, source, shard)
             lost(exc, stop - start)
             return None
         finally:
