@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 import shlex
 from pathlib import Path
 from typing import Sequence
@@ -14,9 +13,7 @@ from ..format.index import INDEX_NAME, DatasetIndex, merge_indexes
 from ..storage import join, scheme
 from ..storage.destination import Destination, destination
 from ..storage.indexes import open_index
-from .output import OutputExistsError, save_index
-
-PART_NAME = re.compile(r"^index\.part-\d+-of-\d+\.json$")
+from .output import PART_INDEX_NAME, OutputExistsError, save_index
 
 
 def find_part_indexes(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Destination, str]]:
@@ -30,7 +27,7 @@ def find_part_indexes(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Des
         place = destination(location)
         if scheme(location) == "file" and not place.folder.is_dir():
             raise FileNotFoundError(f"{location}: no such partial index or folder")
-        found.extend((place, name) for name in place.list("index.part-") if PART_NAME.match(name))
+        found.extend((place, name) for name in place.list("index.part-") if PART_INDEX_NAME.match(name))
     if not found:
         places = ", ".join(map(os.fspath, paths))
         raise IndexFormatError(f"no partial indexes (index.part-*-of-*.json) in {places}{_splits_hint(paths)}")
@@ -41,7 +38,7 @@ def _splits_hint(paths: Sequence[str | os.PathLike[str]]) -> str:
     """Where the partial indexes of a split build in parts are (one set of them per split)."""
     splits = sorted(str(folder) for location in paths if Path(location).is_dir()
                     for folder in Path(location).iterdir()
-                    if folder.is_dir() and any(PART_NAME.match(p.name) for p in folder.iterdir()))
+                    if folder.is_dir() and any(PART_INDEX_NAME.match(p.name) for p in folder.iterdir()))
     if not splits:
         return ""
     return f"; the splits' are in {', '.join(splits)}: merge each (pipeline merge-index {shlex.quote(splits[0])})"

@@ -11,6 +11,7 @@ from typing import Callable, Iterable
 from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, DatasetIndex, TableFile, index_shard_names, table_name_for
 from ..format.shard_table import write_table
+from ..storage import read_range
 from ..storage.destination import Destination, destination
 
 
@@ -19,6 +20,8 @@ class OutputExistsError(FileExistsError):
     ``overwrite`` was not given."""
 
 
+#: what every ``part_index_name`` matches: the index of one part of a build split into parts
+PART_INDEX_NAME = re.compile(r"^index\.part-\d+-of-\d+\.json$")
 _BAD_PREFIX = re.compile(r"[/\\{}\x00-\x1f\x7f]")  # braces: the index writes names as brace ranges
 
 
@@ -70,6 +73,31 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
     return old
 
 
+def clear_other_indexes(destination: Destination, index_name: str, overwrite: bool) -> list[str]:
+    """Refuse, unless ``overwrite`` (then delete them), the indexes of another build of the set in
+    ``destination`` that this one (``index_name``) writes shards over: a part's build
+    (``--part``) writes over the shards a complete ``index.json`` names, and a complete build
+    over those of a parted build's indexes. Left, they would name rewritten shards: a loader
+    would read the old index against new bytes, and ``merge-index`` join stale parts. Returns
+    the shards the deleted indexes named, for :func:`remove_stale_shards`."""
+    if PART_INDEX_NAME.match(index_name):
+        others = [INDEX_NAME] if destination.exists(INDEX_NAME) else []
+    else:
+        others = [name for name in destination.list("index.part-") if PART_INDEX_NAME.match(name)]
+    if others and not overwrite:
+        what = "a complete set's index, whose shards this part writes over" if PART_INDEX_NAME.match(index_name) \
+            else f"the index of a part of a build split into parts ({len(others)} of them), whose shards this build writes over"
+        raise OutputExistsError(f"{destination.url(others[0])} already exists: {what}; pass overwrite=True "
+                                f"(--overwrite) to replace that set, or write elsewhere")
+    named: list[str] = []
+    for name in others:
+        with contextlib.suppress(IndexFormatError, FileNotFoundError):  # (unreadable: its shards stay)
+            named.extend(index_shard_names(destination.read(name), destination.url(name)))
+        destination.delete(name)
+        destination.delete(table_name_for(name))
+    return named
+
+
 def remove_unplanned_shards(destination: Destination, prefix: str, planned: Iterable[str]) -> list[str]:
     """Delete the ``<prefix>-NNNNNN.tar`` files a resumed or overwriting build does not name: a killed run's under
     other options (more shards, smaller) that a later ``pipeline index`` of the folder would
@@ -77,29 +105,29 @@ def remove_unplanned_shards(destination: Destination, prefix: str, planned: Iter
     pattern = _shard_names(prefix)
     keep = set(planned)
     stale = [name for name in destination.list(f"{prefix}-")
-             if pattern.fullmatch(name) and name not in keep and _written_here(destination.staging / name)]
+             if pattern.fullmatch(name) and name not in keep and _written_here(destination, name)]
     for name in stale:
         destination.delete(name)
     _remove_temporary(destination, lambda name: pattern.fullmatch(name) is not None and name not in keep)
     return stale
 
 
-def _written_here(path: Path) -> bool:
-    """Whether the shard at ``path`` is this library's (its first member a ``.msgpack`` record),
-    not another tool's under a name of the same form, which is not ours to delete."""
+def _written_here(destination: Destination, name: str) -> bool:
+    """Whether the shard ``name`` (a local file or an S3 object) is this library's (its first
+    member a ``.msgpack`` record), not another tool's under a name of the same form, which is not
+    ours to delete."""
     try:
-        with open(path, "rb") as shard:
-            name = shard.read(100).split(b"\0", 1)[0]
-    except OSError:
+        head = read_range(destination.url(name), 0, 100)
+    except OSError:  # (a SourceError too: gone meanwhile, or shorter than a tar header)
         return False
-    return name.endswith(b".msgpack")
+    return head.split(b"\0", 1)[0].endswith(b".msgpack")
 
 
 def foreign_shards(destination: Destination, names: Iterable[str]) -> list[str]:
     """Those of the files ``names`` (local) that hold something, but not this library's records:
     another tool's shards of the same names, which a resume must not take for a stopped build's."""
     return [name for name in names if (path := destination.staging / name).is_file() and path.stat().st_size
-            and not _written_here(path)]
+            and not _written_here(destination, name)]
 
 
 def refuse_foreign_shards(destination: Destination, names: Iterable[str]) -> None:

@@ -39,6 +39,7 @@ from .fixed_records import build_records, fixed_layout
 from .output import (
     check_prefix,
     clear_child_sets,
+    clear_other_indexes,
     clear_planned_shards,
     prepare_output,
     refuse_foreign_shards,
@@ -268,8 +269,8 @@ def build_shards(
     if resume and overwrite:
         raise ValueError("resume keeps what a killed build wrote, overwrite replaces it: give one of them")
     if resume and scheme(os.fspath(out_dir)) != "file":
-        raise ValueError(f"{os.fspath(out_dir)}: resume works on local folders; build again without it "
-                         f"to write every shard")
+        raise ValueError(f"{os.fspath(out_dir)}: resume works on local folders; build again with "
+                         f"overwrite=True (--overwrite) in its place to write every shard")
     metadata = dict(source.metadata or {})
     if dtypes:
         source = CastSource(source, dtypes)
@@ -293,6 +294,7 @@ def build_shards(
         resumable = scheme(os.fspath(out_dir)) == "file"  # (a remote build cannot resume: no plan to keep)
         clear_child_sets(target, overwrite)
         old_shards = prepare_output(target, overwrite, index_name, resumable=resumable)
+        replaced = clear_other_indexes(target, index_name, overwrite)
         plan = shard_plan(source, bounds, numbers, names) if resumable else {}
         if resume:
             refuse_foreign_shards(target, names)
@@ -318,6 +320,7 @@ def build_shards(
         if resumable:
             forget_plan(target, index_name)
         remove_stale_shards(target, old_shards, index.shards.names)
+        remove_stale_shards(target, replaced, [shard_name(prefix, n) for n in range(total)])  # (all parts' names)
         remove_temporary_files(target, names, index_name)
         # what a killed run (under other options) wrote beyond this build's shards: not part of the set
         stale = remove_unplanned_shards(target, prefix, names) if (resume or overwrite) and part is None else []

@@ -23,13 +23,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..format.errors import FormatError, SampleError
-from ..format.index import DatasetIndex, Schema, ShardInfo, merge_schema
+from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.tar import END_OF_ARCHIVE, member_bytes
 from ..storage.destination import destination
 from .fixed_records import FixedLayout, build_records, fixed_layout
 from .output import (
     check_prefix,
     clear_child_sets,
+    clear_other_indexes,
     clear_planned_shards,
     prepare_output,
     remove_stale_shards,
@@ -77,6 +78,7 @@ class ShardWriter:
         self.overwrite = overwrite
         clear_child_sets(self.destination, overwrite)
         self._old_shards = prepare_output(self.destination, overwrite)
+        clear_other_indexes(self.destination, INDEX_NAME, overwrite)
         clear_planned_shards(self.destination, self.prefix, None, overwrite)
         self._shard: ShardFile | None = None
         self._shards: list[ShardInfo] = []

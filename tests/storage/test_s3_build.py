@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +82,7 @@ def test_parts_built_to_s3_merge_into_one_index(built_bucket: str, arrays, tmp_p
 def test_an_upload_that_keeps_failing_leaves_no_index(built_bucket: str, arrays, monkeypatch, fast_retries) -> None:
     """Through a proxy that answers 503 to everything after the first few requests."""
     endpoint = built_bucket and __import__("os").environ["AWS_ENDPOINT_URL"]
-    proxy = FaultProxy(port_of(endpoint), {}, fail_after=3)
+    proxy = FaultProxy(port_of(endpoint), {}, fail_after=4)  # (the first look at what the prefix holds)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     try:
         with pytest.raises(SourceError, match=r"s3://built/failing/t-0000\d\d\.tar at byte 0: upload failed 6 times, last: S3 503"):
@@ -139,3 +140,20 @@ def test_a_build_with_a_wrong_secret_says_what_to_check(built_bucket: str, array
     assert str(refused.value).endswith(": S3 403: forbidden (the credentials are wrong, or may not do this here: check "
                                        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, and the bucket's "
                                        "permissions)")
+
+
+def test_an_overwrite_on_s3_removes_the_shards_a_killed_build_wrote_beyond_its_own(built_bucket: str, arrays,
+                                                                                   tmp_path: Path) -> None:
+    """A local folder was cleaned so; under an S3 prefix the killed run's extra shards stayed, and
+    a later 'pipeline index' of the prefix took them for data."""
+    from pipeline.storage.destination import destination
+
+    pipeline.write_shards("s3://built/grown", arrays, prefix="t", pack=8, shard_samples=300, quiet=True)  # 10 shards
+    s3_storage.delete("s3://built/grown/index.json", RetryPolicy())  # as if killed before its index
+    pipeline.write_shards("s3://built/grown", arrays, prefix="t", pack=8, shard_samples=1000, overwrite=True,
+                          quiet=True)
+    assert sorted(destination("s3://built/grown").list("t-")) == [f"t-00000{n}.tar" for n in range(3)]
+    with pytest.raises(ValueError, match=re.escape(
+            "s3://built/grown: resume works on local folders; build again with overwrite=True (--overwrite) in its "
+            "place to write every shard")):
+        pipeline.write_shards("s3://built/grown", arrays, prefix="t", pack=8, resume=True, quiet=True)
