@@ -273,3 +273,11 @@ def test_a_shard_url_without_a_suffix_streams_as_a_shard(nginx: str, web_root: P
     expected = pipeline.load_index(web_root / "data").shards.samples[0]
     dataset = pipeline.ShardDataset(f"{nginx}{where}/suffixless/part-000000", batch_size=64, shuffle=False)
     assert sum(len(batch["i"]) for batch in dataset) == expected
+
+
+def test_a_misspelt_folder_url_says_no_index_is_there_not_that_a_shard_is_missing(nginx: str) -> None:
+    """Read as a shard once no index was found under it: the error was the shard's bare 404,
+    with a warning that shards without an index are not cached."""
+    with pytest.raises(pipeline.IndexFormatError) as refused:
+        pipeline.make_loader(f"{nginx}/data-typo/train", batch_size=64)
+    assert str(refused.value).startswith(f"{nginx}/data-typo/train/index.json: cannot read index file (HTTP 404")
