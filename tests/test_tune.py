@@ -180,8 +180,8 @@ def test_under_a_memory_budget_nothing_fits_the_table_is_shown_then_the_error(sh
     assert run.stdout.splitlines()[-3:] == [
         "", "prefetch_factor 1 and 4 not tried: no setting with workers ran within 1 MB",
         f"chart saved to {tmp_path / 'tune.png'}"]
-    assert run.stderr.splitlines()[-1] == ("error: no setting ran within 1 MB: raise --memory-mb, or give a smaller "
-                                           "shuffle_buffer")
+    assert run.stderr.splitlines()[-1] == ("error: no setting ran within 1 MB: raise memory_mb (--memory-mb), or "
+                                           "give a smaller shuffle_buffer")
     assert (tmp_path / "tune.png").read_bytes()[:4] == b"\x89PNG"  # the chart of what was measured
 
 

@@ -78,8 +78,8 @@ class TuneResult:
         """The recommended setting (see the module docstring)."""
         best = self._pick()
         if best is None:
-            raise ValueError(f"no setting ran within {self.memory_mb:,.0f} MB: raise --memory-mb, or give a smaller "
-                             f"shuffle_buffer")
+            raise ValueError(f"no setting ran within {self.memory_mb:,.0f} MB: raise memory_mb (--memory-mb), "
+                             f"or give a smaller shuffle_buffer")
         return best
 
     def call(self) -> str:
