@@ -13,15 +13,13 @@ from typing import Any, Callable, Sequence
 from . import build_arrow, build_parquet
 from . import cli_values as values
 from .check.describe import describe_parts
+from .check.set_locations import sets_named
 from .check.verify import NOTE, check_set
 from .cli_build_end import BuildEnd
 from .cli_tune import add_tune_arguments
 from .format.errors import FormatError
-from .format.index import INDEX_NAME
 from .format.verify import Problem
 from .interrupts import reliable_ctrl_c
-from .storage import is_remote
-from .storage.location_hints import SPLIT_NAMES, shard_sets_in
 from .write.api import build_folder, build_imagefolder, build_joblib, build_npz, build_sample_files, write_shards
 from .write.engines import ENGINES
 from .write.indexing import index_shards
@@ -136,22 +134,8 @@ def _cmd_merge(args: argparse.Namespace) -> None:
 _INDEX_HELP = "index.json, its folder, or a URL (https://..., s3://bucket/prefix)"
 
 
-def _sets_named(location: str) -> list[str]:
-    """The shard sets ``location`` names: itself, or, for a local folder without an index that
-    holds the splits of a build (OUT/train, OUT/validation), each of them, a split's folder whose
-    index is missing among them (so that it is reported, not passed over); other sets side by
-    side are no splits of one build, and are left to the error that names them."""
-    if is_remote(location) or not os.path.isdir(location) or os.path.isfile(os.path.join(location, INDEX_NAME)):
-        return [location]
-    splits = {entry.name for entry in os.scandir(location) if entry.is_dir() and entry.name in SPLIT_NAMES}
-    sets = set(shard_sets_in(location))
-    if not splits & sets:
-        return [location]
-    return [os.path.join(location, name) for name in sorted(splits | sets)]
-
-
 def _cmd_inspect(args: argparse.Namespace) -> None:
-    sets = _sets_named(args.index)
+    sets = sets_named(args.index)
     for location in sets:
         if len(sets) > 1:
             print(f"== {location}", flush=True)
@@ -166,7 +150,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if problem is not None or not args.quiet or status == NOTE:
             print(f"{status:<4} {problem or shown}", flush=True)
 
-    sets = _sets_named(args.index)
+    sets = sets_named(args.index)
     failed = 0
     for location in sets:
         if len(sets) > 1:

@@ -82,6 +82,12 @@ def remote_sets_hint(url: str, policy: RetryPolicy | None = None) -> str:
     return ""
 
 
+def remote_splits(folder: str) -> list[str]:
+    """The splits of a build (``train``, ``validation``...) in the remote ``folder`` that hold
+    an index, each asked for once: ``[]`` when the folder holds none."""
+    return _remote_sets_in(folder, replace(RetryPolicy.from_env(), attempts=1))
+
+
 def _remote_sets_in(folder: str, policy: RetryPolicy) -> list[str]:
     """Those of the split names whose ``index.json`` can be read in the remote ``folder``."""
     def there(name: str) -> bool:

@@ -215,8 +215,14 @@ def test_the_folder_of_a_split_build_is_told_to_hold_its_splits(server: str, spl
         with pytest.raises(NoIndexError) as error:
             pipeline.make_loader(url, num_workers=0)
         assert str(error.value) == f"{index_folder}/index.json: cannot read index file ({cause}); {told}"
-    assert _cli(capsys, "inspect", folder + "/") == (1, "", f"error: {folder}/index.json: cannot read index file "
-                                                            f"({cause}); {told}\n")
+    # verify and inspect check each split, as they do in a local folder (they refused the folder)
+    assert _cli(capsys, "verify", "--quiet", folder + "/") == (0, "".join(
+        f"== {folder}/{split}\nverified {folder}/{split}: every shard matches its index\n"
+        for split in ("train", "validation")), "")
+    code, out, _ = _cli(capsys, "inspect", folder)
+    assert code == 0 and [line for line in out.splitlines() if line.startswith("== ")] == [
+        f"== {folder}/train", f"== {folder}/validation"]
+    assert _cli(capsys, "inspect", folder + "/trian")[0] == 1  # (a split misspelt: the error above)
     loader = pipeline.make_loader(f"{folder}/train", num_workers=0, batch_size=10)
     assert sorted(int(y) for batch in loader for y in batch["y"]) == sorted(read_back(split_build / "train")[1]["y"])
 
