@@ -25,7 +25,7 @@ from urllib.parse import urljoin, urlsplit
 import urllib3
 
 from . import obstore_ranges
-from .errors import RedactingFilter, ServerSetupError, SourceError, TransientError, redact
+from .errors import CutShort, RedactingFilter, ServerSetupError, SourceError, TransientError, redact
 from .per_process import per_process
 from .retry import RetryPolicy
 from .streams import Response
@@ -110,6 +110,10 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
         return obstore_ranges.open_http_range(url, start, stop, policy)
     response, where = follow_redirects(url, start, stop, policy)
     if delivers(response.status, start):
+        size = object_size(response.headers.get("Content-Range"))
+        if stop is not None and size is not None and size < stop:  # (else a cut, retried, then a 416)
+            discard(response)
+            raise CutShort(url, size, f"ends at byte {size}, expected data up to byte {stop}")
         return response
     discard(response)
     error = status_error(url, start, response.status)
@@ -117,6 +121,13 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
         raise error
     # the status is the last location's: say which, or the URL given would look wrong
     raise type(error)(url, start, f"{error.reason} (redirected to {redact(where)})")
+
+
+def object_size(content_range: str | None) -> int | None:
+    """The whole object's size a ``Content-Range: bytes 0-99/1234`` header gives (``None``
+    where it gives none: ``*``, or no header)."""
+    total = (content_range or "").rpartition("/")[2].strip()
+    return int(total) if total.isdigit() else None
 
 
 def follow_redirects(url: str, start: int, stop: int | None, policy: RetryPolicy) -> tuple[Any, str]:

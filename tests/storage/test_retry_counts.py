@@ -16,6 +16,7 @@ import pytest
 
 from pipeline import SourceError, make_loader
 from pipeline.storage import open_stream, read_range
+from pipeline.storage.errors import CutShort
 from tests.storage.conftest import all_ids, read_into, upload_folder
 from tests.storage.servers import FaultProxy, make_bucket, port_of
 
@@ -340,3 +341,18 @@ def test_after_a_cut_the_next_request_needs_no_retry(scripted, nginx: str, web_r
     finally:
         proxy.close()
 
+
+
+def test_an_object_shorter_than_the_range_asked_is_cut_short_at_once(nginx: str, web_root: Path, caplog) -> None:
+    """nginx answers a range past the end with the bytes there are and the object's size: that
+    is a short object, not a cut to resume (which was retried, logged, then refused as a 416)."""
+    whole = (web_root / "data" / "part-000002.tar").read_bytes()
+    (web_root / "short").mkdir(exist_ok=True)
+    (web_root / "short" / "part.tar").write_bytes(whole[:5000])
+    count = Count()
+    with pytest.raises(CutShort, match=r"short/part\.tar at byte 5000: ends at byte 5000, expected data up to byte "
+                                       r"8192$"):
+        read_range(f"{nginx}/short/part.tar", 1000, 8192, stats=count)
+    assert count.value == 0 and not [r for r in caplog.records if "retrying" in r.getMessage()
+                                     or "resuming" in r.getMessage()]
+    assert read_range(f"{nginx}/short/part.tar", 1000, 5000) == whole[1000:5000]
