@@ -43,12 +43,16 @@ def test_ranges_and_streams_are_byte_exact(nginx: str, web_root: Path, through) 
 def test_missing_object_and_short_object_are_named_errors(nginx: str, web_root: Path, through) -> None:
     size = (web_root / "data" / "part-000000.tar").stat().st_size
 
+    # (urllib3's reads see the object's size in the 206 response; obstore's get the 416 of a resume)
+    short = rf"part-000000\.tar at byte {size}: (ends at byte {size}, expected data up to byte {size + 100}|HTTP 416 " \
+            rf".*shorter than expected)"
+
     def check() -> None:
         with pytest.raises(SourceError, match=r"/data/nope\.tar at byte 7: HTTP 404 not found"):
             read_range(f"{nginx}/data/nope.tar", 7, 10)
-        with pytest.raises(SourceError, match=rf"part-000000\.tar at byte {size}: HTTP 416 .*shorter than expected"):
+        with pytest.raises(SourceError, match=short):
             read_range(f"{nginx}/data/part-000000.tar", size - 10, size + 100)
-        with pytest.raises(SourceError, match=rf"part-000000\.tar at byte {size}: HTTP 416 .*shorter than expected"):
+        with pytest.raises(SourceError, match=short):
             read_into(f"{nginx}/data/part-000000.tar", size - 10, size + 100)
     through(check)
 
