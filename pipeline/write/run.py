@@ -167,8 +167,22 @@ def write_run_in_worker(run: ShardRun) -> list[ShardResult] | DataFailure:
             return write_run(run)
     except FormatError as exc:
         if isinstance(exc, SourceError):
-            raise
+            where = _cluster_worker()
+            if where is None:
+                raise
+            # (its environment is not the user's: credentials and endpoints set in a shell are not there)
+            raise type(exc)(exc.url, exc.offset, f"{exc.reason} (on {where}, whose environment needs the "
+                                                 f"storage's settings and credentials too)") from None
         return DataFailure(exc)
+
+
+def _cluster_worker() -> str | None:
+    """The Dask worker running this task, as an error names it; ``None`` elsewhere."""
+    distributed = sys.modules.get("distributed")
+    try:
+        return None if distributed is None else f"Dask worker {distributed.get_worker().address}"
+    except ValueError:  # (not in a worker)
+        return None
 
 
 def chunk_rows_for(source: Source, pack: int) -> int:

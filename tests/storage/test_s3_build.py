@@ -157,3 +157,26 @@ def test_an_overwrite_on_s3_removes_the_shards_a_killed_build_wrote_beyond_its_o
             "s3://built/grown: resume works on local folders; build again with overwrite=True (--overwrite) in its "
             "place to write every shard")):
         pipeline.write_shards("s3://built/grown", arrays, prefix="t", pack=8, resume=True, quiet=True)
+
+
+def test_a_dask_worker_without_the_credentials_is_named_in_the_error(built_bucket: str, arrays, monkeypatch,
+                                                                     tmp_path: Path) -> None:
+    """The user's shell has them, the cluster's workers (started elsewhere) not: the error said
+    only "no usable AWS credentials"."""
+    distributed = pytest.importorskip("distributed")
+    import os
+
+    kept = {name: os.environ[name] for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    for name in kept:
+        monkeypatch.delenv(name)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / "none"))
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        for name, value in kept.items():
+            monkeypatch.setenv(name, value)
+        with pytest.raises(SourceError, match=r"s3://built/no-credentials/t-000000\.tar at byte 0: no usable AWS "
+                                              r"credentials: .* \(on Dask worker tcp://127\.0\.0\.1:\d+, whose "
+                                              r"environment needs the storage's settings and credentials too\)"):
+            pipeline.write_shards("s3://built/no-credentials", arrays, prefix="t", engine="dask",
+                                  scheduler=cluster.scheduler_address, quiet=True)
