@@ -8,9 +8,9 @@ in Rust with the GIL released, for about a third to a half of the CPU a request 
 requests per second. Everything else (whole-object streams, uploads, listings) stays on boto3
 and urllib3.
 
-Why it is not the default: it is not the same client. S3 takes boto3's credentials and region
-but not what only botocore reads (an ``endpoint_url`` in a config file, ``AWS_CA_BUNDLE``, the
-redirect to a bucket's own region: set ``AWS_REGION``); obstore hands back a range whole, so a
+Why it is not the default: it is not the same client. S3 takes boto3's credentials, region and
+endpoint (also an ``endpoint_url`` in a config file's profile) but not what only botocore reads
+(``AWS_CA_BUNDLE``, the redirect to a bucket's own region: set ``AWS_REGION``); obstore hands back a range whole, so a
 stall is caught by a limit on the whole request rather than on each read (scaled to the range's
 size, see :func:`_time_limit`); and it is not fork-safe. Ranges are taken only up to
 :data:`MAX_RANGE`; URLs and keys whose path obstore would rewrite (a query string, ``//``,
@@ -145,13 +145,22 @@ def _s3_store(bucket: str, policy: RetryPolicy, limit: float) -> Any:
 
         session = boto3.session.Session()
         config: dict[str, Any] = {"region": session.region_name or "us-east-1", "virtual_hosted_style_request": False}
-        if endpoint:
-            config["endpoint"] = endpoint
+        address = endpoint or _profile_endpoint(session)
+        if address:
+            config["endpoint"] = address
         return S3Store(bucket, config=config, retry_config={"max_retries": 0},
-                       client_options=_client_options(policy, limit, bool(endpoint and endpoint.startswith("http://"))),
+                       client_options=_client_options(policy, limit, bool(address and address.startswith("http://"))),
                        credential_provider=Boto3CredentialProvider(session, ttl=timedelta(minutes=5)))
 
     return _store(("s3", bucket, endpoint, identity, policy.connect_timeout, limit), make)
+
+
+def _profile_endpoint(session: Any) -> str | None:
+    """The endpoint botocore takes from the config file (a profile's ``endpoint_url``, which
+    obstore does not read: its reads went to AWS instead), unless it is AWS's own."""
+    address = session.client("s3").meta.endpoint_url
+    host = urlsplit(address).hostname or ""
+    return None if host.endswith(("amazonaws.com", "amazonaws.com.cn")) else address
 
 
 def plain_path(path: str) -> bool:

@@ -152,3 +152,22 @@ def test_a_whole_request_may_take_as_long_as_the_python_clients_allow_a_slow_lin
     assert obstore_ranges._time_limit(policy, 64 << 10) == 30
     assert obstore_ranges._time_limit(policy, 512 << 10) == 240  # 8 x 64 KB, each allowed 30 s
     assert obstore_ranges._time_limit(policy, (512 << 10) + 1) == 480
+
+
+def test_an_endpoint_in_a_config_files_profile_is_where_obstore_reads_too(clients_bucket: str, web_root: Path,
+                                                                          monkeypatch, tmp_path: Path) -> None:
+    """boto3 reads it, obstore does not: the index came from the endpoint and every range went
+    to AWS, retried for half a minute, then failed as 'error sending request'."""
+    endpoint = os.environ["AWS_ENDPOINT_URL"]  # (the test server's, which holds the clients bucket)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    (tmp_path / "config").write_text(f"[profile local]\nendpoint_url = {endpoint}\nregion = us-east-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "local")
+    monkeypatch.setenv("PIPELINE_OBSTORE", "always")
+    monkeypatch.setenv("PIPELINE_RETRY_ATTEMPTS", "1")
+    local = (web_root / "data" / "part-000002.tar").read_bytes()
+
+    def check() -> None:
+        assert read_range(SHARD, 512, 40_000) == local[512:40_000]
+        assert obstore_ranges._stores, "read through boto3, not obstore"
+    run_in_child(check)
