@@ -64,7 +64,7 @@ class UnitReader:
         self.spare: Columns | None = None  # rows of the last unit read: stand-ins when a whole unit fails
         self.searching = False  # reading blocks to find such rows: their losses are not this unit's
         self.last_loss: str | None = None  # why the latest piece skipped was lost
-        self.lost_storage = LostStorage()  # under skip: reads failing shard after shard end the epoch
+        self.lost_storage = LostStorage(policy.deadline)  # under skip: a server lost for good ends the epoch
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
         self.file_maps: FileMaps | None = None  # local files' mappings, shared by a unit's pieces while it is read
 
