@@ -127,7 +127,7 @@ def object_size(content_range: str | None) -> int | None:
     """The whole object's size a ``Content-Range: bytes 0-99/1234`` header gives (``None``
     where it gives none: ``*``, or no header)."""
     total = (content_range or "").rpartition("/")[2].strip()
-    return int(total) if total.isdigit() else None
+    return int(total) if total.isascii() and total.isdigit() else None
 
 
 def follow_redirects(url: str, start: int, stop: int | None, policy: RetryPolicy) -> tuple[Any, str]:

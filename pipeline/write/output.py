@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, DatasetIndex, TableFile, index_shard_names, table_name_for
 from ..format.shard_table import write_table
-from ..storage import read_range
+from ..storage import SourceError, read_range
 from ..storage.destination import Destination, destination
 
 
@@ -21,7 +21,7 @@ class OutputExistsError(FileExistsError):
 
 
 #: what every ``part_index_name`` matches: the index of one part of a build split into parts
-PART_INDEX_NAME = re.compile(r"^index\.part-\d+-of-\d+\.json$")
+PART_INDEX_NAME = re.compile(r"^index\.part-\d+-of-(?P<count>\d+)\.json$")
 _BAD_PREFIX = re.compile(r"[/\\{}\x00-\x1f\x7f]")  # braces: the index writes names as brace ranges
 
 
@@ -66,32 +66,39 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
                                 f"to replace it{resume}")
     try:
         old = list(index_shard_names(destination.read(index_name), destination.url(index_name)))
-    except (IndexFormatError, FileNotFoundError):  # gone meanwhile: another part of the build replaced it
+    except (IndexFormatError, FileNotFoundError, SourceError):  # gone meanwhile: another part replaced it
         old = []
     destination.delete(index_name)
     destination.delete(table_name_for(index_name))  # its shard table: else a failed build would leave it
     return old
 
 
-def clear_other_indexes(destination: Destination, index_name: str, overwrite: bool) -> list[str]:
+def clear_other_indexes(destination: Destination, index_name: str, overwrite: bool,
+                        resuming: bool = False) -> list[str]:
     """Refuse, unless ``overwrite`` (then delete them), the indexes of another build of the set in
-    ``destination`` that this one (``index_name``) writes shards over: a part's build
-    (``--part``) writes over the shards a complete ``index.json`` names, and a complete build
-    over those of a parted build's indexes. Left, they would name rewritten shards: a loader
-    would read the old index against new bytes, and ``merge-index`` join stale parts. Returns
-    the shards the deleted indexes named, for :func:`remove_stale_shards`."""
-    if PART_INDEX_NAME.match(index_name):
-        others = [INDEX_NAME] if destination.exists(INDEX_NAME) else []
+    ``destination`` than this one (``index_name``): for a part's build (``--part i/N``) a
+    complete ``index.json`` and the parts of a build cut into another number of parts; for a
+    complete build every part's. They name the shards the builds share the names of: left, a
+    loader would read an old index against new bytes, and ``merge-index`` join stale parts.
+    Returns the shards the deleted indexes named, for :func:`remove_stale_shards`."""
+    parts = [name for name in destination.list("index.part-") if PART_INDEX_NAME.match(name)]
+    ours = PART_INDEX_NAME.match(index_name)
+    if ours is None:
+        others = parts
     else:
-        others = [name for name in destination.list("index.part-") if PART_INDEX_NAME.match(name)]
+        complete = [INDEX_NAME] if destination.exists(INDEX_NAME) else []
+        others = complete + [name for name in parts if PART_INDEX_NAME.match(name)["count"] != ours["count"]]
     if others and not overwrite:
-        what = "a complete set's index, whose shards this part writes over" if PART_INDEX_NAME.match(index_name) \
-            else f"the index of a part of a build split into parts ({len(others)} of them), whose shards this build writes over"
-        raise OutputExistsError(f"{destination.url(others[0])} already exists: {what}; pass overwrite=True "
-                                f"(--overwrite) to replace that set, or write elsewhere")
+        what = "a complete one" if others[0] == INDEX_NAME else "one cut into parts"
+        how = "overwrite=True (--overwrite) in place of resume=True (--resume)" if resuming else \
+            "overwrite=True (--overwrite)"
+        raise OutputExistsError(f"{destination.url(others[0])} already exists: the index of another build of the "
+                                f"set in this folder ({what}), which this build replaces; pass {how} to replace "
+                                f"it, or write elsewhere")
     named: list[str] = []
     for name in others:
-        with contextlib.suppress(IndexFormatError, FileNotFoundError):  # (unreadable: its shards stay)
+        # (gone meanwhile: another part of this build, started at once, took it away; or unreadable)
+        with contextlib.suppress(IndexFormatError, FileNotFoundError, SourceError):
             named.extend(index_shard_names(destination.read(name), destination.url(name)))
         destination.delete(name)
         destination.delete(table_name_for(name))

@@ -31,7 +31,7 @@ from ..format.index import (
 )
 from ..interrupts import held_ctrl_c
 from ..storage.destination import Destination, destination
-from ..storage.errors import SourceError
+from ..storage.errors import RetriesSpent, SourceError
 from ..storage.opener import scheme
 from .casting import CastSource
 from .engines import check_engine, open_workers
@@ -168,9 +168,9 @@ def write_run_in_worker(run: ShardRun) -> list[ShardResult] | DataFailure:
     except FormatError as exc:
         if isinstance(exc, SourceError):
             where = _cluster_worker()
-            if where is None:
+            if where is None or isinstance(exc, RetriesSpent) or exc.reason is None:
                 raise
-            # (its environment is not the user's: credentials and endpoints set in a shell are not there)
+            # (refused at once, a setting's doing, maybe: a cluster's workers do not share the user's shell)
             raise type(exc)(exc.url, exc.offset, f"{exc.reason} (on {where}, whose environment needs the "
                                                  f"storage's settings and credentials too)") from None
         return DataFailure(exc)
@@ -284,7 +284,7 @@ def build_shards(
         raise ValueError("resume keeps what a killed build wrote, overwrite replaces it: give one of them")
     if resume and scheme(os.fspath(out_dir)) != "file":
         raise ValueError(f"{os.fspath(out_dir)}: resume works on local folders; build again with "
-                         f"overwrite=True (--overwrite) in its place to write every shard")
+                         f"overwrite=True (--overwrite) instead, which writes every shard")
     metadata = dict(source.metadata or {})
     if dtypes:
         source = CastSource(source, dtypes)
@@ -308,7 +308,7 @@ def build_shards(
         resumable = scheme(os.fspath(out_dir)) == "file"  # (a remote build cannot resume: no plan to keep)
         clear_child_sets(target, overwrite)
         old_shards = prepare_output(target, overwrite, index_name, resumable=resumable)
-        replaced = clear_other_indexes(target, index_name, overwrite)
+        replaced = clear_other_indexes(target, index_name, overwrite, resuming=resume)
         plan = shard_plan(source, bounds, numbers, names) if resumable else {}
         if resume:
             refuse_foreign_shards(target, names)

@@ -78,7 +78,7 @@ class ShardWriter:
         self.overwrite = overwrite
         clear_child_sets(self.destination, overwrite)
         self._old_shards = prepare_output(self.destination, overwrite)
-        clear_other_indexes(self.destination, INDEX_NAME, overwrite)
+        self._old_shards += clear_other_indexes(self.destination, INDEX_NAME, overwrite)
         clear_planned_shards(self.destination, self.prefix, None, overwrite)
         self._shard: ShardFile | None = None
         self._shards: list[ShardInfo] = []

@@ -356,3 +356,10 @@ def test_an_object_shorter_than_the_range_asked_is_cut_short_at_once(nginx: str,
     assert count.value == 0 and not [r for r in caplog.records if "retrying" in r.getMessage()
                                      or "resuming" in r.getMessage()]
     assert read_range(f"{nginx}/short/part.tar", 1000, 5000) == whole[1000:5000]
+
+
+def test_the_object_size_is_read_from_content_range_only_where_it_is_given() -> None:
+    from pipeline.storage.http import object_size
+
+    assert [object_size(header) for header in ("bytes 0-99/1234", "bytes */1234", "bytes 0-99/*", None, "",
+                                               "bytes 0-99/\xb2")] == [1234, 1234, None, None, None, None]

@@ -154,8 +154,8 @@ def test_an_overwrite_on_s3_removes_the_shards_a_killed_build_wrote_beyond_its_o
                           quiet=True)
     assert sorted(destination("s3://built/grown").list("t-")) == [f"t-00000{n}.tar" for n in range(3)]
     with pytest.raises(ValueError, match=re.escape(
-            "s3://built/grown: resume works on local folders; build again with overwrite=True (--overwrite) in its "
-            "place to write every shard")):
+            "s3://built/grown: resume works on local folders; build again with overwrite=True (--overwrite) "
+            "instead, which writes every shard")):
         pipeline.write_shards("s3://built/grown", arrays, prefix="t", pack=8, resume=True, quiet=True)
 
 

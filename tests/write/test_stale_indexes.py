@@ -32,8 +32,9 @@ def test_a_complete_build_over_parts_removes_their_indexes(arrays, tmp_path: Pat
     for i in range(2):
         pipeline.write_shards(out, arrays, part=Part(i, 2), shard_samples=250, **OPTIONS)  # 8 shards
     with pytest.raises(OutputExistsError, match=re.escape(
-            f"{out / 'index.part-00000-of-00002.json'} already exists: the index of a part of a build split into "
-            f"parts (2 of them), whose shards this build writes over; pass overwrite=True (--overwrite)")):
+            f"{out / 'index.part-00000-of-00002.json'} already exists: the index of another build of the set in this "
+            f"folder (one cut into parts), which this build replaces; pass overwrite=True (--overwrite) to replace it, "
+            f"or write elsewhere")):
         pipeline.write_shards(out, arrays, shard_samples=1000, **OPTIONS)
     pipeline.write_shards(out, arrays, shard_samples=1000, overwrite=True, **OPTIONS)  # 2 shards
     assert sorted(p.name for p in out.iterdir()) == ["index.bin", "index.json", "shard-000000.tar", "shard-000001.tar"]
@@ -46,12 +47,58 @@ def test_a_part_built_over_a_complete_set_names_its_index_and_replaces_it(arrays
     out = tmp_path / "out"
     pipeline.write_shards(out, arrays, shard_samples=250, **OPTIONS)
     with pytest.raises(OutputExistsError, match=re.escape(
-            f"{out / 'index.json'} already exists: a complete set's index, whose shards this part writes over; pass "
-            f"overwrite=True (--overwrite) to replace that set, or write elsewhere")):
+            f"{out / 'index.json'} already exists: the index of another build of the set in this folder (a complete "
+            f"one), which this build replaces; pass overwrite=True (--overwrite) to replace it, or write elsewhere")):
         pipeline.write_shards(out, arrays, part=Part(0, 2), shard_samples=500, **OPTIONS)
+    with pytest.raises(OutputExistsError, match=re.escape(
+            "which this build replaces; pass overwrite=True (--overwrite) in place of resume=True (--resume) to "
+            "replace it")):
+        pipeline.write_shards(out, arrays, part=Part(0, 2), shard_samples=500, resume=True, **OPTIONS)
     pipeline.write_shards(out, arrays, part=Part(0, 2), shard_samples=500, overwrite=True, **OPTIONS)
     assert not (out / "index.json").exists() and not (out / "index.bin").exists()
     pipeline.write_shards(out, arrays, part=Part(1, 2), shard_samples=500, overwrite=True, **OPTIONS)
     pipeline.merge_index_files([out])
     assert _ids(out) == list(range(2000))
     assert sorted(p.name for p in out.glob("*.tar")) == [f"shard-00000{n}.tar" for n in range(4)]  # not 8
+
+
+def test_parts_of_another_count_are_another_build_and_parts_of_this_one_are_kept(arrays, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for i in range(4):
+        pipeline.write_shards(out, arrays, part=Part(i, 4), shard_samples=250, **OPTIONS)  # 8 shards
+    with pytest.raises(OutputExistsError, match="index.part-00000-of-00004.json already exists: the index of another "
+                                                "build of the set in this folder"):
+        pipeline.write_shards(out, arrays, part=Part(0, 2), shard_samples=500, **OPTIONS)
+    for i in range(2):  # the second part keeps the first's index: both are this build's
+        pipeline.write_shards(out, arrays, part=Part(i, 2), shard_samples=500, overwrite=True, **OPTIONS)
+    assert sorted(p.name for p in out.glob("index.part-*.json")) == [
+        "index.part-00000-of-00002.json", "index.part-00001-of-00002.json"]
+    pipeline.merge_index_files([out])
+    assert _ids(out) == list(range(2000))
+    assert sorted(p.name for p in out.glob("*.tar")) == [f"shard-00000{n}.tar" for n in range(4)]
+
+
+def test_a_shard_writer_over_parts_removes_their_indexes_and_shards(arrays, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for i in range(2):
+        pipeline.write_shards(out, arrays, part=Part(i, 2), shard_samples=250, **OPTIONS)
+    with pipeline.ShardWriter(out, prefix="w", overwrite=True) as writer:
+        writer.write_columns(arrays)
+    assert sorted(p.name for p in out.iterdir()) == ["index.bin", "index.json", "w-000000.tar"]
+    assert _ids(out) == list(range(2000))
+
+
+def test_an_index_another_part_took_away_meanwhile_is_no_error(tmp_path: Path) -> None:
+    """Parts of one build started at once over a complete set on S3: one sees index.json, another
+    deletes it, and the first's read of it is S3's NoSuchKey (a local read's FileNotFoundError)."""
+    from pipeline.format.index import part_index_name
+    from pipeline.storage.destination import Destination
+    from pipeline.write.output import clear_other_indexes
+
+    class GoneWhenRead(Destination):
+        def read(self, name: str) -> bytes:
+            raise pipeline.SourceError(self.url(name), 0, "S3 NoSuchKey: no such key")
+
+    (tmp_path / "index.json").write_text("{}")
+    assert clear_other_indexes(GoneWhenRead(tmp_path), part_index_name(0, 2), overwrite=True) == []
+    assert not (tmp_path / "index.json").exists()
