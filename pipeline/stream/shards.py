@@ -124,12 +124,12 @@ def _maybe_a_shard(text: str, exc: Exception) -> bool:
     return scheme(text) not in ("http", "https") or isinstance(exc, NoIndexError) or http_forbidden(exc)
 
 
-def _nothing_at(url: str, policy: RetryPolicy | None) -> bool:
+def _nothing_at(url: str, policy: RetryPolicy | None, stats: RetrySink | None) -> bool:
     """Whether an HTTP(S) server says nothing is at ``url`` (a byte of it asked for)."""
     if scheme(url) not in ("http", "https"):
         return False
     try:
-        read_range(url, 0, 1, policy)
+        read_range(url, 0, 1, policy, stats=stats)
     except SourceError as exc:
         return nothing_at(exc)
     return False
@@ -145,7 +145,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             try:
                 indexed = open_index(text, policy, stats, patterns=True)
             except (NoIndexError, UnansweredIndexError) as exc:
-                if not _maybe_a_shard(text, exc) or _nothing_at(text, policy):
+                if not _maybe_a_shard(text, exc) or _nothing_at(text, policy, stats):
                     raise  # (no shard either: a folder's URL misspelt, whose error says what to pass)
             else:
                 _warn_of_strays(indexed)
