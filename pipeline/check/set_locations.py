@@ -9,8 +9,8 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from ..format.index import INDEX_NAME
-from ..storage import SourceError, is_remote, join, read_range
-from ..storage.indexes import nothing_at
+from ..storage import is_remote, join
+from ..storage.indexes import nothing_there
 from ..storage.location_hints import SPLIT_NAMES, remote_splits, shard_sets_in
 from ..storage.retry import RetryPolicy
 
@@ -35,11 +35,7 @@ def sets_named(location: str) -> list[str]:
 def _remote_sets(location: str) -> list[str]:
     """:func:`sets_named` of a URL: the splits of a build under it when it is a folder (an S3
     prefix, an HTTP folder) with no index of its own; else itself, whose error is then told."""
-    if location.endswith(".json") or urlsplit(location).query:
+    if location.endswith(".json") or urlsplit(location).query or \
+            not nothing_there(join(location, INDEX_NAME), replace(RetryPolicy.from_env(), attempts=1)):
         return [location]
-    try:
-        read_range(join(location, INDEX_NAME), 0, 1, replace(RetryPolicy.from_env(), attempts=1))
-    except SourceError as exc:
-        splits = remote_splits(location) if nothing_at(exc) else []
-        return [join(location, name) for name in splits] or [location]
-    return [location]
+    return [join(location, name) for name in remote_splits(location)] or [location]

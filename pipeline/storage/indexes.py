@@ -236,6 +236,16 @@ def nothing_at(exc: SourceError) -> bool:
     return any(word in reason for word in _NOT_THERE)
 
 
+def nothing_there(url: str, policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> bool:
+    """Whether the store says that nothing is at the remote ``url``, asked for its first byte
+    (``False`` where something is, or where the answer says only why it cannot be read)."""
+    try:
+        read_range(url, 0, 1, policy, stats=stats)
+    except SourceError as exc:
+        return nothing_at(exc)
+    return False
+
+
 def http_forbidden(exc: Exception) -> bool:
     """Whether an HTTP server answered 403, which a bucket served over HTTP gives for a file
     that is not there as for one it may not serve: maybe nothing there, maybe no right to it."""

@@ -10,9 +10,9 @@ and urllib3.
 
 Why it is not the default: it is not the same client. S3 takes boto3's credentials, region and
 endpoint (also an ``endpoint_url`` in a config file's profile) but not what only botocore reads
-(``AWS_CA_BUNDLE``, the redirect to a bucket's own region: set ``AWS_REGION``); obstore hands back a range whole, so a
-stall is caught by a limit on the whole request rather than on each read (scaled to the range's
-size, see :func:`_time_limit`); and it is not fork-safe. Ranges are taken only up to
+(``AWS_CA_BUNDLE``, the redirect to a bucket's own region: set ``AWS_REGION``); obstore hands
+back a range whole, so a stall is caught by a limit on the whole request rather than on each
+read (scaled to the range's size, see :func:`_time_limit`); and it is not fork-safe. Ranges are taken only up to
 :data:`MAX_RANGE`; URLs and keys whose path obstore would rewrite (a query string, ``//``,
 ``.``/``..`` segments, an encoded ``/``) go through the Python clients. obstore makes one attempt
 per request (its own retries are off): every retry is ours, counted once (:mod:`.retry`).
@@ -157,7 +157,7 @@ def _s3_store(bucket: str, policy: RetryPolicy, limit: float) -> Any:
 
 def _profile_endpoint(session: Any) -> str | None:
     """The endpoint botocore takes from the config file (a profile's ``endpoint_url``, which
-    obstore does not read: its reads went to AWS instead), unless it is AWS's own."""
+    obstore does not read: its reads would go to AWS), unless it is AWS's own."""
     address = session.client("s3").meta.endpoint_url
     host = urlsplit(address).hostname or ""
     return None if host.endswith(("amazonaws.com", "amazonaws.com.cn")) else address

@@ -28,12 +28,12 @@ from ..storage.indexes import (
     UnansweredIndexError,
     http_forbidden,
     index_url,
-    nothing_at,
+    nothing_there,
     open_index,
     strays,
 )
 from ..storage.location_hints import SHARD_SUFFIXES, location_hint
-from ..storage.opener import local_path, read_range
+from ..storage.opener import local_path
 from ..storage.retry import RetryPolicy, RetrySink
 
 
@@ -124,17 +124,6 @@ def _maybe_a_shard(text: str, exc: Exception) -> bool:
     return scheme(text) not in ("http", "https") or isinstance(exc, NoIndexError) or http_forbidden(exc)
 
 
-def _nothing_at(url: str, policy: RetryPolicy | None, stats: RetrySink | None) -> bool:
-    """Whether an HTTP(S) server says nothing is at ``url`` (a byte of it asked for)."""
-    if scheme(url) not in ("http", "https"):
-        return False
-    try:
-        read_range(url, 0, 1, policy, stats=stats)
-    except SourceError as exc:
-        return nothing_at(exc)
-    return False
-
-
 def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: RetryPolicy | None = None,
                    stats: RetrySink | None = None) -> ShardSource:
     """Interpret what the user passed to the dataset (see the module docstring); remote reads
@@ -145,7 +134,8 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             try:
                 indexed = open_index(text, policy, stats, patterns=True)
             except (NoIndexError, UnansweredIndexError) as exc:
-                if not _maybe_a_shard(text, exc) or _nothing_at(text, policy, stats):
+                if not _maybe_a_shard(text, exc) or (scheme(text) in ("http", "https")
+                                                     and nothing_there(text, policy, stats)):
                     raise  # (no shard either: a folder's URL misspelt, whose error says what to pass)
             else:
                 _warn_of_strays(indexed)

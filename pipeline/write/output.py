@@ -64,13 +64,20 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
                   "(--resume) to keep what it wrote") if resumable else ""
         raise OutputExistsError(f"{destination.url(index_name)} already exists; pass overwrite=True (--overwrite) "
                                 f"to replace it{resume}")
+    return _remove_index(destination, index_name)
+
+
+def _remove_index(destination: Destination, name: str) -> list[str]:
+    """Delete the index ``name`` and its shard table (else a failed build would leave the table);
+    return the shards it named (none where it is gone meanwhile, taken away by another part of
+    a build started at once, or unreadable)."""
     try:
-        old = list(index_shard_names(destination.read(index_name), destination.url(index_name)))
-    except (IndexFormatError, FileNotFoundError, SourceError):  # gone meanwhile: another part replaced it
-        old = []
-    destination.delete(index_name)
-    destination.delete(table_name_for(index_name))  # its shard table: else a failed build would leave it
-    return old
+        named = list(index_shard_names(destination.read(name), destination.url(name)))
+    except (IndexFormatError, FileNotFoundError, SourceError):
+        named = []
+    destination.delete(name)
+    destination.delete(table_name_for(name))
+    return named
 
 
 def clear_other_indexes(destination: Destination, index_name: str, overwrite: bool,
@@ -95,14 +102,7 @@ def clear_other_indexes(destination: Destination, index_name: str, overwrite: bo
         raise OutputExistsError(f"{destination.url(others[0])} already exists: the index of another build of the "
                                 f"set in this folder ({what}), which this build replaces; pass {how} to replace "
                                 f"it, or write elsewhere")
-    named: list[str] = []
-    for name in others:
-        # (gone meanwhile: another part of this build, started at once, took it away; or unreadable)
-        with contextlib.suppress(IndexFormatError, FileNotFoundError, SourceError):
-            named.extend(index_shard_names(destination.read(name), destination.url(name)))
-        destination.delete(name)
-        destination.delete(table_name_for(name))
-    return named
+    return [shard for name in others for shard in _remove_index(destination, name)]
 
 
 def remove_unplanned_shards(destination: Destination, prefix: str, planned: Iterable[str]) -> list[str]:
