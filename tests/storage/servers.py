@@ -1,13 +1,17 @@
-"""Real servers on 127.0.0.1 for the storage tests: nginx (HTTP with Range), SeaweedFS (S3), and
-a TCP proxy of our own that injects faults between a client and a server."""
+"""Real servers on 127.0.0.1 for the storage tests: nginx (HTTP with Range), SeaweedFS (S3),
+Python's own file server (which ignores Range), and a TCP proxy of our own that injects faults
+between a client and a server."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import http.server
 import os
 import random
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -19,6 +23,24 @@ from typing import Callable, Iterator
 import pytest
 
 ACCESS_KEY, SECRET_KEY = "pipeline-test", "pipeline-test-secret"
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+class FileServer(http.server.ThreadingHTTPServer):
+    """Python's file server over ``folder``, quiet: it answers a Range request with the whole
+    file, which a client that asked for a few bytes stops reading (the server's write then fails:
+    no traceback on the test run's output for it)."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(("127.0.0.1", 0), functools.partial(_QuietFiles, directory=str(folder)))
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionError, ssl.SSLEOFError)):  # (not the client gone)
+            super().handle_error(request, client_address)
 
 
 def _bound(port: int) -> socket.socket:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import os
 import shutil
@@ -24,7 +22,7 @@ from pipeline.storage import open_stream, read_range
 from pipeline.storage.buffers import process_pool
 from pipeline.stream import idle_trim
 from tests.storage.conftest import all_ids, play, read_into
-from tests.storage.servers import FaultProxy, port_of
+from tests.storage.servers import FaultProxy, FileServer, port_of
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -175,9 +173,7 @@ def test_ranges_land_in_buffers_reused_epoch_after_epoch_and_given_back_when_idl
 @pytest.fixture
 def server_without_range(web_root: Path) -> Iterator[str]:
     """Python's own file server, which answers a Range request with the whole file."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(web_root))
-    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+    with FileServer(web_root) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -232,8 +228,7 @@ def self_signed_https(web_root: Path, tmp_path: Path) -> Iterator[tuple[str, Pat
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(web_root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = FileServer(web_root)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     server.socket = context.wrap_socket(server.socket, server_side=True)
