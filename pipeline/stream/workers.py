@@ -61,7 +61,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..storage.retry import abandon_process_reads_when, answered_hosts, take_answered_hosts
 from .message_buffers import ReleaseTable, WorkerBuffers, install
-from .shared_events import unlock_once_one_died
+from .shared_events import SetHere
 from .socket_folder import check_socket_folder
 
 _TORCH_DEATH = "DataLoader worker (pid"
@@ -214,6 +214,10 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             self._started = loader.worker_init_fn.started = context.Array("b", loader.num_workers, lock=False)
             loader.worker_init_fn.answered = answered_hosts()
         super().__init__(loader)
+        # set here without their lock, which a worker killed at the wrong moment keeps (see shared_events)
+        self._workers_done_event = SetHere(self._workers_done_event)
+        if self._abandon_reads is not None:
+            self._abandon_reads = SetHere(self._abandon_reads)
         self._running.add(self)
         self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
         self._contexts.update((worker.pid, weakref.WeakMethod(loader.death_context)) for worker in self._workers)
@@ -256,22 +260,16 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
 
     def _shutdown_workers(self) -> None:
         try:
-            # (as the interpreter ends, the Events' module is gone, and multiprocessing's exit
-            # handlers end the workers)
-            if not getattr(self, "_shutdown", True) and not self._finalizing():
-                unlock_once_one_died(self)  # (see shared_events)
-                if self._abandon_reads is not None:  # a worker waiting for a read that retries sees no shutdown
-                    self._abandon_reads.set()
+            # a worker waiting for a read that retries sees no shutdown; as the interpreter ends,
+            # the Event's module is gone, and multiprocessing's exit handlers end the workers
+            if self._abandon_reads is not None and not self._finalizing():
+                self._abandon_reads.set()
             super()._shutdown_workers()
         finally:
             self._running.discard(self)
             self._held_queues.pop(id(self), None)
             for worker in getattr(self, "_workers", ()):  # (not _workers(): module names may be gone by now)
                 self._contexts.pop(worker.pid, None)
-
-    def _mark_worker_as_unavailable(self, worker_id: int, shutdown: bool = False) -> None:
-        unlock_once_one_died(self)  # (PyTorch looks at its stop Event here)
-        super()._mark_worker_as_unavailable(worker_id, shutdown)
 
 
 class _HeldDeaths:

@@ -10,7 +10,10 @@ Here worker 0 dies so on purpose, at its 5th batch."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -46,7 +49,9 @@ SCRIPT = textwrap.dedent("""
                         event._cond.acquire()
                     else:
                         threading.Thread(target=event.wait, args=(600,), daemon=True).start()
-                time.sleep(0.2)  # (the sleepers asleep)
+                        deadline = time.monotonic() + 30
+                        while event._cond._sleeping_count.get_value() < 1 and time.monotonic() < deadline:
+                            time.sleep(0.01)  # (until it sleeps)
                 os.kill(os.getpid(), signal.SIGKILL)
             return batch
 
@@ -73,7 +78,13 @@ def test_a_worker_killed_holding_or_sleeping_on_a_shared_event_does_not_hang_the
     shards = uneven_shards(tmp_path / "shards", random_sizes(6, 400, 1000, seed=5), pack=8)
     script = tmp_path / "die_with_events.py"
     script.write_text(SCRIPT)
-    run = subprocess.run([sys.executable, str(script), str(shards), how, str(tmp_path / "died")], capture_output=True,
-                         text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert re.fullmatch(r"WorkerError: DataLoader worker \(pid(\(s\))? \d+\) [^\n]*\nthen exact: True\n", run.stdout), run.stdout
+    run = subprocess.Popen([sys.executable, str(script), str(shards), how, str(tmp_path / "died")], text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                           cwd=Path(__file__).resolve().parents[2])
+    try:
+        out, err = run.communicate(timeout=120)
+    finally:  # (a hang leaves no worker behind: they wait on the lock for ever)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 0, err[-3000:]
+    assert re.fullmatch(r"WorkerError: DataLoader worker \(pid(\(s\))? \d+\) [^\n]*\nthen exact: True\n", out), out
