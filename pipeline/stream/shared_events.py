@@ -26,7 +26,8 @@ class SetHere:
     """The main process's side of a multiprocessing Event its workers read: set here only."""
 
     def __init__(self, event: Any) -> None:
-        self._flag = event._flag  # counts one once set (as Event.set leaves it)
+        # held whole: a spawned worker opens each of its semaphores by name, which goes with it
+        self._event = event
         self._set = False
 
     def is_set(self) -> bool:
@@ -35,4 +36,4 @@ class SetHere:
     def set(self) -> None:
         if not self._set:
             self._set = True
-            self._flag.release()
+            self._event._flag.release()  # counts one once set (as Event.set leaves it)
