@@ -12,10 +12,11 @@ Why it is not the default: it is not the same client. S3 takes boto3's credentia
 endpoint (also an ``endpoint_url`` in a config file's profile) but not what only botocore reads
 (``AWS_CA_BUNDLE``, the redirect to a bucket's own region: set ``AWS_REGION``); obstore hands
 back a range whole, so a stall is caught by a limit on the whole request rather than on each
-read (scaled to the range's size, see :func:`_time_limit`); and it is not fork-safe. Ranges are taken only up to
-:data:`MAX_RANGE`; URLs and keys whose path obstore would rewrite (a query string, ``//``,
-``.``/``..`` segments, an encoded ``/``) go through the Python clients. obstore makes one attempt
-per request (its own retries are off): every retry is ours, counted once (:mod:`.retry`).
+read (scaled to the range's size, see :func:`_time_limit`); and it is not fork-safe. Ranges
+are taken only up to :data:`MAX_RANGE`; URLs and keys whose path obstore would rewrite (a query
+string, ``//``, ``.``/``..`` segments, an encoded ``/``) go through the Python clients. obstore
+makes one attempt per request (its own retries are off): every retry is ours, counted once
+(:mod:`.retry`).
 
 Fork safety: obstore's runtime does not survive a fork, and a forked child that calls it after
 its parent did hangs for ever. A DataLoader forks its workers from the training process, so
