@@ -27,15 +27,17 @@ sample.
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
-import threading
 from collections import OrderedDict
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 import xxhash
 
+from ..fork_safe import ForkSafeLock
 from .errors import IndexFormatError, ShardError
 from .shard_names import LazySequence, ShardNames
 
@@ -115,7 +117,12 @@ class RangeColumn:
     A reader thus reads only the offsets and checksums of the shards it reads (a ranged request per block
     when remote, a ``pread`` when local), never the whole section of a billion-sample set.
     Local files are read rather than mapped: a mapping would put every page it touches, and
-    the page cache's large folios around it, in the process's resident set."""
+    the page cache's large folios around it, in the process's resident set.
+
+    A worker's reader threads share a column. A block is fetched outside the column's lock, so
+    that one thread waiting on a slow request holds up only the threads that need that same block:
+    they wait for its fetch rather than make their own. The lock is made anew in a forked child,
+    which also ignores the fetches the parent had under way (no thread of its own will finish them)."""
 
     KEEP_BLOCKS = 64
 
@@ -127,31 +134,50 @@ class RangeColumn:
         self._count = count
         self._per_block = max(block_bytes // self._dtype.itemsize, 1)
         self._blocks: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()  # a worker's reader threads must not fetch one block twice
+        self._fetches: dict[int, tuple[int, Future]] = {}  # block -> (process fetching it, its result)
+        self._lock = ForkSafeLock()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_blocks": OrderedDict(), "_lock": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
+        return {**self.__dict__, "_blocks": OrderedDict(), "_fetches": {}}
 
     def _block(self, number: int) -> np.ndarray:
-        with self._lock:
-            return self._cached_block(number)
+        while True:
+            with self._lock:
+                block = self._blocks.get(number)
+                if block is not None:
+                    self._blocks.move_to_end(number)
+                    return block
+                fetch = self._fetches.get(number)
+                mine = fetch is None or fetch[0] != os.getpid()
+                if mine:
+                    fetch = self._fetches[number] = (os.getpid(), Future())
+            if mine:
+                return self._fetch(number, fetch[1])
+            try:
+                return fetch[1].result()
+            except CancelledError:  # its fetch was interrupted: this thread fetches it
+                continue
 
-    def _cached_block(self, number: int) -> np.ndarray:
-        block = self._blocks.get(number)
-        if block is None:
-            first = number * self._per_block
-            last = min(first + self._per_block, self._count)
-            size = self._dtype.itemsize
-            data = self._read_range(self._base + first * size, self._base + last * size)
-            block = np.frombuffer(data, self._dtype)
+    def _fetch(self, number: int, result: Future) -> np.ndarray:
+        first = number * self._per_block
+        last = min(first + self._per_block, self._count)
+        size = self._dtype.itemsize
+        try:
+            block = np.frombuffer(self._read_range(self._base + first * size, self._base + last * size), self._dtype)
+        except BaseException as exc:
+            with self._lock:
+                del self._fetches[number]
+            if isinstance(exc, Exception):
+                result.set_exception(exc)  # the threads waiting for it raise it too; the next read tries again
+            else:
+                result.cancel()
+            raise
+        with self._lock:
+            del self._fetches[number]
             self._blocks[number] = block
             while len(self._blocks) > self.KEEP_BLOCKS:
                 self._blocks.popitem(last=False)
-        else:
-            self._blocks.move_to_end(number)
+        result.set_result(block)
         return block
 
     def read(self, start: int, stop: int) -> np.ndarray:

@@ -34,11 +34,11 @@ import logging
 import math
 import os
 import re
-import threading
 from datetime import timedelta
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
+from ..fork_safe import ForkSafeLock
 from .errors import SourceError, TransientError
 from .retry import RetryPolicy
 
@@ -47,17 +47,9 @@ log = logging.getLogger("pipeline.storage")
 _STATUS = re.compile(r"status code: (\d{3})")
 _OTHER_RANGE = re.compile(r"Requested \d+\.\.\d+, got")
 _stores: dict[tuple, Any] = {}
-_lock = threading.Lock()
+_lock = ForkSafeLock()
 _runtime_pid: int | None = None  # the process that started obstore's runtime (inherited through fork)
 _worker_pid: int | None = None  # the DataLoader worker that may use it under "workers"
-
-
-def _after_fork() -> None:
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork)  # a fork copies the lock as it stands: held, by a reader thread
 
 
 def use_in_this_worker() -> None:

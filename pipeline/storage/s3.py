@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from typing import Any, Callable, TypeVar
 
+from ..fork_safe import ForkSafeLock
 from . import obstore_ranges, s3_presigned
 from .errors import SourceError, TransientError, redact
 from .retry import RetryPolicy, with_retries
@@ -28,15 +28,7 @@ _DESCRIBED = {"NoSuchKey": "no such key", "NoSuchBucket": "no such bucket", "Acc
                      "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, and the bucket's permissions)"}
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 _clients: dict[tuple, Any] = {}
-_lock = threading.Lock()
-
-
-def _new_lock() -> None:
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_lock)  # a fork copies the lock as it stands: held, by a reader thread
+_lock = ForkSafeLock()
 
 
 def split_url(url: str) -> tuple[str, str]:

@@ -23,13 +23,13 @@ also picks up refreshed credentials (botocore refreshes temporary ones well befo
 from __future__ import annotations
 
 import os
-import threading
 import time
 import urllib.request
 from typing import Any
 
 import urllib3
 
+from ..fork_safe import ForkSafeLock
 from . import http, obstore_ranges
 from .per_process import per_process
 from .retry import RetryPolicy
@@ -40,15 +40,7 @@ RESIGN_SECONDS = 300
 KEEP_SIGNED = 1024  # URLs kept; past that the stale ones go, then all (a worker reads a few shards at a time)
 _signed: dict[tuple, tuple[str, float]] = {}  # (client, bucket, key) -> (URL, when signed)
 _on_boto3: set[tuple[int, str]] = set()  # (client, bucket) answered by boto3 where the URL was refused
-_lock = threading.Lock()
-
-
-def _new_lock() -> None:
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_lock)  # a fork copies the lock as it stands: held, by a reader thread
+_lock = ForkSafeLock()
 
 
 def _ca_bundle() -> str | None:

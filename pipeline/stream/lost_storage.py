@@ -11,10 +11,10 @@ same moment, and the reads after it succeed."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Callable
 
+from ..fork_safe import ForkSafeLock
 from ..storage import SourceError
 from ..storage.errors import RetriesSpent
 
@@ -37,7 +37,7 @@ class LostStorage:
         self.deadline = deadline
         self.clock = clock
         self._runs: dict[int, _Run] = {}
-        self._lock = threading.Lock()  # (a worker's reader threads report at once)
+        self._lock = ForkSafeLock()  # (a worker's reader threads report at once)
 
     def __getstate__(self) -> dict:  # (sent to DataLoader workers: each starts afresh)
         return {"deadline": self.deadline, "clock": self.clock}

@@ -25,8 +25,6 @@ threads of a worker that reads remote pieces several at once):
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from contextlib import contextmanager
 from enum import IntEnum
@@ -35,6 +33,8 @@ from typing import Iterator
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+
+from ..fork_safe import ForkSafeLock
 
 _ROWS = 64  # one per worker id (modulo 63), the last one the main process's
 
@@ -57,16 +57,8 @@ _NAMES = {Count.SKIPPED: "skipped_pieces", Count.REPLACED: "replaced_samples", C
 STAGES = {Count.STORAGE: "storage_s", Count.DECODE: "decode_s", Count.GATHER: "gather_s",
           Count.HANDOVER: "handover_s"}
 # The reader threads of a process share its row: adding is a read and a write, so they take
-# turns. One lock per process (a fork copies a lock as it stands, perhaps held).
-_lock = threading.Lock()
-
-
-def _new_lock() -> None:
-    global _lock
-    _lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_new_lock)
+# turns.
+_lock = ForkSafeLock()
 
 
 class ReadStats:
