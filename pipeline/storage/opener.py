@@ -19,12 +19,12 @@ import mmap
 import os
 import posixpath
 import stat
-import subprocess
 from typing import Any, BinaryIO
 from urllib.parse import unquote, urljoin, urlparse
 
 from . import http, s3
 from .errors import CutShort, SourceError, redact
+from .pipe_stream import PipeStream
 from .retry import RetryBudget, RetryPolicy, RetrySink
 from .streams import BufferedStream, ResumingStream
 
@@ -204,44 +204,6 @@ def _skip(stream: Any, count: int, url: str) -> None:
         count -= len(data)
 
 
-class _PipeStream:
-    """The standard output of a shell command; a non-zero exit is an error naming it."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.process = subprocess.Popen(url[len("pipe:"):], shell=True, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, bufsize=1 << 20)
-
-    def read(self, size: int = -1) -> bytes:
-        assert self.process.stdout is not None
-        data = self.process.stdout.read(size)
-        if not data:
-            self._check_exit()
-        return data
-
-    def _check_exit(self) -> None:
-        status = self.process.wait()
-        if status != 0:
-            assert self.process.stderr is not None
-            message = self.process.stderr.read().decode("utf-8", "replace").strip()[-300:]
-            raise SourceError(self.url, None, f"command exited with status {status}: "
-                                              f"{message or '(it wrote nothing on standard error)'}")
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
-
-    def __enter__(self) -> "_PipeStream":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
 def _fsspec_open(url: str) -> Any:
     """A stream of ``url`` through fsspec. Every failure to open it is a SourceError naming the
     URL: fsspec's file systems raise what their libraries raise (``socket.gaierror`` for an
@@ -267,7 +229,7 @@ def open_stream(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink
     if kind in ("http", "https", "s3"):
         return BufferedStream(_remote_stream(url, 0, None, policy, stats))  # type: ignore[return-value]
     if kind == "pipe":
-        return _PipeStream(url)  # type: ignore[return-value]
+        return PipeStream(url)  # type: ignore[return-value]
     return _fsspec_open(url)
 
 

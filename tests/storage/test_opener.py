@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import threading
 import warnings
 from pathlib import Path
 
@@ -50,6 +51,35 @@ def test_a_failing_pipe_command_is_named(tmp_path: Path) -> None:
                                           r"standard error\)"):  # curl -sf, say
         with open_stream("pipe:exit 22") as stream:
             stream.read()
+
+
+def _read_all_within(url: str, seconds: float) -> bytes | BaseException:
+    """What reading ``url`` to its end gives (its bytes or its error), failing the test when it
+    takes longer than ``seconds``."""
+    out: list = []
+
+    def read() -> None:
+        try:
+            with open_stream(url) as stream:
+                out.append(stream.read())
+        except BaseException as exc:  # noqa: BLE001 (handed to the test)
+            out.append(exc)
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"reading {url[:40]}... still waits after {seconds} s"
+    return out[0]
+
+
+def test_a_pipe_command_that_writes_much_on_standard_error_streams_on(tmp_path: Path) -> None:
+    """More than a pipe holds (64 KiB) on standard error, before and after its output."""
+    data = np.random.default_rng(2).bytes(300_000)
+    (tmp_path / "blob.bin").write_bytes(data)
+    noise = "head -c 200000 /dev/zero | tr '\\0' x >&2"
+    assert _read_all_within(f"pipe:{noise}; cat {tmp_path}/blob.bin; {noise}", 60) == data
+    failed = _read_all_within(f"pipe:{noise}; cat {tmp_path}/blob.bin; echo the real reason >&2; exit 3", 60)
+    assert isinstance(failed, SourceError)
+    assert str(failed).endswith("command exited with status 3: " + "x" * (300 - len("the real reason")) + "the real reason")
 
 
 def test_foreign_shards_stream_through_pipe_commands(tmp_path: Path) -> None:
