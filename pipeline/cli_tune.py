@@ -70,7 +70,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                       step_ms=args.step_ms, seconds=args.seconds, memory_mb=args.memory_mb, options=options,
                       progress=lambda line: print(line, file=sys.stderr))
     except (RuntimeError, ValueError) as exc:  # a setting's run failed (its error output says why), or bad values
-        print(f"error: {exc}", file=sys.stderr)
+        from .stream.options import SKIP_HINT
+
+        print(f"error: {str(exc).replace(SKIP_HINT, 'add --on-error skip')}", file=sys.stderr)
         return 1
     print(result.table())  # also when nothing fits the memory budget: what was measured says by how much
     if args.plot:

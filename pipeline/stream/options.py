@@ -24,6 +24,10 @@ def _names(option: str, names: Sequence[str] | None) -> None:
         raise ValueError(f"{option}=[] names no field: name at least one, or leave {option} out")
 
 
+#: How the errors of damaged records say to skip them (a command with an option for it rewords it).
+SKIP_HINT = "pass on_error='skip'"
+
+
 def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_ahead: int | None,
                           fields: Sequence[str] | None, as_tuple: Sequence[str] | None, transformed: bool,
                           seed: Any = 0, shuffle_buffer: Any = None, chunks_per_buffer: Any = None,

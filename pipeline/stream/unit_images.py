@@ -24,6 +24,7 @@ from ..format.index import Schema
 from .batching import shared_empty
 from .image_decoders import single_threaded
 from .images import Images, row_seeds
+from .options import SKIP_HINT
 from .reader import Columns
 from .stats import Count, ReadStats
 
@@ -123,7 +124,7 @@ class ImageDecoding:
         for row, reason in sorted(failed.items()):
             url, offset, record = where(row)
             if not self.skip:
-                raise ShardError(url, offset, f"{record}, {reason}; pass on_error='skip' to train on without it")
+                raise ShardError(url, offset, f"{record}, {reason}; {SKIP_HINT} to train on without it")
             if not good:
                 raise ShardError(url, offset, f"{record}, {reason}; no image of its unit could be decoded, so "
                                               f"none can stand in for it (a unit can be as small as a rank's last "

@@ -37,6 +37,7 @@ from ..storage.retry import RetryPolicy
 from .batching import gather
 from .lost_storage import LostStorage
 from .material import Material, locate
+from .options import SKIP_HINT
 from .plan import RankSequence, block_range
 from .reader import Columns, read_rows, repeat_rows, stand_in
 from .skip_log import log_skip
@@ -300,7 +301,7 @@ class UnitReader:
 def _what_to_do(shards: IndexedShards) -> str:
     """What to do about shards of ``shards`` that fail their checks."""
     return (f": 'pipeline verify {redact(shards.base)}' lists every shard that fails; copy those again or build the set "
-            f"again, or pass on_error='skip' to train past damaged records (stats() counts them)")
+            f"again, or {SKIP_HINT} to train past damaged records (stats() counts them)")
 
 
 def _advised(exc: ShardError | SourceError, shards: IndexedShards) -> ShardError | SourceError:
