@@ -51,11 +51,15 @@ def test_an_outage_shorter_than_the_retry_deadline_is_skipped_through(proxy: Fau
     delivered = len(next(batches)["i"])
     proxy.fail_after = 0
 
-    def mend() -> None:
-        time.sleep(0.4)
+    def mend() -> None:  # once a read has spent its retries: a mend after a set time may come before
+        deadline = time.monotonic() + 60
+        while loader.stats()["skipped_pieces"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
         proxy.fail_after = None
-    threading.Thread(target=mend).start()
+    mender = threading.Thread(target=mend)
+    mender.start()
     delivered += sum(len(batch["i"]) for batch in batches)
+    mender.join()
     assert delivered == loader.dataset.samples and loader.stats()["skipped_pieces"] > 0
 
 
