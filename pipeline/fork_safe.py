@@ -19,14 +19,17 @@ class ForkSafeLock:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._held = self._lock  # the lock its holder took (a child forked under it has a new one)
         _locks.add(self)
 
     def __enter__(self) -> "ForkSafeLock":
-        self._lock.acquire()
+        lock = self._lock
+        lock.acquire()
+        self._held = lock
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._lock.release()
+        self._held.release()
 
     def __reduce__(self) -> tuple:
         return ForkSafeLock, ()

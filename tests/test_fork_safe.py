@@ -4,6 +4,7 @@ it is free in the child and in the copy."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import threading
 
@@ -55,3 +56,19 @@ def test_a_pickled_lock_is_a_new_one_free() -> None:
     assert isinstance(copy, ForkSafeLock) and copy is not lock
     with copy:
         assert not copy._lock.acquire(blocking=False)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_the_thread_that_forks_under_the_lock_lets_go_of_it_in_the_child() -> None:
+    lock = ForkSafeLock()
+    with lock:
+        pid = os.fork()
+        if pid == 0:  # the child leaves the block as its parent does, then takes the lock again
+            code = 1
+            try:
+                lock.__exit__(None, None, None)
+                with lock:
+                    code = 0
+            finally:
+                os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0

@@ -26,6 +26,7 @@ sample.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import struct
@@ -134,7 +135,7 @@ class RangeColumn:
         self._count = count
         self._per_block = max(block_bytes // self._dtype.itemsize, 1)
         self._blocks: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._fetches: dict[int, tuple[int, Future]] = {}  # block -> (process fetching it, its result)
+        self._fetches: dict[int, tuple[int, Future[np.ndarray]]] = {}  # block -> (process fetching it, its result)
         self._lock = ForkSafeLock()
 
     def __getstate__(self) -> dict:
@@ -157,28 +158,34 @@ class RangeColumn:
                 return fetch[1].result()
             except CancelledError:  # its fetch was interrupted: this thread fetches it
                 continue
+            except Exception as exc:  # a copy: one error raised in several threads would carry all their stacks
+                raise copy.copy(exc) from None
 
-    def _fetch(self, number: int, result: Future) -> np.ndarray:
-        first = number * self._per_block
-        last = min(first + self._per_block, self._count)
-        size = self._dtype.itemsize
+    def _fetch(self, number: int, result: Future[np.ndarray]) -> np.ndarray:
+        """Block ``number``, fetched for ``result``. Whatever happens, the fetch is taken off those
+        under way and ``result`` settled: its waiters would wait for it for ever."""
+        block = None
         try:
+            first = number * self._per_block
+            last = min(first + self._per_block, self._count)
+            size = self._dtype.itemsize
             block = np.frombuffer(self._read_range(self._base + first * size, self._base + last * size), self._dtype)
-        except BaseException as exc:
-            with self._lock:
-                del self._fetches[number]
-            if isinstance(exc, Exception):
-                result.set_exception(exc)  # the threads waiting for it raise it too; the next read tries again
-            else:
-                result.cancel()
+            return block
+        except Exception as exc:
+            result.set_exception(exc)  # its waiters raise it too; the next read tries again
             raise
-        with self._lock:
-            del self._fetches[number]
-            self._blocks[number] = block
-            while len(self._blocks) > self.KEEP_BLOCKS:
-                self._blocks.popitem(last=False)
-        result.set_result(block)
-        return block
+        finally:
+            with self._lock:
+                if self._fetches.get(number, (0, None))[1] is result:
+                    del self._fetches[number]
+                if block is not None:
+                    self._blocks[number] = block
+                    while len(self._blocks) > self.KEEP_BLOCKS:
+                        self._blocks.popitem(last=False)
+            if block is not None:
+                result.set_result(block)
+            elif not result.done():
+                result.cancel()  # interrupted (KeyboardInterrupt): a waiter fetches it itself
 
     def read(self, start: int, stop: int) -> np.ndarray:
         pieces = []

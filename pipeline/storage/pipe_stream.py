@@ -8,7 +8,7 @@ import subprocess
 import threading
 from typing import Any
 
-from .errors import SourceError
+from .errors import SourceError, redact
 
 #: Bytes of the command's standard error kept for the message of its failure.
 STDERR_TAIL = 4096
@@ -32,7 +32,7 @@ class PipeStream:
                                         stderr=subprocess.PIPE, bufsize=1 << 20)
         self._stderr_tail = b""
         self._stderr_reader = threading.Thread(target=self._keep_stderr_tail, daemon=True,
-                                               name=f"stderr of {url[:60]}")
+                                               name=f"stderr of {redact(url)[:60]}")
         self._stderr_reader.start()
 
     def _keep_stderr_tail(self) -> None:
@@ -44,10 +44,10 @@ class PipeStream:
         finally:
             self.process.stderr.close()  # (this thread's to close: closed under a read, it could be reused)
 
-    def read(self, size: int = -1) -> bytes:
+    def read(self, size: int | None = -1) -> bytes:
         assert self.process.stdout is not None
         data = self.process.stdout.read(size)
-        if size < 0 or len(data) < size:  # the end of its output (a buffered read waits for all it asks)
+        if size is None or size < 0 or len(data) < size:  # the end of its output (a buffered read waits for all it asks)
             self._check_exit()
         return data
 

@@ -14,6 +14,9 @@ from ..caller_warning import warn_caller
 from ..format.numbers import is_whole
 from ..format.packing import SAMPLE_KEY
 
+#: How the errors of damaged records say to skip them (a command with an option for it rewords it).
+SKIP_HINT = "pass on_error='skip'"
+
 
 def _names(option: str, names: Sequence[str] | None) -> None:
     if names is None:
@@ -22,10 +25,6 @@ def _names(option: str, names: Sequence[str] | None) -> None:
         raise ValueError(f"{option} is a list of field names, e.g. {option}=['x', 'y'], got the string {names!r}")
     if not list(names):
         raise ValueError(f"{option}=[] names no field: name at least one, or leave {option} out")
-
-
-#: How the errors of damaged records say to skip them (a command with an option for it rewords it).
-SKIP_HINT = "pass on_error='skip'"
 
 
 def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_ahead: int | None,

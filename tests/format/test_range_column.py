@@ -119,8 +119,32 @@ def test_a_failed_fetch_reaches_its_waiters_and_the_next_read_tries_again() -> N
     second.join(WAIT_S)
     for out in (first_out, second_out):
         assert isinstance(out[0], SourceError) and "index.bin at byte 0: connection reset" in str(out[0])
+    assert first_out[0] is not second_out[0]  # each thread's own: one would carry the stacks of both
     np.testing.assert_array_equal(reads.read(0, 4), VALUES[:4])
     assert storage.calls == [(0, PER_BLOCK * 4)] * 2
+
+
+def test_an_interrupted_fetch_is_taken_over_by_a_waiting_thread() -> None:
+    storage = Storage()
+    storage.hold_at = 0
+    read = storage.read
+
+    def interrupted_once(start: int, stop: int) -> bytes:
+        data = read(start, stop)
+        if len(storage.calls) == 1:
+            raise KeyboardInterrupt
+        return data
+    reads = RangeColumn(interrupted_once, 0, np.dtype("<u4"), len(VALUES), block_bytes=PER_BLOCK * 4)
+    first, first_out = in_thread(lambda: reads.read(0, 4))
+    assert storage.held.wait(WAIT_S)
+    second, second_out = in_thread(lambda: reads.read(0, 4))
+    wait_until_waiting(second)
+    storage.release.set()
+    first.join(WAIT_S)
+    second.join(WAIT_S)
+    assert isinstance(first_out[0], KeyboardInterrupt)
+    np.testing.assert_array_equal(second_out[0], VALUES[:4])
+    assert storage.calls == [(0, PER_BLOCK * 4)] * 2 and reads._fetches == {}
 
 
 def _read_both_blocks(reads: RangeColumn, answers: multiprocessing.Queue) -> None:

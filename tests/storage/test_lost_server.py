@@ -56,7 +56,7 @@ def test_an_outage_shorter_than_the_retry_deadline_is_skipped_through(proxy: Fau
         while loader.stats()["skipped_pieces"] == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         proxy.fail_after = None
-    mender = threading.Thread(target=mend)
+    mender = threading.Thread(target=mend, daemon=True)
     mender.start()
     delivered += sum(len(batch["i"]) for batch in batches)
     mender.join()

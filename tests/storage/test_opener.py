@@ -30,6 +30,8 @@ def test_file_urls_and_pipe_commands_read_the_same_bytes(tmp_path: Path) -> None
     assert read_range(f"pipe:cat {path}", 10, 5000) == data[10:5000]
     with open_stream(f"pipe:cat {path}") as stream:
         assert stream.read() == data
+    with open_stream(f"pipe:cat {path}") as stream:
+        assert stream.read(None) == data  # (io's "everything", as -1)
 
 
 @pytest.mark.parametrize("name, samples", [("", 70), ("/", 70), ("/part-000000.tar", 40), ("/index.json", 70)])
