@@ -63,6 +63,7 @@ from ..storage.retry import abandon_process_reads_when, answered_hosts, take_ans
 from .message_buffers import ReleaseTable, WorkerBuffers, install
 from .shared_events import SetHere
 from .socket_folder import check_socket_folder
+from .whole_messages import WholeMessages
 
 _TORCH_DEATH = "DataLoader worker (pid"
 #: Seconds between two checks that the workers live while the loader waits for a batch.
@@ -218,6 +219,9 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         self._workers_done_event = SetHere(self._workers_done_event)
         if self._abandon_reads is not None:
             self._abandon_reads = SetHere(self._abandon_reads)
+        # read here so that a message a dead worker left cut short blocks nothing (see whole_messages); a
+        # pinning thread PyTorch started already reads its first message as multiprocessing does
+        self._worker_result_queue.get = WholeMessages(self._worker_result_queue, self._workers, WATCH_S).get
         self._running.add(self)
         self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
         self._contexts.update((worker.pid, weakref.WeakMethod(loader.death_context)) for worker in self._workers)

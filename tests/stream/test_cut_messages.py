@@ -1,0 +1,72 @@
+"""A worker killed in the middle of sending a message larger than the pipe holds (a unit of text
+fields: megabytes) must not leave the loader waiting for the rest for ever: it is a WorkerError,
+and the epoch then goes on exactly. Here the worker killed is the one blocked writing to the pipe,
+found by its thread's wait channel, while the training loop does not read."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+
+SCRIPT = textwrap.dedent("""
+    import glob, multiprocessing, os, signal, sys, time
+    from pipeline import WorkerError, make_loader
+
+    def writing_worker():
+        '''The pid of the worker a thread of which is blocked writing to a pipe: its message is cut there.'''
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for worker in multiprocessing.active_children():
+                for task in glob.glob(f"/proc/{worker.pid}/task/*/wchan"):
+                    with open(task) as wchan:
+                        if "pipe_write" in wchan.read():
+                            return worker.pid
+            time.sleep(0.05)
+        raise SystemExit("no worker was blocked writing to the pipe")
+
+    def ids(batches):
+        return [batch["i"].tolist() for batch in batches]
+
+    if __name__ == "__main__":
+        options = dict(num_workers=2, batch_size=64, seed=7, shuffle_buffer=1024)
+        reference = ids(make_loader(sys.argv[1], **options))
+        loader = make_loader(sys.argv[1], **options)
+        batches = iter(loader)
+        head = [next(batches)["i"].tolist()]
+        os.kill(writing_worker(), signal.SIGKILL)
+        try:
+            for batch in batches:
+                head.append(batch["i"].tolist())
+        except WorkerError as error:  # (the loader stops its workers before it raises)
+            print("WorkerError:", str(error))
+        print("then exact:", head + ids(loader) == reference)
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="finds the writing worker through /proc")
+def test_a_worker_killed_in_the_middle_of_a_message_is_a_worker_error(tmp_path: Path) -> None:
+    samples = 4000
+    names = np.array([f"{i:06d}" * 300 for i in range(samples)])  # 1,800 characters: 1.8 MB a unit of 1,024
+    pipeline.write_shards(tmp_path / "text", {"i": np.arange(samples), "name": names}, quiet=True)
+    script = tmp_path / "cut_message.py"
+    script.write_text(SCRIPT)
+    run = subprocess.Popen([sys.executable, str(script), str(tmp_path / "text")], text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, start_new_session=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        out, err = run.communicate(timeout=120)
+    finally:  # (a hang leaves no worker behind)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 0, err[-3000:]
+    assert re.fullmatch(r"WorkerError: DataLoader worker \(pid(\(s\))? \d+\) [^\n]*\nthen exact: True\n", out), out
