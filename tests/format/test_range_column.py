@@ -75,6 +75,20 @@ def wait_until_waiting(thread: threading.Thread) -> None:
     raise AssertionError("the second reader never waited for the first one's fetch")
 
 
+def second_reader_waits(storage: Storage, reads: RangeColumn, first: tuple[int, int],
+                        second: tuple[int, int]) -> tuple[object, object]:
+    """What reads of ``first`` and of ``second`` give, the second made while the first one's fetch
+    is held, and let go once the second waits for it."""
+    first_thread, first_out = in_thread(lambda: reads.read(*first))
+    assert storage.held.wait(WAIT_S)
+    second_thread, second_out = in_thread(lambda: reads.read(*second))
+    wait_until_waiting(second_thread)
+    storage.release.set()
+    first_thread.join(WAIT_S)
+    second_thread.join(WAIT_S)
+    return first_out[0], second_out[0]
+
+
 def test_a_slow_block_holds_up_only_the_readers_of_that_block() -> None:
     storage = Storage()
     storage.hold_at = 0
@@ -93,16 +107,9 @@ def test_a_slow_block_holds_up_only_the_readers_of_that_block() -> None:
 def test_threads_wanting_one_cold_block_fetch_it_once() -> None:
     storage = Storage()
     storage.hold_at = 0
-    reads = column(storage)
-    first, first_out = in_thread(lambda: reads.read(0, 4))
-    assert storage.held.wait(WAIT_S)
-    second, second_out = in_thread(lambda: reads.read(2, 10))
-    wait_until_waiting(second)
-    storage.release.set()
-    first.join(WAIT_S)
-    second.join(WAIT_S)
-    np.testing.assert_array_equal(first_out[0], VALUES[:4])
-    np.testing.assert_array_equal(second_out[0], VALUES[2:10])
+    first, second = second_reader_waits(storage, column(storage), (0, 4), (2, 10))
+    np.testing.assert_array_equal(first, VALUES[:4])
+    np.testing.assert_array_equal(second, VALUES[2:10])
     assert storage.calls == [(0, PER_BLOCK * 4)]
 
 
@@ -110,16 +117,10 @@ def test_a_failed_fetch_reaches_its_waiters_and_the_next_read_tries_again() -> N
     storage = Storage()
     storage.hold_at = storage.fail_at = 0
     reads = column(storage)
-    first, first_out = in_thread(lambda: reads.read(0, 4))
-    assert storage.held.wait(WAIT_S)
-    second, second_out = in_thread(lambda: reads.read(0, 4))
-    wait_until_waiting(second)
-    storage.release.set()
-    first.join(WAIT_S)
-    second.join(WAIT_S)
-    for out in (first_out, second_out):
-        assert isinstance(out[0], SourceError) and "index.bin at byte 0: connection reset" in str(out[0])
-    assert first_out[0] is not second_out[0]  # each thread's own: one would carry the stacks of both
+    first, second = second_reader_waits(storage, reads, (0, 4), (0, 4))
+    for error in (first, second):
+        assert isinstance(error, SourceError) and "index.bin at byte 0: connection reset" in str(error)
+    assert first is not second  # each thread's own: one would carry the stacks of both
     np.testing.assert_array_equal(reads.read(0, 4), VALUES[:4])
     assert storage.calls == [(0, PER_BLOCK * 4)] * 2
 
@@ -135,15 +136,9 @@ def test_an_interrupted_fetch_is_taken_over_by_a_waiting_thread() -> None:
             raise KeyboardInterrupt
         return data
     reads = RangeColumn(interrupted_once, 0, np.dtype("<u4"), len(VALUES), block_bytes=PER_BLOCK * 4)
-    first, first_out = in_thread(lambda: reads.read(0, 4))
-    assert storage.held.wait(WAIT_S)
-    second, second_out = in_thread(lambda: reads.read(0, 4))
-    wait_until_waiting(second)
-    storage.release.set()
-    first.join(WAIT_S)
-    second.join(WAIT_S)
-    assert isinstance(first_out[0], KeyboardInterrupt)
-    np.testing.assert_array_equal(second_out[0], VALUES[:4])
+    first, second = second_reader_waits(storage, reads, (0, 4), (0, 4))
+    assert isinstance(first, KeyboardInterrupt)
+    np.testing.assert_array_equal(second, VALUES[:4])
     assert storage.calls == [(0, PER_BLOCK * 4)] * 2 and reads._fetches == {}
 
 
