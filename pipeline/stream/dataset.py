@@ -83,7 +83,7 @@ from .sources import SourceSet, open_sources
 from .stats import Count, ReadStats
 from .unit_images import ImageDecoding, alternatives, check_image_fields
 from .units import UnitReader
-from .workers import WorkerFailure
+from .worker_failure import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20
 Sources = str | os.PathLike[str] | Sequence[str] | Mapping[str, str | os.PathLike[str]]
@@ -286,7 +286,7 @@ class ShardDataset(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         """Batches of this rank (of the units this worker reads). In a worker of a ShardLoader,
         a unit's batches are one message, and an error ends the stream with a
-        :class:`~pipeline.stream.workers.WorkerFailure` that the loader raises."""
+        :class:`~pipeline.stream.worker_failure.WorkerFailure` that the loader raises."""
         info = get_worker_info()
         if info is None or not self.relay_errors:
             yield from self._messages(info)

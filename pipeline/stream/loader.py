@@ -25,11 +25,11 @@ from .loader_state import Position, loader_state, resumed_position
 from .message_buffers import Lent, ReleaseTable
 from .options import check_epoch, check_loader_options
 from .plan import Leg
+from .worker_failure import WorkerFailure
 from .workers import (
     LoaderWorker,
     WatchedWorkersIterator,
     WorkerError,
-    WorkerFailure,
     exited_workers,
     is_worker_death,
     stop_workers,

@@ -24,7 +24,7 @@ import struct
 import time
 from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 _LENGTH = struct.Struct("!i")
 _LONG_LENGTH = struct.Struct("!Q")  # after a length of -1: a message of 2 GiB or more
@@ -33,9 +33,10 @@ _LONG_LENGTH = struct.Struct("!Q")  # after a length of -1: a message of 2 GiB o
 class WholeMessages:
     """The ``get`` of a workers' result queue (a ``multiprocessing.Queue``) in the main process,
     given its parts rather than the queue (installed as the queue's ``get``, it would make a
-    reference cycle). Only whole messages are taken off the pipe."""
+    reference cycle), and ``workers``, which says the worker processes that write to it. Only
+    whole messages are taken off the pipe."""
 
-    def __init__(self, results: Any, workers: Sequence[Any], wait_s: float) -> None:
+    def __init__(self, results: Any, workers: Callable[[], Sequence[Any]], wait_s: float) -> None:
         self._reader = results._reader
         self._reader_lock = results._rlock
         self._room = results._sem  # a put takes a place, a get gives it back
@@ -74,7 +75,7 @@ class WholeMessages:
         with memoryview(out) as view:
             while done < size:
                 if not wait([descriptor], self._wait_s):
-                    if any(worker.exitcode not in (None, 0) for worker in self._workers):
+                    if any(worker.exitcode not in (None, 0) for worker in self._workers()):
                         self._broken = True
                         raise queue.Empty
                     continue

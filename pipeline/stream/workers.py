@@ -5,7 +5,7 @@ Two things go wrong in a worker, and PyTorch reports both badly:
 - **An exception in the worker.** PyTorch rebuilds it in the main process from its formatted
   traceback (``Caught SourceError in DataLoader worker process 0. Original Traceback...``), so
   our errors lose their fields (``url``, ``offset``) and the line that matters comes last.
-  Instead, the worker sends a :class:`WorkerFailure` (the pickled exception, which keeps its
+  Instead, the worker sends a :class:`.WorkerFailure` (the pickled exception, which keeps its
   type and fields, and the worker's traceback as text) as its last message, and the loader
   raises the exception itself, the worker's traceback attached as a note.
 - **A worker that dies** (SIGKILL from the out-of-memory killer, a crash). PyTorch's SIGCHLD
@@ -43,17 +43,13 @@ from __future__ import annotations
 import atexit
 import gc
 import multiprocessing.connection
-import os
-import pickle
 import re
 import signal
 import sys
 import threading
 import time
-import traceback
 import weakref
-from dataclasses import dataclass
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable
 
 from torch.utils.data import get_worker_info
 from torch.utils.data._utils import signal_handling
@@ -105,45 +101,11 @@ def is_worker_death(exc: BaseException) -> bool:
     return isinstance(exc, WorkerError) or (type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH))
 
 
-@dataclass
-class WorkerFailure:
-    """What a worker sends instead of a batch when its iteration raised: the exception (its
-    own type and fields, or a RuntimeError telling it when it does not survive pickling), and
-    where and how it was raised."""
-
-    error: BaseException
-    worker: int
-    pid: int
-    traceback: str
-
-    @classmethod
-    def capture(cls, exc: BaseException, worker: int) -> "WorkerFailure":
-        """The failure of worker ``worker`` raising ``exc`` (call inside the ``except``)."""
-        text = "".join(traceback.format_exception(exc))
-        try:
-            error = pickle.loads(pickle.dumps(exc))
-        except Exception:  # noqa: BLE001 - an exception class that does not pickle back
-            error = RuntimeError(f"{type(exc).__qualname__}: {exc}")
-        return cls(error, worker, os.getpid(), text)
-
-    def raise_error(self) -> NoReturn:
-        """Raise the exception, with a note saying which worker raised it and how. (Neither
-        this object nor this frame keeps it: with its traceback, that would be a reference
-        cycle holding the loader until a garbage collection, maybe in a forked worker.)"""
-        error, self.error = self.error, None  # type: ignore[assignment]
-        if hasattr(error, "add_note"):  # Python 3.11+
-            error.add_note(f"Raised in DataLoader worker {self.worker} (pid {self.pid}):\n{self.traceback.rstrip()}")
-        try:
-            raise error
-        finally:
-            del error
-
-
 class LoaderWorker:
     """The ``worker_init_fn`` of a ShardLoader's workers: it makes the worker's copy of the
     dataset send each unit of the plan as one message (so that DataLoader's round robin delivers
     the units in their order), in shared memory reused once the main process releases it
-    (``released``), and its errors as a :class:`WorkerFailure`, both of which only a
+    (``released``), and its errors as a :class:`.WorkerFailure`, both of which only a
     ShardLoader understands (the user's own dataset object, also usable in a plain DataLoader,
     is left as it is). It leaves what the worker inherited out of its garbage collections, then
     runs ``then``, the ``worker_init_fn`` given to the loader. Picklable when ``then`` is, for
@@ -219,12 +181,24 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         self._workers_done_event = SetHere(self._workers_done_event)
         if self._abandon_reads is not None:
             self._abandon_reads = SetHere(self._abandon_reads)
-        # read here so that a message a dead worker left cut short blocks nothing (see whole_messages); a
-        # pinning thread PyTorch started already reads its first message as multiprocessing does
-        self._worker_result_queue.get = WholeMessages(self._worker_result_queue, self._workers, WATCH_S).get
         self._running.add(self)
         self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
         self._contexts.update((worker.pid, weakref.WeakMethod(loader.death_context)) for worker in self._workers)
+
+    @property
+    def _worker_result_queue(self) -> Any:
+        try:
+            return self.__dict__["_results"]
+        except KeyError:
+            raise AttributeError("_worker_result_queue") from None
+
+    @_worker_result_queue.setter
+    def _worker_result_queue(self, results: Any) -> None:
+        """Read so that a message a dead worker left cut short blocks nothing (see whole_messages):
+        set as PyTorch makes the queue, before its pinning thread reads it."""
+        iterator = weakref.ref(self)
+        results.get = WholeMessages(results, lambda: getattr(iterator(), "_workers", ()), WATCH_S).get
+        self.__dict__["_results"] = results
 
     def _try_get_data(self, timeout: float = WATCH_S) -> tuple[bool, Any]:
         """PyTorch's wait for a batch, with deaths the SIGCHLD handler reports held until it
