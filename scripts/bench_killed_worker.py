@@ -9,8 +9,13 @@ main thread waits for data and while it runs a "training step") and checks that:
 - the batches before the error are those of an uninterrupted run, and the loader's state
   resumes the rest of the epoch exactly.
 
+With ``--text`` each sample also holds 1,800 characters of text, so that a worker's message (a
+unit of 300 samples, 540 KB) is larger than the pipe to the main process holds, and every other
+run kills the worker that is blocked writing one, in the middle of it (found through ``/proc``).
+
     python scripts/bench_killed_worker.py --runs 100     # prints "100/100 runs ..." or the failures
     python scripts/bench_killed_worker.py --quick        # 4 runs
+    python scripts/bench_killed_worker.py --text --runs 100
 """
 
 from __future__ import annotations
@@ -40,11 +45,27 @@ warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 RUN_LIMIT_S = 60
 
 
-def build(folder: Path) -> Path:
+def build(folder: Path, text: bool) -> Path:
     numbers = np.arange(4000)
-    pipeline.write_shards(folder, {"i": numbers, "x": np.zeros((4000, 16), np.float32)}, prefix="k", pack=8,
-                          shard_samples=700, quiet=True)
+    arrays = {"i": numbers, "x": np.zeros((4000, 16), np.float32)}
+    if text:
+        arrays["name"] = np.array([f"{i:06d}" * 300 for i in numbers])
+    pipeline.write_shards(folder, arrays, prefix="k", pack=8, shard_samples=700, quiet=True)
     return folder
+
+
+def writing_worker(workers: list[int]) -> int | None:
+    """The one of ``workers`` a thread of which is blocked writing to a pipe (its message to the
+    main process), waiting up to 10 s for one to be (the main process reads nothing meanwhile)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for pid in workers:
+            for wchan in Path(f"/proc/{pid}/task").glob("*/wchan"):
+                with contextlib.suppress(FileNotFoundError):
+                    if "pipe_write" in wchan.read_text():
+                        return pid
+        time.sleep(0.02)
+    return None
 
 
 def children() -> set[int]:
@@ -84,8 +105,9 @@ def kill_and_resume(workers: list[int]) -> None:
             os.kill(pid, how)
 
 
-def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
-    """One kill; returns ``"ok"`` or what went wrong."""
+def one_run(shards: Path, reference: list[list[int]], during_step: bool, mid_message: bool) -> str:
+    """One kill (while the main process runs a step, waits for data, or, ``mid_message``, of the
+    worker blocked sending a message); returns ``"ok"`` or what went wrong."""
     before = children()
     loader = new_loader(shards)
     delivered: list[list[int]] = []
@@ -97,7 +119,13 @@ def one_run(shards: Path, reference: list[list[int]], during_step: bool) -> str:
                 workers = sorted(children() - before)
                 # timed before the kill: its SIGCHLD can raise the WorkerError as soon as os.kill returns
                 killed_at = time.monotonic()
-                if during_step:
+                if mid_message:
+                    writing = writing_worker(workers)
+                    if writing is None:
+                        return "no worker blocked writing a message within 10 s"
+                    killed_at = time.monotonic()
+                    os.kill(writing, signal.SIGKILL)
+                elif during_step:
                     os.kill(workers[0], signal.SIGKILL)
                 else:  # pause the others so that the main thread drains their batches and waits
                     for pid in workers:
@@ -136,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="4 runs")
     parser.add_argument("--out", type=Path, help="write the outcome counts here as JSON")
+    parser.add_argument("--text", action="store_true",
+                        help="messages larger than a pipe holds; every other run kills a worker in the middle of one")
     args = parser.parse_args(argv)
     runs = 4 if args.quick else args.runs
     outcomes: Counter[str] = Counter()
@@ -144,12 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     # a worker killed leaves its own behind otherwise
     multiprocessing.util.get_temp_dir()
     with tempfile.TemporaryDirectory(prefix="pipeline-kill-") as tmp:
-        shards = build(Path(tmp) / "shards")
+        shards = build(Path(tmp) / "shards", args.text)
         reference = ids(new_loader(shards))
         for run in range(runs):
             # a run that hangs ends the benchmark with every thread's stack, not a silent wait
             faulthandler.dump_traceback_later(RUN_LIMIT_S, exit=True)
-            outcome = one_run(shards, reference, during_step=run % 2 == 1)
+            outcome = one_run(shards, reference, during_step=run % 2 == 1, mid_message=args.text and run % 2 == 0)
             faulthandler.cancel_dump_traceback_later()
             outcomes[outcome] += 1
             if outcome != "ok":

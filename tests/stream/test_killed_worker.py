@@ -281,11 +281,12 @@ def test_a_loop_that_breaks_and_iterates_again_continues_the_epoch(shards: Path)
     assert head + ids(loader) == reference
 
 
-def test_the_kill_benchmark_runs_and_finds_a_worker_error_every_time(short_tmp: Path) -> None:
+@pytest.mark.parametrize("mode", [[], ["--text"]])  # --text: killed in the middle of a message, every other run
+def test_the_kill_benchmark_runs_and_finds_a_worker_error_every_time(short_tmp: Path, mode: list[str]) -> None:
     """... and leaves nothing in the temporary folder: not the folders of the workers it kills (pymp-*)."""
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_killed_worker.py"
-    result = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TMPDIR": str(short_tmp)})
+    result = subprocess.run([sys.executable, str(script), "--quick", *mode], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "TMPDIR": str(short_tmp)})
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("4/4 runs: a WorkerError within 5 s, the other worker stopped, an exact resume")
     assert not list(short_tmp.iterdir())
