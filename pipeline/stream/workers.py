@@ -57,6 +57,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..storage.retry import abandon_process_reads_when, answered_hosts, take_answered_hosts
 from .message_buffers import ReleaseTable, WorkerBuffers, install
+from .orphaned_workers import skip_queue_joins_once_orphaned
 from .shared_events import SetHere
 from .socket_folder import check_socket_folder
 from .whole_messages import WholeMessages
@@ -129,6 +130,7 @@ class LoaderWorker:
         if self.shutdown is not None:  # a read that retries when the loader stops its workers gives up
             abandon_process_reads_when(self.shutdown)
         take_answered_hosts(self.answered)  # as a forked worker inherits them (a spawned one does not)
+        skip_queue_joins_once_orphaned()
         info = get_worker_info()
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]

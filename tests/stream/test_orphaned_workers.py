@@ -1,0 +1,67 @@
+"""A training process killed (SIGKILL, the out-of-memory killer) while its workers were blocked
+sending it messages larger than the pipe holds: the workers exit, rather than wait at their exit
+for ever to send what they had queued, holding their memory."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pipeline
+
+SCRIPT = textwrap.dedent("""
+    import glob, multiprocessing, os, signal, sys, time
+    from pipeline import make_loader
+
+    loader = make_loader(sys.argv[1], num_workers=2, batch_size=64, shuffle_buffer=1024)
+    batches = iter(loader)
+    next(batches)
+    workers = [worker.pid for worker in multiprocessing.active_children()]
+    deadline = time.monotonic() + 60
+    while not any("pipe_write" in open(wchan).read() for pid in workers
+                  for wchan in glob.glob(f"/proc/{pid}/task/*/wchan")):
+        if time.monotonic() > deadline:
+            raise SystemExit("no worker was blocked writing to the pipe")
+        time.sleep(0.05)
+    print(*workers, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie its new parent has not reaped counts)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="finds the writing worker through /proc")
+def test_workers_of_a_killed_training_process_exit(tmp_path: Path) -> None:
+    samples = 4000
+    names = np.array([f"{i:06d}" * 300 for i in range(samples)])  # 1,800 characters: 1.8 MB a unit of 1,024
+    pipeline.write_shards(tmp_path / "text", {"i": np.arange(samples), "name": names}, quiet=True)
+    script = tmp_path / "killed.py"
+    script.write_text(SCRIPT)
+    run = subprocess.Popen([sys.executable, str(script), str(tmp_path / "text")], text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, start_new_session=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        workers = [int(pid) for pid in run.stdout.readline().split()]
+        run.wait(timeout=60)
+        assert len(workers) == 2 and run.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 60  # (PyTorch's watchdog looks every 5 s)
+        while not all(gone(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [pid for pid in workers if not gone(pid)] == []
+    finally:  # (a worker that waits for ever is not left behind)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
