@@ -90,7 +90,8 @@ def describe(pid: int, workers: list[int]) -> str:
 
 
 def new_loader(shards: Path) -> ShardLoader:
-    return pipeline.make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300)
+    # (no pinning thread, on a GPU machine: it would take every message off the pipe as it comes)
+    return pipeline.make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300, pin_memory=False)
 
 
 def ids(batches) -> list[list[int]]:

@@ -3,7 +3,10 @@ condition that a thread or a process brings about."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -83,3 +86,21 @@ def wait_for(condition: Callable[[], bool], seconds: float = 10) -> bool:
             return True
         time.sleep(0.02)
     return condition()
+
+
+@functools.lru_cache(maxsize=None)
+def wchan_names_functions() -> bool:
+    """Whether ``/proc/PID/wchan`` names the kernel function a sleeping process waits in (some
+    kernels and sandboxes say ``0``): how tests find a worker blocked writing to a pipe."""
+    sleeper = subprocess.Popen(["sleep", "5"])
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                name = Path(f"/proc/{sleeper.pid}/wchan").read_text().strip()
+                if name not in ("", "0"):
+                    return True
+            time.sleep(0.01)
+        return False
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -183,6 +183,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         self._workers_done_event = SetHere(self._workers_done_event)
         if self._abandon_reads is not None:
             self._abandon_reads = SetHere(self._abandon_reads)
+        self._whole_messages.workers = self._workers
         self._running.add(self)
         self._held_queues[id(self)] = [*self._index_queues, self._worker_result_queue]
         self._contexts.update((worker.pid, weakref.WeakMethod(loader.death_context)) for worker in self._workers)
@@ -198,8 +199,8 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     def _worker_result_queue(self, results: Any) -> None:
         """Read so that a message a dead worker left cut short blocks nothing (see whole_messages):
         set as PyTorch makes the queue, before its pinning thread reads it."""
-        iterator = weakref.ref(self)
-        results.get = WholeMessages(results, lambda: getattr(iterator(), "_workers", ()), WATCH_S).get
+        self._whole_messages = WholeMessages(results, WATCH_S)
+        results.get = self._whole_messages.get
         self.__dict__["_results"] = results
 
     def _try_get_data(self, timeout: float = WATCH_S) -> tuple[bool, Any]:

@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 
 import pipeline
+from tests.helpers import wchan_names_functions
 
 SCRIPT = textwrap.dedent("""
     import glob, multiprocessing, os, signal, sys, time
     from pipeline import make_loader
 
-    loader = make_loader(sys.argv[1], num_workers=2, batch_size=64, shuffle_buffer=1024)
+    loader = make_loader(sys.argv[1], num_workers=2, batch_size=64, shuffle_buffer=1024, pin_memory=False)
     batches = iter(loader)
     next(batches)
     workers = [worker.pid for worker in multiprocessing.active_children()]
@@ -45,7 +46,7 @@ def gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="finds the writing worker through /proc")
+@pytest.mark.skipif(not wchan_names_functions(), reason="finds the writing worker by its wait channel in /proc")
 def test_workers_of_a_killed_training_process_exit(tmp_path: Path) -> None:
     samples = 4000
     names = np.array([f"{i:06d}" * 300 for i in range(samples)])  # 1,800 characters: 1.8 MB a unit of 1,024
