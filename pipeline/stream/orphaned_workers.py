@@ -20,8 +20,8 @@ def skip_queue_joins_once_orphaned() -> None:
     """In a worker, before its first message: its queues' exit waits are skipped once the
     process that started it is gone (set in this process only)."""
     parent = os.getppid()
-    join: Callable[[Any], None] = multiprocessing.queues.Queue._finalize_join  # (a worker's parent's own, if it
-    # is one: its parent gone too, the wait is skipped)
+    # (if the parent is itself a worker, this is its own: its parent gone too, the wait is skipped)
+    join: Callable[[Any], None] = multiprocessing.queues.Queue._finalize_join
 
     def join_unless_orphaned(thread_ref: Any) -> None:
         if os.getppid() != parent:
