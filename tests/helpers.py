@@ -7,6 +7,7 @@ import contextlib
 import functools
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -104,3 +105,12 @@ def wchan_names_functions() -> bool:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def start_script(folder: Path, source: str, *args: Any, stderr: int = subprocess.PIPE) -> subprocess.Popen:
+    """``source`` run as a script (written into ``folder``) with ``args``, from the checkout, in a
+    session of its own: a test can then kill it and every worker it started at once."""
+    script = folder / "script.py"
+    script.write_text(source)
+    return subprocess.Popen([sys.executable, str(script), *map(str, args)], text=True, stdout=subprocess.PIPE,
+                            stderr=stderr, start_new_session=True, cwd=Path(__file__).resolve().parents[1])

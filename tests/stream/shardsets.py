@@ -32,3 +32,11 @@ def uneven_shards(folder: Path, sizes: list[int], pack: int = 1, seed: int = 0) 
 
 def random_sizes(count: int, low: int, high: int, seed: int) -> list[int]:
     return np.random.default_rng(seed).integers(low, high, count).tolist()
+
+
+def text_shards(folder: Path, samples: int = 4000) -> Path:
+    """Samples numbered by ``i``, each with a ``name`` of 1,800 characters: a unit of 1,024 is a
+    message of 1.8 MB, larger than the pipe from the workers holds."""
+    names = np.array([f"{i:06d}" * 300 for i in range(samples)])
+    pipeline.write_shards(folder, {"i": np.arange(samples), "name": names}, quiet=True)
+    return folder

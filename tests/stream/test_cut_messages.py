@@ -10,18 +10,15 @@ import multiprocessing
 import os
 import re
 import signal
-import subprocess
-import sys
 import textwrap
 import types
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import pipeline
 from pipeline.stream.whole_messages import WholeMessages
-from tests.helpers import wchan_names_functions
+from tests.helpers import start_script, wchan_names_functions
+from tests.stream.shardsets import text_shards
 
 SCRIPT = textwrap.dedent("""
     import glob, multiprocessing, os, signal, sys, time
@@ -61,13 +58,8 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.skipif(not wchan_names_functions(), reason="finds the writing worker by its wait channel in /proc")
 def test_a_worker_killed_in_the_middle_of_a_message_is_a_worker_error(tmp_path: Path) -> None:
-    samples = 4000
-    names = np.array([f"{i:06d}" * 300 for i in range(samples)])  # 1,800 characters: 1.8 MB a unit of 1,024
-    pipeline.write_shards(tmp_path / "text", {"i": np.arange(samples), "name": names}, quiet=True)
-    script = tmp_path / "cut_message.py"
-    script.write_text(SCRIPT)
-    run = subprocess.Popen([sys.executable, str(script), str(tmp_path / "text")], text=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, start_new_session=True, cwd=Path(__file__).resolve().parents[2])
+    text = text_shards(tmp_path / "text")
+    run = start_script(tmp_path, SCRIPT, text)
     try:
         out, err = run.communicate(timeout=120)
     finally:  # (a hang leaves no worker behind)

@@ -8,16 +8,14 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import pipeline
-from tests.helpers import wchan_names_functions
+from tests.helpers import start_script, wchan_names_functions
+from tests.stream.shardsets import text_shards
 
 SCRIPT = textwrap.dedent("""
     import glob, multiprocessing, os, signal, sys, time
@@ -48,13 +46,8 @@ def gone(pid: int) -> bool:
 
 @pytest.mark.skipif(not wchan_names_functions(), reason="finds the writing worker by its wait channel in /proc")
 def test_workers_of_a_killed_training_process_exit(tmp_path: Path) -> None:
-    samples = 4000
-    names = np.array([f"{i:06d}" * 300 for i in range(samples)])  # 1,800 characters: 1.8 MB a unit of 1,024
-    pipeline.write_shards(tmp_path / "text", {"i": np.arange(samples), "name": names}, quiet=True)
-    script = tmp_path / "killed.py"
-    script.write_text(SCRIPT)
-    run = subprocess.Popen([sys.executable, str(script), str(tmp_path / "text")], text=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, start_new_session=True, cwd=Path(__file__).resolve().parents[2])
+    text = text_shards(tmp_path / "text")
+    run = start_script(tmp_path, SCRIPT, text, stderr=subprocess.DEVNULL)
     try:
         workers = [int(pid) for pid in run.stdout.readline().split()]
         run.wait(timeout=60)
