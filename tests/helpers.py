@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,28 +90,57 @@ def wait_for(condition: Callable[[], bool], seconds: float = 10) -> bool:
     return condition()
 
 
+def _waits_in(pid: int) -> list[str]:
+    """The kernel functions the threads of process ``pid`` sleep in (``/proc``'s wait channels)."""
+    found = []
+    for wchan in Path(f"/proc/{pid}/task").glob("*/wchan"):
+        with contextlib.suppress(OSError):
+            found.append(wchan.read_text().strip())
+    return found
+
+
 @functools.lru_cache(maxsize=None)
 def wchan_names_functions() -> bool:
-    """Whether ``/proc/PID/wchan`` names the kernel function a sleeping process waits in (some
-    kernels and sandboxes say ``0``): how tests find a worker blocked writing to a pipe."""
+    """Whether ``/proc`` names the kernel function a sleeping process waits in (some kernels and
+    sandboxes say ``0``): how tests find a worker blocked writing to a pipe."""
     sleeper = subprocess.Popen(["sleep", "5"])
     try:
-        for _ in range(100):
-            with contextlib.suppress(OSError):
-                name = Path(f"/proc/{sleeper.pid}/wchan").read_text().strip()
-                if name not in ("", "0"):
-                    return True
-            time.sleep(0.01)
-        return False
+        return wait_for(lambda: any(name not in ("", "0") for name in _waits_in(sleeper.pid)), seconds=1)
     finally:
         sleeper.kill()
         sleeper.wait()
 
 
+def worker_blocked_writing(pids: list[int], seconds: float = 60) -> int:
+    """The first of ``pids`` a thread of which is blocked writing to a pipe: a DataLoader worker
+    in the middle of a message larger than the pipe holds (its loader reads nothing meanwhile)."""
+    found: list[int] = []
+
+    def look() -> bool:
+        found[:] = [pid for pid in pids if any("pipe_write" in name for name in _waits_in(pid))]
+        return bool(found)
+    if not wait_for(look, seconds):
+        raise SystemExit(f"no worker was blocked writing to the pipe within {seconds} s")
+    return found[0]
+
+
 def start_script(folder: Path, source: str, *args: Any, stderr: int = subprocess.PIPE) -> subprocess.Popen:
-    """``source`` run as a script (written into ``folder``) with ``args``, from the checkout, in a
-    session of its own: a test can then kill it and every worker it started at once."""
+    """``source`` run as a script (written into ``folder``) with ``args``, from the checkout (its
+    working folder: ``sys.path.insert(0, os.getcwd())`` lets it import ``tests``), in a session
+    of its own: a test can then kill it and every worker it started at once."""
     script = folder / "script.py"
     script.write_text(source)
     return subprocess.Popen([sys.executable, str(script), *map(str, args)], text=True, stdout=subprocess.PIPE,
                             stderr=stderr, start_new_session=True, cwd=Path(__file__).resolve().parents[1])
+
+
+def run_script(folder: Path, source: str, *args: Any, timeout: float = 120) -> tuple[int, str, str]:
+    """:func:`start_script` run to its end: its exit status, standard output and error. Whatever
+    happens (a hang ends in ``TimeoutExpired``), no process of it is left behind."""
+    run = start_script(folder, source, *args)
+    try:
+        out, err = run.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+    return run.returncode, out, err

@@ -60,7 +60,7 @@ class WholeMessages:
         if not self._reader_lock.acquire(True, wait_s):
             raise queue.Empty
         try:
-            if not self._reader.poll(None if deadline is None else max(deadline - time.monotonic(), 0.0)):
+            if not self._ready.poll(None if deadline is None else max(deadline - time.monotonic(), 0.0) * 1000):
                 raise queue.Empty
             data = self._message()
             self._room.release()

@@ -16,6 +16,7 @@ import pytest
 
 from pipeline.format.shard_table import RangeColumn
 from pipeline.storage import SourceError
+from tests.helpers import wait_for
 
 VALUES = np.arange(64, dtype="<u4") * 7
 PER_BLOCK = 16  # 64-byte blocks of 4-byte records
@@ -61,18 +62,18 @@ def in_thread(work: Callable[[], object]) -> tuple[threading.Thread, list]:
     return thread, out
 
 
+def waits_on_a_fetch(thread: threading.Thread) -> bool:
+    """Whether ``thread`` sleeps on a condition in a future's result (the fetch of another thread)."""
+    frame = sys._current_frames().get(thread.ident)
+    names = set()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return "result" in names and "wait" in names
+
+
 def wait_until_waiting(thread: threading.Thread) -> None:
-    """Until ``thread`` sleeps on a condition (the fetch of another thread)."""
-    for _ in range(WAIT_S * 100):
-        frame = sys._current_frames().get(thread.ident)
-        names = set()
-        while frame is not None:
-            names.add(frame.f_code.co_name)
-            frame = frame.f_back
-        if "result" in names and "wait" in names:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the second reader never waited for the first one's fetch")
+    assert wait_for(lambda: waits_on_a_fetch(thread), WAIT_S), "the second reader never waited for the first one's fetch"
 
 
 def second_reader_waits(storage: Storage, reads: RangeColumn, first: tuple[int, int],

@@ -22,6 +22,7 @@ from pipeline.cli import main
 from pipeline.storage import open_stream, read_range
 from pipeline.storage.buffers import process_pool
 from pipeline.stream import idle_trim
+from tests.helpers import wait_for
 from tests.storage.conftest import all_ids, play, read_into
 from tests.storage.servers import FaultProxy, FileServer, port_of
 
@@ -169,10 +170,7 @@ def test_ranges_land_in_buffers_reused_epoch_after_epoch_and_given_back_when_idl
     assert pool.held_bytes > 0
     monkeypatch.setattr(idle_trim, "IDLE_S", 0.5)
     assert all_ids(loader) == list(range(total_samples))  # an epoch whose end asks for a trim soon
-    deadline = time.monotonic() + 20
-    while pool.held_bytes and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert pool.held_bytes == 0
+    assert wait_for(lambda: pool.held_bytes == 0, seconds=20)
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ found by its thread's wait channel, while the training loop does not read."""
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import re
-import signal
 import textwrap
 import types
 from pathlib import Path
@@ -17,24 +15,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.stream.whole_messages import WholeMessages
-from tests.helpers import start_script, wchan_names_functions
+from tests.helpers import run_script, wchan_names_functions
 from tests.stream.shardsets import text_shards
 
 SCRIPT = textwrap.dedent("""
-    import glob, multiprocessing, os, signal, sys, time
+    import multiprocessing, os, signal, sys
+    sys.path.insert(0, os.getcwd())
     from pipeline import WorkerError, make_loader
-
-    def writing_worker():
-        '''The pid of the worker a thread of which is blocked writing to a pipe: its message is cut there.'''
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for worker in multiprocessing.active_children():
-                for task in glob.glob(f"/proc/{worker.pid}/task/*/wchan"):
-                    with open(task) as wchan:
-                        if "pipe_write" in wchan.read():
-                            return worker.pid
-            time.sleep(0.05)
-        raise SystemExit("no worker was blocked writing to the pipe")
+    from tests.helpers import worker_blocked_writing
 
     def ids(batches):
         return [batch["i"].tolist() for batch in batches]
@@ -46,7 +34,7 @@ SCRIPT = textwrap.dedent("""
         loader = make_loader(sys.argv[1], **options)
         batches = iter(loader)
         head = [next(batches)["i"].tolist()]
-        os.kill(writing_worker(), signal.SIGKILL)
+        os.kill(worker_blocked_writing([worker.pid for worker in multiprocessing.active_children()]), signal.SIGKILL)
         try:
             for batch in batches:
                 head.append(batch["i"].tolist())
@@ -59,13 +47,8 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.skipif(not wchan_names_functions(), reason="finds the writing worker by its wait channel in /proc")
 def test_a_worker_killed_in_the_middle_of_a_message_is_a_worker_error(tmp_path: Path) -> None:
     text = text_shards(tmp_path / "text")
-    run = start_script(tmp_path, SCRIPT, text)
-    try:
-        out, err = run.communicate(timeout=120)
-    finally:  # (a hang leaves no worker behind)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.pid, signal.SIGKILL)
-    assert run.returncode == 0, err[-3000:]
+    status, out, err = run_script(tmp_path, SCRIPT, text)
+    assert status == 0, err[-3000:]
     assert re.fullmatch(r"WorkerError: DataLoader worker \(pid(\(s\))? \d+\) [^\n]*\nthen exact: True\n", out), out
 
 

@@ -10,17 +10,13 @@ Here worker 0 dies so on purpose, at its 5th batch."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_script
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 SCRIPT = textwrap.dedent("""
@@ -76,15 +72,6 @@ SCRIPT = textwrap.dedent("""
 def test_a_worker_killed_holding_or_sleeping_on_a_shared_event_does_not_hang_the_loader(tmp_path: Path,
                                                                                         how: str) -> None:
     shards = uneven_shards(tmp_path / "shards", random_sizes(6, 400, 1000, seed=5), pack=8)
-    script = tmp_path / "die_with_events.py"
-    script.write_text(SCRIPT)
-    run = subprocess.Popen([sys.executable, str(script), str(shards), how, str(tmp_path / "died")], text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                           cwd=Path(__file__).resolve().parents[2])
-    try:
-        out, err = run.communicate(timeout=120)
-    finally:  # (a hang leaves no worker behind: they wait on the lock for ever)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.pid, signal.SIGKILL)
-    assert run.returncode == 0, err[-3000:]
+    status, out, err = run_script(tmp_path, SCRIPT, shards, how, tmp_path / "died")  # (a hang leaves no worker behind)
+    assert status == 0, err[-3000:]
     assert re.fullmatch(r"WorkerError: DataLoader worker \(pid(\(s\))? \d+\) [^\n]*\nthen exact: True\n", out), out

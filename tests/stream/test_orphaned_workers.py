@@ -18,19 +18,16 @@ from tests.helpers import start_script, wchan_names_functions
 from tests.stream.shardsets import text_shards
 
 SCRIPT = textwrap.dedent("""
-    import glob, multiprocessing, os, signal, sys, time
+    import multiprocessing, os, signal, sys
+    sys.path.insert(0, os.getcwd())
     from pipeline import make_loader
+    from tests.helpers import worker_blocked_writing
 
     loader = make_loader(sys.argv[1], num_workers=2, batch_size=64, shuffle_buffer=1024, pin_memory=False)
     batches = iter(loader)
     next(batches)
     workers = [worker.pid for worker in multiprocessing.active_children()]
-    deadline = time.monotonic() + 60
-    while not any("pipe_write" in open(wchan).read() for pid in workers
-                  for wchan in glob.glob(f"/proc/{pid}/task/*/wchan")):
-        if time.monotonic() > deadline:
-            raise SystemExit("no worker was blocked writing to the pipe")
-        time.sleep(0.05)
+    worker_blocked_writing(workers)
     print(*workers, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 """)
