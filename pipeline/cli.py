@@ -26,7 +26,7 @@ from .write.indexing import index_shards
 from .write.merge import merge_index_files
 from .write.output import OutputExistsError
 from .write.source import DEFAULT_SHARD_BYTES
-from .write.sources.joblib_batches import LISTS
+from .write.sources.joblib_lists import LISTS
 
 
 def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import joblib
@@ -114,14 +115,50 @@ def test_an_empty_list_says_so(tmp_path: Path) -> None:
         pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
 
 
-def test_features_of_one_row_each_follow_the_lists_given(tmp_path: Path) -> None:
-    """Arrays of one row each add up to the labels as batches do: by default they are batches
-    (joined), and ``lists="samples"`` keeps each as one sample's array (stacked)."""
+def test_features_of_one_row_each_follow_their_labels_or_the_lists_given(tmp_path: Path) -> None:
+    """Arrays of one row each add up to the labels as batches do. Beside a list of labels one a
+    sample they are one a sample too (per-sample images of shape (1, H, W) keep their channel
+    axis); beside an array of labels nothing tells, so the build asks, and ``lists`` settles it."""
     x, y = np.arange(12, dtype=np.float32).reshape(4, 1, 3), list(range(4))
-    folder = dump(tmp_path / "out", 4, list(x), y)
-    assert np.array_equal(np.stack(built(folder, tmp_path / "joined")["x"]), x[:, 0])
+    listed = dump(tmp_path / "listed", 4, list(x), y)
+    as_listed = built(listed, tmp_path / "listed-shards")
+    assert np.array_equal(np.stack(as_listed["x"]), x) and [int(v) for v in as_listed["y"]] == y
+    assert pipeline.load_index(tmp_path / "listed-shards").fields["x"].shape == (1, 3)
+    folder = dump(tmp_path / "out", 4, list(x), np.array(y))
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'x_4.job'}: 4 arrays of one row each, beside 4 labels: each array may be a batch or a sample, "
+            f"and guessing wrong would change every sample's shape; say which with --lists batches (lists='batches': "
+            f"4 samples of shape [3]) or --lists samples (lists='samples': 4 samples of shape [1, 3])")):
+        pipeline.build_joblib(folder, tmp_path / "asked", quiet=True)
+    assert np.array_equal(np.stack(built(folder, tmp_path / "joined", lists="batches")["x"]), x[:, 0])
     as_samples = built(folder, tmp_path / "stacked", lists="samples")
     assert np.array_equal(np.stack(as_samples["x"]), x) and [int(v) for v in as_samples["y"]] == y
+
+
+def test_one_hot_samples_as_wide_as_the_number_in_the_name_are_not_taken_for_batches(tmp_path: Path) -> None:
+    """One array a sample, features and one-hot labels both ``B`` wide (``B`` the number in the
+    files' names), look like batches of ``B`` samples of one value each: the build asks rather
+    than make ten times the samples, each a single value. Features of more axes than one, or a
+    short last batch, are batches as before."""
+    rng = np.random.default_rng(0)
+    x, y = rng.random((40, 10)), np.eye(10, dtype=np.int64)[rng.integers(0, 10, 40)]
+    folder = dump(tmp_path / "out", 10, list(x), list(y))
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'x_10.job'}: 40 arrays of 10 values, beside as many label arrays of 10 values: each array may "
+            f"be a batch or a sample, and guessing wrong would change every sample's shape; say which with --lists "
+            f"batches (lists='batches': 400 samples of one value each) or --lists samples (lists='samples': 40 "
+            f"samples of 10 values, whose labels are arrays (one-hot rows, tags))")):
+        pipeline.build_joblib(folder, tmp_path / "asked", quiet=True)
+    as_samples = built(folder, tmp_path / "samples", lists="samples")
+    assert np.array_equal(np.stack(as_samples["x"]), x) and np.array_equal(np.stack(as_samples["y"]), y)
+    assert len(built(folder, tmp_path / "batches", lists="batches")["y"]) == 400
+    images = dump(tmp_path / "images", 10, [x[i:i + 10].reshape(10, 2, 5) for i in range(0, 40, 10)],
+                  [y[i:i + 10, 0] for i in range(0, 40, 10)])
+    assert np.array_equal(np.stack(built(images, tmp_path / "images-shards")["x"]), x.reshape(40, 2, 5))
+    values, labels = x[:35, 0], y[:35, 0]  # a short last batch: batches
+    tail = dump(tmp_path / "tail", 10, [values[i:i + 10] for i in range(0, 35, 10)],
+                [labels[i:i + 10] for i in range(0, 35, 10)])
+    assert np.array_equal(np.stack(built(tail, tmp_path / "tail-shards")["x"]), values)
 
 
 NAMES = np.array(["dog", "cat", "bird", "cat", "dog", "emu"])
@@ -219,3 +256,22 @@ def test_a_list_of_batches_of_different_shapes_names_them(tmp_path: Path) -> Non
                                                     f"axis) of different shapes: [[2], [4]]; every batch needs the "
                                                     f"same shape")):
         pipeline.build_joblib(folder, tmp_path / "shards", lists="batches", quiet=True)
+
+
+def test_numbered_batches_with_one_missing_between_others_are_converted_with_a_warning(tmp_path: Path) -> None:
+    """A pair missing from numbered batches (deleted, or a dump loop that failed once and went
+    on) is named in a warning; numbers that follow no step, or the step they take, are not."""
+    x, y = np.arange(50.0).reshape(25, 2), np.arange(25)
+    for n in (0, 1, 3, 4):
+        dump(tmp_path / "gap", n, x[n * 5:(n + 1) * 5], y[n * 5:(n + 1) * 5])
+    with pytest.warns(UserWarning, match=re.escape(
+            f"{tmp_path / 'gap'}: the pairs are numbered 0 to 4, but x_2.job/y_2.job is missing (1 of 5): a batch lost? "
+            f"The build converts the 4 pairs it finds; put back the missing ones first if they exist")):
+        fields = built(tmp_path / "gap", tmp_path / "gap-shards")
+    assert np.array_equal(np.stack(fields["x"]), np.concatenate([x[:10], x[15:]]))
+    for numbers in ((0, 1000, 2000, 3000), (3, 7, 100)):  # a step of 1000; no step at all
+        for n in numbers:
+            dump(tmp_path / f"{numbers}", n, x[:5] + n, y[:5])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert len(built(tmp_path / f"{numbers}", tmp_path / f"{numbers}-shards")["y"]) == 5 * len(numbers)

@@ -1,13 +1,9 @@
 """The "batches saved with joblib" layout: ``x_<B>.job`` and ``y_<B>.job`` files.
 
 Each file holds an array, or a list (of NumPy arrays, torch tensors, Python lists or numbers).
-A list of single numbers is one label per sample. A list of arrays is a list of batches (joined)
-when every one but the last holds ``B`` rows, ``B`` the number in the file's name, as the batch
-recipe saves them; otherwise it may as well be a list of samples whose labels are arrays (a
-sequence's tags, one-hot rows), and guessing wrong would silently make one sample of each
-batch, or a sample of each row of each label, so the build asks (``lists="batches"`` or
-``"samples"``). What ``B`` means across files is told apart by :class:`JoblibBatchSource`.
-joblib files are pickles: loading one can run arbitrary code, so convert only files you trust,
+A list of single numbers is one label per sample; how a list of arrays is read (batches or
+samples) is told in :mod:`.joblib_lists`. What ``B`` means across files is told apart by
+:class:`JoblibBatchSource`. joblib files are pickles: loading one can run arbitrary code, so convert only files you trust,
 and each file is loaded whole into RAM (its size is the memory a build needs per worker). The
 point of converting is that the shards never need either again.
 """
@@ -16,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 import os
 import re
 from pathlib import Path
@@ -28,13 +25,12 @@ from ...format.errors import SampleError, explain, unloadable
 from ..rows import RowBlock, storable
 from ..source import Source, span_identity
 from .class_list import sorted_classes
+from .joblib_lists import LISTS, batched_by, features_reading, joined, list_reading, vectors_of
 from .pandas_values import is_pandas, pandas_values
 
 _NAME = re.compile(r"^([xy])_(\d+)\.job$")
 #: Files that may hold pickled batches: named otherwise, a warning says they are left out.
 _PICKLE_SUFFIXES = (".job", ".joblib", ".pkl", ".pickle")
-#: How a list of arrays is read: each array a batch of samples (joined), or one sample (stacked).
-LISTS = ("batches", "samples")
 #: What to do with a file of values shards cannot store (Python objects, dates).
 _CONVERT = "convert its values to numbers and dump it again"
 
@@ -82,50 +78,13 @@ def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
     return value.detach().cpu().numpy()
 
 
-def _batched_by(obj: Any, size: int) -> bool:
-    """Whether ``obj`` is what the recipe saves for batch size ``size``: a list of batches of
-    ``size`` rows each, the last one possibly shorter (when the tail was kept, not dropped)."""
-    if not isinstance(obj, list) or not all(np.ndim(v) >= 1 for v in obj):
-        return False
-    return all(len(v) == size for v in obj[:-1]) and 0 < len(obj[-1]) <= size
-
-
-def list_reading(labels: Any, number: int, path: Path, lists: str | None) -> str | None:
-    """How the list in ``path`` (a y file, ``number`` the B of its name) is read: ``"batches"``
-    or ``"samples"``; ``None`` for an array. A list of arrays whose lengths do not give it away
-    is read as ``lists`` says, else refused with both readings."""
-    if not isinstance(labels, list):
-        return None
-    single = [np.ndim(v) == 0 for v in labels]
-    if all(single):
-        return "samples"
-    if any(single):
-        raise SampleError(f"{path}: its list holds single numbers (item {single.index(True)}) and arrays "
-                          f"(item {single.index(False)}); dump one label per sample, or one array per batch")
-    if lists is not None:
-        return lists
-    if _batched_by(labels, number):
-        return "batches"
-    batches = (f"--lists batches (lists='batches': {sum(map(len, labels))} samples, each array a batch of them)")
-    shapes = {np.shape(v) for v in labels}
-    if len(shapes) > 1:
-        raise SampleError(f"{path}: a list of {len(labels)} arrays whose lengths are not batches of {number} (the "
-                          f"number in its name, if it is their batch size): if they are batches, say so with "
-                          f"{batches}; if each is one sample's labels, of several shapes (a sequence each), write "
-                          f"them with pipeline.ShardWriter, which takes samples of any shape")
-    raise SampleError(f"{path}: a list of {len(labels)} arrays whose lengths are not batches of {number} (the "
-                      f"number in its name, if it is their batch size), so they may be batches or samples: say "
-                      f"which with {batches} or --lists samples (lists='samples': {len(labels)} samples, labels of "
-                      f"shape {shapes.pop()})")
-
-
 def _label_rows(obj: Any, path: Path, reading: str | None, classes: list[str] | None = None) -> np.ndarray:
     """Labels of one file, read as :func:`list_reading` said: class names (``"cat"``, one a
     sample) as their positions in ``classes`` (left as names when ``classes`` is not known yet)."""
     if reading is None:
         rows = obj if isinstance(obj, np.ndarray) else _not_arrays(obj, path)
     else:
-        rows = _joined(obj, path, reading)
+        rows = joined(obj, path, reading)
     if not _class_names(rows, path):
         return storable(rows, path, _CONVERT)
     if classes is None:
@@ -156,18 +115,6 @@ def _class_names(rows: np.ndarray, path: Path) -> bool:
     return True
 
 
-def _joined(arrays: list, path: Path, reading: str) -> np.ndarray:
-    """A list of arrays as one: stacked (samples) or joined (batches), refused with the shapes
-    that differ."""
-    shapes = {np.shape(v) if reading == "samples" else np.shape(v)[1:] for v in arrays}
-    if len(shapes) > 1 or (reading == "batches" and not all(np.ndim(v) for v in arrays)):
-        what, each = ("samples", "sample") if reading == "samples" else ("batches (past their first axis)", "batch")
-        raise SampleError(f"{path}: its list holds {what} of different shapes: {sorted(map(list, shapes))[:3]}; "
-                          f"every {each} needs the same shape here; samples of different shapes (sequences of "
-                          f"several lengths) can be written with pipeline.ShardWriter, one write() a sample")
-    return np.stack(arrays) if reading == "samples" else np.concatenate(arrays)
-
-
 def _classes_of(rows: list[np.ndarray], paths: list[Path]) -> list[str] | None:
     """The sorted class names of labels that are names (each stored as its position in them, as
     torchvision's ImageFolder numbers its class folders), or ``None`` for labels that are
@@ -186,21 +133,14 @@ def _not_arrays(obj: Any, path: Path) -> np.ndarray:
     raise SampleError(f"{path}: expected an array or a list, got {type(obj).__name__}")
 
 
-def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, told: str | None = None) -> np.ndarray:
+def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, told: str | None = None,
+                  label_width: int = 0) -> np.ndarray:
     """Features of one file, matched to its ``rows`` labels: a list read as ``told`` (the
-    ``lists`` given), else batches where its labels were, else batches if their rows add up to
-    the labels, or one array per label (arrays of one row each fit both: ``told`` settles it)."""
+    ``lists`` given), else as :func:`features_reading` says."""
     if isinstance(obj, np.ndarray):
         array = obj
     elif isinstance(obj, list):
-        reading = told or reading
-        if told is None and reading != "batches":
-            joinable = all(np.ndim(v) >= 1 for v in obj) and sum(map(len, obj)) == rows
-            reading = "batches" if joinable else "samples"
-            if reading == "samples" and len(obj) != rows:
-                raise SampleError(f"{path}: {len(obj)} arrays that add up to neither the {rows} labels "
-                                  f"of its y file nor one array per label")
-        array = _joined(obj, path, reading)
+        array = joined(obj, path, told or features_reading(obj, rows, path, reading, label_width))
     else:
         _not_arrays(obj, path)
     if len(array) != rows:
@@ -221,6 +161,25 @@ def _numbered_files(folder: Path) -> dict[str, dict[int, Path]]:
                 raise SampleError(f"{other} and {path} both number batch {int(match.group(2))}: move one of "
                                   f"them (and its {'y' if match.group(1) == 'x' else 'x'} partner) out of the folder")
     return found
+
+
+def _warn_of_gaps(folder: Path, numbers: list[int]) -> None:
+    """Warn of numbered batches missing between others (``x_0``, ``x_1``, ``x_3``: no ``x_2``),
+    counted by the step the numbers take (``x_0``, ``x_1000``, ``x_3000`` miss ``x_2000``): a pair
+    deleted, or a dump loop that failed once and went on, would otherwise pass unseen. Numbers
+    that follow no step (more missing than there are) are no sequence, and pass."""
+    if len(numbers) < 3:
+        return
+    step = math.gcd(*(b - a for a, b in zip(numbers, numbers[1:])))
+    if (numbers[-1] - numbers[0]) // step + 1 - len(numbers) > len(numbers) // 2:
+        return
+    missing = sorted(set(range(numbers[0], numbers[-1] + 1, step)) - set(numbers))
+    if missing:
+        shown = ", ".join(f"x_{b}.job/y_{b}.job" for b in missing[:4]) + (", ..." if len(missing) > 4 else "")
+        warn_caller(f"{folder}: the pairs are numbered {numbers[0]} to {numbers[-1]}, but {shown} "
+                    f"{'is' if len(missing) == 1 else 'are'} missing ({len(missing)} of {len(missing) + len(numbers)}): "
+                    f"a batch lost? The build converts the {len(numbers)} pairs it finds; put back the missing ones "
+                    f"first if they exist")
 
 
 class JoblibBatchSource(Source):
@@ -276,19 +235,23 @@ class JoblibBatchSource(Source):
                                         f"{', '.join(f'x_{b}.job' for b in numbers)})")
             numbers = [batch_size]
         labels = {b: _load(found["y"][b]) for b in numbers}
-        if len(numbers) > 1 and all(_batched_by(labels[b], b) for b in numbers):
+        if len(numbers) > 1 and all(batched_by(labels[b], b) for b in numbers):
             runs = ", ".join(f"x_{b}.job/y_{b}.job ({sum(map(len, labels[b])):,} samples in batches of {b})"
                              for b in numbers)
             raise SampleError(f"{self.folder} holds several runs of the joblib batch recipe, one per batch size: "
                               f"{runs}. Each pair holds the whole dataset, so converting them all would give "
                               f"every sample more than once: choose one with --batch-size {numbers[0]} "
                               f"(batch_size={numbers[0]} in Python)")
+        if batch_size is None:
+            _warn_of_gaps(self.folder, numbers)
         self.batches = numbers
         self.x_paths = [found["x"][b] for b in numbers]
         self.y_paths = [found["y"][b] for b in numbers]
         self.fields = fields
         self.lists = lists
         self.readings = [list_reading(labels[b], b, found["y"][b], lists) for b in numbers]
+        self.label_widths = [b if lists is None and reading == "batches" and vectors_of(labels[b], b) else 0
+                             for b, reading in zip(numbers, self.readings)]
         rows = [_label_rows(labels[b], found["y"][b], reading) for b, reading in zip(numbers, self.readings)]
         self.classes = _classes_of(rows, self.y_paths)
         if self.classes is not None:
@@ -313,7 +276,8 @@ class JoblibBatchSource(Source):
         for same in (group for group in by_labels.values() if len(group) > 1):
             seen: dict[tuple, int] = {}
             for i in same:
-                features = _feature_rows(_load(self.x_paths[i]), len(labels[i]), self.x_paths[i], self.readings[i])
+                features = _feature_rows(_load(self.x_paths[i]), len(labels[i]), self.x_paths[i], self.readings[i],
+                                         self.lists, self.label_widths[i])
                 digest = hashlib.sha256(np.ascontiguousarray(features)).hexdigest()
                 first = seen.setdefault((features.shape, features.dtype.str, digest), i)
                 del features
@@ -346,7 +310,7 @@ class JoblibBatchSource(Source):
             if len(labels) != expected:
                 raise SampleError(f"{self.y_paths[i]} changed while building: {len(labels)} rows, had {expected}")
             features = _feature_rows(_load(self.x_paths[i]), len(labels), self.x_paths[i], self.readings[i],
-                                     self.lists)
+                                     self.lists, self.label_widths[i])
             self._cache = (i, features, labels)
         return self._cache[1], self._cache[2]
 
