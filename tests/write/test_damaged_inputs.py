@@ -117,6 +117,13 @@ def test_arrays_of_numbers_are_labels_and_files_may_hold_lists_of_numbers(tmp_pa
     mixed = {"a": [1, 2.5], "b": []}  # lists of ints, floats or nothing: one dtype for all
     pipeline.build_sample_files(tmp_path / "data", mixed, {"train": ["a", "b"]}, tmp_path / "mixed", quiet=True)
     assert [s["y"].tolist() for _, s in pipeline.iter_samples(tmp_path / "mixed" / "train")] == [[1.0, 2.5], []]
+    soft = {"a": [0.5, 0.5], "b": [1, 0]}  # a soft label in one split: the other's whole numbers are floats too
+    pipeline.build_sample_files(tmp_path / "data", soft, {"train": ["a"], "validation": ["b"]}, tmp_path / "soft",
+                                quiet=True)
+    for split, values in (("train", [[0.5, 0.5]]), ("validation", [[1.0, 0.0]])):
+        assert pipeline.load_index(tmp_path / "soft" / split).fields["y"] == pipeline.FieldSpec("float64", (2,))
+        batch = next(iter(pipeline.make_loader(tmp_path / "soft" / split, 0, batch_size=1, shuffle=False)))
+        assert batch["y"].dtype == torch.float64 and batch["y"].tolist() == values
 
 
 def test_problems_of_the_partition_name_its_file(tmp_path: Path) -> None:

@@ -285,6 +285,15 @@ def _floats_beside_floats(labels: dict[str, Any], ids: list[str]) -> dict[str, A
     return labels
 
 
+def _lists_beside_lists(labels: dict[str, Any], ids: list[str]) -> dict[str, Any]:
+    """The labels of ``ids`` that are lists (a multi-hot row) as arrays of one dtype in every
+    split: a split whose lists hold only whole numbers would else be int64 beside another's
+    float64 (a soft label in it), and a loss written for the training batches fail on the
+    validation ones."""
+    arrays = _arrays_of_lists([labels[i] for i in ids])
+    return labels if not any(isinstance(label, np.ndarray) for label in arrays) else {**labels, **dict(zip(ids, arrays))}
+
+
 def _finite(label: Any) -> bool:
     try:
         return bool(np.isfinite(np.asarray(label, np.float64)).all())
@@ -317,7 +326,7 @@ def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[st
     partition_name = _name(partition, "the partition")
     check_partition(splits, label_map, partition_name, _name(labels, "the labels mapping"))
     listed = [str(i) for ids in splits.values() for i in ids]
-    label_map = _floats_beside_floats(label_map, listed)
+    label_map = _lists_beside_lists(_floats_beside_floats(label_map, listed), listed)
     classes = class_positions(label_map, listed, _name(labels, "the labels mapping"))
     if classes is not None:
         position = {name: n for n, name in enumerate(classes)}
