@@ -44,8 +44,9 @@ class BuildEnd:
         removed = sorted(str(index.parent) for index in self.indexes - self._indexes())
         replaced = (f" (the set in {', '.join(removed)} was removed as this build began: --overwrite replaces it)"
                     if removed else "")
-        return (f"\nthe build stopped part way{replaced}; once the cause is mended, run the same command with "
-                f"--resume{self._instead()} to finish it, keeping the shards it finished")
+        return (f"\nthe build stopped part way{replaced}; once the cause is mended (an input, or an option the "
+                f"error names), run the command again with --resume{self._instead()} to finish it, keeping the "
+                f"shards it finished")
 
     def after_interrupt(self) -> str:
         """What finishes an interrupted build, in words to follow "interrupted"; nothing for other

@@ -266,12 +266,14 @@ def test_a_build_stopped_by_a_bad_input_says_how_to_finish_it_and_what_overwrite
     result = run_cli(*command, "--overwrite")
     assert (result.returncode, result.stderr) == (1, f"{told} (the set in {tmp_path / 'out' / 'train'} was removed "
                                                      f"as this build began: --overwrite replaces it); once the cause "
-                                                     f"is mended, run the same command with --resume in place of "
-                                                     f"--overwrite to finish it, keeping the shards it finished\n")
+                                                     f"is mended (an input, or an option the error names), run the "
+                                                     f"command again with --resume in place of --overwrite to finish "
+                                                     f"it, keeping the shards it finished\n")
     assert not (tmp_path / "out" / "train" / "index.json").exists()
     result = run_cli(*command, "--resume")
-    assert (result.returncode, result.stderr) == (1, f"{told}; once the cause is mended, run the same command with "
-                                                     f"--resume to finish it, keeping the shards it finished\n")
+    assert (result.returncode, result.stderr) == (1, f"{told}; once the cause is mended (an input, or an option the "
+                                                     f"error names), run the command again with --resume to finish "
+                                                     f"it, keeping the shards it finished\n")
     (tmp_path / "short.json").write_text(json.dumps({str(n): n % 2 for n in range(11)}))  # no label for ID 11
     short = [str(tmp_path / "short.json") if arg == str(tmp_path / "labels.json") else arg for arg in command]
     for wrong in ([*command, "--resume", "--overwrite"], [*short, "--resume"]):  # refused before planning
