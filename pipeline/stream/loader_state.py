@@ -189,7 +189,8 @@ def _continue_mix(dataset: ShardDataset, state: Mapping[str, Any], middle: bool)
         raise ValueError(f"cannot resume: the checkpoint's epoch takes {dict(zip(sources.names, mix['counts']))} "
                          f"samples of its sources, this loader's {dict(zip(sources.names, sources.counts))}: "
                          f"weights and samples can change only at an epoch boundary")
-    sources.base_epoch, sources.base_offsets = int(state["epoch"]), [int(o) for o in mix["offsets"]]
+    began = mix.get("pass_chunks") or state.get("chunk_samples") or [c.per_chunk for c in sources.chunks]
+    sources.hold_passes(int(state["epoch"]), [int(o) for o in mix["offsets"]], [int(n) for n in began])
 
 
 def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:

@@ -114,17 +114,18 @@ def pass_order(chunks: ChunkTable, seed: int, source: int, number: int, shuffle:
     return order
 
 
-def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count: int,
-                  shuffle: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count: int, shuffle: bool,
+                  held: HeldPass | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(chunk, lo, hi)`` of the pieces that hold samples ``[start, start + count)`` of a source's
-    stream of passes."""
-    rows = chunks.rows()
+    stream of passes; a ``held`` pass goes on in the order of its own chunks (told in ``chunks``')."""
     total = chunks.samples
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     position, stop = start, start + count
     while position < stop and total:
         number, within = divmod(position, total)
-        order = pass_order(chunks, seed, source, number, shuffle)
+        cut = held.chunks if held is not None and held.number == number else chunks
+        rows = cut.rows()
+        order = pass_order(cut, seed, source, number, shuffle)
         ends = np.cumsum(rows[order])
         last = min(stop - number * total, total)  # where this pass's part ends, within the pass
         first_piece = int(np.searchsorted(ends, within, side="right"))
@@ -133,19 +134,51 @@ def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count:
         begins = ends[first_piece:last_piece + 1] - rows[taken]
         lo = np.maximum(within - begins, 0)
         hi = np.minimum(last - begins, rows[taken])
-        parts.append((taken, lo.astype(np.int32), hi.astype(np.int32)))
+        piece = (taken, lo.astype(np.int32), hi.astype(np.int32))
+        parts.append(piece if cut is chunks else rechunked(*piece, cut, chunks))
         position = number * total + last
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
     return tuple(np.concatenate(column) for column in zip(*parts))  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class HeldPass:
+    """A source's pass ``number``, under way when its chunks were cut anew (a checkpoint resumed
+    at an epoch boundary with another ``shuffle_buffer`` or ``chunks_per_buffer``): it goes on in
+    the order of the ``chunks`` it began with, so that the rest of it is exactly the samples it
+    had not given yet (in the order of the new chunks, its samples read so far would be mixed
+    with the rest: some again, others never)."""
+
+    number: int
+    chunks: ChunkTable
+
+
+def rechunked(chunk: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: ChunkTable,
+              chunks: ChunkTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces ``(chunk, lo, hi)`` of the chunks ``cut`` as the same rows, in the same order, in
+    pieces of the chunks ``chunks`` (of the same shards): what every reader of an epoch's
+    material counts in."""
+    shard = np.searchsorted(cut.first_chunk, chunk, side="right") - 1
+    first = (chunk - cut.first_chunk[shard]) * cut.per_chunk + lo  # rows of the shard
+    stop = first - lo + hi
+    size = chunks.per_chunk
+    spans = np.where(stop > first, (stop - 1) // size - first // size + 1, 0)
+    which = np.repeat(np.arange(len(chunk)), spans)
+    within = first[which] // size + np.arange(len(which)) - np.repeat(np.cumsum(spans) - spans, spans)
+    new_lo = np.maximum(first[which] - within * size, 0)
+    new_hi = np.minimum(stop[which] - within * size, size)
+    return ((chunks.first_chunk[shard[which]] + within).astype(np.int64), new_lo.astype(np.int32),
+            new_hi.astype(np.int32))
+
+
 def epoch_material(sources: Sequence[ChunkTable], counts: Sequence[int], offsets: Sequence[int], seed: int,
-                   epoch: int, shuffle: bool) -> Material:
+                   epoch: int, shuffle: bool, held: Sequence[HeldPass | None] = ()) -> Material:
     """The material of an epoch: ``counts[s]`` samples of each source's stream from
     ``offsets[s]`` on, the sources' pieces interleaved evenly (of one source: the order of its
-    pass)."""
-    columns = [stream_pieces(chunks, seed, s, offset, count, shuffle)
+    pass); ``held[s]``, a pass of source ``s`` that goes on in the order of other chunks."""
+    held = list(held) or [None] * len(sources)
+    columns = [stream_pieces(chunks, seed, s, offset, count, shuffle, held[s])
                for s, (chunks, count, offset) in enumerate(zip(sources, counts, offsets))]
     source = np.concatenate([np.full(len(c[0]), s, np.int16) for s, c in enumerate(columns)])
     chunk, lo, hi = (np.concatenate([c[i] for c in columns]) for i in range(3))

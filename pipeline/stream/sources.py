@@ -24,7 +24,7 @@ from ..format.numbers import is_whole
 from ..format.packing import SAMPLE_KEY
 from ..storage.indexes import IndexedShards
 from ..storage.retry import RetryPolicy
-from .material import ChunkTable, Material, chunk_table, epoch_material, mix_counts
+from .material import ChunkTable, HeldPass, Material, chunk_table, epoch_material, mix_counts
 from .shards import ForeignShards, resolve_shards
 from .stats import ReadStats
 
@@ -40,6 +40,7 @@ class SourceSet:
     chunks: list[ChunkTable] = field(default_factory=list)
     base_epoch: int = 0
     base_offsets: list[int] = field(default_factory=list)
+    held: list[HeldPass | None] = field(default_factory=list)
     _fingerprints: list[str] = field(default_factory=list, repr=False)
     _material: tuple[tuple, Material] | None = field(default=None, repr=False)
 
@@ -65,10 +66,29 @@ class SourceSet:
 
     def material(self, seed: int, epoch: int, shuffle: bool) -> Material:
         """The epoch's material; the last one is kept (the main process asks again for progress)."""
-        key = (seed, epoch, shuffle, tuple(self.offsets(epoch)), tuple(self.counts))
+        key = (seed, epoch, shuffle, tuple(self.offsets(epoch)), tuple(self.counts), tuple(self.held))
         if self._material is None or self._material[0] != key:
-            self._material = (key, epoch_material(self.chunks, self.counts, self.offsets(epoch), seed, epoch, shuffle))
+            self._material = (key, epoch_material(self.chunks, self.counts, self.offsets(epoch), seed, epoch, shuffle,
+                                                  self.held))
         return self._material[1]
+
+    def hold_passes(self, epoch: int, offsets: Sequence[int], began_with: Sequence[int]) -> None:
+        """Where each source's stream stood at the start of ``epoch`` (a checkpoint's), and the
+        chunk size its pass then under way began with: one cut anew since (at an epoch boundary,
+        another ``shuffle_buffer`` or ``chunks_per_buffer``) goes on in its own order (see
+        :class:`~.material.HeldPass`)."""
+        self.base_epoch, self.base_offsets, self._material = epoch, list(offsets), None
+        self.held = []
+        for chunks, shards, offset, size in zip(self.chunks, self.shards, offsets, began_with):
+            number, within = divmod(offset, chunks.samples) if chunks.samples else (0, 0)
+            began = chunk_table(shards.index.shards.samples, shards.index.pack, size) if within else chunks
+            self.held.append(HeldPass(number, began) if began.per_chunk != chunks.per_chunk else None)
+
+    def pass_chunks(self, epoch: int) -> list[int]:
+        """The chunk size each source's pass under way at the start of ``epoch`` began with."""
+        return [held.chunks.per_chunk if held is not None and offset // chunks.samples == held.number
+                else chunks.per_chunk for chunks, held, offset in zip(self.chunks, self.held or [None] * len(self.chunks),
+                                                                       self.offsets(epoch))]
 
     def cut(self, window: int, chunks_per_window: int) -> None:
         """Cut every source into chunks of about ``window / chunks_per_window`` samples (fewer for a
@@ -123,8 +143,10 @@ class SourceSet:
 
     def state(self, epoch: int) -> dict:
         """What a checkpoint records of the mix: the sources, their counts and their streams'
-        positions at the start of ``epoch``."""
-        return {"names": self.names, "counts": self.counts, "offsets": self.offsets(epoch)}
+        positions at the start of ``epoch``, with the chunk size each one's pass under way began
+        with."""
+        return {"names": self.names, "counts": self.counts, "offsets": self.offsets(epoch),
+                "pass_chunks": self.pass_chunks(epoch)}
 
 
 def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, float] | None,

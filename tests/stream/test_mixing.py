@@ -31,8 +31,8 @@ def mix(tmp_path_factory) -> dict[str, str]:
 
 
 def mixed_loader(mix: dict[str, str], workers: int, weights: dict | None = None, **options):
-    return make_loader(mix, num_workers=workers, batch_size=BATCH, seed=3, shuffle_buffer=2048,
-                       weights=weights or WEIGHTS, **options)
+    return make_loader(mix, num_workers=workers, batch_size=BATCH, seed=3, weights=weights or WEIGHTS,
+                       **{"shuffle_buffer": 2048, **options})
 
 
 def epoch_batches(loader) -> list[list[int]]:
@@ -120,6 +120,32 @@ def test_weights_change_at_an_epoch_boundary_not_in_the_middle(mix: dict[str, st
     large_first = {i for i in first if i < OFFSET["medium"]}
     large_second = {i for i in second if i < OFFSET["medium"]}  # moved on from where epoch 0 stopped
     assert len(large_second) == 22200 and not large_first & large_second
+
+
+@pytest.mark.parametrize("change", [{"shuffle_buffer": 4096}, {"chunks_per_buffer": 7}])
+def test_a_pass_under_way_goes_on_exactly_when_the_chunks_change_at_an_epoch_boundary(mix: dict[str, str],
+                                                                                        change: dict) -> None:
+    """A source's pass under way at a boundary where the chunks are cut anew (another
+    shuffle_buffer or chunks_per_buffer) goes on in its own order: every sample of the source once
+    before any twice, also through a checkpoint taken in the middle of the next epoch."""
+    loader = mixed_loader(mix, workers=0)
+    first = flat(epoch_batches(loader))  # 27,750 of the large source's 50,000: its pass goes on
+    changed = mixed_loader(mix, 0, **change)
+    changed.load_state_dict(loader.state_dict())
+    assert changed.dataset.sources.chunks[0].per_chunk != loader.dataset.sources.chunks[0].per_chunk
+    whole = mixed_loader(mix, 2, **change)
+    whole.load_state_dict(loader.state_dict())
+    second = epoch_batches(whole)
+    head = []
+    for batch in changed:
+        head.append(batch["i"].tolist())
+        if len(head) == 100:
+            break
+    rest = mixed_loader(mix, 2, **change)
+    rest.load_state_dict(changed.state_dict())
+    assert head + epoch_batches(rest) == second
+    large = Counter(i for i in first + flat(second) if i < OFFSET["medium"])  # 55,500: the pass, then 5,500 of the next
+    assert set(large) == set(range(SIZES["large"])) and sum(n == 2 for n in large.values()) == 55500 - 50000
 
 
 def test_absolute_samples_per_epoch_and_clear_errors(mix: dict[str, str], tmp_path: Path) -> None:
