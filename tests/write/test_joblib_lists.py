@@ -118,7 +118,8 @@ def test_an_empty_list_says_so(tmp_path: Path) -> None:
 def test_features_of_one_row_each_follow_their_labels_or_the_lists_given(tmp_path: Path) -> None:
     """Arrays of one row each add up to the labels as batches do. Beside a list of labels one a
     sample they are one a sample too (per-sample images of shape (1, H, W) keep their channel
-    axis); beside an array of labels nothing tells, so the build asks, and ``lists`` settles it."""
+    axis); beside an array of labels, or in files named as batches of one, nothing tells, so the
+    build asks, and ``lists`` settles it."""
     x, y = np.arange(12, dtype=np.float32).reshape(4, 1, 3), list(range(4))
     listed = dump(tmp_path / "listed", 4, list(x), y)
     as_listed = built(listed, tmp_path / "listed-shards")
@@ -126,13 +127,19 @@ def test_features_of_one_row_each_follow_their_labels_or_the_lists_given(tmp_pat
     assert pipeline.load_index(tmp_path / "listed-shards").fields["x"].shape == (1, 3)
     folder = dump(tmp_path / "out", 4, list(x), np.array(y))
     with pytest.raises(SampleError, match=re.escape(
-            f"{folder / 'x_4.job'}: 4 arrays of one row each, beside 4 labels: each array may be a batch or a sample, "
-            f"and guessing wrong would change every sample's shape; say which with --lists batches (lists='batches': "
+            f"{folder / 'x_4.job'}: 4 arrays of one row each, beside an array of labels: each array may be a batch or "
+            f"a sample, and guessing wrong would change every sample's shape; say which with --lists batches (lists='batches': "
             f"4 samples of shape [3]) or --lists samples (lists='samples': 4 samples of shape [1, 3])")):
         pipeline.build_joblib(folder, tmp_path / "asked", quiet=True)
     assert np.array_equal(np.stack(built(folder, tmp_path / "joined", lists="batches")["x"]), x[:, 0])
     as_samples = built(folder, tmp_path / "stacked", lists="samples")
     assert np.array_equal(np.stack(as_samples["x"]), x) and [int(v) for v in as_samples["y"]] == y
+    ones = dump(tmp_path / "ones", 1, list(x), y)  # named as batches of one (labels taken with .item()): asked too
+    with pytest.raises(SampleError, match=re.escape(
+            f"{ones / 'x_1.job'}: 4 arrays of one row each, named as batches of one: each array may be a batch or a "
+            f"sample")):
+        pipeline.build_joblib(ones, tmp_path / "ones-asked", quiet=True)
+    assert np.array_equal(np.stack(built(ones, tmp_path / "ones-joined", lists="batches")["x"]), x[:, 0])
 
 
 def test_one_hot_samples_as_wide_as_the_number_in_the_name_are_not_taken_for_batches(tmp_path: Path) -> None:

@@ -133,14 +133,14 @@ def _not_arrays(obj: Any, path: Path) -> np.ndarray:
     raise SampleError(f"{path}: expected an array or a list, got {type(obj).__name__}")
 
 
-def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, told: str | None = None,
-                  label_width: int = 0) -> np.ndarray:
+def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, number: int, told: str | None = None,
+                  labels_either: bool = False) -> np.ndarray:
     """Features of one file, matched to its ``rows`` labels: a list read as ``told`` (the
     ``lists`` given), else as :func:`features_reading` says."""
     if isinstance(obj, np.ndarray):
         array = obj
     elif isinstance(obj, list):
-        array = joined(obj, path, told or features_reading(obj, rows, path, reading, label_width))
+        array = joined(obj, path, told or features_reading(obj, rows, path, reading, number, labels_either))
     else:
         _not_arrays(obj, path)
     if len(array) != rows:
@@ -250,8 +250,8 @@ class JoblibBatchSource(Source):
         self.fields = fields
         self.lists = lists
         self.readings = [list_reading(labels[b], b, found["y"][b], lists) for b in numbers]
-        self.label_widths = [b if lists is None and reading == "batches" and vectors_of(labels[b], b) else 0
-                             for b, reading in zip(numbers, self.readings)]
+        self.labels_either = [lists is None and reading == "batches" and vectors_of(labels[b], b)
+                              for b, reading in zip(numbers, self.readings)]
         rows = [_label_rows(labels[b], found["y"][b], reading) for b, reading in zip(numbers, self.readings)]
         self.classes = _classes_of(rows, self.y_paths)
         if self.classes is not None:
@@ -277,7 +277,7 @@ class JoblibBatchSource(Source):
             seen: dict[tuple, int] = {}
             for i in same:
                 features = _feature_rows(_load(self.x_paths[i]), len(labels[i]), self.x_paths[i], self.readings[i],
-                                         self.lists, self.label_widths[i])
+                                         self.batches[i], self.lists, self.labels_either[i])
                 digest = hashlib.sha256(np.ascontiguousarray(features)).hexdigest()
                 first = seen.setdefault((features.shape, features.dtype.str, digest), i)
                 del features
@@ -310,7 +310,7 @@ class JoblibBatchSource(Source):
             if len(labels) != expected:
                 raise SampleError(f"{self.y_paths[i]} changed while building: {len(labels)} rows, had {expected}")
             features = _feature_rows(_load(self.x_paths[i]), len(labels), self.x_paths[i], self.readings[i],
-                                     self.lists, self.label_widths[i])
+                                     self.batches[i], self.lists, self.labels_either[i])
             self._cache = (i, features, labels)
         return self._cache[1], self._cache[2]
 

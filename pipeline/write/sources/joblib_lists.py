@@ -73,28 +73,31 @@ def joined(arrays: list, path: Path, reading: str) -> np.ndarray:
     return np.stack(arrays) if reading == "samples" else np.concatenate(arrays)
 
 
-def features_reading(arrays: list, rows: int, path: Path, labels_reading: str | None, label_width: int = 0) -> str:
-    """How a list of feature arrays beside ``rows`` labels is read: as its labels were, where
-    that fits (a list of labels one a sample: one array a sample, also of one row each, as
-    per-sample images of shape (1, H, W) are), else batches if their rows add up to the labels,
-    else one array a label. Refused, asking for ``lists``, where both fit and nothing tells them
-    apart: arrays of one row each beside an array of labels; and arrays of ``label_width``
-    values beside labels read as batches of that many that could as well be one array of that
-    many labels a sample (one-hot rows as wide as the batch size in the file's name)."""
+def features_reading(arrays: list, rows: int, path: Path, labels_reading: str | None, number: int,
+                     labels_either: bool = False) -> str:
+    """How a list of feature arrays beside ``rows`` labels is read (``number`` the B of the
+    file's name): as its labels were, where that fits (a list of labels one a sample: one array
+    a sample, also of one row each, as per-sample images of shape (1, H, W) are), else batches
+    if their rows add up to the labels, else one array a label. Refused, asking for ``lists``,
+    where both fit and nothing tells them apart: arrays of one row each beside an array of
+    labels, or named as batches of one (``x_1.job``); and arrays of ``number`` values beside
+    labels read as batches of that many that could as well be one array of that many labels a
+    sample (``labels_either``: one-hot rows as wide as the batch size in the file's name)."""
     one_each = len(arrays) == rows
     joinable = all(np.ndim(v) >= 1 for v in arrays) and sum(map(len, arrays)) == rows
     if labels_reading == "batches":
-        if label_width and vectors_of(arrays, label_width):
-            _ask(path, f"{len(arrays)} arrays of {label_width} values, beside as many label arrays of {label_width} "
-                 f"values", f"{rows} samples of one value each", f"{len(arrays)} samples of {label_width} values, "
-                 f"whose labels are arrays (one-hot rows, tags)")
+        if labels_either and vectors_of(arrays, number):
+            _ask(path, f"{len(arrays)} arrays of {number} values, beside as many label arrays of {number} values",
+                 f"{rows} samples of one value each", f"{len(arrays)} samples of {number} values, whose labels are "
+                 f"arrays (one-hot rows, tags)")
         return "batches"
-    if one_each and (labels_reading == "samples" or not joinable):
+    if one_each and (labels_reading == "samples" and number != 1 or not joinable):
         return "samples"
     if joinable and not one_each:
         return "batches"
     if joinable:
-        _ask(path, f"{rows} arrays of one row each, beside {rows} labels", f"{rows} samples of shape "
+        beside = "beside an array of labels" if labels_reading is None else "named as batches of one"
+        _ask(path, f"{rows} arrays of one row each, {beside}", f"{rows} samples of shape "
              f"{list(np.shape(arrays[0])[1:])}", f"{rows} samples of shape {list(np.shape(arrays[0]))}")
     raise SampleError(f"{path}: {len(arrays)} arrays that add up to neither the {rows} labels "
                       f"of its y file nor one array per label")
