@@ -249,6 +249,14 @@ def test_verify_images_decodes_every_image_and_names_those_that_do_not(tmp_path:
                                     "(shards indexed in place: write them again, then pipeline index), or train past "
                                     "them with on_error='skip'"]
     assert [p.record for p in pipeline.verify("s", images=True)] == [2, 0]
+    packed = pipeline.build_imagefolder("root", "packed", shard_samples=4, pack=2, quiet=True)
+    lines = run(capsys, "verify", "packed", "--images", "--quiet")[1].splitlines()
+    assert lines[0] == (  # a packed record's key is its first sample's: each damaged image is named by its own
+        f"FAIL packed/shard-000000.tar record 1 (byte {packed.shards[0].offsets[1]}): record 'a_0002': sample 'a_0002' "
+        f"(row 0): field 'image': a truncated JPEG ({cut['a/0002.jpg']} bytes, it ends before its end-of-image "
+        f"marker); and 1 more: record 'a_0002': sample 'a_0003' (row 1): field 'image': a truncated JPEG "
+        f"({cut['a/0003.jpg']} bytes, it ends before its end-of-image marker)")
+    assert lines[1].startswith("FAIL packed/shard-000002.tar record 0 (byte 0): record 'b_0008': sample 'b_0008' (row 0)")
     shard = Path("s/shard-000001.tar")  # damaged after the build as well: that shard is to copy again
     data = bytearray(shard.read_bytes())
     data[700] ^= 0xFF

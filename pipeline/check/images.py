@@ -10,9 +10,11 @@ its data read, which is what finds a cut or damage, at a fraction of a full deco
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
+from ..format.codec import ROWS_FIELD
 from ..format.image_kind import image_format
+from ..format.packing import sample_keys
 from ..format.walk import WalkedRecord
 from ..stream.image_decoders import ImageError, decoder
 
@@ -23,26 +25,27 @@ def _whole(width: int, height: int) -> tuple[int, int, int, int]:
     return 0, 0, width, height
 
 
-def _values(value: Any) -> list[Any]:
-    """A field's values: one, or a packed record's column of them."""
-    return value if isinstance(value, list) else [value]
-
-
-def image_check() -> Callable[[WalkedRecord], str | None]:
-    """:func:`undecodable_image`, once a decoder is known to import (else the ImportError saying
+def image_check() -> Callable[[WalkedRecord], list[str]]:
+    """:func:`undecodable_images`, once a decoder is known to import (else the ImportError saying
     what to install, before the first shard is read)."""
     decoder("auto")
-    return undecodable_image
+    return undecodable_images
 
 
-def undecodable_image(walked: WalkedRecord) -> str | None:
-    """Why an image of the record ``walked`` cannot be decoded (naming its field), or None."""
+def undecodable_images(walked: WalkedRecord) -> list[str]:
+    """Why each image of the record ``walked`` that cannot be decoded fails, naming its field
+    and, in a packed record, its sample's key: the record's key is its first sample's, and
+    every damaged image is worth knowing of before training."""
     decode = decoder("auto")
+    packed = ROWS_FIELD in walked.fields
+    keys = sample_keys(walked.key, walked.fields) if packed else [walked.key]
+    reasons = []
     for name, value in walked.fields.items():
-        for item in _values(value):
+        for row, item in enumerate(value if packed and isinstance(value, list) else [value]):
             if isinstance(item, (bytes, bytearray, memoryview)) and image_format(item) is not None:
                 try:
                     decode(item, _whole, _SIDE, _SIDE)
                 except ImageError as exc:
-                    return f"field {name!r}: {exc}"
-    return None
+                    sample = f"sample {keys[row]!r} (row {row}): " if packed else ""
+                    reasons.append(f"{sample}field {name!r}: {exc}")
+    return reasons

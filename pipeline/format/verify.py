@@ -111,9 +111,9 @@ class _Rows:
         return self.first
 
 
-#: A check of a record's values beyond the format's (its images decode, say): the reason it
-#: fails, or None.
-RecordCheck = Callable[[WalkedRecord], str | None]
+#: A check of a record's values beyond the format's (its images decode, say): the reason each of
+#: them that fails does (none: it passes).
+RecordCheck = Callable[[WalkedRecord], list[str]]
 
 
 def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex, shard: str,
@@ -131,8 +131,7 @@ def _record_problem(stream: HashingReader, info: ShardInfo, index: DatasetIndex,
         for walked in walk_shard(stream, shard, entry=info):  # type: ignore[arg-type]
             if schema_wrong is None and index.fields:
                 schema_wrong = _schema_problem(walked, index, shard)
-            reason = None if check is None else check(walked)
-            if reason is not None:
+            for reason in [] if check is None else check(walked):
                 failed.append((number, walked.offset, f"record {walked.key!r}: {reason}"))
             rows.add(walked, shard)
             samples += walked.rows
