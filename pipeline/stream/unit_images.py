@@ -21,6 +21,7 @@ from torch.utils.data import get_worker_info
 from ..caller_warning import warn_caller
 from ..format.errors import ShardError
 from ..format.index import Schema
+from ..format.packing import SAMPLE_KEY
 from .batching import shared_empty
 from .image_decoders import single_threaded
 from .images import Images, row_seeds
@@ -111,10 +112,11 @@ class ImageDecoding:
             rows = len(next(iter(unit.values())))
             places = np.arange(done, done + rows, dtype=np.int64) + (consumer << 40)
 
-            def where(row: int, first: int = done) -> tuple[str, int | None, str]:
+            def where(row: int, first: int = done, keys: Sequence | None = unit.get(SAMPLE_KEY)) -> tuple[str, None, str]:
+                key = f", key {str(keys[row])!r}" if keys is not None else " (fields=[..., '__key__'] names its key)"
                 return (f"the shards of consumer {consumer} (no index)", None,
-                        f"sample {first + row} of its stream (index the shards, pipeline index, for errors that "
-                        f"name the shard, record and key)")
+                        f"sample {first + row} of its stream{key} (index the shards, pipeline index, for errors that "
+                        f"name the shard and record)")
             yield self.apply(unit, places, epoch, shared, where)
             done += rows
 
@@ -130,7 +132,8 @@ class ImageDecoding:
                                               f"none can stand in for it (a unit can be as small as a rank's last "
                                               f"batch of an epoch): find the images that fail with pipeline verify "
                                               f"--images, and mend or remove them")
-            log.warning("replacing the sample of %s at %s: %s, %s", url, offset, record, reason)
+            log.warning("replacing the sample of %s%s: %s, %s", url, "" if offset is None else f" at {offset}", record,
+                        reason)
             self.stats.skipped(1)
             _copy_row(unit, row, good[row % len(good)])
 

@@ -203,14 +203,21 @@ def test_under_skip_a_bad_image_costs_its_row_counted_and_replaced_whole(damaged
     assert (stats["skipped_pieces"], stats["replaced_samples"]) == (1, 1)
 
 
-def test_shards_without_an_index_decode_too(damaged_shards: Path, tmp_path: Path) -> None:
+def test_shards_without_an_index_decode_too(damaged_shards: Path, tmp_path: Path, caplog) -> None:
+    """A bad image of shards without an index is named by its sample's key where the key is read
+    (the shard and record are known only with an index)."""
     for tar in damaged_shards.glob("*.tar"):
         (tmp_path / tar.name).write_bytes(tar.read_bytes())
     shards = sorted(str(p) for p in tmp_path.glob("*.tar"))
-    loader = make_loader(shards, num_workers=0, batch_size=5, on_error="skip", images={"image": Images(8)})
+    loader = make_loader(shards, num_workers=0, batch_size=5, on_error="skip", images={"image": Images(8)},
+                         fields=["image", "label", "__key__"])
     images = torch.cat([b["image"] for b in loader])
     assert images.shape == (20, 3, 8, 8) and loader.stats()["replaced_samples"] == 1
-    with pytest.raises(pipeline.ShardError, match=r"sample \d+ of its stream .*pipeline index"):
+    skips = [r.getMessage() for r in caplog.records if r.getMessage().startswith("replacing the sample")]
+    assert len(skips) == 1 and re.match(r"replacing the sample of the shards of consumer 0 \(no index\): sample \d+ of "
+                                        r"its stream, key 'img-7' \(index the shards", skips[0]), skips
+    with pytest.raises(pipeline.ShardError, match=r"sample \d+ of its stream \(fields=\[\.\.\., '__key__'\] names its "
+                                                  r"key\) \(index the shards, pipeline index"):
         list(make_loader(shards, num_workers=0, batch_size=5, images={"image": Images(8)}))
 
 
