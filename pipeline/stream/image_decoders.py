@@ -108,7 +108,7 @@ def check_jpeg(data: Any) -> tuple[int, int] | None:
     view = memoryview(data)
     if bytes(view[:3]) != _JPEG:
         return None
-    size, scanned = None, False
+    size, scanned, huffman, coded = None, False, False, 0
     at = 2
     while at + 4 <= len(view):
         marker = view[at + 1]
@@ -122,23 +122,39 @@ def check_jpeg(data: Any) -> tuple[int, int] | None:
             at += 1
             continue
         if marker == 0xD9:
-            return size
+            return _coded_enough(size, huffman, coded, len(data))
         if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # restart markers, TEM: no length
             at += 2
             continue
         if not scanned and size is None and 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) \
                 and at + 9 <= len(view):  # the frame header, which comes before the first scan
             size = int.from_bytes(view[at + 7:at + 9], "big"), int.from_bytes(view[at + 5:at + 7], "big")
+            huffman = marker in (0xC0, 0xC1, 0xC2)
         at += 2 + int.from_bytes(view[at + 2:at + 4], "big")
         if marker == 0xDA:  # a scan: its data runs to the next marker
             scanned = True
             found = _NEXT_MARKER.search(view, at)
             if found is None:
                 break
+            coded += found.start() - at
             at = found.start()
     if bytes(view[at:at + 2]) == _END_OF_IMAGE:
-        return size
+        return _coded_enough(size, huffman, coded, len(data))
     raise ImageError(f"a truncated JPEG ({len(data)} bytes, it ends before its end-of-image marker)")
+
+
+def _coded_enough(size: tuple[int, int] | None, huffman: bool, coded: int, length: int) -> tuple[int, int] | None:
+    """``size``, unless a Huffman-coded JPEG's scans hold fewer bytes than its frame header's
+    size needs: every block of 8x8 pixels takes a bit at least (its DC code), in a component of
+    at least a quarter of the blocks of the full size in each axis; fewer is a damaged header,
+    which libjpeg would decode into grey fill with a warning (and memory for the size claimed)."""
+    if size is None or not huffman:
+        return size
+    least_bits = -(-size[0] // 32) * -(-size[1] // 32)
+    if coded * 8 < least_bits:
+        raise ImageError(f"a damaged JPEG ({length} bytes: its frame header says {size[0]}x{size[1]} pixels, which "
+                         f"take {least_bits // 8} bytes of image data at least, and it holds {coded})")
+    return size
 
 
 def _not_an_image(data: Any) -> ImageError:

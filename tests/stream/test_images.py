@@ -290,6 +290,24 @@ def test_a_jpeg_with_data_after_its_end_is_whole_and_one_cut_anywhere_is_not() -
             assert "truncated JPEG" in decode(Images(16), [data[:cut]])[1][0]
 
 
+@pytest.mark.parametrize("backend", ["opencv", "pillow"])
+def test_a_jpeg_whose_header_claims_more_pixels_than_its_data_can_hold_is_damaged(backend: str) -> None:
+    """A frame header damaged to say 60000x60000 decoded, with OpenCV, into grey fill with a
+    warning (and memory for the size claimed): each 8x8 block takes a bit at least. The least
+    data JPEGs of every kind hold (one flat colour; 1x1; grey; 4:2:0, progressive) pass."""
+    data = bytearray(encoded(photo(48, 64)))
+    frame = data.find(b"\xff\xc0")
+    data[frame + 5:frame + 9] = (60000).to_bytes(2, "big") * 2
+    failed = decode(Images(16, backend=backend), [bytes(data)])[1]
+    assert list(failed) == [0] and re.fullmatch(
+        rf"a damaged JPEG \({len(data)} bytes: its frame header says 60000x60000 pixels, which take 439453 bytes of "
+        rf"image data at least, and it holds \d+\)", failed[0]), failed
+    flat = np.full((2000, 3000, 3), 128, np.uint8)
+    for image in (encoded(flat, quality=1), encoded(flat[:1, :1]), encoded(flat[..., 0], quality=1),
+                  encoded(flat, quality=1, subsampling=2, progressive=True)):
+        assert check_jpeg(image) is not None and not decode(Images(16, backend=backend), [image])[1]
+
+
 def test_webdataset_shards_indexed_in_place_decode_their_jpg_members(tmp_path: Path) -> None:
     import webdataset as wds
 
