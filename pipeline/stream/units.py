@@ -122,7 +122,7 @@ class UnitReader:
         source, shard = locate(material, self.sources.chunks, *failed)[0][:2]
         raise ShardError(self._url(source, shard), None,
                          f"every piece of every shard failed, so nothing can stand in for them (the last: "
-                         f"{self.last_loss}){_what_to_do(self.sources.shards[source])}")
+                         f"{self.last_loss}){_what_to_do(self.sources.shards[source], skipping=True)}")
 
     def _read_block(self, material: Material, start: int, stop: int,
                     offsets: np.ndarray | None = None) -> Columns | None:
@@ -298,10 +298,11 @@ class UnitReader:
         return out.toreadonly()  # read-only, as a local shard's mapped pages are
 
 
-def _what_to_do(shards: IndexedShards) -> str:
-    """What to do about shards of ``shards`` that fail their checks."""
-    return (f": 'pipeline verify {redact(shards.base)}' lists every shard that fails; copy those again or build the set "
-            f"again, or {SKIP_HINT} to train past damaged records (stats() counts them)")
+def _what_to_do(shards: IndexedShards, skipping: bool = False) -> str:
+    """What to do about shards of ``shards`` that fail their checks (``skipping``: under
+    ``on_error="skip"`` already, which then cannot help)."""
+    verify = f": 'pipeline verify {redact(shards.base)}' lists every shard that fails; copy those again or build the set again"
+    return verify if skipping else f"{verify}, or {SKIP_HINT} to train past damaged records (stats() counts them)"
 
 
 def _advised(exc: ShardError | SourceError, shards: IndexedShards) -> ShardError | SourceError:
