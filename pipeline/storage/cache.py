@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -59,7 +60,34 @@ def _used_whole(copy: Path, size: int | None) -> bool:
         os.utime(copy)
     except FileNotFoundError:  # not there, or evicted meanwhile
         return False
+    except OSError as exc:  # (utime's error names no file)
+        raise _unusable(copy.parent, exc) from None
     return True
+
+
+def _unusable(folder: Path, exc: OSError) -> OSError:
+    """``exc``, met using the cache in ``folder``, as an error of the cache naming the folder and
+    what to do (not a failure of a shard, which ``on_error="skip"`` would count lost)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = "free space there, or give a smaller cache_bytes or another cache_dir"
+    elif exc.errno == errno.ENOENT:
+        advice = "it was removed again and again while in use: leave it to the loader while it runs"
+    else:  # read-only, not ours, not a folder, ...
+        advice = "give a cache_dir this process can write to"
+    where = f"{exc.filename}: " if exc.filename else ""
+    return OSError(exc.errno, f"{where}cannot use cache_dir {folder} ({exc.strerror}): {advice}")
+
+
+def writable_folder(folder: Path) -> Path:
+    """``folder``, created if need be, once this process can write there (a cache that cannot
+    would otherwise fail at its first read, in a worker, with an error naming no folder)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unusable(folder, exc) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _unusable(folder, OSError(errno.EACCES, "not writable"))
+    return folder
 
 
 def _take_lock(path: Path, mode: int) -> BinaryIO | None:
@@ -68,7 +96,13 @@ def _take_lock(path: Path, mode: int) -> BinaryIO | None:
     holds it exclusively, so that they do not pile up in a long run): a lock taken on a file
     deleted meanwhile guards nothing, so it is taken again on the file now at ``path``."""
     while True:
-        handle = open(path, "a+b")
+        try:
+            handle = open(path, "a+b")
+        except FileNotFoundError:  # the cache's folder, removed while in use (a scratch cleaner): made again
+            writable_folder(path.parent)
+            continue
+        except OSError as exc:
+            raise _unusable(path.parent, exc) from None
         try:
             fcntl.flock(handle, mode)
             current = os.stat(path).st_ino
@@ -117,8 +151,7 @@ class ShardCache:
 
     def __init__(self, folder: str | os.PathLike[str], max_bytes: int, verify: bool = False,
                  policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> None:
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder = writable_folder(Path(folder))
         self.max_bytes = max_bytes
         self.verify = verify
         self.policy = policy
@@ -148,15 +181,18 @@ class ShardCache:
         digest = hashlib.sha256()
         written = 0
         try:
-            with open_stream(url, self.policy, stats=self.stats) as source, open(partial, "wb") as out:
-                while chunk := source.read(8 << 20):
-                    with self._writing(partial):
-                        out.write(chunk)
-                    digest.update(chunk)
-                    written += len(chunk)
-                with self._writing(partial):  # on disk before its rename: a crash leaves no short copy
-                    out.flush()
-                    os.fsync(out.fileno())
+            with open_stream(url, self.policy, stats=self.stats) as source:
+                with self._writing(partial):
+                    out = open(partial, "wb")
+                with out:
+                    while chunk := source.read(8 << 20):
+                        with self._writing(partial):
+                            out.write(chunk)
+                        digest.update(chunk)
+                        written += len(chunk)
+                    with self._writing(partial):  # on disk before its rename: a crash leaves no short copy
+                        out.flush()
+                        os.fsync(out.fileno())
             reason = None
             if size is not None and written != size:
                 reason = f"the shard has {written} bytes, the index says {size}"
@@ -167,7 +203,8 @@ class ShardCache:
                 if sha256 is not None:
                     self._refused[url, sha256] = (time.monotonic(), reason)
                 raise SourceError(url, None, reason)
-            os.replace(partial, path)
+            with self._writing(partial):
+                os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
 
@@ -179,9 +216,8 @@ class ShardCache:
         try:
             yield
         except OSError as exc:
-            raise OSError(exc.errno, f"{partial}: cannot write a shard's copy in cache_dir {self.folder} "
-                                     f"({exc.strerror}): free space there, or give a smaller cache_bytes (now "
-                                     f"{self.max_bytes:,}) or another cache_dir") from None
+            exc.filename = exc.filename or str(partial)
+            raise _unusable(self.folder, exc) from None
 
     def fetch(self, url: str, size: int | None = None, sha256: str | None = None) -> Path:
         """The local copy of ``url``, downloaded first if needed (once, whoever asks). A copy
@@ -196,10 +232,21 @@ class ShardCache:
         with _locked(_lock_of(path), fcntl.LOCK_EX):
             if not _used_whole(path, size):  # missing, or cut short (a crash as it was written): fetched again
                 self.evict(keep=path, room=size or 0)  # room first: a full disk is a cache's to make room on
-                self._download(url, path, size, sha256)
+                self._download_again_if_removed(url, path, size, sha256)
                 self._remove_other_versions(url, path)
         self.evict(keep=path)
         return path
+
+    def _download_again_if_removed(self, url: str, path: Path, size: int | None, sha256: str | None) -> None:
+        """Download ``url`` to ``path``, again in a folder made anew if the cache's folder was
+        removed as it downloaded (a scratch cleaner), a few times at most."""
+        for attempt in range(3):
+            try:
+                return self._download(url, path, size, sha256)
+            except FileNotFoundError:  # (made anew by another process meanwhile, maybe)
+                if attempt == 2:
+                    raise
+                writable_folder(self.folder)
 
     def _refuse_again(self, url: str, sha256: str | None) -> None:
         """Raise the error of a download of ``url`` that failed its size or sha256 check lately: every

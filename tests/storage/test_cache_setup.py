@@ -4,6 +4,7 @@ copy a crash left short, a full disk, and option values that are no options."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +44,32 @@ def test_a_full_disk_is_an_error_naming_the_cache_and_what_to_do(tmp_path: Path)
     the shard. /dev/full is a disk that is always full."""
     cache = ShardCache(tmp_path, 1 << 30)
     with open("/dev/full", "wb", buffering=0) as full:
-        with pytest.raises(OSError, match=re.escape(f"{tmp_path / 'x.part-1-1'}: cannot write a shard's copy in "
-                                                    f"cache_dir {tmp_path} (No space left on device): free space "
-                                                    f"there, or give a smaller cache_bytes (now 1,073,741,824) or "
-                                                    f"another cache_dir")):
+        with pytest.raises(OSError, match=re.escape(f"{tmp_path / 'x.part-1-1'}: cannot use cache_dir {tmp_path} (No "
+                                                    f"space left on device): free space there, or give a smaller "
+                                                    f"cache_bytes or another cache_dir")):
             with cache._writing(tmp_path / "x.part-1-1"):
                 full.write(b"x" * 4096)
+
+
+def test_a_cache_folder_removed_while_in_use_is_made_again(nginx: str, web_root: Path, tmp_path: Path) -> None:
+    """A scratch cleaner that removes cache_dir as a run goes: its lock files could not be
+    opened, a bare FileNotFoundError in the loop (under skip too); the copies are downloaded
+    again instead."""
+    url = f"{nginx}/data/part-000001.tar"
+    whole = (web_root / "data" / "part-000001.tar").read_bytes()
+    cache = ShardCache(tmp_path / "cache", 1 << 30)
+    assert cache.read_range(url, 0, len(whole), size=len(whole)) == whole
+    shutil.rmtree(tmp_path / "cache")
+    assert cache.read_range(url, 100, 5000, size=len(whole)) == whole[100:5000]
+    assert cache.holds(url)
+
+
+def test_a_cache_folder_that_cannot_be_written_is_an_error_naming_it(nginx: str, tmp_path: Path) -> None:
+    """Before: a bare OSError at the first read, in a worker (a read-only one named no file)."""
+    where = "/dev/null/cache"
+    with pytest.raises(OSError, match=re.escape(f"{where}: cannot use cache_dir {where} (Not a directory): give a "
+                                                f"cache_dir this process can write to")):
+        make_loader(f"{nginx}/data/", num_workers=0, cache_dir=where)
 
 
 @pytest.mark.parametrize("options, message", [
