@@ -143,9 +143,10 @@ def map_error(url: str, offset: int, exc: BaseException) -> SourceError:
 class _Body:
     """An S3 response body read as it arrives (``read1``), so that stalls are seen."""
 
-    def __init__(self, body: Any) -> None:
+    def __init__(self, body: Any, version: str | None = None) -> None:
         self.body = body
         self.raw = getattr(body, "_raw_stream", None)
+        self.version = version  # the object's ETag
 
     def read1(self, size: int) -> bytes:
         if self.raw is not None and hasattr(self.raw, "read1"):
@@ -173,7 +174,8 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
             response = s3_presigned.open_range(s3, url, bucket, key, start, stop, policy)
             if response is not None:
                 return response
-        body = _Body(s3.get_object(**arguments)["Body"])
+        answer = s3.get_object(**arguments)
+        body = _Body(answer["Body"], answer.get("ETag"))
         if presigned:  # boto3 read what the presigned URL was refused
             s3_presigned.refused(s3, bucket)
         return body

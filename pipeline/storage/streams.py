@@ -31,6 +31,18 @@ _READ_SIZE = 1 << 20
 _PIECE_SIZE = 120 << 10
 
 
+def response_version(response: Response) -> str | None:
+    """The version of the object ``response`` is of, where its backend says: an S3 body's
+    ``version`` (its ETag), an HTTP response's ``ETag`` header, else its ``Last-Modified``."""
+    version = getattr(response, "version", None)
+    if isinstance(version, str):
+        return version
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    return headers.get("ETag") or headers.get("Last-Modified")
+
+
 class ResumingStream:
     """A file-like reader of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end).
     Its first request, the retries of a refused request and the resumes after a cut all spend
@@ -48,12 +60,29 @@ class ResumingStream:
         self.budget = budget
         self.policy = budget.policy
         self._response: Response | None = None
+        self._version: str | None = None  # of the object the first response was of
+        self._opened = False
         self._window_start = 0.0
         self._window_bytes = 0
 
+    def _open(self) -> Response:
+        """A response from ``position`` on, of the version of the object the first one was of:
+        a resume after a cut that found the object replaced (a set rebuilt at the same URLs as
+        it was read) would otherwise join the start of one version to the rest of another,
+        which nothing checks in shards without an index."""
+        response = self._open_range(self.url, self.position, self.stop)
+        version = response_version(response)
+        if not self._opened:
+            self._opened, self._version = True, version
+        elif version is not None and self._version is not None and version != self._version:
+            response.close()
+            raise SourceError(self.url, self.position, f"was replaced while it was read (its version {self._version} "
+                              f"is now {version}, as the read resumed after a cut): read it again")
+        return response
+
     def _read_some(self, size: int) -> bytes:
         if self._response is None:
-            self._response = self._open_range(self.url, self.position, self.stop)
+            self._response = self._open()
             self._window_start, self._window_bytes = time.monotonic(), 0
         try:
             data = self._response.read1(size)
