@@ -141,17 +141,27 @@ def map_error(url: str, offset: int, exc: BaseException) -> SourceError:
 
 
 class _Body:
-    """An S3 response body read as it arrives (``read1``), so that stalls are seen."""
+    """An S3 response body read as it arrives (``read1``), so that stalls are seen; one that
+    ends before its ``length`` is a cut (botocore checks the length in its own ``read`` only:
+    read past it, a connection closed early would read as the object's end, and a whole shard
+    read to its end would come out short without a word)."""
 
-    def __init__(self, body: Any, version: str | None = None) -> None:
+    def __init__(self, body: Any, version: str | None = None, length: int | None = None) -> None:
         self.body = body
         self.raw = getattr(body, "_raw_stream", None)
         self.version = version  # the object's ETag
+        self.length = length
+        self.received = 0
 
     def read1(self, size: int) -> bytes:
         if self.raw is not None and hasattr(self.raw, "read1"):
-            return self.raw.read1(size)
-        return self.body.read(min(size, 64 << 10))
+            data = self.raw.read1(size)
+        else:
+            data = self.body.read(min(size, 64 << 10))
+        self.received += len(data)
+        if not data and size and self.length is not None and self.received < self.length:
+            raise ConnectionError(f"the connection closed after {self.received} of the response's {self.length} bytes")
+        return data
 
     def close(self) -> None:
         self.body.close()
@@ -175,7 +185,7 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
             if response is not None:
                 return response
         answer = s3.get_object(**arguments)
-        body = _Body(answer["Body"], answer.get("ETag"))
+        body = _Body(answer["Body"], answer.get("ETag"), answer.get("ContentLength"))
         if presigned:  # boto3 read what the presigned URL was refused
             s3_presigned.refused(s3, bucket)
         return body
