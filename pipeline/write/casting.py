@@ -21,6 +21,11 @@ from ..format.errors import SampleError
 from .rows import RowBlock
 from .source import Source
 
+#: What values of a NumPy kind that is no number are, in words (an error shows no ``|S643``).
+_NOT_NUMBERS = {"S": "bytes (encoded files or images)", "V": "bytes (encoded files or images)", "U": "text",
+                "O": "Python objects", "M": "dates", "m": "time spans", "c": "complex numbers"}
+_IMAGES_HINT = " (images are decoded as they are read: make_loader(..., images={field: Images(size)}))"
+
 #: Names a row of the block being cast as an error does: where the value is in the input (the
 #: source or its file, the field and the row: ``arrays x.npy, field 'x', row 4``).
 RowOf = Callable[[int], str]
@@ -66,7 +71,9 @@ def cast_array(array: np.ndarray, dtype: np.dtype, where: str, row_of: RowOf) ->
     if array.dtype == dtype:
         return array
     if array.dtype.kind not in "biuf":
-        raise SampleError(f"{where}: values of dtype {array.dtype} cannot be cast to {dtype}")
+        raise SampleError(f"{where}: its values are {_NOT_NUMBERS.get(array.dtype.kind, array.dtype)}, which cannot "
+                          f"be cast to {dtype}: a cast is of numbers; leave this field out of --dtype (dtypes=)"
+                          f"{_IMAGES_HINT if array.dtype.kind in 'SV' else ''}")
     if dtype.kind in "iub" and array.dtype.kind == "f":
         _refuse(array, ~np.isfinite(array) | (array != np.round(array)), row_of,
                 f"is not a whole number; it cannot be stored as {dtype} (store it as a float)")

@@ -123,3 +123,19 @@ def test_a_refused_value_of_a_sample_file_is_named_by_its_id_and_file(tmp_path: 
             f"(-128 to 127)")):
         pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", dtypes={"x": "int8"},
                                     quiet=True)
+
+
+def test_values_that_are_no_numbers_are_named_in_words_with_what_to_do(tmp_path: Path) -> None:
+    """An image folder's encoded images or a text field cast to a number: the error showed NumPy's
+    internal dtype (``|S643``) and said nothing of what to do."""
+    from tests.images import image_folder
+
+    image_folder(tmp_path / "photos", {"cat": 2, "dog": 2})
+    with pytest.raises(SampleError, match=re.escape(
+            "field 'image': its values are bytes (encoded files or images), which cannot be cast to uint8: a cast is "
+            "of numbers; leave this field out of --dtype (dtypes=) (images are decoded as they are read: "
+            "make_loader(..., images={field: Images(size)}))")):
+        pipeline.build_imagefolder(tmp_path / "photos", tmp_path / "out", dtypes={"image": "uint8"}, quiet=True)
+    message = refusal(tmp_path, {"x": np.zeros(4), "name": np.array(["a", "b", "c", "d"])}, {"name": "int64"})
+    assert message.endswith("field 'name': its values are text, which cannot be cast to int64: a cast is of numbers; "
+                            "leave this field out of --dtype (dtypes=)"), message
