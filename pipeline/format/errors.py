@@ -12,13 +12,19 @@ from urllib.parse import urlsplit, urlunsplit
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 #: a request target's query, as in ``"GET /x.tar?X-Amz-Signature=... HTTP/1.1"``
 _TARGET_QUERY = re.compile(r"(?<![\w:/])(/[^\s?'\"<>]*)\?[^\s'\"<>]+")
+#: the value of a header that carries a secret (``-H 'Authorization: Bearer ...'`` in a ``pipe:``
+#: command, ``> Authorization: ...`` in the standard error of ``curl -v``)
+_SECRET_HEADER = re.compile(r"(?i)\b(authorization|proxy-authorization|cookie|x-[\w-]*(?:token|key|secret)[\w-]*)"
+                            r"(\s*:\s*)[^'\"\r\n]+")
+#: a command's user and password (``curl -u user:pass``)
+_USER_OPTION = re.compile(r"(\s(?:-u|--user)[\s=]+)\S+")
 
 
 def redact(url: str) -> str:
     """The URL without its query string or user info, which may hold signatures or secrets:
     what goes into logs and error messages. Never fails, even on a URL that does not parse."""
     if url.startswith("pipe:"):
-        return redact_text(url)  # a command: the URLs in it
+        return redact_text(_USER_OPTION.sub(r"\1<redacted>", url))  # a command: its URLs, secret headers, user
     if "://" not in url:
         return url
     try:
@@ -30,9 +36,10 @@ def redact(url: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """``text`` (another library's message, say) with every URL in it redacted, and the query of
-    every request target (``/path?query``)."""
-    return _TARGET_QUERY.sub(r"\1?<redacted>", _URL.sub(lambda match: redact(match.group()), text))
+    """``text`` (another library's message, say) with every URL in it redacted, the query of
+    every request target (``/path?query``), and the values of headers that carry secrets."""
+    text = _TARGET_QUERY.sub(r"\1?<redacted>", _URL.sub(lambda match: redact(match.group()), text))
+    return _SECRET_HEADER.sub(r"\1\2<redacted>", text)
 
 
 def explain(exc: BaseException) -> str:

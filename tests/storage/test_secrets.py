@@ -97,6 +97,16 @@ def test_urls_that_do_not_parse_are_errors_without_their_secrets(leaks: Leaks) -
         leaks.error(lambda: read_range(url, 0, 10))  # noqa: B023 - called at once
 
 
+def test_a_pipe_command_fails_without_its_secret_headers_or_user(nginx: str, leaks: Leaks) -> None:
+    """A ``pipe:curl`` with a token in a header, or a user and password, showed them in its error,
+    and ``curl -v`` writes the headers it sends on standard error, whose end the error shows."""
+    command = (f"pipe:curl -sfv -H 'Authorization: Bearer {SIGNATURE}' -H 'X-Api-Key: {CREDENTIAL}' "
+               f"-u reader:{PASSWORD} {nginx}/data/nope.tar")
+    error = leaks.error(lambda: pipeline.storage.open_stream(command).read())
+    assert "Authorization: <redacted>" in str(error) and "-u <redacted>" in str(error), str(error)
+    assert "command exited with status 22" in str(error)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loader_over_signed_shard_urls_keeps_them_out_of_errors_logs_and_state(
         nginx: str, web_root: Path, tmp_path: Path, leaks: Leaks, workers: int) -> None:
