@@ -117,7 +117,8 @@ def pass_order(chunks: ChunkTable, seed: int, source: int, number: int, shuffle:
 def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count: int, shuffle: bool,
                   held: HeldPass | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(chunk, lo, hi)`` of the pieces that hold samples ``[start, start + count)`` of a source's
-    stream of passes; a ``held`` pass goes on in the order of its own chunks (told in ``chunks``')."""
+    stream of passes; a ``held`` pass goes on in the order of its own chunks (its pieces given in
+    pieces of ``chunks`` all the same)."""
     total = chunks.samples
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     position, stop = start, start + count

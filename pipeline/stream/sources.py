@@ -66,7 +66,7 @@ class SourceSet:
 
     def material(self, seed: int, epoch: int, shuffle: bool) -> Material:
         """The epoch's material; the last one is kept (the main process asks again for progress)."""
-        key = (seed, epoch, shuffle, tuple(self.offsets(epoch)), tuple(self.counts), tuple(self.held))
+        key = (seed, epoch, shuffle, tuple(self.offsets(epoch)), tuple(self.counts))  # (hold_passes forgets it)
         if self._material is None or self._material[0] != key:
             self._material = (key, epoch_material(self.chunks, self.counts, self.offsets(epoch), seed, epoch, shuffle,
                                                   self.held))
@@ -86,9 +86,11 @@ class SourceSet:
 
     def pass_chunks(self, epoch: int) -> list[int]:
         """The chunk size each source's pass under way at the start of ``epoch`` began with."""
-        return [held.chunks.per_chunk if held is not None and offset // chunks.samples == held.number
-                else chunks.per_chunk for chunks, held, offset in zip(self.chunks, self.held or [None] * len(self.chunks),
-                                                                       self.offsets(epoch))]
+        sizes = [chunks.per_chunk for chunks in self.chunks]
+        for s, (held, offset) in enumerate(zip(self.held, self.offsets(epoch))):
+            if held is not None and offset // self.chunks[s].samples == held.number:  # (held: of a source with samples)
+                sizes[s] = held.chunks.per_chunk
+        return sizes
 
     def cut(self, window: int, chunks_per_window: int) -> None:
         """Cut every source into chunks of about ``window / chunks_per_window`` samples (fewer for a

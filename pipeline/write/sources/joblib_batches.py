@@ -3,9 +3,9 @@
 Each file holds an array, or a list (of NumPy arrays, torch tensors, Python lists or numbers).
 A list of single numbers is one label per sample; how a list of arrays is read (batches or
 samples) is told in :mod:`.joblib_lists`. What ``B`` means across files is told apart by
-:class:`JoblibBatchSource`. joblib files are pickles: loading one can run arbitrary code, so convert only files you trust,
-and each file is loaded whole into RAM (its size is the memory a build needs per worker). The
-point of converting is that the shards never need either again.
+:class:`JoblibBatchSource`. joblib files are pickles: loading one can run arbitrary code, so
+convert only files you trust, and each file is loaded whole into RAM (its size is the memory a
+build needs per worker). The point of converting is that the shards never need either again.
 """
 
 from __future__ import annotations
@@ -276,8 +276,7 @@ class JoblibBatchSource(Source):
         for same in (group for group in by_labels.values() if len(group) > 1):
             seen: dict[tuple, int] = {}
             for i in same:
-                features = _feature_rows(_load(self.x_paths[i]), len(labels[i]), self.x_paths[i], self.readings[i],
-                                         self.batches[i], self.lists, self.labels_either[i])
+                features = self._features(i, len(labels[i]))
                 digest = hashlib.sha256(np.ascontiguousarray(features)).hexdigest()
                 first = seen.setdefault((features.shape, features.dtype.str, digest), i)
                 del features
@@ -287,6 +286,11 @@ class JoblibBatchSource(Source):
                                       f"{len(labels[i]):,} samples: runs of the joblib batch recipe with batch sizes "
                                       f"{a} and {b}? Converting both would give every sample twice: choose one "
                                       f"with --batch-size {a} (batch_size={a} in Python)")
+
+    def _features(self, i: int, rows: int) -> np.ndarray:
+        """The features of pair ``i``, matched to its ``rows`` labels (see :func:`_feature_rows`)."""
+        return _feature_rows(_load(self.x_paths[i]), rows, self.x_paths[i], self.readings[i], self.batches[i],
+                             self.lists, self.labels_either[i])
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_cache": None}  # never ship a loaded batch to a worker
@@ -309,8 +313,7 @@ class JoblibBatchSource(Source):
             expected = self.starts[i + 1] - self.starts[i]
             if len(labels) != expected:
                 raise SampleError(f"{self.y_paths[i]} changed while building: {len(labels)} rows, had {expected}")
-            features = _feature_rows(_load(self.x_paths[i]), len(labels), self.x_paths[i], self.readings[i],
-                                     self.batches[i], self.lists, self.labels_either[i])
+            features = self._features(i, len(labels))
             self._cache = (i, features, labels)
         return self._cache[1], self._cache[2]
 
