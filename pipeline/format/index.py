@@ -211,6 +211,9 @@ class DatasetIndex:
     #: what the build knew about the samples that is not in them: ``{"classes": [...]}`` of an
     #: image folder, whose labels are positions in that list (JSON values only)
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: a digest of the rows the build planned for each shard (see :func:`sum_digests`), by which
+    #: a resume tells a finished build of other rows (another seed, an input file renamed)
+    plan: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.shards, ShardTable):
@@ -245,6 +248,8 @@ class DatasetIndex:
             data["part"] = asdict(self.part)
         if self.metadata:
             data["metadata"] = self.metadata
+        if self.plan is not None:
+            data["plan"] = self.plan
         return data
 
     @classmethod
@@ -264,11 +269,12 @@ class DatasetIndex:
             part = PartInfo(**data["part"]) if data.get("part") else None
             pack = int(data.get("pack", 1))
             metadata = dict(data.get("metadata") or {})
+            plan = None if data.get("plan") is None else str(data["plan"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise IndexFormatError(f"{where}: malformed index: {exc}") from None
         reader = open_table(table)
         index = cls(fields, read_table(reader.read, table.bytes, reader.where, names, reader.block_bytes),
-                    pack, part, table, metadata)
+                    pack, part, table, metadata, plan)
         for key, value in (("samples", index.samples), ("records", index.records), ("bytes", index.bytes)):
             if data.get(key) != value:
                 raise IndexFormatError(f"{where}: says {data.get(key)} {key}, its shard table holds {value}: "
@@ -359,6 +365,12 @@ def index_shard_names(data: bytes | str, where: str) -> ShardNames:
         raise IndexFormatError(f"{where}: malformed index: {exc}") from None
 
 
+def sum_digests(digests: Iterable[str]) -> str:
+    """One digest of several (hexadecimal), their sum: that of a build's shards is then that of
+    its parts' put together, so that parts merged carry the plan of the whole build."""
+    return f"{sum(int(digest, 16) for digest in digests) % (1 << 128):032x}"
+
+
 def part_index_name(part: int, count: int) -> str:
     """File name of the partial index written by part ``part`` of ``count``."""
     return f"index.part-{part:05d}-of-{count:05d}.json"
@@ -397,4 +409,6 @@ def merge_indexes(parts: Iterable[DatasetIndex]) -> DatasetIndex:
         if len(p.shards):
             schema = merge_schema(schema, p.fields, f"part {info.index}")
     shards = ShardTable.concat([p.shards for p in parts])
-    return DatasetIndex(schema or {}, shards, pack, metadata=metadata)
+    plans = [p.plan for p in parts]
+    plan = None if None in plans else sum_digests(plans)  # type: ignore[arg-type]
+    return DatasetIndex(schema or {}, shards, pack, metadata=metadata, plan=plan)

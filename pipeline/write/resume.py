@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from ..format.errors import FormatError, ShardError
-from ..format.index import DatasetIndex, Schema, ShardInfo
+from ..format.index import DatasetIndex, Schema, ShardInfo, sum_digests
 from ..format.scan import scan_shard
 from ..storage.destination import Destination, write_atomic
 from ..storage.indexes import load_index
@@ -91,11 +91,22 @@ def conforms(found: Schema, expected: Schema) -> bool:
     return True
 
 
+class FinishedElsewise(OutputExistsError):
+    """A resume found the index of a finished build of other rows than it plans: its input, or
+    the seed or size of its split, changed since (a split build stopped in its other split
+    writes such a finished split again)."""
+
+    def __init__(self, message: str, where: str) -> None:
+        super().__init__(message)
+        self.where = where
+
+
 def finished_index(target: Destination, index_name: str, planned: list[tuple[str, int]],
-                   pack: int, metadata: dict) -> DatasetIndex | None:
+                   pack: int, metadata: dict, plan: dict[str, str]) -> DatasetIndex | None:
     """The index of a build that already completed this plan (``(shard name, samples)`` per
-    shard, and the source's ``metadata``), ``None`` when there is no index. An index of another
-    plan is not replaced: one whose class list differs would number labels by another list."""
+    shard, the source's ``metadata``, and the digests of the shards' rows), ``None`` when there
+    is no index. An index of another plan is not replaced: one whose class list differs would
+    number labels by another list (:class:`FinishedElsewise` where the index keeps a plan)."""
     if not target.exists(index_name):
         return None
     url = target.url(index_name)
@@ -104,13 +115,20 @@ def finished_index(target: Destination, index_name: str, planned: list[tuple[str
     except FormatError as exc:
         raise OutputExistsError(f"{url} cannot be read ({exc}); pass overwrite=True (--overwrite) "
                                 f"to replace it") from None
+
+    def refusal(message: str) -> OutputExistsError:  # (an index of an older version keeps no plan)
+        return OutputExistsError(message) if index.plan is None else FinishedElsewise(message, url)
     if index.pack != pack or [(s.url, s.samples) for s in index.shards] != planned:
-        raise OutputExistsError(f"{url} is the index of a finished build with other shards than this one "
-                                f"plans; pass overwrite=True (--overwrite) to replace it")
+        raise refusal(f"{url} is the index of a finished build with other shards than this one plans; pass "
+                      f"overwrite=True (--overwrite) to replace it")
     if index.metadata != metadata:
-        raise OutputExistsError(f"{url} is the index of a finished build whose source has changed since: it holds "
-                                f"{index.metadata}, this build {metadata} (labels numbered by another list?); pass "
-                                f"overwrite=True (--overwrite) to build it again")
+        raise refusal(f"{url} is the index of a finished build whose source has changed since: it holds "
+                      f"{index.metadata}, this build {metadata} (labels numbered by another list?); pass "
+                      f"overwrite=True (--overwrite) to build it again")
+    if index.plan is not None and index.plan != plan_digest(plan):
+        raise refusal(f"{url} is the index of a finished build of other rows than this one plans (its input, or the "
+                      f"seed or size of its split, changed since); pass overwrite=True (--overwrite) to build it "
+                      f"again")
     return index
 
 
@@ -126,13 +144,21 @@ def shard_plan(source: Source, bounds: list[int], numbers: range, names: list[st
     return plan
 
 
+def plan_digest(plan: dict[str, str]) -> str:
+    """One digest of a whole plan, saved in the index (:attr:`DatasetIndex.plan`), so that a
+    resume that finds a finished build can tell whether it holds the rows this one plans."""
+    return sum_digests(hashlib.sha256(f"{name}:{rows}".encode()).hexdigest()[:32] for name, rows in plan.items())
+
+
 def _plan_path(target: Destination, index_name: str) -> Path:
     return target.staging / f".{Path(index_name).stem}.plan.json"
 
 
 def record_plan(target: Destination, index_name: str, plan: dict[str, str]) -> None:
     """Keep the plan of a build that starts, beside where its index will be, until that index is
-    written (:func:`forget_plan`)."""
+    written (:func:`forget_plan`). An empty plan marks every file under the shard names as no
+    shard of this build: a build that replaces another records it before it deletes anything,
+    so that a resume after a kill part way through writes them all again."""
     write_atomic(_plan_path(target, index_name), lambda out: out.write(json.dumps(plan).encode()))
 
 
@@ -144,16 +170,23 @@ def forget_plan(target: Destination, index_name: str) -> None:
         left.unlink(missing_ok=True)
 
 
-def drop_changed_shards(target: Destination, index_name: str, plan: dict[str, str]) -> list[str]:
+def drop_changed_shards(target: Destination, index_name: str, plan: dict[str, str]) -> str | None:
     """Delete the finished shards a stopped build planned other rows for than ``plan`` does (its
-    source changed since: a file removed shifts every row after it), so that they are written
-    again, not kept; their names. (A stopped build of an older version kept no plan: its shards
-    are kept as before, by their structure alone.)"""
+    source changed since: a file removed shifts every row after it; or it was replacing another
+    build, and recorded no rows yet), so that they are written again, not kept; say which, or
+    ``None`` when none. (A stopped build of an older version kept no plan: its shards are kept
+    as before, by their structure alone.)"""
     try:
         stopped = json.loads(_plan_path(target, index_name).read_text())
     except (FileNotFoundError, ValueError):
-        return []
+        return None
     changed = [name for name, rows in plan.items() if stopped.get(name) != rows and (target.staging / name).exists()]
     for name in changed:
         (target.staging / name).unlink()
-    return changed
+    if not changed:
+        return None
+    if not stopped:
+        return (f"writing again {len(changed)} shards ({changed[0]}, ...) of the build that the stopped run was "
+                f"replacing")
+    return (f"writing again {len(changed)} finished shards whose rows changed since the stopped run "
+            f"({changed[0]}, ...): its source changed")

@@ -57,6 +57,7 @@ from .resume import (
     finished_index,
     forget_plan,
     kept_shard,
+    plan_digest,
     record_plan,
     reference_schema,
     shard_plan,
@@ -297,25 +298,27 @@ def build_shards(
         numbers = range(total) if part is None else part.shard_range(total)
         index_name = INDEX_NAME if part is None else part_index_name(part.index, part.count)
         names = [shard_name(prefix, n) for n in numbers]
+        plan = shard_plan(source, bounds, numbers, names)
         if resume:
             planned = [(name, bounds[n + 1] - bounds[n]) for name, n in zip(names, numbers)]
-            done = finished_index(target, index_name, planned, pack, metadata)
+            done = finished_index(target, index_name, planned, pack, metadata, plan)
             if done is not None:  # a run killed after its index still leaves temporary files
                 remove_temporary_files(target, names, index_name)
                 forget_plan(target, index_name)
                 _say(quiet, f"{target.url(index_name)} is already complete ({len(planned)} shards); nothing to resume")
                 return done
         resumable = scheme(os.fspath(out_dir)) == "file"  # (a remote build cannot resume: no plan to keep)
+        if overwrite and resumable:  # before anything goes: what a kill leaves is then no finished shard of ours
+            target.prepare()
+            record_plan(target, index_name, {})
         clear_child_sets(target, overwrite)
         old_shards = prepare_output(target, overwrite, index_name, resumable=resumable)
         replaced = clear_other_indexes(target, index_name, overwrite, resuming=resume)
-        plan = shard_plan(source, bounds, numbers, names) if resumable else {}
         if resume:
             refuse_foreign_shards(target, names)
-            changed = drop_changed_shards(target, index_name, plan)
-            if changed:
-                _say(quiet, f"writing again {len(changed)} finished shards whose rows changed since the stopped run "
-                            f"({changed[0]}, ...): its source changed")
+            dropped = drop_changed_shards(target, index_name, plan)
+            if dropped:
+                _say(quiet, dropped)
         else:
             clear_planned_shards(target, prefix, names, overwrite, resumable=resumable)
         if resumable:
@@ -329,7 +332,8 @@ def build_shards(
             results = run_tasks(tasks, pool.executor, progress)
         schema = _merged_schema(results, target, progress, source)
         part_info = None if part is None else PartInfo(part.index, part.count, total)
-        index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata)
+        index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata,
+                             plan=plan_digest(plan))
         where = save_index(target, index, index_name)
         if resumable:
             forget_plan(target, index_name)

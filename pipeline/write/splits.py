@@ -9,15 +9,17 @@ keep their source order within a split, so that reads stay sequential.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..format.index import DatasetIndex
+from ..format.index import INDEX_NAME, DatasetIndex
 from ..format.numbers import is_whole
 from ..storage import join
 from ..storage.destination import destination
 from .output import clear_split_parent
+from .resume import FinishedElsewise
 from .rows import RowBlock
 from .run import build_shards
 from .source import Source, advise_pack, greedy_bounds
@@ -162,9 +164,25 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
     parent = destination(out_dir)
     try:
         clear_split_parent(parent, list(sources), bool(options.get("overwrite")))
+        stopped = bool(options.get("resume")) and not all(parent.exists(f"{name}/{INDEX_NAME}") for name in sources)
     finally:
         parent.close()
-    indexes = {name: build_shards(source, join(os.fspath(out_dir), name), name, **options)
+    indexes = {name: _build_split(source, join(os.fspath(out_dir), name), name, stopped, options)
                for name, source in sources.items()}
     advise_pack(options, [(sources[name], index) for name, index in indexes.items()])
     return indexes
+
+
+def _build_split(source: Source, out_dir: str, name: str, stopped: bool, options: dict[str, Any]) -> DatasetIndex:
+    """One split of a split build. Where the build stopped in another split (``stopped``), a
+    split it finished under other inputs (the one file an error asked to remove from the other
+    split renumbers the rows of both) is part of the same stopped build: written again."""
+    try:
+        return build_shards(source, out_dir, name, **options)
+    except FinishedElsewise as exc:
+        if not stopped:
+            raise
+        if not options.get("quiet"):
+            print(f"{exc.where}: a split the stopped build finished, of other rows than this one plans (an "
+                  f"input, or the seed or size of the split, changed since): writing it again", file=sys.stderr)
+        return build_shards(source, out_dir, name, **{**options, "resume": False, "overwrite": True})

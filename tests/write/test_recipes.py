@@ -263,9 +263,10 @@ def test_a_split_name_that_cannot_name_a_folder_is_named_as_the_partitions_split
     assert not (tmp_path / "out").exists()
 
 
-def test_a_resume_whose_labels_were_renumbered_refuses_to_keep_a_finished_split(tmp_path: Path) -> None:
+def test_a_resume_whose_labels_were_renumbered_writes_the_finished_split_again(tmp_path: Path, capsys) -> None:
     """The training split finished, a validation file stopped the build; mended, and a label
-    renamed to a class that sorts first: the finished split's labels are of the old list."""
+    renamed to a class that sorts first: the finished split's labels are of the old list, so
+    the resume writes it again (a finished set alone, with no split stopped, is refused)."""
     ids = [f"s{n}" for n in range(8)]
     make_pt_files(tmp_path / "data", ids)
     (tmp_path / "data" / "s7.pt").write_bytes(b"not a torch file")
@@ -276,14 +277,21 @@ def test_a_resume_whose_labels_were_renumbered_refuses_to_keep_a_finished_split(
     assert pipeline.load_index(tmp_path / "out" / "train").metadata == {"classes": ["bird", "cat", "dog"]}
     make_pt_files(tmp_path / "data", ids)
     labels["s7"] = "ant"
+    indexes = pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", resume=True)
+    assert (f"{tmp_path / 'out' / 'train' / 'index.json'}: a split the stopped build finished, of other rows than "
+            f"this one plans") in capsys.readouterr().err
+    assert indexes["train"].metadata == indexes["validation"].metadata == {"classes": ["ant", "bird", "cat", "dog"]}
+    pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "fresh", quiet=True)
+    for split in ("train", "validation"):
+        assert (tmp_path / "out" / split / f"{split}-000000.tar").read_bytes() == \
+            (tmp_path / "fresh" / split / f"{split}-000000.tar").read_bytes()
+    labels["s0"] = "ape"
     with pytest.raises(pipeline.OutputExistsError, match=re.escape(
             f"{tmp_path / 'out' / 'train' / 'index.json'} is the index of a finished build whose source has changed "
-            f"since: it holds {{'classes': ['bird', 'cat', 'dog']}}, this build {{'classes': ['ant', 'bird', 'cat', "
-            f"'dog']}} (labels numbered by another list?); pass overwrite=True (--overwrite) to build it again")):
+            f"since: it holds {{'classes': ['ant', 'bird', 'cat', 'dog']}}, this build {{'classes': ['ant', 'ape', "
+            f"'bird', 'cat', 'dog']}} (labels numbered by another list?); pass overwrite=True (--overwrite) to build "
+            f"it again")):
         pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", resume=True, quiet=True)
-    indexes = pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", overwrite=True,
-                                          quiet=True)
-    assert indexes["train"].metadata == indexes["validation"].metadata == {"classes": ["ant", "bird", "cat", "dog"]}
 
 
 def test_labels_that_are_gaps_twice_given_or_pickled_are_refused_and_ints_beside_floats_are_floats(
