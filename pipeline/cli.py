@@ -17,7 +17,7 @@ from .check.set_locations import sets_named
 from .check.verify import NOTE, check_set
 from .cli_build_end import BuildEnd
 from .cli_tune import add_tune_arguments
-from .format.errors import FormatError
+from .format.errors import FormatError, InputChanged
 from .format.verify import Problem
 from .interrupts import reliable_ctrl_c
 from .write.api import build_folder, build_imagefolder, build_joblib, build_npz, build_sample_files, write_shards
@@ -354,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except (FormatError, OSError, ValueError, ImportError) as exc:
-        print(f"error: {exc}{build_end.after_failure()}", file=sys.stderr)
+        print(f"error: {exc}{'' if isinstance(exc, InputChanged) else build_end.after_failure()}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"interrupted{build_end.after_interrupt()}", file=sys.stderr)

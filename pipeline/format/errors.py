@@ -59,6 +59,10 @@ class SampleError(FormatError, ValueError):
     """A sample cannot be encoded (unsupported type, bad field name) or decoded."""
 
 
+class InputChanged(SampleError):
+    """An input file changed while a build read it: the shards it finished hold rows of the old
+    version, which a resume would keep, so the build starts again (``--overwrite``)."""
+
 
 def unloadable(path: object, loader: str, detail: str) -> SampleError:
     """The error for a file another library could not load (a build's input): its name, the

@@ -96,9 +96,9 @@ def test_cli_part_builds_and_merge_index(tmp_path: Path, npy_inputs) -> None:
 def test_a_failing_task_in_a_pool_fails_the_build_without_an_index(tmp_path: Path) -> None:
     x = tmp_path / "x.npy"
     np.save(x, np.zeros((4000, 100), np.float32))
-    source = pipeline.ArraySource({"x": x})
-    with open(x, "r+b") as f:  # cut the file after the header was read: later rows are missing
+    with open(x, "r+b") as f:  # cut the file after its header: later rows are missing
         f.truncate(200_000)
+    source = pipeline.ArraySource({"x": x})
     with pytest.raises(pipeline.SampleError, match=r"x\.npy: file ends at byte \d+, the array needs bytes up to \d+"):
         pipeline.build_shards(source, tmp_path / "out", shard_bytes=64 << 10, workers=2, quiet=True)
     assert not (tmp_path / "out" / "index.json").exists()
