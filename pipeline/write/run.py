@@ -62,9 +62,9 @@ from .resume import (
     reference_schema,
     shard_plan,
 )
-from .rows import RowBlock, encode_records
+from .rows import encode_records
 from .shard_file import ShardFile
-from .source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES, Source, resolve_pack
+from .source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES, Source, read_rows, resolve_pack
 
 _CHUNK_BYTES = 16 << 20
 #: About how many bytes one task of a build with workers writes (there are at least 4 tasks a
@@ -113,7 +113,8 @@ def write_shard(run: ShardRun, i: int, on_rows: Callable[[int], None] | None = N
     with ShardFile(run.destination.staging / name, name) as shard:
         for chunk_start in range(start, stop, run.chunk_rows):
             first = run.first_index + chunk_start
-            block = _read_rows(run.window, chunk_start, min(chunk_start + run.chunk_rows, stop), first, name)
+            block = read_rows(run.window, chunk_start, min(chunk_start + run.chunk_rows, stop), first,
+                              f"for shard {name}")
             where = f"{run.window.description} shard {name}"
             schema = merge_schema(schema, block.schema(first, schema, varied), where, error=SampleError)
             layout = fixed_layout(block, run.pack)
@@ -128,17 +129,6 @@ def write_shard(run: ShardRun, i: int, on_rows: Callable[[int], None] | None = N
         info = shard.commit()
     run.destination.publish(name)
     return ShardResult(info, schema or {}, varied={field: f"{note} in {name}" for field, note in varied.items()})
-
-
-def _read_rows(source: Source, start: int, stop: int, first: int, shard: str) -> RowBlock:
-    """Rows ``[start, stop)`` of ``source``, which must give that many: the plan counted on them,
-    and a read that gave fewer (or more) would leave rows out of the set (or add others) unsaid."""
-    block = source.read(start, stop)
-    if len(block) != stop - start:
-        raise SampleError(f"{source.description}: asked for {stop - start} rows (samples {first} to "
-                          f"{first + stop - start - 1}, for shard {shard}), read() gave {len(block)}: a Source's "
-                          f"read(start, stop) returns stop - start rows, and __len__ counts every row it can read")
-    return block
 
 
 def write_run(run: ShardRun, on_shard: Callable[[ShardResult], None] | None = None,

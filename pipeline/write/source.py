@@ -14,6 +14,7 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Mapping, Sequence
 
+from ..format.errors import SampleError
 from ..format.index import DatasetIndex
 from ..format.tar import BLOCK, END_OF_ARCHIVE, member_bytes
 from .rows import RowBlock, encode_records
@@ -143,12 +144,24 @@ def uniform_bounds(rows: int, samples_per_shard: int) -> list[int]:
     return bounds if rows else [0]
 
 
+def read_rows(source: Source, start: int, stop: int, first: int, why: str) -> RowBlock:
+    """Rows ``[start, stop)`` of ``source`` (samples ``first`` on of the set, ``why`` they are
+    read), which must give that many: the plan counted on them, and a read that gave fewer (or
+    more) would leave rows out of the set (or add others) unsaid."""
+    block = source.read(start, stop)
+    if len(block) != stop - start:
+        raise SampleError(f"{source.description}: asked for {stop - start} rows (samples {first} to "
+                          f"{first + stop - start - 1}, {why}), read() gave {len(block)}: a Source's "
+                          f"read(start, stop) returns stop - start rows, and __len__ counts every row it can read")
+    return block
+
+
 def samples_per_shard_for(source: Source, shard_samples: int | None, shard_bytes: int | None,
                           pack: int) -> int:
     """Samples per shard for a source of fixed-size rows: encode one record to learn its size."""
     if not shard_bytes:
         return shard_samples or max(len(source), 1)
-    sample = source.read(0, min(pack, len(source)))
+    sample = read_rows(source, 0, min(pack, len(source)), 0, "read first, to size the shards")
     _, parts, rows = next(encode_records(sample, 0, pack))
     records = max((shard_bytes - len(END_OF_ARCHIVE)) // member_bytes(sum(map(len, parts))), 1)
     per_shard = records * rows

@@ -203,3 +203,19 @@ def test_a_source_whose_read_gives_other_than_the_rows_asked_is_refused(tmp_path
             f"Source's read(start, stop) returns stop - start rows, and __len__ counts every row it can read")):
         pipeline.build_shards(_Miscounted(extra), tmp_path / "out", shard_samples=10, workers=2, quiet=True)
     assert not (tmp_path / "out" / "index.json").exists()
+
+
+class _EmptyFirstRead(pipeline.Source):
+    def __len__(self) -> int:
+        return 10
+
+    def read(self, start: int, stop: int) -> pipeline.RowBlock:
+        return pipeline.RowBlock({"i": np.arange(start, stop - 1)})
+
+
+def test_a_short_first_read_which_sizes_the_shards_is_refused_as_any_other(tmp_path: Path) -> None:
+    """It raised a bare StopIteration, which a map() or a generator around the build took for
+    its end: no error reached the caller."""
+    with pytest.raises(SampleError, match=re.escape(
+            "source: asked for 1 rows (samples 0 to 0, read first, to size the shards), read() gave 0")):
+        list(map(lambda source: pipeline.build_shards(source, tmp_path / "out", quiet=True), [_EmptyFirstRead()]))
