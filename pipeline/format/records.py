@@ -59,6 +59,7 @@ def iter_records(
                                            f"form: a shard holds samples only (leave it out: tar --delete -f SHARD "
                                            f"{member.name!r}; macOS's ._ files: make the tar with COPYFILE_DISABLE=1)",
                                            member.name)
+            ext = ext.lower()  # webdataset's fields: cat.JPG is a "jpg", as cat.jpg beside it
             if name_key == key:
                 if ext in members:
                     raise ShardError(url, member.offset, f"record {key!r} has two {ext!r} members")

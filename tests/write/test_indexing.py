@@ -4,10 +4,12 @@ byte of them changes, and they get every promise of the shards this library writ
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import subprocess
 import sys
+import tarfile
 import warnings
 from pathlib import Path
 
@@ -301,3 +303,31 @@ def test_shards_whose_field_changes_dtype_are_told_to_be_written_again_not_given
             "shards again with the values cast to one (shards of this library: build them again from your data with "
             "--dtype npy=float64 (dtypes=))")):
         pipeline.index_shards(tmp_path, quiet=True)
+
+
+def _tar_of(path: Path, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_extensions_are_fields_in_lower_case_as_webdataset_reads_them(tmp_path: Path) -> None:
+    """Samples of cat.jpg beside dog.JPG (a camera's, a Windows tool's): two optional fields,
+    "jpg" and "JPG", and the loader handed None for "jpg" in every other sample."""
+    folder = tmp_path / "set"
+    folder.mkdir()
+    _tar_of(folder / "w-000000.tar", [member for i, ext in enumerate(["jpg", "JPG", "Jpg", "jpg"])
+                                      for member in ((f"s{i}.{ext}", b"image %d" % i), (f"s{i}.CLS", b"%d" % i))])
+    expected = [sorted(k for k in sample if not k.startswith("__"))
+                for sample in wds.WebDataset(str(folder / "w-000000.tar"), shardshuffle=False)]
+    assert expected == [["cls", "jpg"]] * 4
+    index = pipeline.index_shards(folder, quiet=True)
+    assert {name: spec.optional for name, spec in index.fields.items()} == {"jpg": False, "cls": False}
+    for source in (folder, [str(folder / "w-000000.tar")]):  # indexed, and read without the index
+        batch = next(iter(pipeline.ShardDataset(source, batch_size=4, shuffle=False, allow_uneven=True)))
+        assert batch["jpg"] == [b"image %d" % i for i in range(4)] and batch["cls"].tolist() == [0, 1, 2, 3]
+    _tar_of(folder / "w-000000.tar", [("s0.jpg", b"a"), ("s0.JPG", b"b")])
+    with pytest.raises(ShardError, match="record 's0' has two 'jpg' members"):
+        pipeline.index_shards(folder, overwrite=True, quiet=True)
