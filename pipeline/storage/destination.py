@@ -108,8 +108,30 @@ class Destination:
             return []
         return sorted(entry.name for entry in os.scandir(self.folder) if entry.is_dir())
 
+    def hold(self, shared: bool = False) -> bool:
+        """Lock the folder against other builds until :meth:`close` (``shared``: against whole
+        builds only, for the parts of one build, which write beside each other); ``False`` when
+        another build holds it. The lock is the folder's own (``flock``), so it goes with the
+        process however it ends, and leaves no file behind."""
+        self.prepare()
+        held = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(held, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(held)
+            return False
+        self._folder_lock = held
+        return True
+
     def close(self) -> None:
-        """Release what the destination holds (the staging folder of a remote one)."""
+        """Release what the destination holds (its folder's lock; the staging folder of a remote
+        one)."""
+        held, self._folder_lock = getattr(self, "_folder_lock", None), None
+        if held is not None:
+            os.close(held)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_folder_lock": None}  # (workers write under the lock of the build that sent them)
 
 
 _HELD = ".held"  # in a staging folder: locked by the build that made it for as long as it runs
@@ -203,6 +225,9 @@ class S3Destination(Destination):
 
     def subfolders(self) -> list[str]:
         return []
+
+    def hold(self, shared: bool = False) -> bool:
+        return True  # (S3 has no lock to take: two builds of one prefix are the user's to avoid)
 
     def close(self) -> None:
         if self._staging is not None:

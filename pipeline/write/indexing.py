@@ -27,7 +27,7 @@ from ..storage import is_remote, join, open_stream, parent, redact, scheme
 from ..storage.destination import destination
 from ..storage.opener import local_path
 from .engines import check_engine, open_workers
-from .output import OutputExistsError, save_index
+from .output import OutputExistsError, hold_output, save_index
 from .progress import BuildProgress
 
 
@@ -176,7 +176,7 @@ def index_shards(
                          f"with --output (it may name shards by their URLs)")
     target = destination(folder)
     try:
-        target.prepare()
+        hold_output(target)
         if target.exists(name) and not overwrite:
             raise OutputExistsError(f"{target.url(name)} already exists; pass overwrite=True (--overwrite) to replace it")
         progress = BuildProgress(None, f"indexing {len(urls)} shards", quiet, verb="indexed")

@@ -47,6 +47,15 @@ def _shard_names(prefix: str) -> re.Pattern[str]:
     return re.compile(rf"{re.escape(prefix)}-\d{{6}}\.tar")
 
 
+def hold_output(target: Destination, part: bool = False) -> None:
+    """Refuse to write where another build is writing now (a local folder's lock, held until the
+    destination is closed; parts of one build, ``part``, write beside each other): the two would
+    delete each other's files, and one's index name the other's shards."""
+    if not target.hold(shared=part):
+        others = "a build of the whole set" if part else "another build"
+        raise OutputExistsError(f"{target} is being written by {others} now: wait for it to end, or write elsewhere")
+
+
 def prepare_output(destination: Destination, overwrite: bool, index_name: str = INDEX_NAME,
                    resumable: bool = False) -> list[str]:
     """Make the destination ready; refuse an existing index unless ``overwrite`` (and say that

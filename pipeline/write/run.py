@@ -41,6 +41,7 @@ from .output import (
     clear_child_sets,
     clear_other_indexes,
     clear_planned_shards,
+    hold_output,
     prepare_output,
     refuse_foreign_shards,
     remove_stale_shards,
@@ -289,6 +290,7 @@ def build_shards(
         index_name = INDEX_NAME if part is None else part_index_name(part.index, part.count)
         names = [shard_name(prefix, n) for n in numbers]
         plan = shard_plan(source, bounds, numbers, names)
+        hold_output(target, part is not None)
         if resume:
             planned = [(name, bounds[n + 1] - bounds[n]) for name, n in zip(names, numbers)]
             done = finished_index(target, index_name, planned, pack, metadata, plan)

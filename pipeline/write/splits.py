@@ -18,7 +18,7 @@ from ..format.index import INDEX_NAME, DatasetIndex
 from ..format.numbers import is_whole
 from ..storage import join
 from ..storage.destination import destination
-from .output import clear_split_parent
+from .output import clear_split_parent, hold_output
 from .resume import FinishedElsewise
 from .rows import RowBlock
 from .run import build_shards
@@ -163,12 +163,13 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
     after refusing (or with ``overwrite``, removing) a shard set in ``out_dir`` itself."""
     parent = destination(out_dir)
     try:
+        hold_output(parent, options.get("part") is not None)  # (each split's folder is held by its build too)
         clear_split_parent(parent, list(sources), bool(options.get("overwrite")))
         stopped = bool(options.get("resume")) and not all(parent.exists(f"{name}/{INDEX_NAME}") for name in sources)
+        indexes = {name: _build_split(source, join(os.fspath(out_dir), name), name, stopped, options)
+                   for name, source in sources.items()}
     finally:
         parent.close()
-    indexes = {name: _build_split(source, join(os.fspath(out_dir), name), name, stopped, options)
-               for name, source in sources.items()}
     advise_pack(options, [(sources[name], index) for name, index in indexes.items()])
     return indexes
 

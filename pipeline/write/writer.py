@@ -32,6 +32,7 @@ from .output import (
     clear_child_sets,
     clear_other_indexes,
     clear_planned_shards,
+    hold_output,
     prepare_output,
     remove_stale_shards,
     remove_unplanned_shards,
@@ -76,10 +77,15 @@ class ShardWriter:
         self.shard_bytes = shard_bytes
         self.pack = pack
         self.overwrite = overwrite
-        clear_child_sets(self.destination, overwrite)
-        self._old_shards = prepare_output(self.destination, overwrite)
-        self._old_shards += clear_other_indexes(self.destination, INDEX_NAME, overwrite)
-        clear_planned_shards(self.destination, self.prefix, None, overwrite)
+        try:
+            hold_output(self.destination)
+            clear_child_sets(self.destination, overwrite)
+            self._old_shards = prepare_output(self.destination, overwrite)
+            self._old_shards += clear_other_indexes(self.destination, INDEX_NAME, overwrite)
+            clear_planned_shards(self.destination, self.prefix, None, overwrite)
+        except BaseException:
+            self.destination.close()
+            raise
         self._shard: ShardFile | None = None
         self._shards: list[ShardInfo] = []
         self._schema: Schema | None = None
