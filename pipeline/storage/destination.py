@@ -8,6 +8,7 @@ local copy removed. The index is written last, so it never names a shard that is
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -26,6 +27,15 @@ from .retry import RetryPolicy
 T = TypeVar("T")
 
 
+def write_error(exc: OSError, path: Path) -> OSError:
+    """``exc``, a write's error, naming the file it was writing (a full disk's names none) and,
+    for a full disk, what to do."""
+    if exc.filename is not None or exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        return exc  # (a read's error, a SourceError, is the input's)
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return OSError(exc.errno, f"{exc.strerror}, writing {path}{': free space there, or write elsewhere' if full else ''}")
+
+
 def write_atomic(path: Path, fill: Callable[[BinaryIO], T]) -> T:
     """Write a file through a temporary name, fsync and rename, so that readers see the old
     file or the whole new one, never a part."""
@@ -36,6 +46,8 @@ def write_atomic(path: Path, fill: Callable[[BinaryIO], T]) -> T:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        raise write_error(exc, path) from None
     finally:
         tmp.unlink(missing_ok=True)
     fd = os.open(path.parent, os.O_RDONLY)

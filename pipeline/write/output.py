@@ -268,5 +268,10 @@ def save_index(destination: Destination, index: DatasetIndex, name: str = INDEX_
     return the index's URL."""
     table_name = table_name_for(name)
     size, sha256 = destination.write_file(table_name, lambda out: write_table(out, index.shards))
-    destination.write_json(name, index.to_json(TableFile(table_name, size, sha256)))
+    try:
+        destination.write_json(name, index.to_json(TableFile(table_name, size, sha256)))
+    except BaseException:  # (a full disk): no table is left without its index
+        with contextlib.suppress(Exception):
+            destination.delete(table_name)
+        raise
     return destination.url(name)

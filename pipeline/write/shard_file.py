@@ -24,6 +24,7 @@ import numpy as np
 
 from ..format.shard_table import ShardInfo, record_checksum
 from ..format.tar import BLOCK, END_OF_ARCHIVE, member_header, padding
+from ..storage.destination import write_error
 
 Buffer = bytes | memoryview
 
@@ -181,3 +182,5 @@ class ShardFile:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+            if isinstance(exc, OSError) and write_error(exc, self.path) is not exc:
+                raise write_error(exc, self.path) from None

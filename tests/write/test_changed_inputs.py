@@ -73,3 +73,4 @@ def test_an_array_file_left_as_it_is_builds(tmp_path: Path) -> None:
     pipeline.write_shards(tmp_path / "out", {"x": pipeline.open_npy(tmp_path / "x.npy")}, shard_samples=100,
                           workers=2, quiet=True)
     assert pipeline.load_index(tmp_path / "out").samples == 1000 and pipeline.verify(tmp_path / "out") == []
+
