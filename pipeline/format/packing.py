@@ -37,6 +37,7 @@ def stack_column(name: str, values: Sequence[Any], keys: Sequence[str]) -> Any:
             return list(values)
         return np.array(values, dtype=_PYTHON_NUMBERS[type(first)])  # ints: checked to fit (RowBlock.schema)
     if isinstance(first, (np.ndarray, np.generic)) or _is_tensor(first):
+        refuse_unpackable({name: values}, keys)
         arrays = [np.asarray(_as_numpy(v)) for v in values]
         shape = arrays[0].shape
         for key, arr in zip(keys, arrays):
@@ -53,14 +54,22 @@ def _is_tensor(value: Any) -> bool:
     return type(value).__module__ == "torch" and type(value).__name__ in ("Tensor", "Parameter")
 
 
-def _as_numpy(value: Any) -> Any:
-    if _is_tensor(value):
-        import torch
+def refuse_unpackable(columns: Mapping[str, Any], keys: Sequence[str]) -> None:
+    """Raise, naming the sample and field, for a ``bfloat16`` tensor among the values of
+    ``columns`` (lists; arrays are NumPy's, so have none), which a packed record cannot hold:
+    NumPy, which stacks a record's samples, has no bfloat16."""
+    for name, values in columns.items():
+        if isinstance(values, np.ndarray):
+            continue
+        for key, value in zip(keys, values):
+            if _is_tensor(value) and str(value.dtype) == "torch.bfloat16":
+                raise SampleError(f"sample {key!r}, field {name!r}: a bfloat16 tensor, which a packed record cannot "
+                                  f"hold (NumPy, which stacks a record's samples, has no bfloat16): write with pack=1 "
+                                  f"(--pack 1), or as float32 (tensor.float())")
 
-        if value.dtype == torch.bfloat16:
-            raise SampleError("bfloat16 tensors cannot be packed (NumPy has no bfloat16); use pack=1")
-        return value.detach().cpu().numpy()
-    return value
+
+def _as_numpy(value: Any) -> Any:
+    return value.detach().cpu().numpy() if _is_tensor(value) else value
 
 
 def packed_fields(columns: Mapping[str, Any], rows: int, keys: Sequence[str] | None) -> dict[str, Any]:

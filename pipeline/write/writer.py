@@ -24,6 +24,7 @@ import numpy as np
 
 from ..format.errors import FormatError, SampleError
 from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
+from ..format.packing import refuse_unpackable
 from ..format.tar import END_OF_ARCHIVE, member_bytes
 from ..storage.destination import destination
 from .fixed_records import FixedLayout, build_records, fixed_layout
@@ -165,6 +166,9 @@ class ShardWriter:
             raise RuntimeError("ShardWriter is closed")
         pending, rows, written, keyed = len(self._pending), self._pending_rows, self._next_index, self._seen_keys
         added: list[str] = []
+        if self.pack > 1:  # (else the record of it would fail to pack at every later write, and at close)
+            first = self._next_index + self._pending_rows
+            refuse_unpackable(block.columns, block.keys or [f"{first + i:012d}" for i in range(len(block))])
         try:
             self._track_keys(block, added)
             self._pending.append(block)

@@ -56,7 +56,17 @@ def test_bfloat16_rows_split_and_cast_like_other_arrays(tmp_path: Path) -> None:
     assert np.stack(read_back(tmp_path / "f32")[1]["t"]).tobytes() == t.float().numpy().tobytes()
 
 
-def test_bfloat16_cannot_be_packed(tmp_path: Path) -> None:
-    with pytest.raises(SampleError, match=r"^bfloat16 tensors cannot be packed \(NumPy has no bfloat16\); use "
-                                          r"pack=1$"):
+def test_bfloat16_cannot_be_packed_and_a_writer_refuses_it_before_taking_it(tmp_path: Path) -> None:
+    """A ShardWriter took the first such sample, then failed every later write and its close to
+    pack it: no index could be written; the error named no field."""
+    refusal = (r"^sample '000000000000', field 't': a bfloat16 tensor, which a packed record cannot hold \(NumPy, "
+               r"which stacks a record's samples, has no bfloat16\): write with pack=1 \(--pack 1\), or as "
+               r"float32 \(tensor.float\(\)\)$")
+    with pytest.raises(SampleError, match=refusal):
         pipeline.write_shards(tmp_path / "out", {"t": torch.ones(8, dtype=torch.bfloat16)}, pack=4, quiet=True)
+    with pipeline.ShardWriter(tmp_path / "writer", pack=2) as writer:
+        with pytest.raises(SampleError, match=refusal):
+            writer.write({"t": torch.ones(2, dtype=torch.bfloat16)})
+        for value in range(3):
+            writer.write({"t": torch.full((2,), float(value))})
+    assert [row.tolist() for row in read_back(tmp_path / "writer")[1]["t"]] == [[0.0] * 2, [1.0] * 2, [2.0] * 2]
