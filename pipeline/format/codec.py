@@ -38,6 +38,7 @@ from .msgpack_walk import (
     field_name,
     object_end,
 )
+from .numbers import outside_int64
 
 _PAYLOAD_VERSION = 2
 _ALIGN = 16
@@ -253,6 +254,10 @@ def encode_sample(sample: Mapping[str, Any], key: str = "?") -> bytes:
         raise SampleError(f"record {key!r}: a sample must be a mapping of field -> value, "
                           f"got {type(sample).__name__}")
     check_field_names(sample, key)
+    for name, value in sample.items():
+        if outside_int64(value):
+            raise SampleError(f"record {key!r}, field {name!r}: {value} does not fit int64, the integers of a "
+                              f"batch's tensor; store it as np.uint64 (an ID under 2**64) or as str")
     return encode_fields(sample, key)
 
 

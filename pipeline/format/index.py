@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from .errors import FormatError, IndexFormatError, SampleError
+from .numbers import outside_int64
 from .shard_names import ShardNames
 from .shard_table import ShardInfo, ShardTable, read_table
 
@@ -78,6 +79,8 @@ def spec_of(value: Any, packed: bool = False) -> FieldSpec:
     else:
         if packed and isinstance(value, list) and value:
             value = value[0]
+        if outside_int64(value):  # (another tool's .cls of 2**63): no tensor holds it, so every batch a list
+            return FieldSpec("any", None)
         return FieldSpec(type(value).__name__, None)
     return FieldSpec(dtype, shape[1:] if packed else shape)
 

@@ -13,6 +13,11 @@ import numpy as np
 _EXACT_IN_FLOAT64 = 1 << 53
 
 
+def outside_int64(value: Any) -> bool:
+    """Whether ``value`` is a Python ``int`` that int64, the integers of a batch's tensor, cannot hold."""
+    return type(value) is int and not -(1 << 63) <= value < (1 << 63)
+
+
 def is_whole(value: Any) -> bool:
     """Whether ``value`` is an integer, Python's or NumPy's, and not a bool (which Python counts
     as one): what an option that takes a count, a seed or a size accepts."""

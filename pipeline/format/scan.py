@@ -19,6 +19,7 @@ from .codec import KEYS_FIELD, ROWS_FIELD
 from .errors import IndexFormatError, SampleError, ShardError
 from .hashing import HashingReader
 from .index import FieldSpec, Schema, ShardInfo, merge_spec, spec_of
+from .numbers import outside_int64
 from .shard_table import record_checksum
 from .tar import END_OF_ARCHIVE
 from .walk import WalkedRecord, walk_shard
@@ -143,7 +144,8 @@ def _layout(fields: Mapping[str, Any], rows: int) -> tuple | None:
             continue
         if isinstance(value, list):
             return None
-        layout.append((name, type(value), getattr(value, "dtype", None), getattr(value, "shape", None)))
+        layout.append((name, type(value), getattr(value, "dtype", None), getattr(value, "shape", None),
+                       outside_int64(value)))  # (such an int makes the field's batches lists: see spec_of)
     return tuple(layout)
 
 

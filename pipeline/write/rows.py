@@ -18,6 +18,7 @@ import numpy as np
 from ..format.codec import check_dtype, check_field_names, encode_parts
 from ..format.errors import SampleError
 from ..format.index import FieldSpec, Schema, merge_spec, spec_of
+from ..format.numbers import outside_int64
 from ..format.packing import packed_fields, stack_column
 
 KEY_DIGITS = 12
@@ -178,7 +179,7 @@ class RowBlock:
                 schema[name] = self._merged(name, spec, spec_of(col, packed=True), 0, first, varied)
                 continue
             for i, value in enumerate(col):
-                if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+                if outside_int64(value):
                     raise SampleError(f"{self._where(i, first)}, field {name!r}: {value} does not fit int64, the integers of "
                                       f"a batch's tensor; write such values as an array of np.uint64 (if they are "
                                       f"IDs under 2**64) or str")
@@ -228,7 +229,6 @@ def _as_numpy_numbers(column: list, dtype: np.dtype) -> list:
     return [converted(value) for value in column]
 
 
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _value_bytes(value: Any) -> int:

@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from pipeline import SampleError, decode_record, encode_sample
 from pipeline.format.codec import NUMPY_EXT, _ext_hook, encode_parts
+from pipeline.format.numbers import outside_int64
 
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64"]
@@ -89,7 +90,8 @@ NATIVE = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1)
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text("abcé_", min_size=1, max_size=8).filter(lambda name: not name.startswith("__")),
-                       NATIVE, min_size=1, max_size=5))
+                       NATIVE, min_size=1, max_size=5).filter(  # (a field's own int must fit int64: see below)
+    lambda sample: not any(outside_int64(value) for value in sample.values())))
 def test_any_record_of_native_values_decodes_as_msgpack_decodes_it(sample: dict) -> None:
     assert roundtrip(sample) == msgpack.unpackb(encode_sample(sample, "k"), raw=False)
 
@@ -196,3 +198,14 @@ def test_dict_keys_the_reader_refuses_are_refused_when_written(value, bad: str) 
         encode_sample({"fine": 1, "meta": value}, key="sample-7")
     kept = {"meta": [{"é": {b"raw": [1, {"k": np.arange(3)}]}}] * 40}  # str and bytes keys, at any depth
     np.testing.assert_array_equal(roundtrip(kept)["meta"][39]["é"][b"raw"][1]["k"], np.arange(3))
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**64])
+def test_an_int_that_int64_cannot_hold_is_refused_as_a_shard_writer_refuses_it(value: int) -> None:
+    """2**63 went through (and came back), though a writer refuses it and the README says an int
+    must fit int64: read into batches, its field turned from tensors to lists part way."""
+    with pytest.raises(SampleError, match=re.escape(
+            f"record 'k', field 'y': {value} does not fit int64, the integers of a batch's tensor; store it as "
+            f"np.uint64 (an ID under 2**64) or as str")):
+        encode_sample({"y": value}, "k")
+    assert decode_record(encode_sample({"y": 2**63 - 1, "z": -(2**63)}))["y"] == 2**63 - 1

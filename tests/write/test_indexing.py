@@ -331,3 +331,14 @@ def test_extensions_are_fields_in_lower_case_as_webdataset_reads_them(tmp_path: 
     _tar_of(folder / "w-000000.tar", [("s0.jpg", b"a"), ("s0.JPG", b"b")])
     with pytest.raises(ShardError, match="record 's0' has two 'jpg' members"):
         pipeline.index_shards(folder, overwrite=True, quiet=True)
+
+
+def test_an_int_member_that_int64_cannot_hold_makes_its_field_lists_in_every_batch(tmp_path: Path) -> None:
+    """A .id of 2**63 among small ones: the index called the field "int", and its batches were a
+    tensor, then a list of NumPy scalars."""
+    folder = tmp_path / "set"
+    folder.mkdir()
+    _tar_of(folder / "w-000000.tar", [(f"k{i}.id", str(value).encode()) for i, value in enumerate([1, 2, 3, 2**63])])
+    assert pipeline.index_shards(folder, quiet=True).fields["id"].dtype == "any"
+    batches = [batch["id"] for batch in pipeline.ShardDataset(folder, batch_size=2, shuffle=False)]
+    assert batches == [[1, 2], [3, 2**63]]
