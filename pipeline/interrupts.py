@@ -52,17 +52,24 @@ def reliable_ctrl_c() -> Iterator[None]:
 
 
 @contextmanager
-def held_ctrl_c() -> Iterator[None]:
+def held_ctrl_c(second_at_once: bool = False) -> Iterator[None]:
     """Ctrl-C pressed while the block runs interrupts once it is done (in the main thread:
-    elsewhere no interrupt is raised, and nothing is changed). Where Ctrl-C is ignored it stays
-    so: processes started in the block (a pool's workers) inherit the ignoring through their
-    exec, not a handler, which exec would reset to the default."""
+    elsewhere no interrupt is raised, and nothing is changed); with ``second_at_once``, pressed
+    again, it interrupts at once (a block that may wait, for a worker that hangs). Where Ctrl-C
+    is ignored it stays so: processes started in the block (a pool's workers) inherit the
+    ignoring through their exec, not a handler, which exec would reset to the default."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield
         return
     pressed: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        if pressed and second_at_once:
+            pressed.clear()
+            raise KeyboardInterrupt
+        pressed.append(signum)
+    previous = signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:

@@ -51,3 +51,18 @@ def test_where_ctrl_c_is_ignored_a_held_step_leaves_it_ignored() -> None:
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_pressed_twice_in_a_step_held_for_a_wait_interrupts_at_once() -> None:
+    """A loader holds Ctrl-C while it starts its workers, which may hang: pressed again, it cuts."""
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with held_ctrl_c(second_at_once=True):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            steps.append("held once")
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            steps.append("held twice")
+    assert steps == ["held once"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..caller_warning import warn_caller
+from ..interrupts import held_ctrl_c
 from .batching import FinishedBatches, listed, split_message
 from .conversion import convert_keeping_tuples
 from .dataset import ShardDataset
@@ -32,6 +33,7 @@ from .workers import (
     WorkerError,
     exited_workers,
     is_worker_death,
+    owned_here,
     stop_workers,
     translate_worker_deaths,
     with_signals,
@@ -173,6 +175,8 @@ class ShardLoader(DataLoader):
             warn_caller(f"epoch {self._epoch} has no batch for rank {dataset.rank}: {dataset.samples} samples on "
                         f"{dataset.world_size} rank(s), batch_size={dataset.batch_size}, drop_last={dataset.drop_last}, "
                         f"remainder={dataset.remainder!r}")
+        if self._iterator is not None and not owned_here(self._iterator):  # a forked child's copy of the loader:
+            self._iterator = None  # the workers are its parent's, for it alone to use and stop
         if self._iterator is not None and (resumed or self._workers_resumed or not all(
                 w.is_alive() for w in getattr(self._iterator, "_workers", ()))):
             # persistent workers hold a copy of the dataset taken before this resume (or during
@@ -181,7 +185,13 @@ class ShardLoader(DataLoader):
         self._workers_resumed = resumed
         if self.num_workers and self._released is not None:
             self._released.fit(self.num_workers)
-        iterator = super().__iter__()
+        try:  # cut while it starts or resets its workers, an iterator is left broken (or its workers unknown)
+            with held_ctrl_c(second_at_once=True):
+                iterator = super().__iter__()
+        except BaseException:
+            if self._iterator is not None:
+                self._stop_workers(self._iterator)
+            raise
         if self.num_workers:
             translate_worker_deaths()
         failure, generation = None, self._generation
@@ -218,6 +228,9 @@ class ShardLoader(DataLoader):
             if death is None:
                 raise
             raise WorkerError(death) from exc
+        except BaseException:  # a Ctrl-C as it waited for a batch: the workers may hold the rest of a reset
+            self._stop_workers(iterator)  # or of a batch, which the next loop would take for its own
+            raise
         if failure is not None:
             self._stop_workers(iterator)
             failure.raise_error()

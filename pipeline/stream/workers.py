@@ -43,6 +43,7 @@ from __future__ import annotations
 import atexit
 import gc
 import multiprocessing.connection
+import os
 import re
 import signal
 import sys
@@ -168,9 +169,11 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     _running = _RUNNING
     _contexts = _CONTEXTS
     _finalizing = staticmethod(sys.is_finalizing)
+    _getpid = staticmethod(os.getpid)
 
     def __init__(self, loader: Any) -> None:
         self._abandon_reads = self._started = None
+        self._owner = os.getpid()
         self._forked = time.monotonic()
         check_socket_folder()
         if isinstance(loader.worker_init_fn, LoaderWorker):  # handed to the workers it starts
@@ -240,6 +243,8 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             f"gh-112275): keep such tensors alive, or use a Python with the fix. {WorkerError.advice}")
 
     def _shutdown_workers(self) -> None:
+        if self.__dict__.get("_owner", self._getpid()) != self._getpid():  # a forked child's copy: the
+            return  # events and queues it would set are its parent's
         try:
             # a worker waiting for a read that retries sees no shutdown; as the interpreter ends,
             # the Event's module is gone, and multiprocessing's exit handlers end the workers
@@ -251,6 +256,12 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             self._held_queues.pop(id(self), None)
             for worker in getattr(self, "_workers", ()):  # (not _workers(): module names may be gone by now)
                 self._contexts.pop(worker.pid, None)
+
+
+def owned_here(iterator: Any) -> bool:
+    """Whether ``iterator``'s workers are this process's (not a forked child's copy of its
+    parent's iterator, whose workers it must neither use nor stop)."""
+    return getattr(iterator, "_owner", os.getpid()) == os.getpid()
 
 
 class _HeldDeaths:

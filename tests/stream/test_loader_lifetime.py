@@ -62,6 +62,8 @@ def test_a_freed_loader_stops_its_workers_without_killing_them(shards: Path, tmp
         if how == "interrupted while waiting for a batch":
             with pytest.raises(KeyboardInterrupt):
                 loop.throw(KeyboardInterrupt)  # (Ctrl-C in the loader's wait ends its loop so)
+            assert started_since(before) == []  # and stops its workers, which may hold the rest of a batch
+            workers = []
         if freed_by == "a collection of its cycle":
             held = [loader, loop]
             held.append(held)
