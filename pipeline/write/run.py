@@ -65,7 +65,7 @@ from .resume import (
 )
 from .rows import encode_records
 from .shard_file import ShardFile
-from .source import DEFAULT_SHARD_BYTES, MIN_SHARD_BYTES, Source, read_rows, resolve_pack
+from .source import DEFAULT_SHARD_BYTES, Source, check_limits, read_rows, resolve_pack
 
 _CHUNK_BYTES = 16 << 20
 #: About how many bytes one task of a build with workers writes (there are at least 4 tasks a
@@ -342,17 +342,6 @@ def build_shards(
         if progress is not None:
             progress.abandon()
         target.close()
-
-
-def check_limits(shard_samples: int | None, shard_bytes: int | None, workers: int) -> None:
-    """Refuse limits that would make no shards or no workers (``None`` means no limit)."""
-    if shard_samples is not None and shard_samples < 1:
-        raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
-    if shard_bytes is not None and shard_bytes < MIN_SHARD_BYTES:
-        raise ValueError(f"shard_bytes must be at least {MIN_SHARD_BYTES} (a tar header and a record), got "
-                         f"{shard_bytes}; leave it out for no size limit")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1 (1 writes in this process), got {workers}")
 
 
 def _merged_schema(results: list[ShardResult], target: Destination, progress: BuildProgress,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import numbers
 import pickle
 import sys
 from abc import ABC, abstractmethod
@@ -142,6 +143,20 @@ def uniform_bounds(rows: int, samples_per_shard: int) -> list[int]:
     """Bounds for shards of equal sample counts (the last one shorter)."""
     bounds = list(range(0, rows, samples_per_shard)) + [rows]
     return bounds if rows else [0]
+
+
+def check_limits(shard_samples: int | None, shard_bytes: int | None, workers: int = 1) -> None:
+    """Refuse limits that would make no shards or no workers (``None`` means no limit), and
+    limits that are no whole numbers (``"1MB"``, ``2.5``), before they reach a comparison or a
+    slice that would fail with Python's words, not these."""
+    for name, value, least, what in (("shard_samples", shard_samples, 1, ""),
+                                     ("shard_bytes", shard_bytes, MIN_SHARD_BYTES, " (a tar header and a record)"),
+                                     ("workers", workers, 1, " (1 writes in this process)")):
+        if value is None and name != "workers":
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            hint = "; leave it out for no size limit" if name == "shard_bytes" else ""
+            raise ValueError(f"{name} must be a whole number >= {least}{what}, got {value!r}{hint}")
 
 
 def read_rows(source: Source, start: int, stop: int, first: int, why: str) -> RowBlock:

@@ -43,6 +43,7 @@ from .output import (
 from .progress import BuildProgress
 from .rows import RowBlock, check_key, encode_records
 from .shard_file import ShardFile
+from .source import check_limits
 from .sources.pandas_values import is_pandas, pandas_columns, pandas_values
 
 
@@ -68,10 +69,7 @@ class ShardWriter:
         if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
             auto = " ('auto' is a build's, which sees the samples' shapes before it writes)" if pack == "auto" else ""
             raise ValueError(f"ShardWriter's pack is the samples a record holds, an integer >= 1, got {pack!r}{auto}")
-        if shard_samples is not None and shard_samples < 1:
-            raise ValueError(f"shard_samples must be >= 1, got {shard_samples}")
-        if shard_bytes is not None and shard_bytes < 4096:
-            raise ValueError(f"shard_bytes must be >= 4096, got {shard_bytes}")
+        check_limits(shard_samples, shard_bytes)
         self.destination = destination(out_dir)
         self.prefix = check_prefix(prefix)
         self.shard_samples = shard_samples

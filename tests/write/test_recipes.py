@@ -207,11 +207,19 @@ def test_the_default_pack_keeps_small_samples_close_to_their_size_and_large_ones
 
 def test_limits_that_make_no_sense_are_refused(tmp_path: Path, recipe_data) -> None:
     x, y = recipe_data
-    for options, message in (({"shard_bytes": 0}, "shard_bytes must be at least 4096"),
-                             ({"workers": 0}, r"workers must be >= 1"),
-                             ({"shard_samples": 0}, r"shard_samples must be >= 1")):
-        with pytest.raises(ValueError, match=message):
+    for options, message in (({"shard_bytes": 0}, r"shard_bytes must be a whole number >= 4096 \(a tar header "
+                                                  r"and a record\), got 0; leave it out for no size limit"),
+                             ({"shard_bytes": "1MB"}, r"shard_bytes must be a whole number >= 4096 .*, got '1MB'"),
+                             ({"workers": 0}, r"workers must be a whole number >= 1 \(1 writes in this process\), "
+                                              r"got 0"),
+                             ({"workers": "2"}, r"workers must be a whole number >= 1 .*, got '2'"),
+                             ({"shard_samples": 0}, r"shard_samples must be a whole number >= 1, got 0"),
+                             ({"shard_samples": 2.5}, r"shard_samples must be a whole number >= 1, got 2.5")):
+        with pytest.raises(ValueError, match=message):  # (not Python's words from the comparison or slice it reached)
             pipeline.write_shards(tmp_path / "out", {"x": x}, quiet=True, **options)
+        if "workers" not in options:
+            with pytest.raises(ValueError, match=message):
+                pipeline.ShardWriter(tmp_path / "writer", **options)
     with pytest.raises(ValueError, match=r"part 4/4: parts count from 0, so the parts of 4 are 0/4 to 3/4"):
         pipeline.Part.parse("4/4")
     with pytest.raises(ValueError, match=r"part 1/0: N is the number of parts, at least 1 \(e\.g\. 0/4 to 3/4"):
