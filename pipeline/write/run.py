@@ -18,6 +18,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable, Mapping, NamedTuple
 
+import numpy as np
+
 from ..format.errors import FormatError, SampleError
 from ..format.index import (
     INDEX_NAME,
@@ -66,6 +68,7 @@ from .resume import (
 from .rows import encode_records
 from .shard_file import ShardFile
 from .source import DEFAULT_SHARD_BYTES, Source, check_limits, read_rows, resolve_pack
+from .unique_keys import ShardKeys, refuse_repeated_keys
 
 _CHUNK_BYTES = 16 << 20
 #: About how many bytes one task of a build with workers writes (there are at least 4 tasks a
@@ -97,6 +100,7 @@ class ShardResult(NamedTuple):
     schema: Schema
     kept: bool = False
     varied: dict[str, str] = {}  # per field whose shape starts to vary in the shard: the sample where
+    key_hashes: np.ndarray | None = None  # of the keys the source gave (see unique_keys)
 
 
 def write_shard(run: ShardRun, i: int, on_rows: Callable[[int], None] | None = None) -> ShardResult:
@@ -111,13 +115,14 @@ def write_shard(run: ShardRun, i: int, on_rows: Callable[[int], None] | None = N
             return ShardResult(*kept, kept=True)
     schema: Schema | None = None
     varied: dict[str, str] = {}
+    keys = ShardKeys(f"{run.window.description} shard {name}")
     with ShardFile(run.destination.staging / name, name) as shard:
         for chunk_start in range(start, stop, run.chunk_rows):
             first = run.first_index + chunk_start
             block = read_rows(run.window, chunk_start, min(chunk_start + run.chunk_rows, stop), first,
                               f"for shard {name}")
-            where = f"{run.window.description} shard {name}"
-            schema = merge_schema(schema, block.schema(first, schema, varied), where, error=SampleError)
+            keys.add(block.keys, first)
+            schema = merge_schema(schema, block.schema(first, schema, varied), keys.where, error=SampleError)
             layout = fixed_layout(block, run.pack)
             if layout is not None:  # all full records at once, then the generic path for a tail
                 records, rows = build_records(block, layout, first, run.pack)
@@ -129,7 +134,8 @@ def write_shard(run: ShardRun, i: int, on_rows: Callable[[int], None] | None = N
                 on_rows(min(chunk_start + run.chunk_rows, stop) - chunk_start)
         info = shard.commit()
     run.destination.publish(name)
-    return ShardResult(info, schema or {}, varied={field: f"{note} in {name}" for field, note in varied.items()})
+    return ShardResult(info, schema or {}, varied={field: f"{note} in {name}" for field, note in varied.items()},
+                       key_hashes=keys.hashes())
 
 
 def write_run(run: ShardRun, on_shard: Callable[[ShardResult], None] | None = None,
@@ -322,6 +328,7 @@ def build_shards(
             runs = 1 if pool.executor is None else task_count(pool.slots, rows * source.approx_row_bytes())
             tasks = plan_runs(source, target, prefix, bounds, numbers, pack, runs, keep)
             results = run_tasks(tasks, pool.executor, progress)
+        refuse_repeated_keys(((result.info.url, result.key_hashes) for result in results), source.description)
         schema = _merged_schema(results, target, progress, source)
         part_info = None if part is None else PartInfo(part.index, part.count, total)
         index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata,

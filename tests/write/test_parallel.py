@@ -219,3 +219,32 @@ def test_a_short_first_read_which_sizes_the_shards_is_refused_as_any_other(tmp_p
     with pytest.raises(SampleError, match=re.escape(
             "source: asked for 1 rows (samples 0 to 0, read first, to size the shards), read() gave 0")):
         list(map(lambda source: pipeline.build_shards(source, tmp_path / "out", quiet=True), [_EmptyFirstRead()]))
+
+
+class _RepeatedKeys(pipeline.Source):
+    """Keys that come round again after ``cycle`` samples."""
+
+    def __init__(self, cycle: int) -> None:
+        self.cycle = cycle
+
+    def __len__(self) -> int:
+        return 40
+
+    def read(self, start: int, stop: int) -> pipeline.RowBlock:
+        return pipeline.RowBlock({"i": np.arange(start, stop)}, keys=[f"k{i % self.cycle}" for i in range(start, stop)])
+
+
+def test_a_source_that_gives_a_key_twice_is_refused_naming_where(tmp_path: Path) -> None:
+    """Across shards the build, verify and the loader took it (two samples of one __key__); within
+    one, the build wrote an index of a set that every reader refused."""
+    with pytest.raises(SampleError, match=re.escape(
+            "source shard shard-000000.tar: sample key 'k0' is given twice, samples 0 and 7: a source's keys must be "
+            "unique (give each sample its own)")):
+        pipeline.build_shards(_RepeatedKeys(7), tmp_path / "within", shard_samples=10, quiet=True)
+    with pytest.raises(SampleError, match=re.escape(
+            "source: 20 sample key(s) are given twice, in different shards (one is in both shard-000000.tar and "
+            "shard-000002.tar): a source's keys must be unique (give each sample its own); no index was written")):
+        pipeline.build_shards(_RepeatedKeys(20), tmp_path / "across", shard_samples=10, workers=2, quiet=True)
+    assert not (tmp_path / "within" / "index.json").exists() and not (tmp_path / "across" / "index.json").exists()
+    pipeline.build_shards(_RepeatedKeys(40), tmp_path / "unique", shard_samples=10, workers=2, quiet=True)
+    assert sorted(key for key, _ in pipeline.iter_samples(tmp_path / "unique")) == sorted(f"k{i}" for i in range(40))
