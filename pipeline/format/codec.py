@@ -125,7 +125,9 @@ def array_parts(value: Any) -> tuple[int, bytes, memoryview | bytes]:
 
 
 def _is_array(value: Any) -> bool:
-    return isinstance(value, (np.ndarray, np.generic)) or (
+    """Arrays, NumPy scalars (as 0-d arrays) and tensors; not NumPy's strings (``names[i]`` of an
+    array of them), which are ``str`` (``bytes``) and stored so."""
+    return isinstance(value, np.ndarray) or (isinstance(value, np.generic) and not isinstance(value, np.character)) or (
         type(value).__module__ == "torch" and type(value).__name__ in ("Tensor", "Parameter"))
 
 
@@ -145,7 +147,7 @@ def _default(obj: Any) -> Any:
         return float(obj)
     if isinstance(obj, str):
         return str(obj)
-    if isinstance(obj, (bytearray, memoryview)):
+    if isinstance(obj, (bytes, bytearray, memoryview)):  # (NumPy's bytes_, a subclass, among them)
         return bytes(obj)
     if isinstance(obj, Mapping):
         return dict(obj)

@@ -74,14 +74,15 @@ def spec_of(value: Any, packed: bool = False) -> FieldSpec:
     if type(value).__module__ == "torch":
         dtype = str(value.dtype).removeprefix("torch.")
         shape = tuple(value.shape)
-    elif isinstance(value, (np.ndarray, np.generic)):
+    elif isinstance(value, np.ndarray) or (isinstance(value, np.generic) and not isinstance(value, np.character)):
         dtype, shape = np.dtype(value.dtype).name, tuple(np.shape(value))
     else:
         if packed and isinstance(value, list) and value:
             value = value[0]
         if outside_int64(value):  # (another tool's .cls of 2**63): no tensor holds it, so every batch a list
             return FieldSpec("any", None)
-        return FieldSpec(type(value).__name__, None)
+        plain = str if isinstance(value, str) else bytes if isinstance(value, bytes) else type(value)  # (np.str_)
+        return FieldSpec(plain.__name__, None)
     return FieldSpec(dtype, shape[1:] if packed else shape)
 
 
@@ -102,7 +103,7 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str,
     if old.dtype != new.dtype:
         cast = f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)"
         raise error(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}; a field needs one "
-                    f"dtype: " + (f"cast the values as you write them, or build with {cast}" if error is SampleError
+                    f"dtype: " + (f"cast the values as you write them (a ShardWriter's), or build with {cast}" if error is SampleError
                                   else "write the shards again with the values cast to one (shards of this library: "
                                        f"build them again from your data with {cast})"))
     if len(old.shape) != len(new.shape):

@@ -36,7 +36,8 @@ def stack_column(name: str, values: Sequence[Any], keys: Sequence[str]) -> Any:
         if any(type(value) is not type(first) for value in values):
             return list(values)
         return np.array(values, dtype=_PYTHON_NUMBERS[type(first)])  # ints: checked to fit (RowBlock.schema)
-    if isinstance(first, (np.ndarray, np.generic)) or _is_tensor(first):
+    if isinstance(first, np.ndarray) or (isinstance(first, np.generic) and not isinstance(first, np.character)) \
+            or _is_tensor(first):  # (NumPy's strings are str and bytes: a list of them)
         refuse_unpackable({name: values}, keys)
         arrays = [np.asarray(_as_numpy(v)) for v in values]
         shape = arrays[0].shape

@@ -104,7 +104,7 @@ def test_files_of_two_dtypes_are_refused_with_the_cast_that_joins_them(tmp_path:
     labels, partition = {f"id-{n}": n for n in range(4)}, {"train": [f"id-{n}" for n in range(4)]}
     with pytest.raises(pipeline.SampleError, match=re.escape(
             "sample 'id-1': field 'x' has dtype float32, earlier samples float64; a field needs one dtype: cast the "
-            "values as you write them, or build with --dtype x=float64 (dtypes=)")):
+            "values as you write them (a ShardWriter's), or build with --dtype x=float64 (dtypes=)")):
         pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", quiet=True)
     pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", dtypes={"x": "float64"},
                                 quiet=True, resume=True)

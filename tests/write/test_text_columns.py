@@ -12,6 +12,7 @@ import pytest
 
 import pipeline
 from pipeline.format.errors import SampleError
+from tests.helpers import read_back
 
 ROWS = 3000
 NAMES = np.array([f"é{i}" * (i % 5) for i in range(ROWS)])  # of several widths, the empty one among them
@@ -104,3 +105,19 @@ def test_inspect_shows_texts_with_their_spaces_and_arrays_on_one_line() -> None:
     assert _show("a  b") == "'a  b'" and _show("trail  ") == "'trail  '" and _show("x\ny") == "'x\\ny'"
     shown = _show(np.arange(40, dtype=np.int64).reshape(4, 10), width=60)
     assert "\n" not in shown and shown.startswith("int64[4, 10] [[ 0  1  2")
+
+
+@pytest.mark.parametrize("pack", [1, 2])
+def test_numpy_strings_taken_one_by_one_are_written_as_str_and_bytes(tmp_path: Path, pack: int) -> None:
+    """names[i] of an array of strings is a np.str_, a str: refused as "unsupported array dtype
+    <U1" one a record, and packed, its dtype (str32, str64) changed with its length."""
+    names, blobs = np.array(["a", "bb", "ccc"]), np.array([b"x", b"yy", b"zzz"])
+    with pipeline.ShardWriter(tmp_path / "out", pack=pack) as writer:
+        for name, blob in zip(names, blobs):
+            writer.write({"name": name, "blob": blob})
+    index = pipeline.load_index(tmp_path / "out")
+    assert {name: spec.dtype for name, spec in index.fields.items()} == {"name": "str", "blob": "bytes"}
+    values = read_back(tmp_path / "out")[1]
+    assert values == {"name": ["a", "bb", "ccc"], "blob": [b"x", b"yy", b"zzz"]}
+    assert [type(value) for value in values["name"] + values["blob"]] == [str] * 3 + [bytes] * 3
+    assert pipeline.decode_record(pipeline.encode_sample({"name": names[0]})) == {"name": "a"}
