@@ -38,6 +38,8 @@ def describe_parts(location: str | os.PathLike[str], samples: int = 3) -> Iterat
     """:func:`describe`'s text in its two parts: the summary of the index, then its first
     ``samples`` samples (none when 0). The summary comes first, from the index alone, so that a
     caller can show it even when reading the samples fails (a shard missing or damaged)."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+        raise ValueError(f"samples is how many samples to show, a whole number >= 0, got {samples!r}")
     url = index_url(location)
     index = open_index(url).index
     yield describe_index(index, redact(url))

@@ -179,4 +179,6 @@ def verify(location: str | os.PathLike[str], on_file: FileReport | None = None, 
     checked. ``images``: also decode every image (see :mod:`.images`). An index that cannot be
     opened raises :class:`~pipeline.IndexFormatError` (there is nothing to check the shards
     against)."""
+    if not isinstance(images, bool):
+        raise TypeError(f"images is True (decode every image too) or False, got {images!r}")
     return check_set(location, on_file, images).problems

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
@@ -48,6 +49,9 @@ def iter_records(
     record before the error, for a caller that checks it (against its checksum) not to lose it;
     with ``pending_after_member``, only where the archive broke at a member of another key, whose
     header was read, or after its end-of-archive blocks (a reader without checksums)."""
+    if isinstance(stream, (str, os.PathLike)):
+        raise TypeError(f"iter_records reads a shard's bytes or an open file, got the path {stream!r}: "
+                        f"with open(path, 'rb') as file: iter_records(file, path)")
     key: str | None = None
     members: dict[str, bytes | memoryview] = {}
     offset = end = 0

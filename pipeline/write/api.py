@@ -50,6 +50,8 @@ def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], pre
         given = f"({type(out_dir).__name__}, {type(arrays).__name__})"
         raise TypeError(f"write_shards takes the output folder, then a mapping of field names to arrays: "
                         f"write_shards('shards', {{'x': features, 'y': labels}}), got {given}")
+    if isinstance(keys, (str, bytes)):  # (a str is a sequence, of its letters)
+        raise TypeError(f"keys= takes one key a sample, a list of str, got the str {keys[:40]!r}")
     columns = pandas_columns(arrays, "write_shards")
     return build_dataset(ArraySource(columns, None if keys is None else list(keys)), out_dir, prefix, **options)
 

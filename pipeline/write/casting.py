@@ -33,6 +33,9 @@ RowOf = Callable[[int], str]
 
 def parse_dtypes(specs: Mapping[str, str]) -> dict[str, np.dtype]:
     """``{"x": "float32"}`` -> ``{"x": dtype('float32')}``; a dtype shards cannot hold is an error."""
+    if not isinstance(specs, Mapping):
+        raise TypeError(f"dtypes maps field names to the dtypes to store them as, e.g. {{'x': 'float32'}}, got "
+                        f"{specs!r}")
     dtypes = {}
     for name, text in specs.items():
         if str(text) == "bfloat16":

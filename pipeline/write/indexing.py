@@ -29,6 +29,7 @@ from ..storage.opener import local_path
 from .engines import check_engine, open_workers
 from .output import OutputExistsError, hold_output, save_index
 from .progress import BuildProgress
+from .source import check_limits
 
 
 def _is_folder(url: str) -> bool:
@@ -160,6 +161,7 @@ def index_shards(
     ``workers`` processes or on Dask, as a build runs (``engine``, ``scheduler``). Returns the
     index."""
     check_engine(engine, scheduler, executor)  # before the output is touched
+    check_limits(None, None, workers)
     urls = shard_urls(shards)
     if output is None:
         folders = {_canonical(parent(url)): parent(url) for url in urls}

@@ -286,4 +286,7 @@ def _column_values(value: Any, name: str) -> Any:
         value = pandas_values(value, f"write_columns field {name!r}")
     if isinstance(value, np.ndarray) and value.dtype.kind in "US" and value.ndim == 1:
         return value.tolist()
+    if not hasattr(value, "__len__") or isinstance(value, (str, bytes, Mapping)) or getattr(value, "ndim", 1) == 0:
+        raise TypeError(f"write_columns field {name!r}: a column holds one value a sample (an array, a list), got "
+                        f"{type(value).__name__} {str(value)[:40]}; write one sample with write({{{name!r}: ...}})")
     return value

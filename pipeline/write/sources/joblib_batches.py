@@ -206,6 +206,13 @@ class JoblibBatchSource(Source):
                  batch_size: int | None = None, lists: str | None = None) -> None:
         if lists not in (None, *LISTS):
             raise ValueError(f"lists must be one of {', '.join(LISTS)}, got {lists!r}")
+        if isinstance(fields, str) or len(fields) != 2 or not all(isinstance(name, str) and name for name in fields):
+            raise ValueError(f"fields names the two fields of a pair, its features' and its labels', e.g. ('x', 'y'), "
+                             f"got {fields!r}")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
+            raise ValueError(f"batch_size is the B of the x_<B>.job files to read, a whole number >= 1, got "
+                             f"{batch_size!r}")
         self.folder = Path(folder)
         if not self.folder.is_dir():
             hint = " (it is a file: pass the folder that holds it)" if self.folder.is_file() else ""

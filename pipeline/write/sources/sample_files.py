@@ -109,6 +109,10 @@ def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -
     """A mapping given directly or as the path of a JSON file."""
     if isinstance(value, Mapping):
         return value
+    if not isinstance(value, (str, os.PathLike)):
+        shape = "{split: [IDs]}" if what == "partition" else "{ID: label}"
+        raise TypeError(f"the {what} is a mapping {shape}, or the path of a JSON file of one, got "
+                        f"{type(value).__name__} {str(value)[:60]}")
     path = Path(value)
     try:
         with open(path, encoding="utf-8") as src:
