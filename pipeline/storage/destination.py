@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, TypeVar
 
 from . import s3
+from .folder_lock import take_folder_lock
 from .opener import local_path, scheme
 from .per_process import process_alive
 from .retry import RetryPolicy
@@ -123,24 +124,20 @@ class Destination:
     def hold(self, shared: bool = False) -> bool:
         """Lock the folder against other builds until :meth:`close` (``shared``: against whole
         builds only, for the parts of one build, which write beside each other); ``False`` when
-        another build holds it. The lock is the folder's own (``flock``), so it goes with the
-        process however it ends, and leaves no file behind."""
+        another build holds it (see :mod:`.folder_lock`)."""
         self.prepare()
-        held = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            fcntl.flock(held, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(held)
+        lock = take_folder_lock(self.folder, shared)
+        if lock is None:
             return False
-        self._folder_lock = held
+        self._folder_lock = lock
         return True
 
     def close(self) -> None:
         """Release what the destination holds (its folder's lock; the staging folder of a remote
         one)."""
-        held, self._folder_lock = getattr(self, "_folder_lock", None), None
-        if held is not None:
-            os.close(held)
+        lock, self._folder_lock = getattr(self, "_folder_lock", None), None
+        if lock is not None:
+            lock.release()
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_folder_lock": None}  # (workers write under the lock of the build that sent them)

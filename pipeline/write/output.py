@@ -53,7 +53,8 @@ def hold_output(target: Destination, part: bool = False) -> None:
     delete each other's files, and one's index name the other's shards."""
     if not target.hold(shared=part):
         others = "a build of the whole set" if part else "another build"
-        raise OutputExistsError(f"{target} is being written by {others} now: wait for it to end, or write elsewhere")
+        raise OutputExistsError(f"{target} is being written by {others} now (or by a ShardWriter, or pipeline index; "
+                                f"one never closed? close() it): wait for it to end, or write elsewhere")
 
 
 def prepare_output(destination: Destination, overwrite: bool, index_name: str = INDEX_NAME,

@@ -307,8 +307,7 @@ def build_shards(
                 return done
         resumable = scheme(os.fspath(out_dir)) == "file"  # (a remote build cannot resume: no plan to keep)
         if overwrite and resumable:  # before anything goes: what a kill leaves is then no finished shard of ours
-            target.prepare()
-            record_plan(target, index_name, {})
+            record_plan(target, index_name, {})  # (hold_output made the folder)
         clear_child_sets(target, overwrite)
         old_shards = prepare_output(target, overwrite, index_name, resumable=resumable)
         replaced = clear_other_indexes(target, index_name, overwrite, resuming=resume)
