@@ -91,7 +91,7 @@ def conforms(found: Schema, expected: Schema) -> bool:
     return True
 
 
-class FinishedElsewise(OutputExistsError):
+class FinishedOtherRows(OutputExistsError):
     """A resume found the index of a finished build of other rows than it plans: its input, or
     the seed or size of its split, changed since (a split build stopped in its other split
     writes such a finished split again)."""
@@ -106,7 +106,7 @@ def finished_index(target: Destination, index_name: str, planned: list[tuple[str
     """The index of a build that already completed this plan (``(shard name, samples)`` per
     shard, the source's ``metadata``, and the digests of the shards' rows), ``None`` when there
     is no index. An index of another plan is not replaced: one whose class list differs would
-    number labels by another list (:class:`FinishedElsewise` where the index keeps a plan)."""
+    number labels by another list (:class:`FinishedOtherRows` where the index keeps a plan)."""
     if not target.exists(index_name):
         return None
     url = target.url(index_name)
@@ -117,7 +117,7 @@ def finished_index(target: Destination, index_name: str, planned: list[tuple[str
                                 f"to replace it") from None
 
     def refusal(message: str) -> OutputExistsError:  # (an index of an older version keeps no plan)
-        return OutputExistsError(message) if index.plan is None else FinishedElsewise(message, url)
+        return OutputExistsError(message) if index.plan is None else FinishedOtherRows(message, url)
     if index.pack != pack or [(s.url, s.samples) for s in index.shards] != planned:
         raise refusal(f"{url} is the index of a finished build with other shards than this one plans; pass "
                       f"overwrite=True (--overwrite) to replace it")

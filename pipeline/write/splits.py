@@ -14,12 +14,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..format.index import INDEX_NAME, DatasetIndex
+from ..format.index import INDEX_NAME, DatasetIndex, part_index_name
 from ..format.numbers import is_whole
 from ..storage import join
 from ..storage.destination import destination
 from .output import clear_split_parent, hold_output
-from .resume import FinishedElsewise
+from .resume import FinishedOtherRows
 from .rows import RowBlock
 from .run import build_shards
 from .source import Source, advise_pack, greedy_bounds
@@ -165,7 +165,9 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
     try:
         hold_output(parent, options.get("part") is not None)  # (each split's folder is held by its build too)
         clear_split_parent(parent, list(sources), bool(options.get("overwrite")))
-        stopped = bool(options.get("resume")) and not all(parent.exists(f"{name}/{INDEX_NAME}") for name in sources)
+        part = options.get("part")
+        index = INDEX_NAME if part is None else part_index_name(part.index, part.count)  # (a part's own index)
+        stopped = bool(options.get("resume")) and not all(parent.exists(f"{name}/{index}") for name in sources)
         indexes = {name: _build_split(source, join(os.fspath(out_dir), name), name, stopped, options)
                    for name, source in sources.items()}
     finally:
@@ -180,7 +182,7 @@ def _build_split(source: Source, out_dir: str, name: str, stopped: bool, options
     split renumbers the rows of both) is part of the same stopped build: written again."""
     try:
         return build_shards(source, out_dir, name, **options)
-    except FinishedElsewise as exc:
+    except FinishedOtherRows as exc:
         if not stopped:
             raise
         if not options.get("quiet"):

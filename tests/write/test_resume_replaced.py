@@ -105,3 +105,25 @@ def test_a_damaged_image_of_the_validation_split_removed_before_the_resume_moves
         assert read_back(tmp_path / "out" / split) == read_back(tmp_path / "fresh" / split)
         keys += read_back(tmp_path / "out" / split)[0]
     assert len(keys) == len(set(keys)) == 59
+
+
+def test_a_finished_part_of_a_split_build_resumed_under_another_seed_is_refused(tmp_path: Path) -> None:
+    """A part writes no <split>/index.json, so a part's resume was taken for one stopped in its
+    other split, and written again with the new seed: merged with a part of the old seed, train and
+    validation shared samples."""
+    arrays = {"x": np.arange(1000)}
+    pipeline.write_shards(tmp_path / "out", arrays, validation=0.2, seed=0, part=pipeline.Part(0, 2), **OPTIONS)
+    with pytest.raises(pipeline.OutputExistsError, match=r"train/index.part-00000-of-00002.json is the index of a "
+                       r"finished build of other rows than this one plans"):
+        pipeline.write_shards(tmp_path / "out", arrays, validation=0.2, seed=1, part=pipeline.Part(0, 2), resume=True,
+                              **OPTIONS)
+    for path in (tmp_path / "out" / "validation").iterdir():  # stopped in its second split: written again
+        path.unlink()
+    pipeline.write_shards(tmp_path / "out", arrays, validation=0.2, seed=1, part=pipeline.Part(0, 2), resume=True,
+                          **OPTIONS)
+    pipeline.write_shards(tmp_path / "out", arrays, validation=0.2, seed=1, part=pipeline.Part(1, 2), **OPTIONS)
+    rows = {}
+    for split in ("train", "validation"):
+        pipeline.merge_index_files([tmp_path / "out" / split])
+        rows[split] = {int(sample["x"]) for _, sample in pipeline.iter_samples(tmp_path / "out" / split)}
+    assert not rows["train"] & rows["validation"] and len(rows["train"] | rows["validation"]) == 1000
