@@ -54,12 +54,16 @@ def reliable_ctrl_c() -> Iterator[None]:
 @contextmanager
 def held_ctrl_c(second_at_once: bool = False) -> Iterator[None]:
     """Ctrl-C pressed while the block runs interrupts once it is done (in the main thread:
-    elsewhere no interrupt is raised, and nothing is changed); with ``second_at_once``, pressed
-    again, it interrupts at once (a block that may wait, for a worker that hangs). Where Ctrl-C
-    is ignored it stays so: processes started in the block (a pool's workers) inherit the
-    ignoring through their exec, not a handler, which exec would reset to the default."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    elsewhere no interrupt is raised, and nothing is changed). Where Ctrl-C is ignored it stays
+    so: processes started in the block (a pool's workers) inherit the ignoring through their
+    exec, not a handler, which exec would reset to the default.
+
+    ``second_at_once``, for a block that may wait (for a worker that hangs): pressed again, Ctrl-C
+    interrupts at once; and a handler of the program's own, which raises nothing into the block
+    (a graceful stop that sets a flag), is left to handle every press as it comes."""
+    handler = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or handler is signal.SIG_IGN or (
+            second_at_once and handler not in (signal.default_int_handler, interrupt)):
         yield
         return
     pressed: list[int] = []
@@ -67,7 +71,7 @@ def held_ctrl_c(second_at_once: bool = False) -> Iterator[None]:
     def hold(signum: int, frame: FrameType | None) -> None:
         if pressed and second_at_once:
             pressed.clear()
-            raise KeyboardInterrupt
+            previous(signum, frame)  # (it raises KeyboardInterrupt)
         pressed.append(signum)
     previous = signal.signal(signal.SIGINT, hold)
     try:

@@ -66,3 +66,18 @@ def test_ctrl_c_pressed_twice_in_a_step_held_for_a_wait_interrupts_at_once() -> 
             steps.append("held twice")
     assert steps == ["held once"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_programs_own_handler_gets_every_press_in_a_step_held_for_a_wait() -> None:
+    """A graceful stop of the program's own (a flag it checks between steps) raises nothing into
+    the step: each press reaches it as it comes, none is held, nor raised as KeyboardInterrupt."""
+    presses = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: presses.append(signum))
+    try:
+        with held_ctrl_c(second_at_once=True):
+            for _ in range(2):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+            assert presses == [signal.SIGINT] * 2
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -185,12 +185,13 @@ class ShardLoader(DataLoader):
         self._workers_resumed = resumed
         if self.num_workers and self._released is not None:
             self._released.fit(self.num_workers)
+        iterator = None
         try:  # cut while it starts or resets its workers, an iterator is left broken (or its workers unknown)
             with held_ctrl_c(second_at_once=True):
                 iterator = super().__iter__()
         except BaseException:
-            if self._iterator is not None:
-                self._stop_workers(self._iterator)
+            for started in {id(it): it for it in (iterator, self._iterator) if it is not None}.values():
+                self._stop_workers(started)
             raise
         if self.num_workers:
             translate_worker_deaths()

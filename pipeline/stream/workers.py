@@ -245,6 +245,13 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
     def _shutdown_workers(self) -> None:
         if self.__dict__.get("_owner", self._getpid()) != self._getpid():  # a forked child's copy: the
             return  # events and queues it would set are its parent's
+        if "_workers_status" not in self.__dict__:  # cut in its __init__ (Ctrl-C pressed twice as workers start):
+            for worker in self.__dict__.get("_workers", ()):  # PyTorch's shutdown would fail on what is missing
+                worker.kill()
+            for queue in self.__dict__.get("_index_queues", ()):
+                queue.cancel_join_thread()
+                queue.close()
+            return
         try:
             # a worker waiting for a read that retries sees no shutdown; as the interpreter ends,
             # the Event's module is gone, and multiprocessing's exit handlers end the workers

@@ -51,14 +51,33 @@ def test_ctrl_c_as_persistent_workers_reset_for_an_epoch_leaves_a_loader_that_pl
     samples = loader.dataset.samples
     assert sorted(i for batch in loader for i in batch["i"].tolist()) == list(range(samples))
     interrupted_once_its_workers_were_asked_to_reset(monkeypatch)
-    before = set(child_pids(os.getpid()))
+    workers = {worker.pid for worker in loader._iterator._workers}
     with pytest.raises(KeyboardInterrupt):
         for _ in loader:
             pass
-    assert not set(child_pids(os.getpid())) & before  # the workers of the cut reset are stopped
+    assert not set(child_pids(os.getpid())) & workers  # the workers of the cut reset are stopped
     for epoch in (1, 2):
         assert loader.epoch == epoch
         assert sorted(i for batch in loader for i in batch["i"].tolist()) == list(range(samples))
+
+
+def test_ctrl_c_as_workers_start_stops_them_and_the_next_loop_plays_the_epoch(shards: Path, monkeypatch) -> None:
+    """Workers that do not persist: the interrupt, held until they had started, left them running
+    (the loop's iterator, not yet the loader's, was not stopped)."""
+    reset, started = _MultiProcessingDataLoaderIter._reset, []
+
+    def interrupted(self, loader, first_iter: bool = False) -> None:
+        started.append({worker.pid for worker in self._workers})
+        os.kill(os.getpid(), signal.SIGINT)
+        reset(self, loader, first_iter)
+    monkeypatch.setattr(_MultiProcessingDataLoaderIter, "_reset", interrupted)
+    loader = pipeline.make_loader(shards, num_workers=2, batch_size=32, seed=0, persistent_workers=False)
+    with pytest.raises(KeyboardInterrupt) as interrupted_loop:  # (its traceback kept, as a notebook keeps it)
+        for _ in loader:
+            pass
+    assert len(started[0]) == 2 and not set(child_pids(os.getpid())) & started[0], interrupted_loop
+    monkeypatch.setattr(_MultiProcessingDataLoaderIter, "_reset", reset)
+    assert sorted(i for batch in loader for i in batch["i"].tolist()) == list(range(loader.dataset.samples))
 
 
 FORKED = """
