@@ -12,7 +12,7 @@ record key's number plus the row, written with the same width (``000512`` -> ``0
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def stack_column(name: str, values: Sequence[Any], keys: Sequence[str]) -> Any:
         return np.array(values, dtype=_PYTHON_NUMBERS[type(first)])  # ints: checked to fit (RowBlock.schema)
     if isinstance(first, np.ndarray) or (isinstance(first, np.generic) and not isinstance(first, np.character)) \
             or _is_tensor(first):  # (NumPy's strings are str and bytes: a list of them)
-        refuse_unpackable({name: values}, keys)
+        refuse_unpackable({name: values}, keys.__getitem__)
         arrays = [np.asarray(_as_numpy(v)) for v in values]
         shape = arrays[0].shape
         for key, arr in zip(keys, arrays):
@@ -55,18 +55,22 @@ def _is_tensor(value: Any) -> bool:
     return type(value).__module__ == "torch" and type(value).__name__ in ("Tensor", "Parameter")
 
 
-def refuse_unpackable(columns: Mapping[str, Any], keys: Sequence[str]) -> None:
-    """Raise, naming the sample and field, for a ``bfloat16`` tensor among the values of
-    ``columns`` (lists; arrays are NumPy's, so have none), which a packed record cannot hold:
+def refuse_unpackable(columns: Mapping[str, Any], key_of: Callable[[int], str]) -> None:
+    """Raise, naming the sample (``key_of(row)``) and field, for a ``bfloat16`` tensor in
+    ``columns`` (a column that is one, or a list holding one), which a packed record cannot hold:
     NumPy, which stacks a record's samples, has no bfloat16."""
     for name, values in columns.items():
         if isinstance(values, np.ndarray):
             continue
-        for key, value in zip(keys, values):
-            if _is_tensor(value) and str(value.dtype) == "torch.bfloat16":
-                raise SampleError(f"sample {key!r}, field {name!r}: a bfloat16 tensor, which a packed record cannot "
-                                  f"hold (NumPy, which stacks a record's samples, has no bfloat16): write with pack=1 "
-                                  f"(--pack 1), or as float32 (tensor.float())")
+        if _is_tensor(values):  # a column of rows: its dtype is theirs
+            row = 0 if str(values.dtype) == "torch.bfloat16" and len(values) else None
+        else:
+            row = next((row for row, value in enumerate(values)
+                        if _is_tensor(value) and str(value.dtype) == "torch.bfloat16"), None)
+        if row is not None:
+            raise SampleError(f"sample {key_of(row)!r}, field {name!r}: a bfloat16 tensor, which a packed record "
+                              f"cannot hold (NumPy, which stacks a record's samples, has no bfloat16): write with "
+                              f"pack=1 (--pack 1), or as float32 (tensor.float())")
 
 
 def _as_numpy(value: Any) -> Any:

@@ -271,8 +271,9 @@ def save_index(destination: Destination, index: DatasetIndex, name: str = INDEX_
     size, sha256 = destination.write_file(table_name, lambda out: write_table(out, index.shards))
     try:
         destination.write_json(name, index.to_json(TableFile(table_name, size, sha256)))
-    except BaseException:  # (a full disk): no table is left without its index
-        with contextlib.suppress(Exception):
-            destination.delete(table_name)
+    except BaseException:  # (a full disk): no table is left without its index, nor taken from one in place
+        with contextlib.suppress(Exception):  # (a failure after the rename: of the folder's fsync, say)
+            if not destination.exists(name):
+                destination.delete(table_name)
         raise
     return destination.url(name)

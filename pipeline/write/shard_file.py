@@ -182,5 +182,6 @@ class ShardFile:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
-            if isinstance(exc, OSError) and write_error(exc, self.path) is not exc:
-                raise write_error(exc, self.path) from None
+            named = write_error(exc, self.path) if isinstance(exc, OSError) else exc
+            if named is not exc:
+                raise named from exc

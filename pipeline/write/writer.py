@@ -166,7 +166,7 @@ class ShardWriter:
         added: list[str] = []
         if self.pack > 1:  # (else the record of it would fail to pack at every later write, and at close)
             first = self._next_index + self._pending_rows
-            refuse_unpackable(block.columns, block.keys or [f"{first + i:012d}" for i in range(len(block))])
+            refuse_unpackable(block.columns, lambda row: block.keys[row] if block.keys else f"{first + row:012d}")
         try:
             self._track_keys(block, added)
             self._pending.append(block)

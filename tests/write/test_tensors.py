@@ -67,6 +67,8 @@ def test_bfloat16_cannot_be_packed_and_a_writer_refuses_it_before_taking_it(tmp_
     with pipeline.ShardWriter(tmp_path / "writer", pack=2) as writer:
         with pytest.raises(SampleError, match=refusal):
             writer.write({"t": torch.ones(2, dtype=torch.bfloat16)})
+        with pytest.raises(SampleError, match=refusal):  # (a column of them: its dtype, looked at once)
+            writer.write_columns({"t": torch.ones(4, 2, dtype=torch.bfloat16)})
         for value in range(3):
             writer.write({"t": torch.full((2,), float(value))})
     assert [row.tolist() for row in read_back(tmp_path / "writer")[1]["t"]] == [[0.0] * 2, [1.0] * 2, [2.0] * 2]
