@@ -4,6 +4,7 @@ rows of two versions of the file."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,8 @@ import pytest
 import pipeline
 from pipeline.cli import main
 from pipeline.write.sources.arrays import FileColumn
+from pipeline.write.sources.table_arrow import ArrowSource
+from pipeline.write.sources.tables import ParquetSource
 
 
 def replaced(path: Path) -> None:
@@ -74,3 +77,50 @@ def test_an_array_file_left_as_it_is_builds(tmp_path: Path) -> None:
                           workers=2, quiet=True)
     assert pipeline.load_index(tmp_path / "out").samples == 1000 and pipeline.verify(tmp_path / "out") == []
 
+
+
+def _table_files(folder: Path, suffix: str, value: float) -> list[Path]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    paths = []
+    for name in ("a", "b"):
+        table = pa.table({"x": np.full(100, value)})
+        path = folder / f"{name}{suffix}"
+        if suffix == ".parquet":
+            pq.write_table(table, path)
+        else:
+            with pa.ipc.new_file(path, table.schema) as writer:
+                writer.write_table(table)
+        paths.append(path)
+    return paths
+
+
+def _joblib_pairs(folder: Path, value: float) -> list[Path]:
+    import joblib
+    folder.mkdir(exist_ok=True)
+    joblib.dump([np.full((4, 2), value)] * 3, folder / "x_4.job")  # (the recipe: a list of batches of 4)
+    joblib.dump([np.arange(4)] * 3, folder / "y_4.job")
+    return [folder / "x_4.job"]
+
+
+SOURCES = {
+    "parquet": (lambda folder, value: _table_files(folder, ".parquet", value), ParquetSource),
+    "arrow": (lambda folder, value: _table_files(folder, ".arrow", value), ArrowSource),
+    "joblib": (lambda folder, value: _joblib_pairs(folder / "job", value), None),
+}
+
+
+@pytest.mark.parametrize("layout", SOURCES)
+def test_a_table_or_batch_file_changed_after_the_source_was_made_stops_the_build(tmp_path: Path, layout: str) -> None:
+    """Files reopened by path, a row group or a batch file at a time: one replaced part way gave
+    shards of rows of both versions, and a build that said it succeeded."""
+    make, source_type = SOURCES[layout]
+    paths = make(tmp_path, 0.0)
+    source = pipeline.JoblibBatchSource(tmp_path / "job") if source_type is None else source_type(paths)
+    later = tmp_path / "later"
+    later.mkdir()
+    newer = make(later, 1.0)[-1]  # the last file written anew, elsewhere, then renamed over the one read
+    os.utime(newer, ns=(0, paths[-1].stat().st_mtime_ns + 1_000_000))
+    os.replace(newer, paths[-1])
+    with pytest.raises(pipeline.SampleError, match=re.escape(f"{paths[-1]}: changed while the build read it")):
+        pipeline.build_shards(source, tmp_path / "out", shard_samples=50, quiet=True)

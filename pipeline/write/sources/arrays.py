@@ -23,11 +23,12 @@ import numpy as np
 
 from ...format import npy
 from ...format.codec import check_dtype, check_field_names
-from ...format.errors import InputChanged, SampleError
+from ...format.errors import SampleError
 from ...format.numbers import inexact_int
 from ..rows import RowBlock, check_key
 from ..source import Source
 from .pandas_values import is_pandas, pandas_values
+from .unchanged import Version, check_unchanged, version_of
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,13 @@ class FileColumn:
     """A C-ordered array stored raw in a file at ``offset`` (a ``.npy`` body, a memmap). The
     path is a ``Path``, so that a task sent to a running cluster carries it absolute (see
     :mod:`..portable`). Each read opens the file anew (in whichever process runs the task), so
-    ``version``, the file's inode, size and modification time when it was opened, tells a file
-    replaced or rewritten meanwhile, whose rows would otherwise join the old ones without a word."""
+    ``version``, the file's when it was opened, tells one changed meanwhile (see :mod:`.unchanged`)."""
 
     path: Path
     offset: int
     dtype: np.dtype
     shape: tuple[int, ...]
-    version: tuple[int, int, int] | None = None
+    version: Version | None = None
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -61,10 +61,7 @@ class FileColumn:
         view = memoryview(out).cast("B") if out.nbytes else memoryview(b"")
         position = self.offset + start * self.row_bytes
         with open(self.path, "rb", buffering=0) as src:
-            if self.version is not None and file_version(os.fstat(src.fileno())) != self.version:
-                raise InputChanged(f"{self.path}: changed while the build read it (replaced, or written to): rows of "
-                                   f"two versions of it would be mixed; once it stays as it is, build again with "
-                                   f"overwrite=True (--overwrite), not resume: the shards finished hold the old rows")
+            check_unchanged(self.path, self.version, version_of(os.fstat(src.fileno())))
             done = 0
             while done < len(view):
                 n = os.preadv(src.fileno(), [view[done:]], position + done)
@@ -76,11 +73,6 @@ class FileColumn:
 
 
 Column = Union[np.ndarray, FileColumn]
-
-
-def file_version(stat: os.stat_result) -> tuple[int, int, int]:
-    """What tells a file replaced (its inode) or rewritten (its size, its modification time)."""
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _npy_column(path: Path, src: Any, base: int) -> FileColumn:
@@ -95,7 +87,7 @@ def _npy_column(path: Path, src: Any, base: int) -> FileColumn:
                           f"np.save(path, np.ascontiguousarray(a))")
     if not shape:
         raise SampleError(f"{path}: a 0-d array has no rows")
-    return FileColumn(path, base + origin + start, np.dtype(dtype), shape, file_version(os.fstat(src.fileno())))
+    return FileColumn(path, base + origin + start, np.dtype(dtype), shape, version_of(os.fstat(src.fileno())))
 
 
 def open_npy(path: str | os.PathLike[str]) -> FileColumn:

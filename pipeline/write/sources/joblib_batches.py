@@ -27,6 +27,7 @@ from ..source import Source, span_identity
 from .class_list import sorted_classes
 from .joblib_lists import LISTS, batched_by, features_reading, joined, list_reading, vectors_of
 from .pandas_values import is_pandas, pandas_values
+from .unchanged import check_unchanged, file_version
 
 _NAME = re.compile(r"^([xy])_(\d+)\.job$")
 #: Files that may hold pickled batches: named otherwise, a warning says they are left out.
@@ -254,6 +255,7 @@ class JoblibBatchSource(Source):
         self.batches = numbers
         self.x_paths = [found["x"][b] for b in numbers]
         self.y_paths = [found["y"][b] for b in numbers]
+        self.versions = [(file_version(x), file_version(y)) for x, y in zip(self.x_paths, self.y_paths)]
         self.fields = fields
         self.lists = lists
         self.readings = [list_reading(labels[b], b, found["y"][b], lists) for b in numbers]
@@ -316,6 +318,8 @@ class JoblibBatchSource(Source):
 
     def _batch(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if self._cache is None or self._cache[0] != i:
+            for path, version in zip((self.x_paths[i], self.y_paths[i]), self.versions[i]):
+                check_unchanged(path, version)
             labels = _label_rows(_load(self.y_paths[i]), self.y_paths[i], self.readings[i], self.classes)
             expected = self.starts[i + 1] - self.starts[i]
             if len(labels) != expected:

@@ -14,6 +14,7 @@ from .table_files import Inputs, arrow_files
 
 # (pyarrow, and what reads it, from .tables: it says how to install pyarrow when it is missing)
 from .tables import FileNulls, TableSource, Unit, pa, unreadable
+from .unchanged import check_unchanged
 
 
 def _open_ipc(path: Path) -> tuple[Any, Any]:
@@ -101,6 +102,7 @@ class ArrowSource(TableSource):
     def read_unit(self, unit: Unit, lo: int, hi: int) -> Iterator[tuple[int, pa.RecordBatch]]:
         if self._open is None or self._open[0] != unit.file:
             self._open = (unit.file, *_open_ipc(self.paths[unit.file]))
+            check_unchanged(self.paths[unit.file], self.versions[unit.file])
         _, reader, source = self._open
         try:
             if self.streams[unit.file]:

@@ -47,6 +47,7 @@ from .table_columns import RAGGED, column_kinds, fill_value, packable, signature
 from .table_features import array_shapes, class_names, features_differ
 from .table_files import Inputs, parquet_files
 from .table_nulls import FileNulls
+from .unchanged import check_unchanged, file_version
 
 #: Rows decoded at once from a Parquet row group: about this many bytes of them (a read of a build,
 #: about 16 MB, spans a few batches; larger batches only take more memory).
@@ -84,6 +85,7 @@ class TableSource(Source):
                             f"{columns!r}")
         self.__dict__.update(self.open_state())
         self.paths = [Path(p) for p in self.files(inputs)]  # Paths: made absolute for a cluster's workers
+        self.versions = [file_version(path) for path in self.paths]  # (see .unchanged)
         first = self.schema(self.paths[0])
         self.columns = self._select(first, columns)
         self.shapes = array_shapes(first, self.columns)
@@ -273,6 +275,7 @@ class ParquetSource(TableSource):
     def _file(self, number: int) -> pq.ParquetFile:
         if self._open is None or self._open[0] != number:
             self._open = (number, _parquet_file(self.paths[number], pre_buffer=False, buffer_size=READ_BUFFER))
+            check_unchanged(self.paths[number], self.versions[number])
         return self._open[1]
 
     def _batches(self, number: int, row_group: int, columns: list[str], row_bytes: int) -> Iterator[pa.RecordBatch]:
