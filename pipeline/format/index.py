@@ -21,137 +21,22 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from .errors import FormatError, IndexFormatError, SampleError
-from .numbers import outside_int64
+from .errors import IndexFormatError
+from .field_spec import FieldSpec, Schema, merge_schema, merge_spec, shape_words, spec_of
 from .shard_names import ShardNames
 from .shard_table import ShardInfo, ShardTable, read_table
 
-__all__ = ["DatasetIndex", "FieldSpec", "PartInfo", "ShardInfo", "ShardTable", "TableFile", "TableReader"]
+__all__ = ["DatasetIndex", "FieldSpec", "PartInfo", "Schema", "ShardInfo", "ShardTable", "TableFile", "TableReader",
+           "merge_schema", "merge_spec", "shape_words", "spec_of"]
 
 FORMAT_NAME = "pipeline-shards"
 FORMAT_VERSION = 2
 INDEX_NAME = "index.json"
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """Type of one field: ``dtype`` (a NumPy dtype name, ``bfloat16``, or a Python type name
-    such as ``int``/``str``/``bytes``) and per-sample ``shape`` (``None`` entries vary,
-    ``None`` altogether for non-array fields). ``optional``: some samples lack the field (shards
-    written by other tools may); readers fill it in (see ``ShardDataset(fill=...)``)."""
-
-    dtype: str
-    shape: tuple[int | None, ...] | None
-    optional: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
-        if self.optional:
-            data["optional"] = True
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "FieldSpec":
-        shape = data.get("shape")
-        return cls(str(data["dtype"]), None if shape is None else tuple(shape), bool(data.get("optional", False)))
-
-    @property
-    def varies(self) -> bool:
-        """Whether the field's arrays differ in shape from sample to sample."""
-        return self.shape is not None and None in self.shape
-
-
-Schema = dict[str, FieldSpec]
-
-
-def spec_of(value: Any, packed: bool = False) -> FieldSpec:
-    """The FieldSpec of one value (of a packed column when ``packed``: drop its first axis)."""
-    if type(value).__module__ == "torch":
-        dtype = str(value.dtype).removeprefix("torch.")
-        shape = tuple(value.shape)
-    elif isinstance(value, np.ndarray) or (isinstance(value, np.generic) and not isinstance(value, np.character)):
-        dtype, shape = np.dtype(value.dtype).name, tuple(np.shape(value))
-    else:
-        if packed and isinstance(value, list) and value:
-            value = value[0]
-        if outside_int64(value):  # (another tool's .cls of 2**63): no tensor holds it, so every batch a list
-            return FieldSpec("any", None)
-        plain = str if isinstance(value, str) else bytes if isinstance(value, bytes) else type(value)  # (np.str_)
-        return FieldSpec(plain.__name__, None)
-    return FieldSpec(dtype, shape[1:] if packed else shape)
-
-
-def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str,
-               error: type[FormatError] = IndexFormatError) -> FieldSpec:
-    """Combine two specs of one field: dims that differ become ``None``; a dtype change of an
-    array field is an ``error`` (the reader could not collate it): an index's, or, in a build, a
-    :class:`SampleError`, the input's; optional if either is."""
-    if old.optional != new.optional:
-        old, new = replace(old, optional=True), replace(new, optional=True)
-    if old == new:
-        return old
-    if old.shape is None or new.shape is None:
-        if old.shape is None and new.shape is None:
-            return old if old.dtype == new.dtype else FieldSpec("any", None, old.optional)
-        raise error(f"{where}: field {name!r} is {_kind_of(new)} here and {_kind_of(old)} in earlier "
-                    f"samples; give it one kind of value in every sample")
-    if old.dtype != new.dtype:
-        cast = f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)"
-        raise error(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}; a field needs one "
-                    f"dtype: " + (f"cast the values as you write them (a ShardWriter's), or build with {cast}" if error is SampleError
-                                  else "write the shards again with the values cast to one (shards of this library: "
-                                       f"build them again from your data with {cast})"))
-    if len(old.shape) != len(new.shape):
-        raise error(
-            f"{where}: field {name!r} has shape {shape_words(new.shape)}, earlier samples "
-            f"{shape_words(old.shape)}; an array field needs one number of dimensions in every sample (their "
-            f"sizes may differ): reshape the odd one (a single number as a 1-element array, say) or leave it out")
-    shape = tuple(a if a == b else None for a, b in zip(old.shape, new.shape))
-    return FieldSpec(old.dtype, shape, old.optional)
-
-
-def _common_dtype(a: str, b: str) -> str:
-    """The dtype both hold (``float32`` and ``float64``: ``float64``), to suggest a cast to."""
-    try:
-        return np.promote_types(a, b).name
-    except TypeError:  # bfloat16, or dtypes that have none in common
-        return a
-
-
-def shape_words(shape: tuple[int | None, ...]) -> str:
-    """A shape for a message: ``[any, 3]`` where the index has ``None`` (sizes that vary)."""
-    return f"[{', '.join('any' if d is None else str(d) for d in shape)}]"
-
-
-def _kind_of(spec: FieldSpec) -> str:
-    """What a value of ``spec`` is, in words, for an error."""
-    if spec.shape is None:
-        return f"a Python {spec.dtype}"
-    if spec.shape == ():
-        return f"a NumPy {spec.dtype} scalar (a 0-d array)"
-    return f"a {spec.dtype} array of shape {shape_words(spec.shape)}"
-
-
-def merge_schema(old: Schema | None, new: Schema, where: str, optional: bool = False,
-                 error: type[FormatError] = IndexFormatError) -> Schema:
-    """Combine two schemas of the same shard set; fields must be the same, unless ``optional``:
-    then a field that one of them lacks becomes optional. A disagreement is an ``error``, as in
-    :func:`merge_spec`."""
-    if old is None:
-        return dict(new)
-    if set(old) != set(new) and not optional:
-        missing, extra = sorted(set(old) - set(new)), sorted(set(new) - set(old))
-        raise error(f"{where}: fields differ from earlier samples (missing {missing}, extra {extra})")
-    merged = {name: merge_spec(name, old[name], new[name], where, error) for name in old if name in new}
-    for name, spec in list(old.items()) + list(new.items()):
-        if name not in merged:
-            merged[name] = replace(spec, optional=True)
-    return merged
 
 
 def part_shard_range(total: int, index: int, count: int) -> range:

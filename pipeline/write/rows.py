@@ -229,8 +229,6 @@ def _as_numpy_numbers(column: list, dtype: np.dtype) -> list:
     return [converted(value) for value in column]
 
 
-
-
 def _value_bytes(value: Any) -> int:
     if isinstance(value, (np.ndarray, np.generic)):
         return value.nbytes
