@@ -47,8 +47,9 @@ def test_an_array_file_changed_after_it_was_opened_stops_the_build_naming_it(tmp
         column = pipeline.open_npz(path)["x"]
     change(path)
     with pytest.raises(pipeline.SampleError, match=f"{path}: changed while the build read it \\(replaced, or written "
-                       f"to\\): rows of two versions of it would be mixed; once it stays as it is, build again with "
-                       f"overwrite=True \\(--overwrite\\), not resume: the shards finished hold the old rows"):
+                       f"to\\): rows of two versions of it would be mixed; once it stays as it is, build again \\(in "
+                       f"Python, from a source made anew\\) with overwrite=True \\(--overwrite\\), not resume: the "
+                       f"shards finished hold the old rows"):
         pipeline.write_shards(tmp_path / "out", {"x": column}, shard_samples=100, quiet=True)
     assert not (tmp_path / "out" / "index.json").exists()
 
@@ -124,3 +125,16 @@ def test_a_table_or_batch_file_changed_after_the_source_was_made_stops_the_build
     os.replace(newer, paths[-1])
     with pytest.raises(pipeline.SampleError, match=re.escape(f"{paths[-1]}: changed while the build read it")):
         pipeline.build_shards(source, tmp_path / "out", shard_samples=50, quiet=True)
+
+
+def test_a_file_replaced_by_one_of_the_same_size_and_time_is_told_by_its_inode(tmp_path: Path) -> None:
+    """A copy that keeps times (cp -p, rsync -a, touch -r) renamed over the input: only its inode
+    differs, which the check compares on the machine that took the version."""
+    path = tmp_path / "x.npy"
+    np.save(path, np.zeros((1000, 4), np.float32))
+    column = pipeline.open_npy(path)
+    np.save(tmp_path / "new.npy", np.ones((1000, 4), np.float32))
+    os.utime(tmp_path / "new.npy", ns=(0, path.stat().st_mtime_ns))
+    os.replace(tmp_path / "new.npy", path)
+    with pytest.raises(pipeline.SampleError, match=re.escape(f"{path}: changed while the build read it")):
+        pipeline.write_shards(tmp_path / "out", {"x": column}, shard_samples=100, quiet=True)

@@ -242,6 +242,7 @@ class JoblibBatchSource(Source):
                 raise FileNotFoundError(f"{self.folder}: no x_{batch_size}.job / y_{batch_size}.job (there are "
                                         f"{', '.join(f'x_{b}.job' for b in numbers)})")
             numbers = [batch_size]
+        versions = {b: (file_version(found["x"][b]), file_version(found["y"][b])) for b in numbers}  # (before reading)
         labels = {b: _load(found["y"][b]) for b in numbers}
         if len(numbers) > 1 and all(batched_by(labels[b], b) for b in numbers):
             runs = ", ".join(f"x_{b}.job/y_{b}.job ({sum(map(len, labels[b])):,} samples in batches of {b})"
@@ -255,7 +256,7 @@ class JoblibBatchSource(Source):
         self.batches = numbers
         self.x_paths = [found["x"][b] for b in numbers]
         self.y_paths = [found["y"][b] for b in numbers]
-        self.versions = [(file_version(x), file_version(y)) for x, y in zip(self.x_paths, self.y_paths)]
+        self.versions = [versions[b] for b in numbers]
         self.fields = fields
         self.lists = lists
         self.readings = [list_reading(labels[b], b, found["y"][b], lists) for b in numbers]
@@ -318,13 +319,13 @@ class JoblibBatchSource(Source):
 
     def _batch(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if self._cache is None or self._cache[0] != i:
-            for path, version in zip((self.x_paths[i], self.y_paths[i]), self.versions[i]):
-                check_unchanged(path, version)
             labels = _label_rows(_load(self.y_paths[i]), self.y_paths[i], self.readings[i], self.classes)
             expected = self.starts[i + 1] - self.starts[i]
             if len(labels) != expected:
                 raise SampleError(f"{self.y_paths[i]} changed while building: {len(labels)} rows, had {expected}")
             features = self._features(i, len(labels))
+            for path, version in zip((self.x_paths[i], self.y_paths[i]), self.versions[i]):
+                check_unchanged(path, version)  # (after the loads: a change before or during them shows)
             self._cache = (i, features, labels)
         return self._cache[1], self._cache[2]
 
