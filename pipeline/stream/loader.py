@@ -190,7 +190,8 @@ class ShardLoader(DataLoader):
             with held_ctrl_c(second_at_once=True):
                 iterator = super().__iter__()
         except BaseException:
-            for started in {id(it): it for it in (iterator, self._iterator) if it is not None}.values():
+            half_built = self.__dict__.pop("_starting", None)  # (cut in its __init__: see WatchedWorkersIterator)
+            for started in {id(it): it for it in (iterator, self._iterator, half_built) if it is not None}.values():
                 self._stop_workers(started)
             raise
         if self.num_workers:

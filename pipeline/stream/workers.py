@@ -181,7 +181,9 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()
             self._started = loader.worker_init_fn.started = context.Array("b", loader.num_workers, lock=False)
             loader.worker_init_fn.answered = answered_hosts()
+        loader._starting = self  # cut in what follows (Ctrl-C pressed twice), it is the loader's to stop
         super().__init__(loader)
+        loader._starting = None
         # set here without their lock, which a worker killed at the wrong moment keeps (see shared_events)
         self._workers_done_event = SetHere(self._workers_done_event)
         if self._abandon_reads is not None:
@@ -246,8 +248,12 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         if self.__dict__.get("_owner", self._getpid()) != self._getpid():  # a forked child's copy: the
             return  # events and queues it would set are its parent's
         if "_workers_status" not in self.__dict__:  # cut in its __init__ (Ctrl-C pressed twice as workers start):
-            for worker in self.__dict__.get("_workers", ()):  # PyTorch's shutdown would fail on what is missing
+            if self.__dict__.get("_worker_pids_set"):  # PyTorch's shutdown would fail on what is missing
+                signal_handling._remove_worker_pids(id(self))  # (else its SIGCHLD handler raises for them later)
+                self._worker_pids_set = False
+            for worker in self.__dict__.get("_workers", ()):
                 worker.kill()
+                worker.join(timeout=5)
             for queue in self.__dict__.get("_index_queues", ()):
                 queue.cancel_join_thread()
                 queue.close()

@@ -4,6 +4,7 @@ leaves nothing running behind it."""
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import signal
 import subprocess
@@ -77,6 +78,27 @@ def test_ctrl_c_as_workers_start_stops_them_and_the_next_loop_plays_the_epoch(sh
             pass
     assert len(started[0]) == 2 and not set(child_pids(os.getpid())) & started[0], interrupted_loop
     monkeypatch.setattr(_MultiProcessingDataLoaderIter, "_reset", reset)
+    assert sorted(i for batch in loader for i in batch["i"].tolist()) == list(range(loader.dataset.samples))
+
+
+def test_ctrl_c_pressed_twice_as_workers_start_stops_those_started(shards: Path, monkeypatch) -> None:
+    """The second press cuts the iterator's __init__, before the loop has an iterator to stop: the
+    workers it had started ran on while the traceback was kept."""
+    start, started = multiprocessing.process.BaseProcess.start, []
+
+    def pressed_twice_before_the_second(self) -> None:
+        if len(started) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        start(self)
+        started.append(self.pid)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", pressed_twice_before_the_second)
+    loader = pipeline.make_loader(shards, num_workers=2, batch_size=32, seed=0, persistent_workers=False)
+    with pytest.raises(KeyboardInterrupt) as interrupted_loop:  # (its traceback kept, as a notebook keeps it)
+        for _ in loader:
+            pass
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start)
+    assert started and not set(child_pids(os.getpid())) & set(started), interrupted_loop
     assert sorted(i for batch in loader for i in batch["i"].tolist()) == list(range(loader.dataset.samples))
 
 
