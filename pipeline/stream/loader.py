@@ -33,7 +33,6 @@ from .workers import (
     WorkerError,
     exited_workers,
     is_worker_death,
-    owned_here,
     stop_workers,
     translate_worker_deaths,
     with_signals,
@@ -175,7 +174,7 @@ class ShardLoader(DataLoader):
             warn_caller(f"epoch {self._epoch} has no batch for rank {dataset.rank}: {dataset.samples} samples on "
                         f"{dataset.world_size} rank(s), batch_size={dataset.batch_size}, drop_last={dataset.drop_last}, "
                         f"remainder={dataset.remainder!r}")
-        if self._iterator is not None and not owned_here(self._iterator):  # a forked child's copy of the loader:
+        if self._iterator is not None and not self._iterator.owned_here():  # a forked child's copy of the loader:
             self._iterator = None  # the workers are its parent's, for it alone to use and stop
         if self._iterator is not None and (resumed or self._workers_resumed or not all(
                 w.is_alive() for w in getattr(self._iterator, "_workers", ()))):

@@ -244,9 +244,15 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             f"as another thread frees a Python object (a tensor a torch.distributed collective held, say; CPython "
             f"gh-112275): keep such tensors alive, or use a Python with the fix. {WorkerError.advice}")
 
+    def owned_here(self) -> bool:
+        """Whether its workers are this process's, not a forked child's copy of its parent's
+        iterator, whose workers (and the events and queues it shares with them) are not its own
+        to use or stop. (Through class attributes, which the interpreter's finalization keeps.)"""
+        return self.__dict__.get("_owner", self._getpid()) == self._getpid()
+
     def _shutdown_workers(self) -> None:
-        if self.__dict__.get("_owner", self._getpid()) != self._getpid():  # a forked child's copy: the
-            return  # events and queues it would set are its parent's
+        if not self.owned_here():
+            return
         if "_workers_status" not in self.__dict__:  # cut in its __init__ (Ctrl-C pressed twice as workers start):
             if self.__dict__.get("_worker_pids_set"):  # PyTorch's shutdown would fail on what is missing
                 signal_handling._remove_worker_pids(id(self))  # (else its SIGCHLD handler raises for them later)
@@ -269,12 +275,6 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             self._held_queues.pop(id(self), None)
             for worker in getattr(self, "_workers", ()):  # (not _workers(): module names may be gone by now)
                 self._contexts.pop(worker.pid, None)
-
-
-def owned_here(iterator: Any) -> bool:
-    """Whether ``iterator``'s workers are this process's (not a forked child's copy of its
-    parent's iterator, whose workers it must neither use nor stop)."""
-    return getattr(iterator, "_owner", os.getpid()) == os.getpid()
 
 
 class _HeldDeaths:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import numbers
 import pickle
 import sys
 from abc import ABC, abstractmethod
@@ -17,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..format.errors import SampleError
 from ..format.index import DatasetIndex
+from ..format.numbers import is_whole
 from ..format.tar import BLOCK, END_OF_ARCHIVE, member_bytes
 from .rows import RowBlock, encode_records
 
@@ -152,9 +152,9 @@ def check_limits(shard_samples: int | None, shard_bytes: int | None, workers: in
     for name, value, least, what in (("shard_samples", shard_samples, 1, ""),
                                      ("shard_bytes", shard_bytes, MIN_SHARD_BYTES, " (a tar header and a record)"),
                                      ("workers", workers, 1, " (1 writes in this process)")):
-        if value is None and name != "workers":
+        if value is None and name != "workers":  # (no limit; a number of workers there must be)
             continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        if not is_whole(value) or value < least:
             hint = "; leave it out for no size limit" if name == "shard_bytes" else ""
             raise ValueError(f"{name} must be a whole number >= {least}{what}, got {value!r}{hint}")
 

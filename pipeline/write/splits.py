@@ -162,10 +162,10 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
     """Each split's source as a shard set in ``out_dir/<split>/`` (shards ``<split>-000000.tar``),
     after refusing (or with ``overwrite``, removing) a shard set in ``out_dir`` itself."""
     parent = destination(out_dir)
+    part = options.get("part")
     try:
-        hold_output(parent, options.get("part") is not None)  # (each split's folder is held by its build too)
+        hold_output(parent, part is not None)  # (each split's folder is held by its build too)
         clear_split_parent(parent, list(sources), bool(options.get("overwrite")))
-        part = options.get("part")
         index = INDEX_NAME if part is None else part_index_name(part.index, part.count)  # (a part's own index)
         stopped = bool(options.get("resume")) and not all(parent.exists(f"{name}/{index}") for name in sources)
         indexes = {name: _build_split(source, join(os.fspath(out_dir), name), name, stopped, options)
