@@ -399,8 +399,9 @@ class ShardDataset(IterableDataset):
 
     def _finish(self, batch: Columns) -> Any:
         if self.sample_transform is not None:
-            batch = per_sample(batch, self.sample_transform)
-        out = to_torch(batch) if self.sample_transform is not None else listed(to_torch(batch), self.varied)
+            out = to_torch(per_sample(batch, self.sample_transform, self.varied))
+        else:
+            out = listed(to_torch(batch), self.varied)
         if self.batch_transform is not None:
             out = batch_transformed(self.batch_transform, out)
         return out if self.as_tuple is None else picked(out, self.as_tuple)
