@@ -281,10 +281,12 @@ class ShardWriter:
 
 def _column_values(value: Any, name: str) -> Any:
     """A column as :meth:`ShardWriter.write` takes values one a sample: a pandas one's values as
-    NumPy holds them (its gaps refused), a NumPy string array's as ``str`` (``bytes``)."""
+    NumPy holds them (its gaps refused), a NumPy string array's as ``str`` (``bytes``), an object
+    array's (a pandas text column's ``.values``) as the Python values it holds, each written as
+    :meth:`ShardWriter.write` writes it."""
     if is_pandas(value):
         value = pandas_values(value, f"write_columns field {name!r}")
-    if isinstance(value, np.ndarray) and value.dtype.kind in "US" and value.ndim == 1:
+    if isinstance(value, np.ndarray) and value.dtype.kind in "USO" and value.ndim == 1:
         return value.tolist()
     if not hasattr(value, "__len__") or isinstance(value, (str, bytes, Mapping)) or getattr(value, "ndim", 1) == 0:
         raise TypeError(f"write_columns field {name!r}: a column holds one value a sample (an array, a list), got "

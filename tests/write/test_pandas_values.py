@@ -127,6 +127,17 @@ def test_shard_writer_columns_take_frames_and_string_arrays_as_write_shards_does
         {"name": "a", "raw": b"x"}, {"name": "bc", "raw": b"yz"}]
 
 
+@pytest.mark.parametrize("pack", [1, 2])
+def test_shard_writer_columns_of_objects_are_written_as_their_values(tmp_path: Path, pack: int) -> None:
+    """A text column of pandas (an array of str objects) made an index of dtype "object" that no
+    reader took (pack 1), or was refused without a word of what to do (pack 2)."""
+    with pipeline.ShardWriter(tmp_path / "out", pack=pack) as writer:
+        writer.write_columns({"name": pd.Series(["cat", "dog"]), "n": np.array([1, None], object), "y": np.arange(2)})
+    assert pipeline.load_index(tmp_path / "out").fields["name"].dtype == "str"
+    batch = next(iter(pipeline.make_loader(tmp_path / "out", batch_size=2, shuffle=False)))
+    assert batch["name"] == ["cat", "dog"] and batch["n"] == [1, None] and batch["y"].tolist() == [0, 1]
+
+
 def test_booleans_beside_numbers_are_refused_as_numpys_columns_are(tmp_path: Path) -> None:
     """A nullable Int8 column beside a boolean one stored True as 1 in an int8 array; the same
     frame of NumPy columns is an array of objects, refused."""
