@@ -282,3 +282,22 @@ def test_numbered_batches_with_one_missing_between_others_are_converted_with_a_w
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert len(built(tmp_path / f"{numbers}", tmp_path / f"{numbers}-shards")["y"]) == 5 * len(numbers)
+
+
+def test_batches_of_features_and_labels_that_do_not_pair_up_are_refused_naming_the_first(tmp_path: Path) -> None:
+    """Batches of 32, 33, 32, 31, 32 features beside five of 32 labels add up alike, and were
+    joined: 63 of 160 samples stored with another sample's label."""
+    y = [np.arange(32) + 32 * k for k in range(5)]
+    x = [batch.astype(np.float32)[:, None] for batch in y]
+    x[1], x[3] = np.concatenate([x[1], x[1][-1:]]), x[3][:-1]
+    folder = dump(tmp_path / "in", 32, x, y)
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'x_32.job'}: batch 1 holds 33 rows, batch 1 of {folder / 'y_32.job'} 32 labels (counting from "
+            f"0): the batches do not pair up, so samples would get other samples' labels; dump the two files from "
+            f"the same batches (if both hold the same samples in order, only cut otherwise, dump each as one array: "
+            f"np.concatenate(batches))")):
+        pipeline.build_joblib(folder, tmp_path / "shards", quiet=True)
+    dump(folder, 32, x, y[:2] + [np.concatenate(y[2:])])  # the same labels in 3 batches, as told: refused too
+    with pytest.raises(SampleError, match=re.escape(f"{folder / 'x_32.job'} holds 5 batches, {folder / 'y_32.job'} "
+                                                    f"3: each batch of features needs its batch of labels")):
+        pipeline.build_joblib(folder, tmp_path / "shards", lists="batches", quiet=True)

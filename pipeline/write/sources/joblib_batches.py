@@ -16,7 +16,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -135,18 +135,47 @@ def _not_arrays(obj: Any, path: Path) -> np.ndarray:
 
 
 def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, number: int, told: str | None = None,
-                  labels_either: bool = False) -> np.ndarray:
+                  labels_either: bool = False, label_batches: LabelBatches | None = None) -> np.ndarray:
     """Features of one file, matched to its ``rows`` labels: a list read as ``told`` (the
-    ``lists`` given), else as :func:`features_reading` says."""
+    ``lists`` given), else as :func:`features_reading` says. Batches beside batches of labels
+    (``label_batches``) must pair up one by one: equal totals alone would let a batch of one row
+    more beside one of a row less give every sample between them another's label."""
     if isinstance(obj, np.ndarray):
         array = obj
     elif isinstance(obj, list):
-        array = joined(obj, path, told or features_reading(obj, rows, path, reading, number, labels_either))
+        features_read = told or features_reading(obj, rows, path, reading, number, labels_either)
+        if features_read == "batches" and label_batches is not None:
+            _pair_batches([len(batch) for batch in obj], path, label_batches)
+        array = joined(obj, path, features_read)
     else:
         _not_arrays(obj, path)
     if len(array) != rows:
         raise SampleError(f"{path}: {len(array)} feature rows but {rows} labels in its y file")
     return storable(array, path, _CONVERT)
+
+
+class LabelBatches(NamedTuple):
+    """The rows of each batch of a y file read as a list of batches, and the file."""
+
+    rows: list[int]
+    path: Path
+
+
+def _pair_batches(feature_rows: list[int], path: Path, labels: LabelBatches) -> None:
+    """Refuse batches of features that do not pair up with the batches of labels, naming the first."""
+    if feature_rows == labels.rows:
+        return
+    if len(feature_rows) != len(labels.rows):
+        raise SampleError(f"{path} holds {len(feature_rows)} batches, {labels.path} {len(labels.rows)}: each batch of "
+                          f"features needs its batch of labels; {_REPAIR}")
+    k = next(k for k, (a, b) in enumerate(zip(feature_rows, labels.rows)) if a != b)
+    raise SampleError(f"{path}: batch {k} holds {feature_rows[k]} rows, batch {k} of {labels.path} {labels.rows[k]} "
+                      f"labels (counting from 0): the batches do not pair up, so samples would get other samples' "
+                      f"labels; {_REPAIR}")
+
+
+_REPAIR = ("dump the two files from the same batches (if both hold the same samples in order, only cut otherwise, "
+           "dump each as one array: np.concatenate(batches))")
 
 
 def _numbered_files(folder: Path) -> dict[str, dict[int, Path]]:
@@ -262,6 +291,8 @@ class JoblibBatchSource(Source):
         self.readings = [list_reading(labels[b], b, found["y"][b], lists) for b in numbers]
         self.labels_either = [lists is None and reading == "batches" and vectors_of(labels[b], b)
                               for b, reading in zip(numbers, self.readings)]
+        self.label_batches = [LabelBatches([len(v) for v in labels[b]], found["y"][b]) if reading == "batches"
+                              else None for b, reading in zip(numbers, self.readings)]
         rows = [_label_rows(labels[b], found["y"][b], reading) for b, reading in zip(numbers, self.readings)]
         self.classes = _classes_of(rows, self.y_paths)
         if self.classes is not None:
@@ -300,7 +331,7 @@ class JoblibBatchSource(Source):
     def _features(self, i: int, rows: int) -> np.ndarray:
         """The features of pair ``i``, matched to its ``rows`` labels (see :func:`_feature_rows`)."""
         return _feature_rows(_load(self.x_paths[i]), rows, self.x_paths[i], self.readings[i], self.batches[i],
-                             self.lists, self.labels_either[i])
+                             self.lists, self.labels_either[i], self.label_batches[i])
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_cache": None}  # never ship a loaded batch to a worker
