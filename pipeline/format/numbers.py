@@ -36,15 +36,18 @@ def inexact_int(values: Iterable[Any], numbers: np.ndarray) -> int | None:
     return next((v for v in values if type(v) is int and not -_EXACT_IN_FLOAT64 <= v <= _EXACT_IN_FLOAT64), None)
 
 
-def joins_exactly(arrays: Iterable[np.ndarray]) -> bool:
+def joins_exactly(arrays: Iterable[np.ndarray], ints_as_floats: bool = False) -> bool:
     """Whether the arrays, concatenated, keep every value as it is: not where they differ in kind
-    (an int column joined to a float one would make its ints floats, booleans ints), and int64
-    joined to uint64, which NumPy joins as float64, only where the float holds every int exactly."""
+    (an int column joined to a float one would make its ints floats, booleans ints; with
+    ``ints_as_floats``, where whole numbers beside fractions may be stored as floats, ints join
+    floats where the float holds each exactly), and int64 joined to uint64, which NumPy joins as
+    float64, only where the float holds every int exactly."""
     arrays = list(arrays)
     dtypes = {array.dtype for array in arrays}
     if len(dtypes) == 1:
         return True
-    if len({_KIND_GROUPS.get(dtype.kind, dtype.kind) for dtype in dtypes}) > 1:
+    kinds = {_KIND_GROUPS.get(dtype.kind, dtype.kind) for dtype in dtypes}
+    if len(kinds - {"i"} if ints_as_floats and "f" in kinds else kinds) > 1:
         return False
     joined = np.result_type(*dtypes)
     if joined.kind != "f":

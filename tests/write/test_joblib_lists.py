@@ -301,3 +301,25 @@ def test_batches_of_features_and_labels_that_do_not_pair_up_are_refused_naming_t
     with pytest.raises(SampleError, match=re.escape(f"{folder / 'x_32.job'} holds 5 batches, {folder / 'y_32.job'} "
                                                     f"3: each batch of features needs its batch of labels")):
         pipeline.build_joblib(folder, tmp_path / "shards", lists="batches", quiet=True)
+
+
+def test_labels_one_array_would_change_are_refused_and_whole_numbers_beside_fractions_kept(tmp_path: Path) -> None:
+    """NumPy joined uint64 IDs beside int64 ones, and 2**53 + 1 beside 0.5, as float64: the
+    build stored other numbers without a word."""
+    x = [np.zeros((2, 3), np.float32)] * 2
+    cases = [([np.array([2**64 - 1, 7], np.uint64), np.array([2**62 + 1, 7])], "y_2.job: its list holds arrays of "
+              "int64, uint64 whose values one array would change"),
+             ([[2**53 + 1, 3], [0.5, 1]], "y_2.job: its list holds arrays of float64, int64 whose values"),
+             ([[-1, 2**63 + 1], [1, 2]], "y_2.job: item 0 of its list: the integer 9223372036854775809 beside other "
+              "numbers would be stored as the float 9.223372036854776e+18; dump such IDs as an array of int64")]
+    for n, (y, error) in enumerate(cases):
+        with pytest.raises(SampleError, match=re.escape(error)):
+            pipeline.build_joblib(dump(tmp_path / f"in{n}", 2, x, y), tmp_path / f"out{n}", quiet=True)
+    for n, y in enumerate([np.array([1, 2]), np.array([0.5, 2**62 + 1], np.float64)]):  # (2**62 + 1: a float's)
+        dump(tmp_path / "files", n, x[0], y)
+    assert [float(v) for v in built(tmp_path / "files", tmp_path / "kept")["y"]] == [1, 2, 0.5, 2.0**62]
+    dump(tmp_path / "files", 2, x[0], np.array([2**62 + 1, 3]))
+    with pytest.raises(SampleError, match=re.escape(
+            f"{tmp_path / 'files'}: files y_0.job to y_2.job hold arrays of float64, int64 whose values one array "
+            f"would change")):
+        pipeline.build_joblib(tmp_path / "files", tmp_path / "changed", quiet=True)

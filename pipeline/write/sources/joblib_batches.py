@@ -16,16 +16,17 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError, explain, unloadable
+from ...format.numbers import inexact_int
 from ..rows import RowBlock, storable
 from ..source import Source, span_identity
 from .class_list import sorted_classes
-from .joblib_lists import LISTS, batched_by, features_reading, joined, list_reading, vectors_of
+from .joblib_lists import LISTS, batched_by, features_reading, joined, list_reading, refuse_inexact_join, vectors_of
 from .pandas_values import is_pandas, pandas_values
 from .unchanged import check_unchanged, file_version
 
@@ -65,10 +66,16 @@ def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
 
     if isinstance(value, (list, tuple)):
         try:
-            return np.asarray(value)
+            numbers = np.asarray(value)
         except ValueError:  # lists of lists of several lengths
             raise SampleError(f"{path}: item {position} of its list is a list of lists of different lengths; "
                               f"dump it as an array, or as a list of arrays") from None
+        changed = inexact_int(_leaves(value), numbers)
+        if changed is not None:
+            where = path if position is None else f"{path}: item {position} of its list"
+            raise SampleError(f"{where}: the integer {changed} beside other numbers would be stored as the float "
+                              f"{float(changed)!r}; dump such IDs as an array of int64 or uint64, or as str")
+        return numbers
     if is_pandas(value):  # a DataFrame or Series
         return pandas_values(value, str(path) if position is None else f"{path}: item {position} of its list")
     if not isinstance(value, torch.Tensor):
@@ -77,6 +84,15 @@ def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
         raise SampleError(f"{path}: holds bfloat16 tensors, which NumPy cannot hold: convert them (.float()) "
                           f"and dump them again, or write the shards with pipeline.ShardWriter")
     return value.detach().cpu().numpy()
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    """The numbers of nested lists."""
+    for item in value:
+        if isinstance(item, (list, tuple)):
+            yield from _leaves(item)
+        else:
+            yield item
 
 
 def _label_rows(obj: Any, path: Path, reading: str | None, classes: list[str] | None = None) -> np.ndarray:
@@ -362,7 +378,7 @@ class JoblibBatchSource(Source):
 
     def read(self, start: int, stop: int) -> RowBlock:
         parts_x, parts_y = [], []
-        i = bisect.bisect_right(self.starts, start) - 1
+        i = first = bisect.bisect_right(self.starts, start) - 1
         while start < stop:
             features, labels = self._batch(i)
             lo, hi = start - self.starts[i], min(stop, self.starts[i + 1]) - self.starts[i]
@@ -371,4 +387,6 @@ class JoblibBatchSource(Source):
             start = self.starts[i] + hi
             i += 1
         x_name, y_name = self.fields
+        for parts, paths in ((parts_x, self.x_paths), (parts_y, self.y_paths)):
+            refuse_inexact_join(parts, f"{self.folder}: files {paths[first].name} to {paths[i - 1].name} hold")
         return RowBlock({x_name: np.concatenate(parts_x), y_name: np.concatenate(parts_y)})

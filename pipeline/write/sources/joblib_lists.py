@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ...format.errors import SampleError
+from ...format.numbers import joins_exactly
 
 #: How a list of arrays is read: each array a batch of samples (joined), or one sample (stacked).
 LISTS = ("batches", "samples")
@@ -70,7 +71,18 @@ def joined(arrays: list, path: Path, reading: str) -> np.ndarray:
         raise SampleError(f"{path}: its list holds {what} of different shapes: {sorted(map(list, shapes))[:3]}; "
                           f"every {each} needs the same shape here; samples of different shapes (sequences of "
                           f"several lengths) can be written with pipeline.ShardWriter, one write() a sample")
+    refuse_inexact_join(arrays, f"{path}: its list holds")
     return np.stack(arrays) if reading == "samples" else np.concatenate(arrays)
+
+
+def refuse_inexact_join(arrays: list, where: str) -> None:
+    """Refuse arrays that one array holds only by changing values (NumPy joins uint64 beside int64
+    as float64, 2**53 + 1 beside 0.5 as 2**53), naming their dtypes; whole numbers beside
+    fractions are stored as floats where that keeps them."""
+    if not joins_exactly([np.asarray(array) for array in arrays], ints_as_floats=True):
+        dtypes = sorted({str(np.asarray(array).dtype) for array in arrays})
+        raise SampleError(f"{where} arrays of {', '.join(dtypes)} whose values one array would change (integers "
+                          f"beyond what a float holds exactly, booleans beside numbers): dump them all with one dtype")
 
 
 def features_reading(arrays: list, rows: int, path: Path, labels_reading: str | None, number: int,
