@@ -157,6 +157,19 @@ class ShardLoader(DataLoader):
             self._epoch, self._legs, self._batches = self._epoch + 1, [], 0
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        """A loop over the current epoch's batches (see :meth:`_loop`). A checkpoint taken after an
+        epoch's last batch, once loaded, leaves that epoch nothing to yield: this loop is over as
+        it is begun, and the loader stands at the next epoch, also for a loop that never asks
+        for a batch (``zip(range(len(loader)), loader)`` with ``len`` 0 starts no generator, and
+        would stand there for ever)."""
+        if self._loaded and (self._legs or self._batches) and self.dataset.exact \
+                and not self.dataset.batches_left(self._epoch, self._legs, self._batches):  # type: ignore[attr-defined]
+            self._loaded = False
+            self.set_epoch(self._epoch + 1)
+            return iter(())
+        return self._loop()
+
+    def _loop(self) -> Iterator[Any]:
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
         self._settle()
         self._closed_early = self._loaded = False

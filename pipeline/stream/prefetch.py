@@ -94,7 +94,10 @@ class DevicePrefetcher:
             self.waited += time.perf_counter() - started
 
     def __iter__(self) -> Iterator[Any]:
-        iterator = iter(self.loader)
+        return self._run(iter(self.loader))  # (the loader's loop begun at once, as without a prefetcher: see
+        # ShardLoader.__iter__)
+
+    def _run(self, iterator: Iterator[Any]) -> Iterator[Any]:
         start, before = time.perf_counter(), self.elapsed  # stats() sum every loop over this prefetcher
         stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         taken = 0  # batches taken from the loader and not yet handed to the loop: given back if it stops

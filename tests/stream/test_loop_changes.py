@@ -284,6 +284,23 @@ def test_a_prefetched_loop_with_no_batch_left_ends_its_epoch(shards: Path, refer
         assert ids(DevicePrefetcher(empty)) == [] and empty.epoch == 1
 
 
+@pytest.mark.parametrize("loop", ["zip", "islice", "prefetched zip"])
+def test_a_checkpoint_at_an_epochs_end_loaded_moves_on_under_loops_that_ask_for_no_batch(shards: Path, reference,
+                                                                                        loop: str) -> None:
+    """With len() 0, ``zip(range(len(loader)), loader)`` never starts the loader's loop: after a
+    checkpoint taken in an epoch's last step was loaded, every later epoch had 0 batches, the
+    loader stood at epoch 0 for ever, and a resumed job ran empty epochs without a word."""
+    loader = loader_of(shards, 0)
+    for _ in loader:
+        state = loader.state_dict()  # in the last step of epoch 0
+    resumed = loader_of(shards, 0)
+    resumed.load_state_dict(state)
+    over = DevicePrefetcher(resumed) if loop == "prefetched zip" else resumed
+    epochs = [ids(islice(over, len(over)) if loop == "islice" else (b for _, b in zip(range(len(over)), over)))
+              for _ in range(3)]
+    assert epochs[:2] == [[], reference[1]] and resumed.epoch == 3 and len(epochs[2]) == len(reference[1])
+
+
 def test_a_prefetcher_of_something_that_is_no_loader_is_refused(shards: Path) -> None:
     """A path was taken, and its characters iterated as batches."""
     for given, shown in ((str(shards), f"str {str(shards)!r}"), (5, "int 5")):
