@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from typing import Any
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -18,7 +19,21 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 def warn_caller(message: str, category: type[Warning] = UserWarning) -> None:
     """Issue ``message`` as a warning of ``category`` from the nearest frame outside this package
     (the caller's, where all of the stack is the package's, as in a DataLoader worker's loop)."""
-    level, frame = 2, sys._getframe(1)
+    level, frame = _user_frame(sys._getframe(1))
+    warnings.warn(message, category, stacklevel=level + 1 if frame is not None else 2)
+
+
+def user_line() -> str:
+    """``file:line`` of the nearest frame outside this package (the file's name only: the same
+    script on two machines may lie in other folders); ``""`` where there is none."""
+    frame = _user_frame(sys._getframe(1))[1]
+    return "" if frame is None else f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _user_frame(frame: Any) -> tuple[int, Any]:
+    """The nearest frame from ``frame`` outside this package, and how many frames up it is (1:
+    ``frame`` itself)."""
+    level = 1
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         level, frame = level + 1, frame.f_back
-    warnings.warn(message, category, stacklevel=level if frame is not None else 2)
+    return level, frame

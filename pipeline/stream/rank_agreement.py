@@ -9,10 +9,11 @@ come twice in an epoch, a quarter of them never, and nothing fails. Ranks that b
 numbers of batches, or overlap, and a DDP job then dies in its collective calls with a message
 about a peer's connection, naming nothing. So a dataset whose world is that of the initialised
 default process group records its settings in that group's store, under a key made of its
-sources' digests (and a mix's shares), world size and launch attempt (an elastic restart may
-change them), and compares them with the first recorded there (``compare_set`` sets the key only
-if absent and returns what it holds: one request a rank, no waiting, so a rank alone cannot hang
-on it). The n-th such dataset of a rank pairs with the n-th of another. The rank that finds other
+sources' digests (and a mix's names), world size and launch attempt (an elastic restart may
+change them), and the line of the script that made it, and compares them with the first
+recorded there (``compare_set`` sets the key only if absent and returns what it holds: one
+request a rank, no waiting, so a rank alone cannot hang on it). The n-th such dataset of a rank
+pairs with the n-th of another. The rank that finds other
 settings raises; torchrun then stops the job. ``shuffle_buffer`` beyond the chunking cannot make
 spans overlap and is not compared, nor is the seed when ``shuffle=False`` (no seed is used).
 """
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..caller_warning import user_line
 from .loader_state import plan_values
 
 if TYPE_CHECKING:
@@ -36,15 +38,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("pipeline.stream")
 #: Datasets this process made of each key: the n-th of one rank pairs with the n-th of another.
 _MADE: Counter[str] = Counter()
-#: What names the data a dataset reads: datasets of the same data on two ranks are compared.
-_DATA_KEYS = ("sources", "mix")
-#: What every rank must agree on besides the seed: what shapes a rank's span, and its batches.
-_AGREED_KEYS = ("shuffle", "samples", "chunk_samples", "remainder", "batch_size", "drop_last")
+#: What every rank must agree on besides the seed: what shapes a rank's span, and its batches
+#: (``mix``: the samples each source of a mix gives an epoch, from ``weights`` and ``epoch_samples``).
+_AGREED_KEYS = ("shuffle", "samples", "mix", "chunk_samples", "remainder", "batch_size", "drop_last")
 
 
 def check_ranks_agree(dataset: ShardDataset) -> None:
     """Raise ``ValueError`` if another rank of the default process group reads the same shards
-    with other settings (see :data:`_AGREED_KEYS`) or, shuffled, from another seed; nothing
+    with other settings (see :data:`_AGREED_KEYS`) or, shuffled, from another seed, of the
+    datasets made at the same line of the script, so that one a rank makes alone
+    elsewhere (a look at a few batches on rank 0) pairs with none of the others; nothing
     without an initialised group of 2 ranks or more, a dataset whose world size is another, or
     shards without an index."""
     group = torch.distributed
@@ -53,9 +56,9 @@ def check_ranks_agree(dataset: ShardDataset) -> None:
         return  # (a world of its own: an evaluation on rank 0 alone, say; no peers in this group)
     try:
         plan = plan_values(dataset)
-        data = {name: plan.get(name) for name in _DATA_KEYS}
+        data = [plan.get("sources"), list(plan.get("mix") or ())]  # (a mix's names, not its shares: compared)
         attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}.{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
-        digest = hashlib.sha256(json.dumps([attempt, dataset.world_size, data], default=str).encode())
+        digest = hashlib.sha256(json.dumps([attempt, dataset.world_size, data, user_line()], default=str).encode())
         key = digest.hexdigest()[:24]
         _MADE[key] += 1
         mine = json.loads(json.dumps({"rank": dataset.rank, "seed": int(dataset.seed),
@@ -69,7 +72,9 @@ def check_ranks_agree(dataset: ShardDataset) -> None:
     if differ:
         shown = ", ".join(f"{name}={mine[name]!r}" for name in differ)
         theirs = ", ".join(f"{name}={first.get(name)!r}" for name in differ)
-        raise ValueError(f"rank {dataset.rank} reads these shards with {shown}, rank {first['rank']} with {theirs}: "
+        mix = " (mix: the samples each source gives an epoch, from weights= and epoch_samples=)" if "mix" in differ \
+            else ""
+        raise ValueError(f"rank {dataset.rank} reads these shards with {shown}, rank {first['rank']} with {theirs}{mix}: "
                          f"every rank must read them alike, or ranks yield other numbers of batches (a DDP job then "
                          f"stops in its collective calls) or overlapping samples. Pass the same settings on every "
                          f"rank")

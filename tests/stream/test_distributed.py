@@ -132,10 +132,11 @@ def test_shards_without_an_index_under_torchrun_are_an_error_not_a_hang(tmp_path
     assert "shards without an index, under DDP (world size 2)" in result.stderr and "pipeline index" in result.stderr
 
 
-@pytest.mark.parametrize("mistake", ["seed-per-rank", "batch-per-rank"])
+@pytest.mark.parametrize("mistake", ["seed-per-rank", "batch-per-rank", "weights-per-rank"])
 def test_ranks_seeded_or_batched_apart_are_an_error_not_a_silent_loss(tmp_path: Path, mistake: str) -> None:
     """Ranks batched apart yield other numbers of batches: the job died in gloo ('Connection closed
-    by peer'), naming nothing."""
+    by peer'), naming nothing. Ranks that mixed in shares of their own were not compared at all:
+    the samples of one source twice in an epoch, or a hang."""
     shards = uneven_shards(tmp_path / "shards", [300, 200], pack=4)
     (tmp_path / "out").mkdir()
     result = torchrun(2, str(HERE / "ddp_collect.py"), str(shards), str(tmp_path / "out"), "0", "i", mistake,
@@ -145,11 +146,27 @@ def test_ranks_seeded_or_batched_apart_are_an_error_not_a_silent_loss(tmp_path: 
         assert re.search(r"rank ([01]) shuffles these shards with seed=([56]), rank ([01]) with seed=([56]): every "
                          r"rank must draw the same epoch order", result.stderr), result.stderr[-3000:]
         assert "seed=base, not base + rank" in result.stderr
+    elif mistake == "weights-per-rank":
+        assert re.search(r"rank ([01]) reads these shards with mix=\{'a': \d+, 'b': \d+\}, rank ([01]) with mix=", 
+                         result.stderr), result.stderr[-3000:]
+        assert "(mix: the samples each source gives an epoch, from weights= and epoch_samples=)" in result.stderr
     else:
         assert re.search(r"rank ([01]) reads these shards with batch_size=(32|48), rank ([01]) with batch_size=(32|48): "
                          r"every rank must read them alike, or ranks yield other numbers of batches \(a DDP job then "
                          r"stops in its collective calls\) or overlapping samples. Pass the same settings on every "
                          r"rank", result.stderr), result.stderr[-3000:]
+
+
+def test_a_loader_one_rank_makes_alone_is_compared_with_none_of_the_others(tmp_path: Path) -> None:
+    """Rank 0 looked at a batch of a loader of its own first: the training loaders, alike on every
+    rank, were paired with it (the n-th dataset of a rank with the n-th of another), and the job
+    stopped on 'rank 1 reads these shards with batch_size=32, rank 0 with batch_size=4'."""
+    shards = uneven_shards(tmp_path / "shards", [300, 200], pack=4)
+    (tmp_path / "out").mkdir()
+    torchrun(2, str(HERE / "ddp_collect.py"), str(shards), str(tmp_path / "out"), "0", "i", "peek-on-rank-0")
+    got = [n for rank in range(2) for batch in json.loads((tmp_path / "out" / f"rank-{rank}.json").read_text())["batches"]
+           for n in batch]
+    assert sorted(got) == list(range(500))
 
 
 def test_training_example_under_torchrun_on_uneven_data(tmp_path: Path) -> None:
