@@ -47,12 +47,14 @@ def _shown(url: str) -> str:
     return redact(url) if is_remote(url) else os.path.normpath(url)
 
 
-def _check_file(url: str, check: Callable[[BinaryIO, str], Problem | None]) -> tuple[Problem | None, bool]:
-    """``check(stream, shown)`` of the file at ``url``, and whether the file could be read: one
-    that cannot be is a problem of that file, whatever the index says of it."""
+def _check_file(url: str, check: Callable[[BinaryIO, str], Problem | None],
+                size: int | None = None) -> tuple[Problem | None, bool]:
+    """``check(stream, shown)`` of the file at ``url`` (of ``size`` bytes, the index says), and
+    whether the file could be read: one that cannot be is a problem of that file, whatever the
+    index says of it."""
     shown = _shown(url)
     try:
-        with open_stream(url) as stream:
+        with open_stream(url, size=size) as stream:
             return check(stream, shown), True
     except SourceError as exc:
         reason = exc.reason or str(exc)
@@ -149,7 +151,8 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
             outcome.failed += 1
             report(FAILED, info.url, Problem(info.url, f"not a file's name: {exc.reason or exc}"))
             continue
-        problem, read = _check_file(url, partial(verify_stream, info=info, index=index, check=record_check))
+        problem, read = _check_file(url, partial(verify_stream, info=info, index=index, check=record_check),
+                                    info.bytes)
         if problem is None:
             report(OK, url, None)
         elif outcome.table_damaged and read:  # what it was checked against is what is damaged

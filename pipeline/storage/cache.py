@@ -181,7 +181,7 @@ class ShardCache:
         digest = hashlib.sha256()
         written = 0
         try:
-            with open_stream(url, self.policy, stats=self.stats) as source:
+            with open_stream(url, self.policy, stats=self.stats, size=size) as source:
                 with self._writing(partial):
                     out = open(partial, "wb")
                 with out:

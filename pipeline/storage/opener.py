@@ -52,7 +52,7 @@ _RANGED = {"http": http, "https": http, "s3": s3}
 
 
 def _remote_stream(url: str, start: int, stop: int | None, policy: RetryPolicy | None,
-                   stats: RetrySink | None) -> ResumingStream:
+                   stats: RetrySink | None, size: int | None = None) -> ResumingStream:
     """One read of ``url``: one retry budget, from ``policy`` (the environment's when None),
     its retries reported to ``stats``."""
     backend = _RANGED.get(scheme(url))
@@ -64,7 +64,7 @@ def _remote_stream(url: str, start: int, stop: int | None, policy: RetryPolicy |
         if stats is not None:
             stats.requested()
         return backend.open_range(url, start, stop, budget.policy)
-    return ResumingStream(url, start, stop, open_range, backend.map_error, budget)
+    return ResumingStream(url, start, stop, open_range, backend.map_error, budget, size)
 
 
 def _open_local(url: str, start: int) -> int:
@@ -220,14 +220,16 @@ def _fsspec_open(url: str) -> Any:
         raise SourceError(url, None, f"fsspec cannot open it: {exc}") from None
 
 
-def open_stream(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink | None = None) -> BinaryIO:
+def open_stream(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink | None = None,
+                size: int | None = None) -> BinaryIO:
     """A binary stream of a whole object (read sequentially); a remote one retries within one
-    budget of ``policy`` and reports each retry to ``stats``."""
+    budget of ``policy`` and reports each retry to ``stats``, and resumes a response without a
+    length that ends before ``size`` (the index's, where known), which only a cut tells apart."""
     kind = scheme(url)
     if kind == "file":
         return open(_open_local(url, 0), "rb", buffering=1 << 20)
     if kind in ("http", "https", "s3"):
-        return BufferedStream(_remote_stream(url, 0, None, policy, stats))  # type: ignore[return-value]
+        return BufferedStream(_remote_stream(url, 0, None, policy, stats, size))  # type: ignore[return-value]
     if kind == "pipe":
         return PipeStream(url)  # type: ignore[return-value]
     return _fsspec_open(url)

@@ -43,6 +43,16 @@ def response_version(response: Response) -> str | None:
     return headers.get("ETag") or headers.get("Last-Modified")
 
 
+def _declares_length(response: Any) -> bool:
+    """Whether a response says where its body ends (``Content-Length``, or chunked, whose end is
+    marked), so that its client raises on a cut; one of HTTP/1.0's manner says nothing, and ends
+    where the connection closes, cut or not. Responses without headers (S3 clients') declare it."""
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return True
+    return headers.get("Content-Length") is not None or "chunked" in (headers.get("Transfer-Encoding") or "").lower()
+
+
 class ResumingStream:
     """A file-like reader of bytes ``[start, stop)`` of ``url`` (``stop=None``: to the end).
     Its first request, the retries of a refused request and the resumes after a cut all spend
@@ -50,11 +60,12 @@ class ResumingStream:
     were each resume given retries of its own)."""
 
     def __init__(self, url: str, start: int, stop: int | None, open_range: Opener,
-                 map_error: ErrorMapper, budget: RetryBudget) -> None:
+                 map_error: ErrorMapper, budget: RetryBudget, size: int | None = None) -> None:
         self.url = url
         self.start = start
         self.position = start
         self.stop = stop
+        self.size = size  # the object's size where known (an index's), to tell a cut from its end
         self._open_range = open_range
         self._map_error = map_error
         self.budget = budget
@@ -99,6 +110,10 @@ class ResumingStream:
                                  f"{now - self._window_start:.1f}s")
         if not data and self.stop is not None and self.position < self.stop:
             raise TransientError(self.url, self.position, f"connection closed before byte {self.stop}")
+        if not data and self.size is not None and self.position < self.size and not _declares_length(self._response):
+            # a response without a length ends where its connection closes: before the size known, a cut
+            raise TransientError(self.url, self.position, f"connection closed before byte {self.size} (the response "
+                                 f"gave no length)")
         return data
 
     def read(self, size: int = -1) -> bytes:

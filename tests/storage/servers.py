@@ -241,13 +241,17 @@ class FaultProxy:
     responses on purpose: ``cut`` closes after some bytes, ``stall`` stops sending (longer than
     the client's read timeout), ``trickle`` sends a byte at a time, ``503`` answers at once.
     It keeps each request's head (``heads``: its request line and headers), and answers a
-    request whose head ``refuse`` returns True for with an S3 ``403 AccessDenied``."""
+    request whose head ``refuse`` returns True for with an S3 ``403 AccessDenied``, and one
+    whose head ``cut_unsized`` returns True for without its ``Content-Length`` (a response that
+    ends where its connection closes, as HTTP/1.0 servers send), cut."""
 
     def __init__(self, upstream_port: int, faults: dict[str, float], seed: int = 0,
                  stall_seconds: float = 3.0, fail_after: int | None = None,
-                 refuse: Callable[[bytes], bool] | None = None) -> None:
+                 refuse: Callable[[bytes], bool] | None = None,
+                 cut_unsized: Callable[[bytes], bool] | None = None) -> None:
         self.upstream_port = upstream_port
         self.refuse = refuse
+        self.cut_unsized = cut_unsized
         self.heads: list[bytes] = []
         self.fail_after = fail_after  # answer 503 to every request after this many
         self.faults = faults
@@ -302,7 +306,10 @@ class FaultProxy:
                 client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\nContent-Length: "
                                + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
                 return
-            fault = self._choose()
+            fault = "unsized" if self.cut_unsized is not None and self.cut_unsized(self.heads[-1]) else self._choose()
+            if fault == "unsized":
+                with self.lock:
+                    self.counts[fault] += 1
             if fault == "503":
                 client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
@@ -314,6 +321,8 @@ class FaultProxy:
                 threading.Thread(target=self._forward_body, args=(client, upstream), daemon=True).start()
                 try:
                     self._pump(upstream, client, fault)
+                    client.shutdown(socket.SHUT_RDWR)  # the close seen at once: the thread reading the
+                    # request body holds the socket, and a close alone would wait for it
                 except OSError:  # the client hung up first (it timed out on a stall or a trickle)
                     pass
 
@@ -329,10 +338,19 @@ class FaultProxy:
     def _pump(self, upstream: socket.socket, client: socket.socket, fault: str) -> None:
         limit = self.rng.randint(600, 40_000) if fault != "ok" else None
         sent = 0
+        head = b""
         while True:
             data = upstream.recv(65536)
             if not data:
                 return
+            if fault == "unsized" and head is not None:  # the head, without its Content-Length
+                head += data
+                if b"\r\n\r\n" not in head:
+                    continue
+                lines, _, data = head.partition(b"\r\n\r\n")
+                data = b"\r\n".join(line for line in lines.split(b"\r\n")
+                                     if not line.lower().startswith(b"content-length:")) + b"\r\n\r\n" + data
+                head = None
             if limit is not None and sent + len(data) > limit:
                 client.sendall(data[:limit - sent])
                 if fault == "stall":

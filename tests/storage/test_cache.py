@@ -44,6 +44,21 @@ def test_each_shard_is_downloaded_once_and_later_epochs_read_the_cache(counting_
     assert len(list((tmp_path / "cache").glob("*-part-*.tar"))) == shards
 
 
+def test_a_download_cut_in_a_response_without_a_length_is_resumed_not_taken_whole(nginx: str, tmp_path: Path,
+                                                                                   total_samples: int) -> None:
+    """A response without a Content-Length ends where its connection closes, cut or not: a cut
+    download was taken whole, the server blamed ('not the version the index names'), the shard
+    refused for 10 minutes, and `pipeline verify` failed every shard."""
+    proxy = FaultProxy(port_of(nginx), {}, cut_unsized=lambda head: b".tar " in head)
+    try:
+        loader = make_loader(f"{proxy.url}/data/", num_workers=0, batch_size=64, cache_dir=tmp_path / "cache")
+        assert all_ids(loader) == list(range(total_samples)) and loader.stats()["retries"] > 0
+        assert proxy.counts["unsized"] > len(pipeline.load_index(f"{proxy.url}/data/").shards)  # cut, resumed
+        assert pipeline.verify(f"{proxy.url}/data/") == []
+    finally:
+        proxy.close()
+
+
 def _read_in_process(folder: str, url: str, queue) -> None:
     queue.put(len(ShardCache(folder, 1 << 30).read_range(url, 0, 4096)))
 
