@@ -20,7 +20,7 @@ import os
 import posixpath
 import stat
 from typing import Any, BinaryIO
-from urllib.parse import unquote, urljoin, urlparse
+from urllib.parse import quote, unquote, urljoin, urlparse
 
 from . import http, s3
 from .errors import CutShort, SourceError, redact
@@ -252,8 +252,9 @@ def join(base: str, relative: str) -> str:
     kind = scheme(base)
     if kind == "file":
         return os.path.join(local_path(base), relative)
-    if kind in ("http", "https"):
-        return urljoin(base if base.endswith("/") else base + "/", relative)
+    if kind in ("http", "https"):  # (a name is a file's: '%', '#', '?' and ':' in it are quoted, or they
+        # would read as an escape, a fragment, a query or a scheme)
+        return urljoin(base if base.endswith("/") else base + "/", quote(relative, safe="/"))
     prefix, _, path = base.partition("://")
     return f"{prefix}://{posixpath.normpath(posixpath.join(path, relative))}"
 

@@ -15,8 +15,10 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import pytest
 
+import pipeline
 from pipeline import SourceError, make_loader
 from pipeline.cli import main
 from pipeline.storage import open_stream, read_range
@@ -97,6 +99,15 @@ def test_a_redirect_loop_and_a_folder_without_its_slash_are_named_errors(nginx: 
                                           r"http://127\.0\.0\.1:\d+/unindexed/\): pass the URL of its index\.json, "
                                           r"or of the shards in it"):
         make_loader(f"{nginx}/unindexed", num_workers=0, batch_size=64)
+
+
+@pytest.mark.parametrize("prefix", ["pct%41", "hash#x", "q?x", "col:on"])
+def test_shards_whose_names_hold_url_characters_stream_over_http(nginx: str, web_root: Path, prefix: str) -> None:
+    """Names were joined to the folder's URL as they are: '%41' read as 'A', '#' began a
+    fragment, '?' a query, and the shards, which are there, were reported missing."""
+    folder = web_root / f"named-{prefix.encode().hex()}"
+    pipeline.write_shards(folder, {"i": np.arange(300)}, shard_samples=100, prefix=prefix, quiet=True)
+    assert sorted(all_ids(make_loader(f"{nginx}/{folder.name}/", num_workers=0, batch_size=50))) == list(range(300))
 
 
 def test_resume_over_http_yields_the_uninterrupted_batches(nginx: str) -> None:
