@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import ssl
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import urllib3
 
@@ -30,7 +30,8 @@ from .per_process import per_process
 from .retry import RetryPolicy
 from .streams import Response
 
-_PERMANENT = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found", 410: "gone",
+_PERMANENT = {400: "bad request", 401: "unauthorized (a server behind a password: give the user and "
+                                        "password in the URL, as curl takes them)", 403: "forbidden", 404: "not found", 410: "gone",
               416: "range not satisfiable (the object is shorter than expected)"}
 _DRAIN_BYTES = 64 << 10  # an unused body up to this size is read off, so its connection serves again
 #: What OpenSSL says of a plain-HTTP answer to a TLS handshake (3.2 and later: RECORD_LAYER_FAILURE).
@@ -72,7 +73,7 @@ def request_range(pool: urllib3.PoolManager, url: str, start: int, stop: int | N
     """The response of ``pool`` to a GET of bytes ``[start, stop)`` of ``url``, whatever its
     status (a redirect too: see :func:`follow_redirects`); a request that cannot be sent raises,
     naming ``named`` (``url``, or what it stands for: a presigned URL's object)."""
-    headers = {}
+    headers = _credentials(url)
     if start or stop is not None:
         headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
     whole = start == 0 and stop is None  # a range is of the object's own bytes, not of a Content-Encoding's decoding
@@ -86,6 +87,20 @@ def request_range(pool: urllib3.PoolManager, url: str, start: int, stop: int | N
         raise tls_error(named, start, exc) from None
     except urllib3.exceptions.HTTPError as exc:
         raise TransientError(named, start, f"{type(exc).__name__}: {exc}") from None
+
+
+def _credentials(url: str) -> dict[str, str]:
+    """The ``Authorization`` header of a user and password in ``url`` (``https://user:pw@host/``,
+    as curl takes them; urllib3 leaves them out), else none. A redirect to another host drops
+    them with the URL's netloc."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # urllib3 says what is wrong with it
+        return {}
+    if parts.username is None:
+        return {}
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return {"Authorization": urllib3.util.make_headers(basic_auth=pair)["authorization"]}
 
 
 def tls_error(url: str, start: int, exc: urllib3.exceptions.SSLError) -> SourceError:

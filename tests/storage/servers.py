@@ -132,6 +132,8 @@ def stop(process: subprocess.Popen) -> None:
         path.unlink(missing_ok=True)
 
 
+#: The user and password of nginx's /locked/ folder.
+LOCKED_USER = ("reader", "s3 cret")
 NGINX_CONF = """
 daemon off;
 master_process off;
@@ -159,6 +161,11 @@ http {{
         # /private/X is /X, but a missing file is 403, as a bucket that does not let one list it answers
         location /private/ {{ rewrite ^/private/(.*)$ /$1 break; error_page 404 = @forbidden; }}
         location @forbidden {{ return 403; }}
+        # /locked/X is /X behind a password: user "reader", password "s3 cret" (see LOCKED_USER)
+        location /locked/ {{
+            rewrite ^/locked/(.*)$ /$1 break;
+            auth_basic "test"; auth_basic_user_file {prefix}/htpasswd;
+        }}
     }}
 }}
 """
@@ -171,6 +178,7 @@ def start_nginx(prefix: Path, root: Path) -> tuple[str, subprocess.Popen]:
         pytest.skip("nginx is not installed (.ci/run installs it: apt-get install nginx)")
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
     port = free_port()
+    (prefix / "htpasswd").write_text(f"{LOCKED_USER[0]}:{{PLAIN}}{LOCKED_USER[1]}\n")
     conf = prefix / "nginx.conf"
     conf.write_text(NGINX_CONF.format(prefix=prefix, port=port, root=root))
     process = subprocess.Popen([binary, "-c", str(conf), "-p", str(prefix)],

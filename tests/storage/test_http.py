@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -14,6 +15,7 @@ import time
 import warnings
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -26,7 +28,7 @@ from pipeline.storage.buffers import process_pool
 from pipeline.stream import idle_trim
 from tests.helpers import wait_for
 from tests.storage.conftest import all_ids, play, read_into
-from tests.storage.servers import FaultProxy, FileServer, port_of
+from tests.storage.servers import LOCKED_USER, FaultProxy, FileServer, port_of
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -108,6 +110,19 @@ def test_shards_whose_names_hold_url_characters_stream_over_http(nginx: str, web
     folder = web_root / f"named-{prefix.encode().hex()}"
     pipeline.write_shards(folder, {"i": np.arange(300)}, shard_samples=100, prefix=prefix, quiet=True)
     assert sorted(all_ids(make_loader(f"{nginx}/{folder.name}/", num_workers=0, batch_size=50))) == list(range(300))
+
+
+def test_a_user_and_password_in_the_url_are_sent_and_a_401_says_where_they_go(nginx: str,
+                                                                            total_samples: int) -> None:
+    """urllib3 leaves a URL's credentials out: a server behind a password answered 401, and the
+    error said nothing of how to give them."""
+    user, password = LOCKED_USER
+    locked = nginx.replace("http://", f"http://{user}:{quote(password)}@") + "/locked/data/"
+    assert all_ids(make_loader(locked, num_workers=2, batch_size=64)) == list(range(total_samples))
+    with pytest.raises(SourceError, match=re.escape("HTTP 401 unauthorized (a server behind a password: give the "
+                                                    "user and password in the URL, as curl takes them)")) as caught:
+        make_loader(nginx.replace("http://", f"http://{user}:wrong-{quote(password)}@") + "/locked/data/")
+    assert "wrong" not in str(caught.value)  # (a password in a URL is never shown)
 
 
 def test_resume_over_http_yields_the_uninterrupted_batches(nginx: str) -> None:
