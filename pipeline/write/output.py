@@ -6,7 +6,7 @@ import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Collection, Iterable
 
 from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, DatasetIndex, TableFile, index_shard_names, table_name_for
@@ -172,20 +172,23 @@ def clear_split_parent(destination: Destination, splits: Iterable[str], overwrit
     _remove_set(destination)
 
 
-def clear_child_sets(target: Destination, overwrite: bool) -> None:
+def clear_child_sets(target: Destination, overwrite: bool, splits: Collection[str] = ()) -> None:
     """Refuse, unless ``overwrite`` (then delete them), the shard sets in subfolders of the
     folder a set is built in: an earlier split build's ``train/`` and ``validation/``, which would
     stay beside the new set for a script that reads the splits to train on (in local folders:
-    see :meth:`Destination.subfolders`). A split is a set whose shards are named after its folder,
-    as a split build names them; other sets in subfolders are the user's to keep."""
-    children = [name for name in target.subfolders() if _is_split(target, name)]
+    see :meth:`Destination.subfolders`); for a split build, those of other names than its
+    ``splits`` (a partition's ``val`` and ``test`` beside the new one's ``validation``). A split
+    is a set whose shards are named after its folder, as a split build names them; other sets in
+    subfolders are the user's to keep."""
+    children = [name for name in target.subfolders() if name not in splits and _is_split(target, name)]
     if not children:
         return
+    new = f"splits ({', '.join(splits)})" if splits else "set"
     if not overwrite:
         raise OutputExistsError(f"{target.url(children[0] + '/' + INDEX_NAME)} already exists: that folder holds the "
                                 f"splits of an earlier build ({', '.join(children)}), which would stay beside the new "
-                                f"set (a script that reads the splits would train on them); pass overwrite=True "
-                                f"(--overwrite) to remove them, or write the set elsewhere")
+                                f"{new} (a script that reads the splits would train or evaluate on them); pass "
+                                f"overwrite=True (--overwrite) to remove them, or write the {new} elsewhere")
     for name in children:
         child = destination(target.url(name))
         try:

@@ -18,7 +18,7 @@ from ..format.index import INDEX_NAME, DatasetIndex, part_index_name
 from ..format.numbers import is_whole
 from ..storage import join
 from ..storage.destination import destination
-from .output import clear_split_parent, hold_output
+from .output import clear_child_sets, clear_split_parent, hold_output
 from .resume import FinishedOtherRows
 from .rows import RowBlock
 from .run import build_shards
@@ -166,6 +166,7 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
     try:
         hold_output(parent, part is not None)  # (each split's folder is held by its build too)
         clear_split_parent(parent, list(sources), bool(options.get("overwrite")))
+        clear_child_sets(parent, bool(options.get("overwrite")), list(sources))
         index = INDEX_NAME if part is None else part_index_name(part.index, part.count)  # (a part's own index)
         stopped = bool(options.get("resume")) and not all(parent.exists(f"{name}/{index}") for name in sources)
         indexes = {name: _build_split(source, join(os.fspath(out_dir), name), name, stopped, options)

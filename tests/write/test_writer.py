@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import pipeline
-from pipeline import OutputExistsError, SampleError, ShardWriter
+from pipeline import ArraySource, OutputExistsError, SampleError, ShardWriter
+from pipeline.write.splits import build_split_sets
 from tests.helpers import index_content, read_back
 
 
@@ -251,7 +252,7 @@ def test_a_set_over_splits_removes_them_or_is_refused(tmp_path: Path, writer: st
     with pytest.raises(OutputExistsError, match=re.escape(
             f"{tmp_path / 'train' / 'index.json'} already exists: that folder holds the splits of an earlier build "
             f"(train, validation), which would stay beside the new set (a script that reads the splits would train "
-            f"on them); pass overwrite=True (--overwrite) to remove them")):
+            f"or evaluate on them); pass overwrite=True (--overwrite) to remove them")):
         write()
     assert len(read_back(tmp_path / "train")[0]) == 40 and not (tmp_path / "index.json").exists()  # untouched
     write(overwrite=True)
@@ -259,6 +260,21 @@ def test_a_set_over_splits_removes_them_or_is_refused(tmp_path: Path, writer: st
         "index.bin", "index.json", "mine/index.bin", "mine/index.json", "mine/shard-000000.tar", "shard-000000.tar"]
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["mine"]  # no empty train/, validation/
     assert read_back(tmp_path)[1]["v"] == list(range(30)) and read_back(tmp_path / "mine")[1]["v"] == list(range(5))
+
+
+def test_a_split_build_over_splits_of_other_names_removes_them_or_is_refused(tmp_path: Path) -> None:
+    """A partition of train/val/test built again as train/validation with --overwrite left val/
+    and test/ of the old build beside the new splits, their samples now in validation/."""
+    values = {"v": np.arange(60)}
+    build_split_sets({"train": ArraySource(values), "val": ArraySource(values), "test": ArraySource(values)},
+                     tmp_path / "out", quiet=True)
+    pipeline.write_shards(tmp_path / "out" / "mine", {"v": np.arange(5)}, quiet=True)
+    with pytest.raises(OutputExistsError, match=re.escape(
+            f"{tmp_path / 'out' / 'test' / 'index.json'} already exists: that folder holds the splits of an earlier "
+            f"build (test, val), which would stay beside the new splits (train, validation)")):
+        pipeline.write_shards(tmp_path / "out", values, validation=0.5, quiet=True)
+    pipeline.write_shards(tmp_path / "out", values, validation=0.5, overwrite=True, quiet=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["mine", "train", "validation"]
 
 
 def test_overwriting_a_version_1_index_deletes_the_shards_it_named(tmp_path: Path) -> None:
