@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..format.index import FieldSpec, Schema, shape_words
+from ..format.numbers import outside_int64
 
 #: The values a field of Python values of each type may be filled with, and how each becomes one.
 _PLAIN_FILLS: dict[str, tuple[tuple[type, ...], Any]] = {
@@ -38,6 +39,9 @@ def _plain(name: str, value: Any, spec: FieldSpec) -> Any:
     if not isinstance(value, kinds) or spec.dtype in ("int", "float") and isinstance(value, (bool, np.bool_)):
         raise ValueError(f"fill gives field {name!r} the value {value!r}, but the field holds Python values of type "
                          f"{spec.dtype}: give one of that type")
+    if spec.dtype == "int" and outside_int64(int(value)):
+        raise ValueError(f"fill gives field {name!r} the value {value!r}, which int64, the integers of a batch's "
+                         f"tensor, does not hold: give one between -2**63 and 2**63 - 1")
     return make(value)
 
 

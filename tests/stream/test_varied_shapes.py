@@ -114,6 +114,9 @@ def test_an_optional_field_is_a_list_in_every_batch_unless_filled(optional_field
                    "that type"),
     ({"cls": True}, "fill gives field 'cls' the value True, but the field holds Python values of type int: give one "
                     "of that type"),
+    ({"cls": 2**63}, "fill gives field 'cls' the value 9223372036854775808, which int64, the integers of a batch's "
+                     "tensor, does not hold: give one between -2**63 and 2**63 - 1"),  # (a bare TypeError, a list)
+    ({"cls": -2**63 - 1}, "fill gives field 'cls' the value -9223372036854775809, which int64"),
 ])
 def test_a_fill_value_the_field_cannot_hold_is_refused(optional_field: Path, fill: dict, message: str) -> None:
     """Before, each made the batch holding it a list, or a tensor of another dtype."""
