@@ -171,6 +171,10 @@ def test_npy_members_decode_as_views_in_either_order() -> None:
     (npy_bytes(np.zeros(3)).replace(b"(3,), ", b"(4000000000,),"), r"needs 32000000000 bytes, has \d+"),
     (npy_bytes(np.zeros(3)).replace(b"(3,), ", b"(-3,), "), r"negative dimension"),
     (npy_bytes(np.array([None, 1], dtype=object)), r"Python objects: loading it would need pickle"),
+    (npy_bytes(np.array(["2020-01-01"], dtype="datetime64[D]")), r"dtype datetime64\[D\], which no batch's tensor "
+                                                                 r"holds \(bool, int8-64, uint8-64, float16/32/64 do"),
+    (npy_bytes(np.zeros(2, dtype=[("a", "<i4")])), r"\.npy array of dtype \[\('a', '<i4'\)\], which no batch's"),
+    (npy_bytes(np.zeros(2, dtype=np.longdouble)), r"\.npy array of dtype float128, which no batch's"),
     (b"\x93NUMPX" + bytes(100), r"not a \.npy array"),
     (npy_bytes(np.zeros(3))[:20], r"not a \.npy array"),
 ])
