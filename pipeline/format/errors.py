@@ -64,12 +64,12 @@ class InputChanged(SampleError):
     version, which a resume would keep, so the build starts again (``--overwrite``)."""
 
 
-def unloadable(path: object, loader: str, detail: str) -> SampleError:
+def unloadable(path: object, loader: str, detail: str, advice: str | None = None) -> SampleError:
     """The error for a file another library could not load (a build's input): its name, the
-    library and its reason, and what to do."""
-    return SampleError(f"{path}: cannot load with {loader} ({detail}); if the file is truncated or damaged, "
-                       f"save it again, then build again with --resume (resume=True), which keeps the shards "
-                       f"already written")
+    library and its reason, and what to do (``advice``, where the reason tells more)."""
+    advice = advice or ("if the file is truncated or damaged, save it again, then build again with --resume "
+                        "(resume=True), which keeps the shards already written")
+    return SampleError(f"{path}: cannot load with {loader} ({detail}); {advice}")
 
 
 class LocatedError(FormatError):

@@ -323,3 +323,30 @@ def test_labels_one_array_would_change_are_refused_and_whole_numbers_beside_frac
             f"{tmp_path / 'files'}: files y_0.job to y_2.job hold arrays of float64, int64 whose values one array "
             f"would change")):
         pipeline.build_joblib(tmp_path / "files", tmp_path / "changed", quiet=True)
+
+
+def test_a_file_joblib_cannot_load_for_a_reason_other_than_damage_says_what_to_do(tmp_path: Path) -> None:
+    """Both said 'if the file is truncated or damaged, save it again, then build again with
+    --resume': a NumPy file under a joblib name (IndexError: pop from empty list), and a pickle of
+    a module this Python lacks."""
+    folder = dump(tmp_path / "npy", 2, None, [np.arange(2)])
+    with open(folder / "x_2.job", "wb") as file:
+        np.save(file, np.zeros((2, 3)))
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'x_2.job'}: cannot load with joblib (IndexError: pop from empty list); it is a NumPy file "
+            f"(np.save): load it with np.load and dump the array with joblib.dump, or build with pipeline build "
+            f"arrays")):
+        pipeline.build_joblib(folder, tmp_path / "out", quiet=True)
+    folder = tmp_path / "module"
+    script = (f"import sys, types, joblib, numpy as np\n"
+              f"module = types.ModuleType('labs_own_module'); sys.modules['labs_own_module'] = module\n"
+              f"exec('class Batch:\\n    pass', module.__dict__); module.Batch.__module__ = 'labs_own_module'\n"
+              f"joblib.dump([module.Batch()], {str(folder / 'x_2.job')!r}); joblib.dump([np.arange(2)], "
+              f"{str(folder / 'y_2.job')!r})\n")
+    folder.mkdir()
+    subprocess.run([sys.executable, "-c", script], check=True)
+    with pytest.raises(SampleError, match=re.escape(
+            "cannot load with joblib (ModuleNotFoundError: No module named 'labs_own_module'); it pickles objects of "
+            "module 'labs_own_module', which this Python cannot import: install it here, or dump the data as NumPy "
+            "arrays or torch tensors")):
+        pipeline.build_joblib(folder, tmp_path / "out", quiet=True)

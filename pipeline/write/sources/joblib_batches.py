@@ -50,13 +50,27 @@ def _load(path: Path) -> Any:
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in whatever its unpickling meets
-        raise unloadable(path, "joblib", explain(exc)) from None
+        raise unloadable(path, "joblib", explain(exc), _why_unloadable(path, exc)) from None
     if isinstance(obj, (list, tuple)):
         if not obj:
             raise SampleError(f"{path}: holds an empty list, so no samples: dump the data again, or move the file "
                               f"and its x/y partner out of the folder")
         return [_as_array(v, path, i) for i, v in enumerate(obj)]
     return _as_array(obj, path)
+
+
+def _why_unloadable(path: Path, exc: Exception) -> str | None:
+    """What to do about a file joblib could not load, where its failure says more than damage:
+    a pickle of a module this Python lacks, or a NumPy file under a joblib name."""
+    if isinstance(exc, ModuleNotFoundError):
+        return (f"it pickles objects of module {exc.name!r}, which this Python cannot import: install it here, or "
+                f"dump the data as NumPy arrays or torch tensors")
+    with open(path, "rb") as file:
+        magic = file.read(6)
+    if magic == b"\x93NUMPY":
+        return "it is a NumPy file (np.save): load it with np.load and dump the array with joblib.dump, or build " \
+               "with pipeline build arrays"
+    return None
 
 
 def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
