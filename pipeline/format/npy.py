@@ -56,11 +56,4 @@ def parse_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], bool]:
         raise SampleError("not a .npy array: its header is shorter than its length field says")
     if dtype.hasobject:
         raise SampleError(".npy array of Python objects: loading it would need pickle")
-    if dtype.kind not in _TENSOR_SIZES or dtype.itemsize not in _TENSOR_SIZES[dtype.kind] or dtype.fields is not None:
-        raise SampleError(f".npy array of dtype {dtype}, which no batch's tensor holds (bool, int8-64, uint8-64, "
-                          f"float16/32/64 do: save it as one of those, a datetime64 as int64, say)")
     return dtype, tuple(shape), fortran
-
-
-#: The kinds and item sizes of the dtypes a tensor holds, as the shard format stores them.
-_TENSOR_SIZES = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
