@@ -6,9 +6,11 @@ float64, and ints beside floats to floats: past 2**53 such a float is another nu
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
+
+from .errors import SampleError
 
 _EXACT_IN_FLOAT64 = 1 << 53
 
@@ -55,3 +57,33 @@ def joins_exactly(arrays: Iterable[np.ndarray], ints_as_floats: bool = False) ->
     limit = 1 << (np.finfo(joined).nmant + 1)
     return all(array.dtype.kind not in "iu" or not array.size or -limit <= int(array.min()) and int(array.max()) <= limit
                for array in arrays)
+
+
+def refuse_inexact_join(arrays: list, where: str) -> None:
+    """Refuse arrays that one array holds only by changing values (NumPy joins uint64 beside int64
+    as float64, 2**53 + 1 beside 0.5 as 2**53), naming their dtypes; whole numbers beside
+    fractions are stored as floats where that keeps them."""
+    if not joins_exactly([np.asarray(array) for array in arrays], ints_as_floats=True):
+        dtypes = sorted({str(np.asarray(array).dtype) for array in arrays})
+        raise SampleError(f"{where} arrays of {', '.join(dtypes)} whose values one array would change (integers "
+                          f"beyond what a float holds exactly, booleans beside numbers): save them all with one dtype")
+
+
+def exact_array(values: list | tuple, where: str) -> np.ndarray:
+    """Nested lists of numbers as the array NumPy makes of them, refused where it holds one of
+    their ints as another number (``[2**53 + 1, 0.5]``: a float64 of 2**53)."""
+    numbers = np.asarray(values)
+    changed = inexact_int(_leaves(values), numbers)
+    if changed is not None:
+        raise SampleError(f"{where}: the integer {changed} beside other numbers would be stored as the float "
+                          f"{float(changed)!r}; save such numbers as an array of int64 or uint64, or as text")
+    return numbers
+
+
+def _leaves(values: Iterable[Any]) -> Iterator[Any]:
+    """The items of nested lists."""
+    for item in values:
+        if isinstance(item, (list, tuple)):
+            yield from _leaves(item)
+        else:
+            yield item

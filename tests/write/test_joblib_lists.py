@@ -311,7 +311,7 @@ def test_labels_one_array_would_change_are_refused_and_whole_numbers_beside_frac
               "int64, uint64 whose values one array would change"),
              ([[2**53 + 1, 3], [0.5, 1]], "y_2.job: its list holds arrays of float64, int64 whose values"),
              ([[-1, 2**63 + 1], [1, 2]], "y_2.job: item 0 of its list: the integer 9223372036854775809 beside other "
-              "numbers would be stored as the float 9.223372036854776e+18; dump such IDs as an array of int64")]
+              "numbers would be stored as the float 9.223372036854776e+18; save such numbers as an array of int64")]
     for n, (y, error) in enumerate(cases):
         with pytest.raises(SampleError, match=re.escape(error)):
             pipeline.build_joblib(dump(tmp_path / f"in{n}", 2, x, y), tmp_path / f"out{n}", quiet=True)

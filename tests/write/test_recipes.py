@@ -331,6 +331,26 @@ def test_labels_that_are_gaps_twice_given_or_pickled_are_refused_and_ints_beside
     assert [t.dtype for t in train] == [torch.int64] and train[0].tolist() == [0, 1, 2, 0]
 
 
+def test_labels_a_float_or_one_array_would_change_are_refused_naming_them(tmp_path: Path) -> None:
+    """2**53 + 1 beside 0.5 was stored as 2**53, multi-hot [true, false] beside [2, 3] as [1, 0],
+    and a .pt file holding [2**53 + 1, 0.5] as two floats, without a word."""
+    ids = ["a", "b", "c"]
+    make_pt_files(tmp_path / "data", ids)
+    partition = {"train": ids}
+    for labels, error in [
+            ({"a": 2**53 + 1, "b": 0.5, "c": 1}, "the labels mapping: the label of 'a', 9007199254740993, would be "
+             "stored as the float 9007199254740992.0 beside the labels that are fractions: give such labels as text"),
+            ({"a": [True, False], "b": [2, 3], "c": [True, True]}, "the labels mapping: labels that are lists hold "
+             "arrays of bool, int64 whose values one array would change")]:
+        with pytest.raises(SampleError, match=re.escape(error)):
+            pipeline.build_sample_files(tmp_path / "data", labels, partition, tmp_path / "out", quiet=True)
+    torch.save([2**53 + 1, 0.5], tmp_path / "data" / "a.pt")
+    with pytest.raises(SampleError, match=re.escape(
+            f"{tmp_path / 'data' / 'a.pt'}: the integer 9007199254740993 beside other numbers would be stored as the "
+            f"float 9007199254740992.0; save such numbers as an array of int64 or uint64, or as text")):
+        pipeline.build_sample_files(tmp_path / "data", {i: 0 for i in ids}, partition, tmp_path / "out", quiet=True)
+
+
 def test_an_id_with_both_a_pt_and_an_npy_file_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     """As after following the advice for a .pt of NumPy data without removing the .pt."""
     make_pt_files(tmp_path / "data", ["a", "b", "c"])

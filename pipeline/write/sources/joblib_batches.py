@@ -16,17 +16,17 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError, explain, unloadable
-from ...format.numbers import inexact_int
+from ...format.numbers import exact_array, refuse_inexact_join
 from ..rows import RowBlock, storable
 from ..source import Source, span_identity
 from .class_list import sorted_classes
-from .joblib_lists import LISTS, batched_by, features_reading, joined, list_reading, refuse_inexact_join, vectors_of
+from .joblib_lists import LISTS, batched_by, features_reading, joined, list_reading, vectors_of
 from .pandas_values import is_pandas, pandas_values
 from .unchanged import check_unchanged, file_version
 
@@ -80,16 +80,12 @@ def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
 
     if isinstance(value, (list, tuple)):
         try:
-            numbers = np.asarray(value)
+            return exact_array(value, str(path) if position is None else f"{path}: item {position} of its list")
+        except SampleError:
+            raise
         except ValueError:  # lists of lists of several lengths
             raise SampleError(f"{path}: item {position} of its list is a list of lists of different lengths; "
                               f"dump it as an array, or as a list of arrays") from None
-        changed = inexact_int(_leaves(value), numbers)
-        if changed is not None:
-            where = path if position is None else f"{path}: item {position} of its list"
-            raise SampleError(f"{where}: the integer {changed} beside other numbers would be stored as the float "
-                              f"{float(changed)!r}; dump such IDs as an array of int64 or uint64, or as str")
-        return numbers
     if is_pandas(value):  # a DataFrame or Series
         return pandas_values(value, str(path) if position is None else f"{path}: item {position} of its list")
     if not isinstance(value, torch.Tensor):
@@ -98,15 +94,6 @@ def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
         raise SampleError(f"{path}: holds bfloat16 tensors, which NumPy cannot hold: convert them (.float()) "
                           f"and dump them again, or write the shards with pipeline.ShardWriter")
     return value.detach().cpu().numpy()
-
-
-def _leaves(value: Any) -> Iterator[Any]:
-    """The numbers of nested lists."""
-    for item in value:
-        if isinstance(item, (list, tuple)):
-            yield from _leaves(item)
-        else:
-            yield item
 
 
 def _label_rows(obj: Any, path: Path, reading: str | None, classes: list[str] | None = None) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ...format.errors import SampleError
-from ...format.numbers import joins_exactly
+from ...format.numbers import refuse_inexact_join
 
 #: How a list of arrays is read: each array a batch of samples (joined), or one sample (stacked).
 LISTS = ("batches", "samples")
@@ -74,15 +74,6 @@ def joined(arrays: list, path: Path, reading: str) -> np.ndarray:
     refuse_inexact_join(arrays, f"{path}: its list holds")
     return np.stack(arrays) if reading == "samples" else np.concatenate(arrays)
 
-
-def refuse_inexact_join(arrays: list, where: str) -> None:
-    """Refuse arrays that one array holds only by changing values (NumPy joins uint64 beside int64
-    as float64, 2**53 + 1 beside 0.5 as 2**53), naming their dtypes; whole numbers beside
-    fractions are stored as floats where that keeps them."""
-    if not joins_exactly([np.asarray(array) for array in arrays], ints_as_floats=True):
-        dtypes = sorted({str(np.asarray(array).dtype) for array in arrays})
-        raise SampleError(f"{where} arrays of {', '.join(dtypes)} whose values one array would change (integers "
-                          f"beyond what a float holds exactly, booleans beside numbers): dump them all with one dtype")
 
 
 def features_reading(arrays: list, rows: int, path: Path, labels_reading: str | None, number: int,

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ...format.errors import SampleError, explain, unloadable
+from ...format.numbers import exact_array, refuse_inexact_join
 from ..rows import RowBlock, check_key, key_for_name, storable
 from ..source import FileRowsSource
 from .class_list import sorted_classes
@@ -76,7 +77,7 @@ def _loaded(path: Path) -> Any:
                           f"was which); save torch.stack(items) if they are one array, or write samples of several "
                           f"fields with pipeline.ShardWriter")
     if isinstance(value, (list, tuple)) and numeric(value):
-        return np.asarray(value)
+        return exact_array(value, str(path))
     raise SampleError(f"{path}: holds a {type(value).__name__}, not a tensor: this layout stores each file's one "
                       f"tensor or array as field x and its label as y; save one tensor per file "
                       f"(torch.save(tensor, path)), or write samples of several fields with pipeline.ShardWriter")
@@ -177,7 +178,7 @@ class SampleFileSource(FileRowsSource):
         self.ids = ids
         self.keys = _keys_of(ids)
         self.paths: list[Path] = paths
-        self.labels = _arrays_of_lists([labels[i] for i in ids])
+        self.labels = _arrays_of_lists([labels[i] for i in ids], named)
         self.fields = fields
         self.sizes = [p.stat().st_size for p in self.paths]
         self.description = f"{split} ({self.root})"
@@ -196,12 +197,14 @@ class SampleFileSource(FileRowsSource):
                          y_name: self.labels[start:stop]}, self.keys[start:stop])
 
 
-def _arrays_of_lists(labels: list[Any]) -> list[Any]:
+def _arrays_of_lists(labels: list[Any], where: str) -> list[Any]:
     """Labels that are lists (JSON's arrays: a multi-hot row) as arrays of one dtype for all (that
-    of every number they hold: ``[1, 2]`` beside ``[0.5]`` is float64, ``[]`` too); others as they are."""
+    of every number they hold: ``[1, 2]`` beside ``[0.5]`` is float64, ``[]`` too); others as they
+    are. Lists one dtype holds only by changing values are refused (see :func:`refuse_inexact_join`)."""
     lists = [np.asarray(label) for label in labels if isinstance(label, (list, tuple))]
     if not lists:
         return labels
+    refuse_inexact_join([array for array in lists if array.size], f"{where}: labels that are lists hold")
     # pairwise over the dtypes met (np.result_type takes at most 32 arguments in NumPy 1)
     met = {array.dtype for array in lists if array.size}
     dtype = functools.reduce(np.promote_types, met) if met else np.dtype(np.float64)
@@ -280,21 +283,26 @@ def numeric(label: Any) -> bool:
         return False
 
 
-def _floats_beside_floats(labels: dict[str, Any], ids: list[str]) -> dict[str, Any]:
+def _floats_beside_floats(labels: dict[str, Any], ids: list[str], where: str) -> dict[str, Any]:
     """The labels of ``ids`` that are Python ints and floats (JSON's ``1`` beside ``2.5``) as
     floats, of one type in every split, as NumPy would make them: else each split's column of
     mixed ints and floats holds neither type, and a training loop gets no tensor of them."""
     if {type(labels[i]) for i in ids} == {int, float}:
+        changed = next((i for i in ids if type(labels[i]) is int and float(labels[i]) != labels[i]), None)
+        if changed is not None:
+            raise SampleError(f"{where}: the label of {changed!r}, {labels[changed]}, would be stored as the float "
+                              f"{float(labels[changed])!r} beside the labels that are fractions: give such labels "
+                              f"as text (class names), or all labels as whole numbers")
         return {**labels, **{i: float(labels[i]) for i in ids}}
     return labels
 
 
-def _lists_beside_lists(labels: dict[str, Any], ids: list[str]) -> dict[str, Any]:
+def _lists_beside_lists(labels: dict[str, Any], ids: list[str], where: str) -> dict[str, Any]:
     """The labels of ``ids`` that are lists (a multi-hot row) as arrays of one dtype in every
     split: a split whose lists hold only whole numbers would else be int64 beside another's
     float64 (a soft label in it), and a loss written for the training batches fail on the
     validation ones."""
-    arrays = _arrays_of_lists([labels[i] for i in ids])
+    arrays = _arrays_of_lists([labels[i] for i in ids], where)
     return labels if not any(isinstance(label, np.ndarray) for label in arrays) else {**labels, **dict(zip(ids, arrays))}
 
 
@@ -330,7 +338,8 @@ def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[st
     partition_name = _name(partition, "the partition")
     check_partition(splits, label_map, partition_name, _name(labels, "the labels mapping"))
     listed = [str(i) for ids in splits.values() for i in ids]
-    label_map = _lists_beside_lists(_floats_beside_floats(label_map, listed), listed)
+    named = _name(labels, "the labels mapping")
+    label_map = _lists_beside_lists(_floats_beside_floats(label_map, listed, named), listed, named)
     classes = class_positions(label_map, listed, _name(labels, "the labels mapping"))
     if classes is not None:
         position = {name: n for n, name in enumerate(classes)}
