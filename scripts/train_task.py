@@ -37,10 +37,16 @@ def split_location(data: str, split: str, option: str) -> str:
     root = Path(data)
     if (root / split / "index.json").is_file():
         return location
+    if not root.exists():
+        raise UnusableData(f"{data}: no such folder; point --data at the folder a build wrote its splits to")
+    if root.is_file():
+        raise UnusableData(f"{data} is a file: point --data at the folder holding the splits (the folder a build "
+                           f"wrote train/ and validation/ to)")
     if (root / "index.json").is_file():
-        raise UnusableData(f"{data} is one shard set, not a folder of splits: build it with --validation 0.1 to "
-                           f"write {data}/train and {data}/validation, or point --data at the folder holding the splits")
-    found = sorted(p.parent.name for p in root.glob("*/index.json")) if root.is_dir() else []
+        raise UnusableData(f"{data} is one shard set, not a folder of splits: build it again with --validation 0.1 "
+                           f"--overwrite to write {data}/train and {data}/validation, or point --data at the folder "
+                           f"holding the splits")
+    found = sorted(p.parent.name for p in root.glob("*/index.json"))
     if not found:
         raise UnusableData(f"{data}: no shard sets (no {data}/<split>/index.json); build some first")
     build_one = (" or build one (--validation 0.1 holds out 10% of the samples; for one file per sample, a "

@@ -48,7 +48,12 @@ def test_seed_1_joblib_batches_to_a_trained_classifier(tmp_path: Path, labels: s
         assert built.returncode == 0, built.stderr
         run, _ = train(tmp_path / "shards")
         assert run.returncode == 1 and "Traceback" not in run.stderr
-        assert "is one shard set, not a folder of splits: build it with --validation 0.1" in run.stderr
+        assert "is one shard set, not a folder of splits: build it again with --validation 0.1 --overwrite" \
+            in run.stderr
+        for data, error in [(tmp_path / "nowhere", f"{tmp_path / 'nowhere'}: no such folder; point --data at"),
+                            (tmp_path / "shards" / "index.json", "index.json is a file: point --data at the folder")]:
+            run, _ = train(data)  # (they said "no shard sets ...; build some first")
+            assert run.returncode == 1 and error in run.stderr and "Traceback" not in run.stderr
 
     built = pipeline_cli("build", "joblib", tmp_path / "out", tmp_path / "split", "--validation", "0.1")
     assert built.returncode == 0, built.stderr

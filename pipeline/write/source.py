@@ -12,6 +12,7 @@ import copy
 import pickle
 import sys
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..format.errors import SampleError
@@ -87,6 +88,14 @@ class Source(ABC):
         (rows known by position only: a resume assumes them unchanged); a source of files,
         their names and labels."""
         return None
+
+
+def require_folder(folder: Path) -> None:
+    """Raise, naming ``folder``, unless it is a folder; a file given for it (a sample's, a batch
+    file) is told to be replaced by the folder that holds it."""
+    if not folder.is_dir():
+        hint = " (it is a file: pass the folder that holds it)" if folder.is_file() else ""
+        raise FileNotFoundError(f"{folder}: no such folder{hint}")
 
 
 def span_identity(digest: Any, starts: Sequence[int], name_of: Callable[[int], Any], start: int, stop: int) -> None:

@@ -227,6 +227,11 @@ def test_joblib_files_that_cannot_be_used_are_errors_naming_them(tmp_path: Path)
     with pytest.raises(FileNotFoundError, match=re.escape(f"{folder / 'x_4.job'}: no such folder (it is a file: pass "
                                                           f"the folder that holds it)")):
         pipeline.build_joblib(folder / "x_4.job", tmp_path / "out", quiet=True, overwrite=True)
+    for build in (lambda root: pipeline.build_sample_files(root, {"a": 0}, {"train": ["a"]}, tmp_path / "out"),
+                  lambda root: pipeline.build_folder(root, tmp_path / "out")):  # (they said "no such folder" only)
+        with pytest.raises(FileNotFoundError, match=re.escape(f"{folder / 'x_4.job'}: no such folder (it is a file: "
+                                                              f"pass the folder that holds it)")):
+            build(folder / "x_4.job")
 
 
 def test_a_tensor_saved_while_it_required_grad_builds(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from ...format.errors import SampleError
 from ...format.index import INDEX_NAME, table_name_for
 from ...format.tar import split_name
 from ..rows import RowBlock, check_key
-from ..source import FileRowsSource
+from ..source import FileRowsSource, require_folder
 
 
 class FolderSource(FileRowsSource):
@@ -28,8 +28,7 @@ class FolderSource(FileRowsSource):
 
     def __init__(self, folder: str | os.PathLike[str], recursive: bool = False) -> None:
         self.folder = Path(folder)
-        if not self.folder.is_dir():
-            raise FileNotFoundError(f"{self.folder}: no such folder")
+        require_folder(self.folder)
         files = sorted(self.folder.rglob("*") if recursive else self.folder.iterdir())
         groups: dict[str, dict[str, Path]] = {}
         root = self.folder.resolve()

@@ -24,7 +24,7 @@ from ...caller_warning import warn_caller
 from ...format.errors import SampleError, explain, unloadable
 from ...format.numbers import exact_array, refuse_inexact_join
 from ..rows import RowBlock, storable
-from ..source import Source, span_identity
+from ..source import Source, require_folder, span_identity
 from .class_list import sorted_classes
 from .joblib_lists import LISTS, batched_by, features_reading, joined, list_reading, vectors_of
 from .pandas_values import is_pandas, pandas_values
@@ -261,9 +261,7 @@ class JoblibBatchSource(Source):
             raise ValueError(f"batch_size is the B of the x_<B>.job files to read, a whole number >= 1, got "
                              f"{batch_size!r}")
         self.folder = Path(folder)
-        if not self.folder.is_dir():
-            hint = " (it is a file: pass the folder that holds it)" if self.folder.is_file() else ""
-            raise FileNotFoundError(f"{self.folder}: no such folder{hint}")
+        require_folder(self.folder)
         found = _numbered_files(self.folder)
         if not found["x"] and not found["y"]:
             others = sorted(entry.name for entry in os.scandir(self.folder) if not entry.name.startswith("."))

@@ -24,7 +24,7 @@ import numpy as np
 from ...format.errors import SampleError, explain, unloadable
 from ...format.numbers import exact_array, refuse_inexact_join
 from ..rows import RowBlock, check_key, key_for_name, storable
-from ..source import FileRowsSource
+from ..source import FileRowsSource, require_folder
 from .class_list import sorted_classes
 
 SAMPLE_SUFFIXES = (".pt", ".npy")
@@ -148,8 +148,7 @@ class SampleFileSource(FileRowsSource):
                  split: str = "samples", fields: tuple[str, str] = ("x", "y"), listed_in: str | None = None,
                  classes: list[str] | None = None) -> None:
         self.root = Path(root)
-        if not self.root.is_dir():
-            raise FileNotFoundError(f"{self.root}: no such folder")
+        require_folder(self.root)
         named = f"split {split!r}" + (f" of {listed_in}" if listed_in else "")
         ids = [str(i) for i in ids]
         repeated = [i for i, n in Counter(ids).items() if n > 1]
