@@ -252,7 +252,12 @@ def test_an_id_in_two_splits_or_without_a_label_is_listed_with_its_file(tmp_path
     with pytest.raises(SampleError, match=rf"{labels} has no label for 8 IDs of {partition}: 'id2' \(split "
                                           rf"'entrainement'\), .*'id6' \(split 'entrainement'\) and 3 more"):
         pipeline.build_sample_files(tmp_path / "donnees", labels, partition, tmp_path / "out", quiet=True)
+    partition.write_text(json.dumps({"entrainement": ids, "validation": []}))  # (an empty set was written)
+    with pytest.raises(SampleError, match=re.escape(f"{partition}: split 'validation' lists no IDs: give it some, "
+                                                    f"or leave it out")):
+        pipeline.build_sample_files(tmp_path / "donnees", labels, partition, tmp_path / "out", quiet=True)
     assert not (tmp_path / "out").exists()
+    partition.write_text(json.dumps({"entrainement": ids[:8], "validation": ids[8:]}))
     labels.write_text(json.dumps({i: n % 3 for n, i in enumerate(ids)}))
     indexes = pipeline.build_sample_files(tmp_path / "donnees", labels, partition, tmp_path / "out", quiet=True)
     assert sorted(indexes) == ["entrainement", "validation"]  # each split under its own name

@@ -243,6 +243,8 @@ def check_partition(splits: Mapping[str, Sequence[Any]], labels: Mapping[str, An
     for split, ids in splits.items():
         if not isinstance(ids, (list, tuple)):
             raise SampleError(f"{partition_name}: split {split!r} must be a list of IDs")
+        if not ids:  # (else an empty set is written, which a build warns of as an empty input)
+            raise SampleError(f"{partition_name}: split {split!r} lists no IDs: give it some, or leave it out")
         try:
             check_key(split, "split name")
         except SampleError as exc:  # the user's word for it is the partition's, not a key
