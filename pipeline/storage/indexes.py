@@ -206,8 +206,8 @@ def index_url(location: str | os.PathLike[str]) -> str:
             return os.path.join(path, INDEX_NAME)
         _refuse_shards(text, path)
         return path
-    path = urlsplit(text).path
-    _refuse_shards(text, path)
+    path = urlsplit(text).path if text.startswith(("http://", "https://")) else text.partition("://")[2]
+    _refuse_shards(text, path)  # (only an HTTP URL has a query and a fragment: '#' and '?' are in S3 keys)
     return text if path.endswith(".json") else join(text, INDEX_NAME)
 
 

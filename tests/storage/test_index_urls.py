@@ -236,6 +236,17 @@ def test_verify_describe_and_iter_samples_from_python(served: Served, web_root: 
     assert remote_keys == [key for key, _ in pipeline.iter_samples(web_root / "data")]
 
 
+def test_an_s3_prefix_holding_url_characters_is_inspected_as_it_is_read(s3_env: str, web_root: Path,
+                                                                         capsys) -> None:
+    """'#' and '?' are part of an S3 key: the index's URL was found once, then again with them
+    taken for a fragment and a query (s3://b/odd#name/index.json/index.json), and inspect failed."""
+    make_bucket(BUCKET)
+    upload_folder(web_root / "data", BUCKET, "odd#name?x")
+    samples = pipeline.load_index(web_root / "data").samples
+    assert main(["inspect", f"s3://{BUCKET}/odd#name?x"]) == 0
+    assert f"samples  {samples:,} in 9 shards" in capsys.readouterr().out
+
+
 def test_load_index_by_folder_url_index_url_and_prefix(served: Served, web_root: Path) -> None:
     local = index_content(pipeline.load_index(web_root / "data"))
     for url in served.spellings("intact"):
