@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..format.index import Schema
-from ..format.numbers import joins_exactly, outside_int64
+from ..format.numbers import joins_exactly
 from . import message_buffers
 from .reader import Columns
 
@@ -227,17 +227,14 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 def per_sample(batch: Columns, transform: Callable[[dict[str, Any]], dict[str, Any]],
                varied: frozenset[str] = frozenset()) -> Columns:
     """``transform`` applied to each sample of ``batch``, the results put together again as the
-    loader puts stored fields together. Each sample holds its values as a batch would: a field of
-    ``varied`` (see :func:`listed`) as a Python value (an int as written, not a NumPy one) or an
-    array each. A field the transform returns as it got it, for every sample, is the column as it
-    was (a list where ``varied``), so that a transform that leaves a field alone changes nothing
-    of it; any other values of one shape and dtype are stacked, anything else (shapes that
-    differ, an int beside a float, ``None``, text) is a list. Every sample must come back with
-    the same fields."""
+    loader puts stored fields together: values of one shape that one array holds exactly stacked
+    (see :func:`_stack`), anything else (shapes that differ, an int beside a float, ``None``,
+    text) as a list. Each sample holds its values as a batch would: NumPy values on any number of
+    workers, and a field of ``varied`` (see :func:`listed`) as a Python value (an int as
+    written) or an array each. Every sample must come back with the same fields."""
     batch = listed({k: _as_numpy(v) for k, v in batch.items()}, varied)
     n = len(next(iter(batch.values())))
-    given = [{k: v[i] for k, v in batch.items()} for i in range(n)]
-    samples = [transform(dict(sample)) for sample in given]  # (a copy: a transform may change its dict in place)
+    samples = [transform({k: v[i] for k, v in batch.items()}) for i in range(n)]
     for sample in samples:
         if not isinstance(sample, dict):
             forgot = " (a function that changes the sample in place still ends with `return sample`)" \
@@ -249,7 +246,7 @@ def per_sample(batch: Columns, transform: Callable[[dict[str, Any]], dict[str, A
             raise ValueError(f"sample_transform returned the fields {sorted(fields)} for one sample of a batch and "
                              f"{sorted(sample)} for another: return the same fields for every sample (with None, or "
                              f"a value that stands for none, where a sample has no value)")
-    return {k: batch[k] if _untouched(k, samples, given) else _stack([s[k] for s in samples]) for k in fields}
+    return {k: _stack([s[k] for s in samples]) for k in fields}
 
 
 def _as_numpy(column: Any) -> Any:
@@ -257,10 +254,6 @@ def _as_numpy(column: Any) -> Any:
     without workers: a transform gets the same types on any number of workers (bfloat16, which
     NumPy lacks, is a tensor on all)."""
     return column.numpy() if isinstance(column, torch.Tensor) and column.dtype != torch.bfloat16 else column
-
-
-def _untouched(field: str, samples: list[dict[str, Any]], given: list[dict[str, Any]]) -> bool:
-    return all(field in before and after[field] is before[field] for after, before in zip(samples, given))
 
 
 def batch_transformed(transform: Callable[[Any], Any], batch: Any) -> Any:
@@ -274,31 +267,19 @@ def batch_transformed(transform: Callable[[Any], Any], batch: Any) -> Any:
 
 
 def _stack(values: list[Any]) -> Any:
-    """Values of one shape and dtype as one array (tensor), else the list: a Python int beside a
-    float, or an int32 beside an int64, would otherwise become other numbers (``2**53 + 1`` a
-    float)."""
+    """Values of one shape as one array (tensor), where one array holds them all exactly (see
+    :func:`~pipeline.format.numbers.joins_exactly`: a float32 beside a float64 is stacked, an int
+    beside a float or a bool beside an int is not, nor is 2**53 + 1 beside 0.5), else the list."""
     first = values[0]
     if isinstance(first, torch.Tensor):
         same = all(isinstance(v, torch.Tensor) and v.shape == first.shape and v.dtype == first.dtype for v in values)
         return torch.stack(values) if same else values
-    dtypes = [_stack_dtype(v) for v in values]
-    if any(dtype is None for dtype in dtypes) or len(set(dtypes)) > 1:  # (not `!=`: NumPy takes None for float64)
+    if not all(isinstance(v, (np.ndarray, np.generic, int, float, complex)) for v in values):  # (bool is an int)
         return values
-    arrays = [np.asarray(v, dtypes[0]) for v in values]
-    return np.stack(arrays) if all(a.shape == arrays[0].shape for a in arrays) else values
-
-
-def _stack_dtype(value: Any) -> np.dtype | None:
-    """The dtype ``value`` joins a stack as, keeping it exactly; ``None`` for what stays in a list."""
-    if isinstance(value, (np.ndarray, np.generic)):
-        return value.dtype if value.dtype.kind in _NUMERIC_KINDS else None
-    if type(value) is int:
-        return None if outside_int64(value) else np.dtype(np.int64)
-    return _PYTHON_DTYPES.get(type(value))
-
-
-#: The dtypes of Python's other numbers in a stack (an int's depends on its value).
-_PYTHON_DTYPES = {bool: np.dtype(bool), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
+    arrays = [np.asarray(v) for v in values]
+    if all(a.shape == arrays[0].shape and a.dtype.kind in _NUMERIC_KINDS for a in arrays) and joins_exactly(arrays):
+        return np.stack(arrays)
+    return values
 
 
 def picked(batch: Any, as_tuple: Sequence[str]) -> tuple[Any, ...]:
