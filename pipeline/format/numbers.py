@@ -32,7 +32,8 @@ _KIND_GROUPS = {"u": "i"}
 
 def inexact_int(values: Iterable[Any], numbers: np.ndarray) -> int | None:
     """An int of ``values`` that ``numbers`` (their array) does not hold exactly, if any."""
-    if numbers.dtype.kind != "f" or not numbers.size or np.abs(numbers).max() < _EXACT_IN_FLOAT64:
+    finite = numbers[np.isfinite(numbers)] if numbers.dtype.kind == "f" else numbers  # (no int is NaN or infinite)
+    if numbers.dtype.kind != "f" or not finite.size or np.abs(finite).max() < _EXACT_IN_FLOAT64:
         return None  # (every value below 2**53, a float's ints, held exactly: no value need be looked at;
     # 2**53 itself may be 2**53 + 1 rounded)
     return next((v for v in values if type(v) is int and not -_EXACT_IN_FLOAT64 <= v <= _EXACT_IN_FLOAT64), None)

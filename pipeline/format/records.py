@@ -90,7 +90,8 @@ def _load_npy(data: bytes | memoryview) -> np.ndarray:
     what the header claims (a 100-byte member can claim 30 GB); here the shape must match the
     bytes that follow the header."""
     dtype, shape, fortran, start = npy.read_header(io.BytesIO(data).read)
-    if dtype.kind not in _TENSOR_SIZES or dtype.itemsize not in _TENSOR_SIZES[dtype.kind] or dtype.fields is not None:
+    if dtype.kind not in "US" and (dtype.kind not in _TENSOR_SIZES or dtype.itemsize not in _TENSOR_SIZES[dtype.kind]
+                                   or dtype.fields is not None):  # (text arrays: a batch's lists of str, bytes)
         raise SampleError(f".npy array of dtype {dtype}, which no batch's tensor holds (bool, int8-64, uint8-64, "
                           f"float16/32/64 do: save it as one of those, a datetime64 as int64, say)")
     return array_view(data, dtype, shape, start, fortran)

@@ -42,7 +42,11 @@ def _plain(name: str, value: Any, spec: FieldSpec) -> Any:
     if spec.dtype == "int" and outside_int64(int(value)):
         raise ValueError(f"fill gives field {name!r} the value {value!r}, which int64, the integers of a batch's "
                          f"tensor, does not hold: give one between -2**63 and 2**63 - 1")
-    return make(value)
+    try:
+        return make(value)
+    except OverflowError:  # an int no float holds
+        raise ValueError(f"fill gives field {name!r} the value {value!r}, which a float does not hold: give a "
+                         f"smaller one") from None
 
 
 def _array(name: str, value: Any, spec: FieldSpec) -> np.ndarray:

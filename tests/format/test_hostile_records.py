@@ -159,6 +159,12 @@ def npy_bytes(arr: np.ndarray) -> bytes:
     return out.getvalue()
 
 
+def test_npy_members_of_text_decode() -> None:
+    """Refused with the dtypes no tensor holds, for a moment: a webdataset's .txt.npy of str."""
+    for text in (np.array(["ab", "c"]), np.array([b"ab", b"c"])):
+        assert decode_fields(record(npy=npy_bytes(text)), "s.tar")["npy"].tolist() == text.tolist()
+
+
 def test_npy_members_decode_as_views_in_either_order() -> None:
     arr = np.arange(12, dtype=np.int16).reshape(3, 4)
     for stored in (arr, np.asfortranarray(arr)):

@@ -5,7 +5,9 @@ whose shape differs."""
 
 from __future__ import annotations
 
+import io
 import re
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +124,19 @@ def test_a_fill_value_the_field_cannot_hold_is_refused(optional_field: Path, fil
     """Before, each made the batch holding it a list, or a tensor of another dtype."""
     with pytest.raises(ValueError, match=re.escape(message)):
         make_loader(optional_field, fill=fill)
+
+
+def test_a_fill_value_no_float_holds_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """It failed as the dataset was made with a bare OverflowError: int too large to convert to float."""
+    with tarfile.open(tmp_path / "w-000000.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        for n in range(4):
+            for ext, data in [("cls", str(n).encode())] + ([("json", b"0.5")] if n % 2 else []):
+                member = tarfile.TarInfo(f"k{n}.{ext}")
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+    assert pipeline.index_shards(tmp_path / "w-000000.tar", quiet=True).fields["json"].dtype == "float"
+    with pytest.raises(ValueError, match=r"fill gives field 'json' the value 1000\d+, which a float does not hold"):
+        make_loader(tmp_path, fill={"json": 10**400})
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -312,7 +312,8 @@ def test_labels_one_array_would_change_are_refused_and_whole_numbers_beside_frac
              ([[2**53 + 1, 3], [0.5, 1]], "y_2.job: its list holds arrays of float64, int64 whose values"),
              ([[-1, 2**63 + 1], [1, 2]], "y_2.job: item 0 of its list: the integer 9223372036854775809 beside other "
               "numbers would be stored as the float 9.223372036854776e+18; save such numbers as an array of int64")]
-    for n, (y, error) in enumerate(cases):
+    cases.append(([[float("nan"), 2**53 + 1], [0.5, 1]], "y_2.job: item 0 of its list: the integer 9007199254740993"))
+    for n, (y, error) in enumerate(cases):  # (with a NaN among them, too)
         with pytest.raises(SampleError, match=re.escape(error)):
             pipeline.build_joblib(dump(tmp_path / f"in{n}", 2, x, y), tmp_path / f"out{n}", quiet=True)
     for n, y in enumerate([np.array([1, 2]), np.array([0.5, 2**62 + 1], np.float64)]):  # (2**62 + 1: a float's)
@@ -349,4 +350,15 @@ def test_a_file_joblib_cannot_load_for_a_reason_other_than_damage_says_what_to_d
             "cannot load with joblib (ModuleNotFoundError: No module named 'labs_own_module'); it pickles objects of "
             "module 'labs_own_module', which this Python cannot import: install it here, or dump the data as NumPy "
             "arrays or torch tensors")):
+        pipeline.build_joblib(folder, tmp_path / "out", quiet=True)
+    folder = tmp_path / "main"
+    folder.mkdir()
+    script = (f"import joblib, numpy as np\n"
+              f"class Batch:\n    pass\n"
+              f"joblib.dump([Batch()], {str(folder / 'x_2.job')!r}); joblib.dump([np.arange(2)], "
+              f"{str(folder / 'y_2.job')!r})\n")
+    subprocess.run([sys.executable, "-c", script], check=True)
+    with pytest.raises(SampleError, match=re.escape(
+            "it pickles objects of a class this Python cannot find (one defined in the script that dumped them, "
+            "say): load it where that class is defined, or dump the data as NumPy arrays or torch tensors")):
         pipeline.build_joblib(folder, tmp_path / "out", quiet=True)

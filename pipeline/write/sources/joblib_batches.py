@@ -16,7 +16,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +26,16 @@ from ...format.numbers import exact_array, refuse_inexact_join
 from ..rows import RowBlock, storable
 from ..source import Source, require_folder, span_identity
 from .class_list import sorted_classes
-from .joblib_lists import LISTS, batched_by, features_reading, joined, list_reading, vectors_of
+from .joblib_lists import (
+    LISTS,
+    LabelBatches,
+    batched_by,
+    features_reading,
+    joined,
+    list_reading,
+    pair_batches,
+    vectors_of,
+)
 from .pandas_values import is_pandas, pandas_values
 from .unchanged import check_unchanged, file_version
 
@@ -62,11 +71,17 @@ def _load(path: Path) -> Any:
 def _why_unloadable(path: Path, exc: Exception) -> str | None:
     """What to do about a file joblib could not load, where its failure says more than damage:
     a pickle of a module this Python lacks, or a NumPy file under a joblib name."""
-    if isinstance(exc, ModuleNotFoundError):
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
         return (f"it pickles objects of module {exc.name!r}, which this Python cannot import: install it here, or "
                 f"dump the data as NumPy arrays or torch tensors")
-    with open(path, "rb") as file:
-        magic = file.read(6)
+    if isinstance(exc, AttributeError) and str(exc).startswith("Can't get attribute"):
+        return ("it pickles objects of a class this Python cannot find (one defined in the script that dumped them, "
+                "say): load it where that class is defined, or dump the data as NumPy arrays or torch tensors")
+    try:
+        with open(path, "rb") as file:
+            magic = file.read(6)
+    except OSError:  # (gone, or unreadable: the error says so as it is)
+        return None
     if magic == b"\x93NUMPY":
         return "it is a NumPy file (np.save): load it with np.load and dump the array with joblib.dump, or build " \
                "with pipeline build arrays"
@@ -162,37 +177,13 @@ def _feature_rows(obj: Any, rows: int, path: Path, reading: str | None, number: 
     elif isinstance(obj, list):
         features_read = told or features_reading(obj, rows, path, reading, number, labels_either)
         if features_read == "batches" and label_batches is not None:
-            _pair_batches([len(batch) for batch in obj], path, label_batches)
+            pair_batches([len(batch) for batch in obj], path, label_batches)
         array = joined(obj, path, features_read)
     else:
         _not_arrays(obj, path)
     if len(array) != rows:
         raise SampleError(f"{path}: {len(array)} feature rows but {rows} labels in its y file")
     return storable(array, path, _CONVERT)
-
-
-class LabelBatches(NamedTuple):
-    """The rows of each batch of a y file read as a list of batches, and the file."""
-
-    rows: list[int]
-    path: Path
-
-
-def _pair_batches(feature_rows: list[int], path: Path, labels: LabelBatches) -> None:
-    """Refuse batches of features that do not pair up with the batches of labels, naming the first."""
-    if feature_rows == labels.rows:
-        return
-    if len(feature_rows) != len(labels.rows):
-        raise SampleError(f"{path} holds {len(feature_rows)} batches, {labels.path} {len(labels.rows)}: each batch of "
-                          f"features needs its batch of labels; {_REPAIR}")
-    k = next(k for k, (a, b) in enumerate(zip(feature_rows, labels.rows)) if a != b)
-    raise SampleError(f"{path}: batch {k} holds {feature_rows[k]} rows, batch {k} of {labels.path} {labels.rows[k]} "
-                      f"labels (counting from 0): the batches do not pair up, so samples would get other samples' "
-                      f"labels; {_REPAIR}")
-
-
-_REPAIR = ("dump the two files from the same batches (if both hold the same samples in order, only cut otherwise, "
-           "dump each as one array: np.concatenate(batches))")
 
 
 def _numbered_files(folder: Path) -> dict[str, dict[int, Path]]:

@@ -8,7 +8,7 @@ batch, or a sample of each row of each label, so the build asks (``lists="batche
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -110,3 +110,27 @@ def _ask(path: Path, what: str, as_batches: str, as_samples: str) -> NoReturn:
     raise SampleError(f"{path}: {what}: each array may be a batch or a sample, and guessing wrong would change "
                       f"every sample's shape; say which with --lists batches (lists='batches': {as_batches}) or "
                       f"--lists samples (lists='samples': {as_samples})")
+
+
+class LabelBatches(NamedTuple):
+    """The rows of each batch of a y file read as a list of batches, and the file."""
+
+    rows: list[int]
+    path: Path
+
+
+def pair_batches(feature_rows: list[int], path: Path, labels: LabelBatches) -> None:
+    """Refuse batches of features that do not pair up with the batches of labels, naming the first."""
+    if feature_rows == labels.rows:
+        return
+    if len(feature_rows) != len(labels.rows):
+        raise SampleError(f"{path} holds {len(feature_rows)} batches, {labels.path} {len(labels.rows)}: each batch of "
+                          f"features needs its batch of labels; {_REPAIR}")
+    k = next(k for k, (a, b) in enumerate(zip(feature_rows, labels.rows)) if a != b)
+    raise SampleError(f"{path}: batch {k} holds {feature_rows[k]} rows, batch {k} of {labels.path} {labels.rows[k]} "
+                      f"labels (counting from 0): the batches do not pair up, so samples would get other samples' "
+                      f"labels; {_REPAIR}")
+
+
+_REPAIR = ("dump the two files from the same batches (if both hold the same samples in order, only cut otherwise, "
+           "dump each as one array: np.concatenate(batches))")
