@@ -27,7 +27,7 @@ def iter_samples(location: str | os.PathLike[str],
     base = parent(url)
     for info in index.shards:
         shard = join(base, info.url)
-        with open_stream(shard) as stream:
+        with open_stream(shard, size=info.bytes) as stream:
             try:
                 yield from stream_samples(stream, shard, info, index.fields or None)
             except IndexSchemaError as exc:

@@ -142,7 +142,7 @@ def _version(path: str) -> tuple[int, int] | None:
 
 def _table_problem(url: str, table: TableFile, policy: RetryPolicy | None, stats: RetrySink | None) -> str | None:
     try:
-        with open_stream(url, policy, stats=stats) as stream:
+        with open_stream(url, policy, stats=stats, size=table.bytes) as stream:
             problem = verify_table_stream(stream, redact(url), table)
     except SourceError:
         return None

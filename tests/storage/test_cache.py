@@ -45,7 +45,8 @@ def test_each_shard_is_downloaded_once_and_later_epochs_read_the_cache(counting_
 
 
 def test_a_download_cut_in_a_response_without_a_length_is_resumed_not_taken_whole(nginx: str, tmp_path: Path,
-                                                                                   total_samples: int) -> None:
+                                                                                   total_samples: int,
+                                                                                   fast_retries) -> None:
     """A response without a Content-Length ends where its connection closes, cut or not: a cut
     download was taken whole, the server blamed ('not the version the index names'), the shard
     refused for 10 minutes, and `pipeline verify` failed every shard."""
@@ -55,6 +56,7 @@ def test_a_download_cut_in_a_response_without_a_length_is_resumed_not_taken_whol
         assert all_ids(loader) == list(range(total_samples)) and loader.stats()["retries"] > 0
         assert proxy.counts["unsized"] > len(pipeline.load_index(f"{proxy.url}/data/").shards)  # cut, resumed
         assert pipeline.verify(f"{proxy.url}/data/") == []
+        assert len(list(pipeline.iter_samples(f"{proxy.url}/data/"))) == total_samples
     finally:
         proxy.close()
 
