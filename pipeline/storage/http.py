@@ -103,6 +103,17 @@ def _credentials(url: str) -> dict[str, str]:
     return {"Authorization": urllib3.util.make_headers(basic_auth=pair)["authorization"]}
 
 
+def _keeping_credentials(target: str, source: str) -> str:
+    """``target`` with the user and password of ``source`` where it is of the same origin and
+    names none of its own (a ``Location`` with scheme and host, as nginx sends, names none), as
+    curl keeps them; to another origin they are not sent."""
+    to, of = urlsplit(target), urlsplit(source)
+    if to.username is not None or of.username is None or (to.scheme, to.hostname, to.port) != (
+            of.scheme, of.hostname, of.port):
+        return target
+    return to._replace(netloc=f"{of.netloc.rpartition('@')[0]}@{to.netloc}").geturl()
+
+
 def tls_error(url: str, start: int, exc: urllib3.exceptions.SSLError) -> SourceError:
     """A TLS handshake's failure: permanent where no retry can mend it (a certificate that
     cannot be verified, a server that does not speak TLS at that port), else transient (a
@@ -156,7 +167,7 @@ def follow_redirects(url: str, start: int, stop: int | None, policy: RetryPolicy
         if not location:  # not a redirect (or one without a Location: an error status of its own)
             return response, where
         discard(response)
-        target = urljoin(where, location)
+        target = _keeping_credentials(urljoin(where, location), where)
         if urlsplit(target).path == urlsplit(where).path + "/":
             raise SourceError(url, start, f"is a folder (the server redirects it to {redact(target)}): pass the "
                               f"URL of its index.json, or of the shards in it")

@@ -162,6 +162,7 @@ http {{
         location /private/ {{ rewrite ^/private/(.*)$ /$1 break; error_page 404 = @forbidden; }}
         location @forbidden {{ return 403; }}
         # /locked/X is /X behind a password: user "reader", password "s3 cret" (see LOCKED_USER)
+        location /locked-moved/ {{ rewrite ^/locked-moved/(.*)$ /locked/$1 redirect; }}  # (to a full URL)
         location /locked/ {{
             rewrite ^/locked/(.*)$ /$1 break;
             auth_basic "test"; auth_basic_user_file {prefix}/htpasswd;

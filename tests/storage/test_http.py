@@ -119,6 +119,8 @@ def test_a_user_and_password_in_the_url_are_sent_and_a_401_says_where_they_go(ng
     user, password = LOCKED_USER
     locked = nginx.replace("http://", f"http://{user}:{quote(password)}@") + "/locked/data/"
     assert all_ids(make_loader(locked, num_workers=2, batch_size=64)) == list(range(total_samples))
+    moved = locked.replace("/locked/", "/locked-moved/")  # redirected to the same host: they go along
+    assert all_ids(make_loader(moved, num_workers=0, batch_size=64)) == list(range(total_samples))
     with pytest.raises(SourceError, match=re.escape("HTTP 401 unauthorized (a server behind a password: give the "
                                                     "user and password in the URL, as curl takes them)")) as caught:
         make_loader(nginx.replace("http://", f"http://{user}:wrong-{quote(password)}@") + "/locked/data/")
