@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import Any
+from types import FrameType
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -30,7 +30,7 @@ def user_line() -> str:
     return "" if frame is None else f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
-def _user_frame(frame: Any) -> tuple[int, Any]:
+def _user_frame(frame: FrameType | None) -> tuple[int, FrameType | None]:
     """The nearest frame from ``frame`` outside this package, and how many frames up it is (1:
     ``frame`` itself)."""
     level = 1
