@@ -281,8 +281,9 @@ def open_sources(source: str | os.PathLike[str] | Sequence[str] | Mapping[str, s
 
 
 def _dtype_fix(name: str, one: FieldSpec, other: FieldSpec) -> str:
-    """How to make two sources' field ``name`` agree, where only its dtype differs."""
-    if one.shape != other.shape:
+    """How to make two sources' field ``name`` agree, where only its dtype differs: a cast at build
+    time, which arrays take (a field of Python values, ``str`` beside ``bytes``, takes none)."""
+    if one.shape != other.shape or one.shape is None:
         return ""
     return (f" (build one of them again with dtypes={{{name!r}: {str(other.dtype)!r}}}, or --dtype "
             f"{name}={other.dtype} on the command line)")

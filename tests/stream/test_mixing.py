@@ -175,6 +175,11 @@ def test_sources_must_agree_on_their_fields(mix: dict[str, str], tmp_path: Path)
                                                    "with dtypes={'x': 'float32'}, or --dtype x=float32 on the command "
                                                    "line)")):
         make_loader({"large": mix["large"], "doubles": str(doubles)}, num_workers=0)
+    text, raw = (source_shards(tmp_path, name, 300, {"x": values}) for name, values in  # (the advice was a
+                 (("text", np.array(["a"] * 300)), ("raw", np.array([b"a"] * 300))))  # cast no build makes)
+    with pytest.raises(ValueError, match=r"field 'x' is bytes\[\] in source 'raw' and str\[\] in source 'text': the "
+                                         r"sources of a mix must agree$"):
+        make_loader({"text": str(text), "raw": str(raw)}, num_workers=0)
 
 
 def test_an_empty_source_is_left_out_by_weight_0_wherever_it_stands_and_refused_a_share(mix: dict[str, str],
