@@ -108,8 +108,11 @@ def _keeping_credentials(target: str, source: str) -> str:
     names none of its own (a ``Location`` with scheme and host, as nginx sends, names none), as
     curl keeps them; to another origin they are not sent."""
     to, of = urlsplit(target), urlsplit(source)
-    if to.username is not None or of.username is None or (to.scheme, to.hostname, to.port) != (
-            of.scheme, of.hostname, of.port):
+    try:
+        same = (to.scheme, to.hostname, to.port) == (of.scheme, of.hostname, of.port)
+    except ValueError:  # a port out of range: the request to it says so
+        return target
+    if to.username is not None or of.username is None or not same:
         return target
     return to._replace(netloc=f"{of.netloc.rpartition('@')[0]}@{to.netloc}").geturl()
 

@@ -10,14 +10,14 @@ so workers send *messages* of several batches, which the main process splits int
 from __future__ import annotations
 
 from contextlib import nullcontext
-from functools import lru_cache
+from functools import lru_cache, reduce
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from ..format.index import Schema
-from ..format.numbers import joins_exactly
+from ..format.numbers import joins_exactly, outside_int64
 from . import message_buffers
 from .reader import Columns
 
@@ -226,15 +226,18 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 
 def per_sample(batch: Columns, transform: Callable[[dict[str, Any]], dict[str, Any]],
                varied: frozenset[str] = frozenset()) -> Columns:
-    """``transform`` applied to each sample of ``batch``, the results put together again as the
-    loader puts stored fields together: values of one shape that one array holds exactly stacked
-    (see :func:`_stack`), anything else (shapes that differ, an int beside a float, ``None``,
-    text) as a list. Each sample holds its values as a batch would: NumPy values on any number of
-    workers, and a field of ``varied`` (see :func:`listed`) as a Python value (an int as
-    written) or an array each. Every sample must come back with the same fields."""
+    """``transform`` applied to each sample of ``batch``, the results put together again. Each
+    sample holds its values as a batch would: NumPy values on any number of workers, and a field
+    of ``varied`` (see :func:`listed`) as a Python value (an int as written) or an array each. A
+    field the transform returns as it got it in every sample of the batch is the column as it
+    was (a list for ``varied``: a transform that sets a label leaves the token sequences beside it
+    a list in every batch, not a tensor where a batch's lengths happen to agree); other fields
+    are stacked where one array holds their values exactly (see :func:`_stack`), else a list.
+    Every sample must come back with the same fields."""
     batch = listed({k: _as_numpy(v) for k, v in batch.items()}, varied)
     n = len(next(iter(batch.values())))
-    samples = [transform({k: v[i] for k, v in batch.items()}) for i in range(n)]
+    given = [{k: v[i] for k, v in batch.items()} for i in range(n)]
+    samples = [transform(dict(sample)) for sample in given]  # (a copy: a transform may change its dict in place)
     for sample in samples:
         if not isinstance(sample, dict):
             forgot = " (a function that changes the sample in place still ends with `return sample`)" \
@@ -246,7 +249,12 @@ def per_sample(batch: Columns, transform: Callable[[dict[str, Any]], dict[str, A
             raise ValueError(f"sample_transform returned the fields {sorted(fields)} for one sample of a batch and "
                              f"{sorted(sample)} for another: return the same fields for every sample (with None, or "
                              f"a value that stands for none, where a sample has no value)")
-    return {k: _stack([s[k] for s in samples]) for k in fields}
+    return {k: batch[k] if _as_given(k, samples, given) else _stack([s[k] for s in samples]) for k in fields}
+
+
+def _as_given(field: str, samples: list[dict[str, Any]], given: list[dict[str, Any]]) -> bool:
+    """Whether ``field`` of every sample is the very value the transform was given for it."""
+    return all(field in before and after[field] is before[field] for after, before in zip(samples, given))
 
 
 def _as_numpy(column: Any) -> Any:
@@ -267,17 +275,22 @@ def batch_transformed(transform: Callable[[Any], Any], batch: Any) -> Any:
 
 
 def _stack(values: list[Any]) -> Any:
-    """Values of one shape as one array (tensor), where one array holds them all exactly (see
-    :func:`~pipeline.format.numbers.joins_exactly`: a float32 beside a float64 is stacked, an int
-    beside a float or a bool beside an int is not, nor is 2**53 + 1 beside 0.5), else the list."""
+    """Values of one shape as one array (tensor) where one array holds them all exactly and of a
+    kind among theirs (a float32 beside a float64 is stacked; an int beside a float, a bool beside
+    an int, an int64 beside a uint64, which NumPy joins as floats, and an int no int64 holds are
+    not), else the list."""
     first = values[0]
     if isinstance(first, torch.Tensor):
         same = all(isinstance(v, torch.Tensor) and v.shape == first.shape and v.dtype == first.dtype for v in values)
         return torch.stack(values) if same else values
-    if not all(isinstance(v, (np.ndarray, np.generic, int, float, complex)) for v in values):  # (bool is an int)
+    if not all(isinstance(v, (np.ndarray, np.generic, int, float, complex)) and not outside_int64(v)
+               for v in values):  # (bool is an int)
         return values
     arrays = [np.asarray(v) for v in values]
-    if all(a.shape == arrays[0].shape and a.dtype.kind in _NUMERIC_KINDS for a in arrays) and joins_exactly(arrays):
+    dtypes = {a.dtype for a in arrays}
+    kinds = {dtype.kind for dtype in dtypes}
+    if all(a.shape == arrays[0].shape for a in arrays) and kinds <= set(_NUMERIC_KINDS) and joins_exactly(arrays) \
+            and reduce(np.promote_types, dtypes).kind in kinds:
         return np.stack(arrays)
     return values
 

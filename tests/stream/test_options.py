@@ -145,33 +145,41 @@ def test_sample_transform_outputs_are_put_together_as_stored_fields_are(shards: 
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_sample_transform_stacks_only_values_one_array_holds_exactly(tmp_path: Path, workers: int) -> None:
-    """An identity transform stacked a field of several types: 2**53 + 1 beside 0.5 became a
-    float, True beside 2 an int; and a transform got tensors in workers, NumPy values without."""
+def test_a_sample_transform_keeps_fields_it_leaves_alone_and_stacks_only_exact_values(tmp_path: Path,
+                                                                                       workers: int) -> None:
+    """An identity transform stacked a field of several types (2**53 + 1 beside 0.5 became a float,
+    True beside 2 an int) and token sequences of a batch whose lengths agreed (a tensor in one step,
+    a list in the next); a transform got tensors in workers, NumPy values without."""
     ys = [2**53 + 1, 0.5, 3, 4, True, 2, None, 7]
     with pipeline.ShardWriter(tmp_path / "s") as writer:
         for n, y in enumerate(ys):
-            writer.write({"y": y, "n": np.int32(n)})
+            writer.write({"y": y, "seq": np.arange(2 if n < 4 else 3, dtype=np.int16), "n": np.int32(n)})
 
     def batches(transform) -> list:
         return list(make_loader(tmp_path / "s", num_workers=workers, batch_size=2, shuffle=False,
                                 sample_transform=transform))
-    same = batches(lambda s: s)
-    assert [b["y"] for b in same[:3:2]] == [[2**53 + 1, 0.5], [True, 2]]  # lists: no value changed
-    assert [type(v) for v in same[2]["y"]] == [bool, int] and same[1]["y"].tolist() == [3, 4]
-    assert torch.equal(torch.cat([b["n"] for b in same]), torch.arange(8, dtype=torch.int32))
-    kinds = batches(lambda s: {"kind": type(s["n"]).__name__, "y": type(s["y"]).__name__})
-    assert [kind for b in kinds for kind in b["kind"]] == ["int32"] * 8  # (a tensor in workers, before)
-    assert [kind for b in kinds for kind in b["y"]] == ["int", "float", "int", "int", "bool", "int", "NoneType", "int"]
 
-    def widened(sample: dict) -> dict:  # what one array holds exactly is stacked; an int beside a float is not
+    def relabelled(sample: dict) -> dict:
+        sample["n"] = sample["n"] + 1
+        return sample
+    plain = list(make_loader(tmp_path / "s", num_workers=workers, batch_size=2, shuffle=False))
+    for same in (batches(lambda s: s), batches(relabelled)):
+        assert [b["y"] for b in same] == [b["y"] for b in plain] == [ys[i:i + 2] for i in range(0, 8, 2)]
+        assert all(type(v) is type(w) for b, c in zip(same, plain) for v, w in zip(b["y"], c["y"]))
+        assert all(isinstance(b["seq"], list) and [t.tolist() for t in b["seq"]] == [t.tolist() for t in c["seq"]]
+                   for b, c in zip(same, plain))  # lengths agree within each batch, yet the field varies: a list
+    kinds = batches(lambda s: {"kind": type(s["n"]).__name__})
+    assert [kind for b in kinds for kind in b["kind"]] == ["int32"] * 8  # (a tensor in workers, before)
+
+    def changed(sample: dict) -> dict:  # what one array holds exactly, of a kind among its values', is stacked
         odd = sample["n"] % 2
-        return {"mean": np.float32(1.5) if odd else 0.25, "both": sample["n"] if odd else 0.5,
-                "wide": np.int64(1) if odd else np.int32(2)}
-    for batch in batches(widened):
+        return {"seq": np.pad(sample["seq"], (0, 3 - len(sample["seq"]))), "mean": np.float32(1.5) if odd else 0.25,
+                "both": sample["n"] if odd else 0.5, "ids": np.array([5], np.uint64) if odd else np.array([1]), "big": 2**63 + 1}
+    for batch in batches(changed):
+        assert batch["seq"].dtype == torch.int16 and batch["seq"].shape == (2, 3)  # padded in every sample: stacked
         assert batch["mean"].dtype == torch.float64 and batch["mean"].tolist() == [0.25, 1.5]
-        assert batch["wide"].dtype == torch.int64 and batch["wide"].tolist() == [2, 1]
         assert isinstance(batch["both"], list) and batch["both"][0] == 0.5 and int(batch["both"][1]) % 2
+        assert isinstance(batch["ids"], list) and batch["big"] == [2**63 + 1] * 2  # (a float64, a bare TypeError)
 
 
 @pytest.mark.parametrize("source, given", [(None, "NoneType None"), (123, "int 123"), (b"x.tar", "bytes b'x.tar'")])
