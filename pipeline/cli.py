@@ -351,10 +351,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _drop_stdout()
         return READER_LEFT
     except OutputExistsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {values.options_first(str(exc))}", file=sys.stderr)
         return 1
     except (FormatError, OSError, ValueError, ImportError) as exc:
-        print(f"error: {exc}{'' if isinstance(exc, InputChanged) else build_end.after_failure()}", file=sys.stderr)
+        after = "" if isinstance(exc, InputChanged) else build_end.after_failure()
+        print(f"error: {values.options_first(str(exc))}{after}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"interrupted{build_end.after_interrupt()}", file=sys.stderr)

@@ -162,3 +162,13 @@ def counts(least: int) -> Callable[[str], list[int]]:
         return counts
 
     return parse
+
+
+#: A Python argument followed by its option, as the library's messages give them: ``overwrite=True (--overwrite)``.
+_ARGUMENT_THEN_OPTION = re.compile(r"\b(\w+=\w+) \((--[\w-]+(?: \w+)?)\)")
+
+
+def options_first(message: str) -> str:
+    """A library message as the command line says it: ``--overwrite (overwrite=True in Python)``
+    where the library says ``overwrite=True (--overwrite)``."""
+    return _ARGUMENT_THEN_OPTION.sub(r"\2 (\1 in Python)", message)

@@ -77,8 +77,8 @@ def test_verify_reports_a_truncated_shard_and_a_missing_one(built: Path) -> None
 def test_building_over_an_existing_index_needs_overwrite(built: Path, tmp_path: Path) -> None:
     args = ["build", "arrays", str(built), "--array", f"x={tmp_path / 'x.npy'}", "--quiet"]
     result = run_cli(*args)
-    assert result.returncode == 1 and "already exists; pass overwrite=True (--overwrite)" in result.stderr
-    assert "resume=True (--resume) to keep what it wrote" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 1 and "already exists; pass --overwrite (overwrite=True in Python)" in result.stderr
+    assert "--resume (resume=True in Python) to keep what it wrote" in result.stderr and "Traceback" not in result.stderr
     assert run_cli(*args, "--overwrite").returncode == 0
 
 

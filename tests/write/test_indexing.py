@@ -211,7 +211,7 @@ def test_an_index_elsewhere_names_the_shards_relative_to_it(tmp_path: Path) -> N
     loader = pipeline.make_loader(tmp_path / "indexes" / "both.json", num_workers=0, batch_size=16)
     assert sorted(every_sample(loader)) == sorted(list(range(30)) + list(range(20)))  # each set numbers from 0
     again = cli("index", *urls, "--output", tmp_path / "indexes" / "both.json")
-    assert again.returncode == 1 and "already exists; pass overwrite=True (--overwrite)" in again.stderr
+    assert again.returncode == 1 and "already exists; pass --overwrite (overwrite=True in Python)" in again.stderr
 
 
 

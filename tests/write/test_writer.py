@@ -212,7 +212,7 @@ def test_tars_of_another_tool_under_the_shard_names_are_not_written_over(tmp_pat
     np.save(tmp_path / "v.npy", np.arange(50))
     cli = subprocess.run([sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path), "--array",
                           f"v={tmp_path / 'v.npy'}"], capture_output=True, text=True)
-    assert cli.returncode == 1 and "no index names it: overwrite=True (--overwrite) replaces them" in cli.stderr
+    assert cli.returncode == 1 and "no index names it: --overwrite (overwrite=True in Python) replaces them" in cli.stderr
     assert "resume=True" not in cli.stderr  # no build of this library's stopped there: nothing to resume
     assert {name: (tmp_path / name).read_bytes() for name in theirs} == theirs  # untouched
     pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
