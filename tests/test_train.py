@@ -187,7 +187,8 @@ def test_a_checkpoint_that_cannot_be_continued_is_a_message_naming_it_not_a_trac
         f"same ones, or another --checkpoint to start afresh")
     assert refused_here(checkpoint, "--batch-size", "25") == (
         f"train.py: cannot resume from {checkpoint}: the checkpoint was taken with batch_size=50, this loader has "
-        f"batch_size=25 (it can change only at an epoch boundary)")
+        f"batch_size=25 (it can change only at an epoch boundary: resume with the checkpoint's, and change it once "
+        f"this epoch ended, at a checkpoint taken after its loop; one taken in its last step is still in the epoch)")
     assert train(data, tmp_path, "--workers", "0", "--checkpoint", str(checkpoint), "--resume", epochs=1)["epoch"] == 0
     run = subprocess.run(command(data, tmp_path, 1, "--workers", "0", "--checkpoint", str(checkpoint), "--resume"),
                          capture_output=True, text=True, timeout=300)

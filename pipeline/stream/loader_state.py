@@ -69,7 +69,9 @@ def resumed_position(dataset: ShardDataset, state: Mapping[str, Any]) -> Positio
         if state.get(key) != mine and (saved.middle or key not in _BETWEEN_EPOCHS):
             when = "" if key not in _BETWEEN_EPOCHS else (
                 " (other data may follow at an epoch boundary, not in the middle of an epoch)" if key == "sources"
-                else " (it can change only at an epoch boundary)")
+                else " (it can change only at an epoch boundary: resume with the checkpoint's, and change it once "
+                     "this epoch ended, at a checkpoint taken after its loop; one taken in its last step is still in "
+                     "the epoch)")
             raise ValueError(f"cannot resume: {_difference(dataset, key, state.get(key), mine)}{when}")
     _continue_mix(dataset, state, saved.middle)
     world = int(state["world_size"])
