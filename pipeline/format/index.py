@@ -47,11 +47,14 @@ def part_shard_range(total: int, index: int, count: int) -> range:
 
 @dataclass
 class PartInfo:
-    """Which part of a distributed build a partial index covers."""
+    """Which part of a distributed build a partial index covers, and the plan digest of the
+    whole build (see :attr:`DatasetIndex.plan`), the same in every part built with the same
+    inputs and options (``None`` in parts of an earlier version)."""
 
     index: int
     count: int
     total_shards: int
+    build_plan: str | None = None
 
 
 @dataclass(frozen=True)
@@ -297,7 +300,24 @@ def merge_indexes(parts: Iterable[DatasetIndex]) -> DatasetIndex:
                                    f"different builds")
         if len(p.shards):
             schema = merge_schema(schema, p.fields, f"part {info.index}")
+    _refuse_other_plans(parts)
     shards = ShardTable.concat([p.shards for p in parts])
     plans = [p.plan for p in parts]
     plan = None if None in plans else sum_digests(plans)  # type: ignore[arg-type]
     return DatasetIndex(schema or {}, shards, pack, metadata=metadata, plan=plan)
+
+
+def _refuse_other_plans(parts: list[DatasetIndex]) -> None:
+    """Refuse parts whose builds planned other rows: another seed or size of a validation split,
+    other shard limits or prefix, other inputs. Their shards add up, and pass every other check,
+    while rows come twice and others never."""
+    first = parts[0].part
+    assert first is not None
+    for p in parts[1:]:
+        info = p.part
+        assert info is not None
+        if None not in (info.build_plan, first.build_plan) and info.build_plan != first.build_plan:
+            raise IndexFormatError(f"part {info.index} was built from other inputs or with other options than part "
+                                   f"{first.index} (another --seed or --validation, --shard-samples, --shard-bytes "
+                                   f"or --prefix, or inputs that changed between them): its rows would come twice, "
+                                   f"others never; build it again as the other parts were, with --overwrite")

@@ -295,7 +295,11 @@ def build_shards(
         numbers = range(total) if part is None else part.shard_range(total)
         index_name = INDEX_NAME if part is None else part_index_name(part.index, part.count)
         names = [shard_name(prefix, n) for n in numbers]
-        plan = shard_plan(source, bounds, numbers, names)
+        if part is None:
+            plan, build_plan = shard_plan(source, bounds, numbers, names), None
+        else:  # (every part plans the whole build, which merge-index compares: a few hashes a shard)
+            whole = shard_plan(source, bounds, range(total), [shard_name(prefix, n) for n in range(total)])
+            plan, build_plan = {name: whole[name] for name in names}, plan_digest(whole)
         hold_output(target, part is not None)
         if resume:
             planned = [(name, bounds[n + 1] - bounds[n]) for name, n in zip(names, numbers)]
@@ -329,7 +333,7 @@ def build_shards(
             results = run_tasks(tasks, pool.executor, progress)
         refuse_repeated_keys(((result.info.url, result.key_hashes) for result in results), source.description)
         schema = _merged_schema(results, target, progress, source)
-        part_info = None if part is None else PartInfo(part.index, part.count, total)
+        part_info = None if part is None else PartInfo(part.index, part.count, total, build_plan)
         index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata,
                              plan=plan_digest(plan))
         where = save_index(target, index, index_name)

@@ -66,6 +66,27 @@ def test_parts_of_different_builds_are_not_merged(tmp_path: Path, npy_inputs) ->
         pipeline.merge_index_files([tmp_path / "p"])
 
 
+@pytest.mark.parametrize("other", [{"seed": 3}, {"shard_samples": 375}])
+def test_parts_that_planned_other_rows_are_not_merged(tmp_path: Path, npy_inputs, other: dict) -> None:
+    """A part built with another seed (or a shard size giving as many shards) merged:
+    the set passed verify, with rows twice in it and others never."""
+    options = dict(OPTIONS, validation=0.1, seed=1, shard_samples=400, shard_bytes=None, pack=25)
+    for i in (0, 2):
+        pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(i, 3), **options)
+    pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(1, 3), **dict(options, **other))
+    with pytest.raises(IndexFormatError, match=re.escape(
+            "part 1 was built from other inputs or with other options than part 0 (another --seed or --validation, "
+            "--shard-samples, --shard-bytes or --prefix, or inputs that changed between them): its rows would come "
+            "twice, others never; build it again as the other parts were, with --overwrite")):
+        pipeline.merge_index_files([tmp_path / "p" / "train"])
+    pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(1, 3), overwrite=True, **options)
+    pipeline.write_shards(tmp_path / "whole", npy_inputs, **options)
+    for split in ("train", "validation"):
+        pipeline.merge_index_files([tmp_path / "p" / split])
+        assert (tmp_path / "p" / split / "index.json").read_bytes() == \
+            (tmp_path / "whole" / split / "index.json").read_bytes()
+
+
 def test_merging_a_split_build_in_parts_points_at_its_splits(tmp_path: Path, npy_inputs) -> None:
     for i in range(2):
         pipeline.write_shards(tmp_path / "out", npy_inputs, part=Part(i, 2), validation=0.1, **OPTIONS)
