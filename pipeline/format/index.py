@@ -20,6 +20,7 @@ local file, a URL or a bucket (:mod:`pipeline.storage.indexes` opens an index by
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
@@ -266,6 +267,10 @@ def sum_digests(digests: Iterable[str]) -> str:
 def part_index_name(part: int, count: int) -> str:
     """File name of the partial index written by part ``part`` of ``count``."""
     return f"index.part-{part:05d}-of-{count:05d}.json"
+
+
+#: what every ``part_index_name`` matches: the index of one part of a build split into parts
+PART_INDEX_NAME = re.compile(r"^index\.part-\d+-of-(?P<count>\d+)\.json$")
 
 
 def merge_indexes(parts: Iterable[DatasetIndex]) -> DatasetIndex:

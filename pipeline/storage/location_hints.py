@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Callable
 from urllib.parse import urlsplit
 
-from ..format.index import INDEX_NAME
+from ..format.index import INDEX_NAME, PART_INDEX_NAME
 from .errors import SourceError, redact
 from .opener import join, parent, read_range
 from .retry import RetryPolicy
@@ -44,7 +44,12 @@ def location_hint(path: str, patterns: bool = False) -> str:
       misspelt), not any sets that happen to lie there."""
     given_folder = os.path.isdir(path)
     if given_folder:
-        shards = sum(1 for entry in os.scandir(path) if entry.name.endswith(SHARD_SUFFIXES))
+        entries = [entry.name for entry in os.scandir(path)]
+        shards = sum(1 for name in entries if name.endswith(SHARD_SUFFIXES))
+        parts = sorted(name for name in entries if PART_INDEX_NAME.match(name))
+        if parts:  # (indexing its shards in place would make a set of the parts there, maybe not all)
+            return (f"; {path} holds the partial indexes of a build in parts ({parts[0]}, ...): join them with "
+                    f"'pipeline merge-index {shlex.quote(path)}', which checks that every part is there")
         if shards:
             paths = f", or pass their paths (a pattern: {path}/name-{{000000..000009}}.tar)" if patterns else ""
             return (f"; {path} holds {shards} shard(s) without an index: index them in place with 'pipeline "

@@ -21,7 +21,7 @@ from braceexpand import braceexpand
 
 from ..caller_warning import warn_caller
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
+from ..format.index import INDEX_NAME, PART_INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.scan import scan_stream
 from ..storage import is_remote, join, open_stream, parent, redact, scheme
 from ..storage.destination import destination
@@ -181,6 +181,11 @@ def index_shards(
         hold_output(target)
         if target.exists(name) and not overwrite:
             raise OutputExistsError(f"{target.url(name)} already exists; pass overwrite=True (--overwrite) to replace it")
+        parts = sorted(found for found in target.list("index.part-") if PART_INDEX_NAME.match(found))
+        if parts and not overwrite:  # a build in parts: its shards indexed here would make a set of those written
+            raise OutputExistsError(f"{target.url(parts[0])}: {target.url('')} holds the partial indexes of a build in "
+                                    f"parts; join them with 'pipeline merge-index', which checks that every part is "
+                                    f"there, or pass overwrite=True (--overwrite) to index the shards as they are")
         progress = BuildProgress(None, f"indexing {len(urls)} shards", quiet, verb="indexed")
         results = []
         with open_workers(engine, workers, scheduler, executor) as pool:

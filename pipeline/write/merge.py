@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Sequence
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, merge_indexes
+from ..format.index import INDEX_NAME, PART_INDEX_NAME, DatasetIndex, merge_indexes
 from ..storage import join, scheme
 from ..storage.destination import Destination, destination
 from ..storage.indexes import open_index
-from .output import PART_INDEX_NAME, OutputExistsError, save_index
+from .output import OutputExistsError, save_index
 
 
 def find_part_indexes(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Destination, str]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Collection, Iterable
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, DatasetIndex, TableFile, index_shard_names, table_name_for
+from ..format.index import INDEX_NAME, PART_INDEX_NAME, DatasetIndex, TableFile, index_shard_names, table_name_for
 from ..format.shard_table import write_table
 from ..storage import SourceError, read_range
 from ..storage.destination import Destination, destination
@@ -20,8 +20,6 @@ class OutputExistsError(FileExistsError):
     ``overwrite`` was not given."""
 
 
-#: what every ``part_index_name`` matches: the index of one part of a build split into parts
-PART_INDEX_NAME = re.compile(r"^index\.part-\d+-of-(?P<count>\d+)\.json$")
 _BAD_PREFIX = re.compile(r"[/\\{}\x00-\x1f\x7f]")  # braces: the index writes names as brace ranges
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pipeline
-from pipeline import IndexFormatError, Part, SampleError
+from pipeline import IndexFormatError, OutputExistsError, Part, SampleError
 
 from ..helpers import index_content
 
@@ -56,6 +56,14 @@ def test_merging_with_a_part_missing_is_an_error(tmp_path: Path, npy_inputs) -> 
     with pytest.raises(IndexFormatError, match=r"missing parts \[1\]"):
         pipeline.merge_index_files([tmp_path / "p"])
     assert not (tmp_path / "p" / "index.json").exists()
+    # the folder read as a set was told to index its shards in place, which made a set of the parts there
+    with pytest.raises(IndexFormatError, match=re.escape(
+            f"{tmp_path / 'p'} holds the partial indexes of a build in parts (index.part-00000-of-00003.json, ...): "
+            f"join them with 'pipeline merge-index {tmp_path / 'p'}', which checks that every part is there")):
+        pipeline.load_index(tmp_path / "p")
+    with pytest.raises(OutputExistsError, match=re.escape("holds the partial indexes of a build in parts; join them "
+                                                          "with 'pipeline merge-index'")):
+        pipeline.index_shards(tmp_path / "p", quiet=True)
 
 
 def test_parts_of_different_builds_are_not_merged(tmp_path: Path, npy_inputs) -> None:
