@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 import numpy as np
 
 from . import npy
-from .codec import array_view, decode_record
+from .codec import array_view, check_dtype, decode_record
 from .errors import SampleError, ShardError
 from .tar import DEFAULT_MAX_MEMBER_BYTES, BrokenAfterEnd, BrokenAfterMember, iter_members, split_name
 
@@ -90,15 +90,13 @@ def _load_npy(data: bytes | memoryview) -> np.ndarray:
     what the header claims (a 100-byte member can claim 30 GB); here the shape must match the
     bytes that follow the header."""
     dtype, shape, fortran, start = npy.read_header(io.BytesIO(data).read)
-    if dtype.kind not in "US" and (dtype.kind not in _TENSOR_SIZES or dtype.itemsize not in _TENSOR_SIZES[dtype.kind]
-                                   or dtype.fields is not None):  # (text arrays: a batch's lists of str, bytes)
-        raise SampleError(f".npy array of dtype {dtype}, which no batch's tensor holds (bool, int8-64, uint8-64, "
-                          f"float16/32/64 do: save it as one of those, a datetime64 as int64, say)")
+    if dtype.kind not in "US":  # (text arrays: a batch's lists of str, bytes)
+        try:
+            check_dtype(dtype)  # (the dtypes the format stores, which a batch's tensor holds)
+        except TypeError:
+            raise SampleError(f".npy array of dtype {dtype}, which no batch's tensor holds (bool, int8-64, uint8-64, "
+                              f"float16/32/64 do: save it as one of those, a datetime64 as int64, say)") from None
     return array_view(data, dtype, shape, start, fortran)
-
-
-#: The kinds and item sizes of the dtypes a tensor holds, as the shard format stores them.
-_TENSOR_SIZES = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
 
 
 _DECODERS: dict[str, Callable[[bytes], Any]] = {

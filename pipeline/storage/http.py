@@ -30,8 +30,10 @@ from .per_process import per_process
 from .retry import RetryPolicy
 from .streams import Response
 
-_PERMANENT = {400: "bad request", 401: "unauthorized (a server behind a password: give the user and "
-                                        "password in the URL, as curl takes them)", 403: "forbidden", 404: "not found", 410: "gone",
+_PERMANENT = {400: "bad request",
+              401: "unauthorized (a server behind a password: give the user and password in the URL, as curl takes "
+                   "them)",
+              403: "forbidden", 404: "not found", 410: "gone",
               416: "range not satisfiable (the object is shorter than expected)"}
 _DRAIN_BYTES = 64 << 10  # an unused body up to this size is read off, so its connection serves again
 #: What OpenSSL says of a plain-HTTP answer to a TLS handshake (3.2 and later: RECORD_LAYER_FAILURE).

@@ -21,13 +21,13 @@ from braceexpand import braceexpand
 
 from ..caller_warning import warn_caller
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, PART_INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
+from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.scan import scan_stream
 from ..storage import is_remote, join, open_stream, parent, redact, scheme
 from ..storage.destination import destination
 from ..storage.opener import local_path
 from .engines import check_engine, open_workers
-from .output import OutputExistsError, hold_output, save_index
+from .output import OutputExistsError, hold_output, part_index_names, save_index
 from .progress import BuildProgress
 from .source import check_limits
 
@@ -181,7 +181,7 @@ def index_shards(
         hold_output(target)
         if target.exists(name) and not overwrite:
             raise OutputExistsError(f"{target.url(name)} already exists; pass overwrite=True (--overwrite) to replace it")
-        parts = sorted(found for found in target.list("index.part-") if PART_INDEX_NAME.match(found))
+        parts = part_index_names(target)
         if parts and not overwrite:  # a build in parts: its shards indexed here would make a set of those written
             raise OutputExistsError(f"{target.url(parts[0])}: {target.url('')} holds the partial indexes of a build in "
                                     f"parts; join them with 'pipeline merge-index', which checks that every part is "

@@ -13,7 +13,7 @@ from ..format.index import INDEX_NAME, PART_INDEX_NAME, DatasetIndex, merge_inde
 from ..storage import join, scheme
 from ..storage.destination import Destination, destination
 from ..storage.indexes import open_index
-from .output import OutputExistsError, save_index
+from .output import OutputExistsError, part_index_names, save_index
 
 
 def find_part_indexes(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Destination, str]]:
@@ -27,7 +27,7 @@ def find_part_indexes(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Des
         place = destination(location)
         if scheme(location) == "file" and not place.folder.is_dir():
             raise FileNotFoundError(f"{location}: no such partial index or folder")
-        found.extend((place, name) for name in place.list("index.part-") if PART_INDEX_NAME.match(name))
+        found.extend((place, name) for name in part_index_names(place))
     if not found:
         places = ", ".join(map(os.fspath, paths))
         raise IndexFormatError(f"no partial indexes (index.part-*-of-*.json) in {places}{_splits_hint(paths)}")

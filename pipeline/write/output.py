@@ -96,7 +96,7 @@ def clear_other_indexes(destination: Destination, index_name: str, overwrite: bo
     complete build every part's. They name the shards the builds share the names of: left, a
     loader would read an old index against new bytes, and ``merge-index`` join stale parts.
     Returns the shards the deleted indexes named, for :func:`remove_stale_shards`."""
-    parts = [name for name in destination.list("index.part-") if PART_INDEX_NAME.match(name)]
+    parts = part_index_names(destination)
     ours = PART_INDEX_NAME.match(index_name)
     if ours is None:
         others = parts
@@ -154,6 +154,11 @@ def refuse_foreign_shards(destination: Destination, names: Iterable[str]) -> Non
                                 f"under the shard names this build writes hold no .msgpack records: another tool's?): "
                                 f"a resume keeps or replaces a stopped build's own shards only; overwrite=True "
                                 f"(--overwrite) replaces them; or write to another folder, or another prefix")
+
+
+def part_index_names(place: Destination) -> list[str]:
+    """The partial indexes in ``place``: those of a build in parts (see ``part_index_name``)."""
+    return sorted(name for name in place.list("index.part-") if PART_INDEX_NAME.match(name))
 
 
 def clear_split_parent(destination: Destination, splits: Iterable[str], overwrite: bool) -> None:

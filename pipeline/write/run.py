@@ -294,11 +294,12 @@ def build_shards(
         total = len(bounds) - 1
         numbers = range(total) if part is None else part.shard_range(total)
         index_name = INDEX_NAME if part is None else part_index_name(part.index, part.count)
-        names = [shard_name(prefix, n) for n in numbers]
+        every_name = [shard_name(prefix, n) for n in range(total)]  # (all parts')
+        names = every_name[numbers.start:numbers.stop]
         if part is None:
             plan, build_plan = shard_plan(source, bounds, numbers, names), None
         else:  # (every part plans the whole build, which merge-index compares: a few hashes a shard)
-            whole = shard_plan(source, bounds, range(total), [shard_name(prefix, n) for n in range(total)])
+            whole = shard_plan(source, bounds, range(total), every_name)
             plan, build_plan = {name: whole[name] for name in names}, plan_digest(whole)
         hold_output(target, part is not None)
         if resume:
@@ -340,7 +341,7 @@ def build_shards(
         if resumable:
             forget_plan(target, index_name)
         remove_stale_shards(target, old_shards, index.shards.names)
-        remove_stale_shards(target, replaced, [shard_name(prefix, n) for n in range(total)])  # (all parts' names)
+        remove_stale_shards(target, replaced, every_name)
         remove_temporary_files(target, names, index_name)
         # what a killed run (under other options) wrote beyond this build's shards: not part of the set
         stale = remove_unplanned_shards(target, prefix, names) if (resume or overwrite) and part is None else []

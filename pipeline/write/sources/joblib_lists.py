@@ -75,7 +75,6 @@ def joined(arrays: list, path: Path, reading: str) -> np.ndarray:
     return np.stack(arrays) if reading == "samples" else np.concatenate(arrays)
 
 
-
 def features_reading(arrays: list, rows: int, path: Path, labels_reading: str | None, number: int,
                      labels_either: bool = False) -> str:
     """How a list of feature arrays beside ``rows`` labels is read (``number`` the B of the

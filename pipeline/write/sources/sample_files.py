@@ -336,12 +336,11 @@ def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[st
     splits = load_mapping(partition, "partition")
     if not splits:
         raise SampleError(f"{_name(partition, 'the partition')} has no splits")
-    partition_name = _name(partition, "the partition")
-    check_partition(splits, label_map, partition_name, _name(labels, "the labels mapping"))
+    partition_name, labels_name = _name(partition, "the partition"), _name(labels, "the labels mapping")
+    check_partition(splits, label_map, partition_name, labels_name)
     listed = [str(i) for ids in splits.values() for i in ids]
-    named = _name(labels, "the labels mapping")
-    label_map = _lists_beside_lists(_floats_beside_floats(label_map, listed, named), listed, named)
-    classes = class_positions(label_map, listed, _name(labels, "the labels mapping"))
+    label_map = _lists_beside_lists(_floats_beside_floats(label_map, listed, labels_name), listed, labels_name)
+    classes = class_positions(label_map, listed, labels_name)
     if classes is not None:
         position = {name: n for n, name in enumerate(classes)}
         label_map = {i: position[label_map[i]] for i in listed}  # (labels of IDs outside the partition: unused)
