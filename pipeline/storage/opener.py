@@ -20,7 +20,7 @@ import os
 import posixpath
 import stat
 from typing import Any, BinaryIO
-from urllib.parse import quote, unquote, urljoin, urlparse
+from urllib.parse import parse_qsl, quote, unquote, urljoin, urlparse, urlsplit, urlunsplit
 
 from . import http, s3
 from .errors import CutShort, SourceError, redact
@@ -254,13 +254,31 @@ def join(base: str, relative: str) -> str:
         return os.path.join(local_path(base), relative)
     if kind in ("http", "https"):  # (a name is a file's: '%', '#', '?' and ':' in it are quoted, or they
         # would read as an escape, a fragment, a query or a scheme)
-        return urljoin(base if base.endswith("/") else base + "/", quote(relative, safe="/"))
+        parts = urlsplit(base)
+        folder = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/", "", ""))
+        return _with_query(urljoin(folder, quote(relative, safe="/")), parts.query)
     prefix, _, path = base.partition("://")
     return f"{prefix}://{posixpath.normpath(posixpath.join(path, relative))}"
 
 
 def parent(url: str) -> str:
-    """The folder URL of an object URL."""
-    if scheme(url) == "file":
+    """The folder URL of an object URL; an HTTP(S) one keeps its query (see :func:`_with_query`)."""
+    kind = scheme(url)
+    if kind == "file":
         return os.path.dirname(local_path(url)) or "."
+    if kind in ("http", "https"):
+        parts = urlsplit(url)
+        return urlunsplit((parts.scheme, parts.netloc, parts.path.rsplit("/", 1)[0], parts.query, ""))
     return url.rsplit("/", 1)[0]
+
+
+#: Query parameters of a presigned URL (S3, GCS): a signature of its one object, refused for another.
+_OBJECT_SIGNATURES = frozenset({"x-amz-signature", "x-goog-signature", "signature"})
+
+
+def _with_query(url: str, query: str) -> str:
+    """``url`` with the query of the folder's URL it was joined to: a token a server takes in
+    the query (an Azure SAS, say) admits its set's every file, not the index alone. A presigned
+    URL's signature is not carried: it signs the index only."""
+    names = {name.lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
+    return url if not query or names & _OBJECT_SIGNATURES else f"{url}?{query}"

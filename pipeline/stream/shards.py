@@ -82,12 +82,17 @@ def _is_index_location(text: str) -> bool:
     if is_remote(text):
         if "{" in text:
             return False
-        if scheme(text) in ("http", "https"):  # an index.json (a query string may follow), or maybe a folder
-            parts = urlsplit(text)  # (no query, no name with a suffix at its end)
-            return parts.path.endswith(".json") or not parts.query and "." not in parts.path.rsplit("/", 1)[-1]
+        if scheme(text) in ("http", "https"):  # a folder or an index.json (a query may follow), or a
+            # name without a suffix, which may be either (a shard's when no index is there)
+            return _http_set_path(text) or "." not in urlsplit(text).path.rsplit("/", 1)[-1]
         # s3:// and fsspec's: a prefix or folder, unless a shard (.tar.gz too)
         return scheme(text) != "pipe" and not text.endswith(SHARD_SUFFIXES)
     return Path(local_path(text)).is_dir()  # a file:// URL names a local path too
+
+
+def _http_set_path(text: str) -> bool:
+    """Whether the HTTP(S) URL ``text``'s path names a folder or an index (a query may follow it)."""
+    return scheme(text) in ("http", "https") and urlsplit(text).path.endswith(("/", ".json"))
 
 
 def _refuse_sets_in_a_list(urls: list[str]) -> None:
@@ -118,7 +123,7 @@ def _maybe_a_shard(text: str, exc: Exception) -> bool:
     of a path under a file (``NotADirectoryError``, ``FileExistsError``...). Not a local folder,
     nor an S3 prefix, nor a folder of splits (``gs://bucket/out`` holding ``train``): no index
     there is the error, saying what to pass (and which splits are there)."""
-    if scheme(text) in ("file", "s3", "pipe") or text.endswith(("/", ".json")) or \
+    if scheme(text) in ("file", "s3", "pipe") or text.endswith(("/", ".json")) or _http_set_path(text) or \
             getattr(exc, "splits_beside", False):
         return False
     return scheme(text) not in ("http", "https") or isinstance(exc, NoIndexError) or http_forbidden(exc)

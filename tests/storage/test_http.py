@@ -25,6 +25,7 @@ from pipeline import SourceError, make_loader
 from pipeline.cli import main
 from pipeline.storage import open_stream, read_range
 from pipeline.storage.buffers import process_pool
+from pipeline.storage.opener import join, parent
 from pipeline.stream import idle_trim
 from tests.helpers import wait_for
 from tests.storage.conftest import all_ids, play, read_into
@@ -125,6 +126,24 @@ def test_a_user_and_password_in_the_url_are_sent_and_a_401_says_where_they_go(ng
                                                     "user and password in the URL, as curl takes them)")) as caught:
         make_loader(nginx.replace("http://", f"http://{user}:wrong-{quote(password)}@") + "/locked/data/")
     assert "wrong" not in str(caught.value)  # (a password in a URL is never shown)
+
+
+@pytest.mark.parametrize("location", ["/signed/data/?sig=s3cret", "/signed/data?sig=s3cret",
+                                      "/signed/data/index.json?sig=s3cret&x=1"])
+def test_a_token_in_the_query_of_a_sets_url_goes_to_each_of_its_files(nginx: str, location: str,
+                                                                     total_samples: int) -> None:
+    """A server (or an Azure SAS) that takes a token in the query answered the index, and then
+    403 for the table and every shard, whose URLs were joined without it."""
+    assert all_ids(make_loader(nginx + location, num_workers=2, batch_size=64)) == list(range(total_samples))
+
+
+def test_a_presigned_urls_signature_stays_with_its_object() -> None:
+    """An S3 or GCS presigned URL signs its one object: its query sent for another is refused."""
+    for query in ("X-Amz-Signature=ab&X-Amz-Credential=k", "X-Goog-Signature=ab", "Signature=ab&Expires=1"):
+        index = f"https://bucket.example.org/train/index.json?{query}"
+        assert join(parent(index), "train-000.tar") == "https://bucket.example.org/train/train-000.tar"
+    assert join(parent("https://h.example.org/t/index.json?sig=a%2Fb"), "s 1.tar") == \
+        "https://h.example.org/t/s%201.tar?sig=a%2Fb"
 
 
 def test_resume_over_http_yields_the_uninterrupted_batches(nginx: str) -> None:
