@@ -27,6 +27,10 @@ def redact(url: str) -> str:
         return redact_text(_USER_OPTION.sub(r"\1<redacted>", url))  # a command: its URLs, secret headers, user
     if "://" not in url:
         return url
+    if url.startswith("s3://"):  # ('?' and '#' are characters of a key: only a user's part is hidden)
+        scheme, _, rest = url.partition("://")
+        bucket, slash, key = rest.partition("/")
+        return f"{scheme}://{bucket.rpartition('@')[2]}{slash}{key}"
     try:
         parts = urlsplit(url)
     except ValueError:  # a bad IPv6 address, say: show no more than the scheme

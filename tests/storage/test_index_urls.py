@@ -244,7 +244,9 @@ def test_an_s3_prefix_holding_url_characters_is_inspected_as_it_is_read(s3_env: 
     upload_folder(web_root / "data", BUCKET, "odd#name?x")
     samples = pipeline.load_index(web_root / "data").samples
     assert main(["inspect", f"s3://{BUCKET}/odd#name?x"]) == 0
-    assert f"samples  {samples:,} in 9 shards" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"samples  {samples:,} in 9 shards" in out
+    assert f"index    s3://{BUCKET}/odd#name?x/index.json\n" in out  # (shown whole: not a fragment, nor a query)
 
 
 def test_load_index_by_folder_url_index_url_and_prefix(served: Served, web_root: Path) -> None:
