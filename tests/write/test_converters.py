@@ -143,6 +143,24 @@ def test_joblib_batches_convert_in_numeric_batch_order(tmp_path: Path, per_sampl
     np.testing.assert_array_equal(np.array(fields["y"]), y)
 
 
+def test_a_chosen_batch_size_converts_its_pair_beside_a_file_of_another_without_its_partner(tmp_path: Path) -> None:
+    """--batch-size B converts only x_B.job / y_B.job, but an x_64.job without its y file
+    stopped it, with no word of what to do."""
+    features = np.arange(300, dtype=np.float32).reshape(100, 3)
+    labels = np.arange(100) % 4
+    for b in (32, 64):
+        joblib.dump([features[i:i + b] for i in range(0, 100, b)], tmp_path / f"x_{b}.job")
+    joblib.dump([labels[i:i + 32] for i in range(0, 100, 32)], tmp_path / "y_32.job")
+    with pytest.raises(FileNotFoundError, match=re.escape(f"x_64.job has no matching y_64.job: put that file beside "
+                                                          f"it, or move x_64.job out of {tmp_path} (or convert one "
+                                                          f"pair: --batch-size B)")):
+        pipeline.build_joblib(tmp_path, tmp_path / "out", quiet=True)
+    pipeline.build_joblib(tmp_path, tmp_path / "out", batch_size=32, quiet=True)
+    _, fields = read_back(tmp_path / "out")
+    np.testing.assert_array_equal(np.stack(fields["x"]), features)
+    np.testing.assert_array_equal(np.array(fields["y"]), labels)
+
+
 def test_joblib_files_without_partner_or_mismatched_rows_are_named(tmp_path: Path) -> None:
     make_joblib_batches(tmp_path / "jb", [5, 5])
     (tmp_path / "jb" / "y_1.job").unlink()

@@ -267,10 +267,14 @@ class JoblibBatchSource(Source):
             warn_caller(f"{self.folder}: {', '.join(unread[:4])}{', ...' if len(unread) > 4 else ''} are not named "
                         f"x_<B>.job / y_<B>.job, and are not read; to convert them, move them to a folder of their own "
                         f"as x_<B>.job / y_<B>.job (another split, say), or rename them here (a number of their own)")
+        chosen = set(found["x"]) | set(found["y"]) if batch_size is None else {batch_size}
         for have, other in (("x", "y"), ("y", "x")):
-            lonely = sorted(set(found[have]) - set(found[other]))
+            lonely = sorted(b for b in chosen & set(found[have]) if b not in found[other])
             if lonely:
-                raise FileNotFoundError(f"{found[have][lonely[0]]} has no matching {other}_{lonely[0]}.job")
+                path = found[have][lonely[0]]
+                raise FileNotFoundError(f"{path} has no matching {other}_{lonely[0]}.job: put that file beside it, or "
+                                        f"move {path.name} out of {self.folder}"
+                                        f"{'' if batch_size is not None else ' (or convert one pair: --batch-size B)'}")
         numbers = sorted(found["x"])
         if batch_size is not None:
             if batch_size not in found["x"]:
