@@ -11,12 +11,11 @@ from .opener import check_range, local_path, map_file
 class FileMaps:
     """Read-only views of local files' pages, each from one mapping of its whole file.
 
-    Why: Python's ``mmap`` keeps a descriptor of its own open for as long as a mapping lives,
-    and a mapping made for each range read held one a piece until the unit the piece went into
-    was gathered. A unit of thousands of small pieces (a small source drawn many times in a mix)
-    then ran out of descriptors, 1,024 a process by default. One mapping a file holds one
-    descriptor a shard. Made for one unit and let go of after it: a mapping kept longer would
-    keep every page read through it in the process's resident memory.
+    Why: a mapping made for each range read was one a piece until the unit the piece went
+    into was gathered: a unit of thousands of small pieces (a small source drawn many times in a
+    mix) made as many mappings (each held a descriptor then: see :mod:`.page_maps`). Made for one
+    unit and let go of after it: a mapping kept longer would keep every page read through it in
+    the process's resident memory.
 
     A file replaced since it was mapped (a cache's copy downloaded again) is mapped again: each
     read compares the file's status with the mapping's."""

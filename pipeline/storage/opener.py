@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, quote, unquote, urljoin, urlparse, urlsplit,
 
 from . import http, s3
 from .errors import CutShort, SourceError, redact
+from .page_maps import map_pages
 from .pipe_stream import PipeStream
 from .retry import RetryBudget, RetryPolicy, RetrySink
 from .streams import BufferedStream, ResumingStream
@@ -112,9 +113,9 @@ def check_range(url: str, start: int, stop: int, size: int | None = None) -> Non
         raise CutShort(url, size, f"ends at byte {size}, expected data up to byte {stop}")
 
 
-def _mapped(fd: int, url: str, at: int, length: int, offset: int = 0) -> mmap.mmap:
+def _mapped(fd: int, url: str, at: int, length: int, offset: int = 0) -> memoryview:
     try:
-        return mmap.mmap(fd, length, offset=offset, access=mmap.ACCESS_READ)
+        return map_pages(fd, length, offset)
     except OSError as exc:
         raise SourceError(url, at, f"cannot map it: {exc.strerror or exc}{_advice(exc)}") from None
 
@@ -134,7 +135,7 @@ def map_file(url: str, wanted_at: int = 0) -> tuple[memoryview, os.stat_result]:
         status = os.fstat(fd)
         if status.st_size == 0:
             return memoryview(b""), status
-        return memoryview(_mapped(fd, url, wanted_at, status.st_size)), status
+        return _mapped(fd, url, wanted_at, status.st_size), status
     finally:
         os.close(fd)
 
@@ -150,7 +151,7 @@ def map_range(url: str, start: int, stop: int) -> memoryview:
         if stop == start:
             return memoryview(b"")
         base = start - start % mmap.ALLOCATIONGRANULARITY
-        return memoryview(_mapped(fd, url, start, stop - base, base))[start - base:]
+        return _mapped(fd, url, start, stop - base, base)[start - base:]
     finally:
         os.close(fd)
 

@@ -232,3 +232,24 @@ def test_out_of_descriptors_says_to_raise_the_limit(tmp_path: Path) -> None:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_set_of_thousands_of_small_shards_reads_with_few_files_open(tmp_path: Path, workers: int) -> None:
+    """A unit holds a mapping of each shard it reads until it is gathered, and Python's mmap
+    held a descriptor for each: a set of 1,500 shards of 4 samples, read in one unit, ran out
+    of them ("Too many open files"; 1,024 by default, here 256)."""
+    pipeline.write_shards(tmp_path / "small", {"i": np.arange(6_000), "x": np.zeros((6_000, 4), np.float32)},
+                          shard_samples=4, quiet=True)
+    opened = len(os.listdir("/proc/self/fd"))
+    maps = FileMaps()
+    views = [maps.range(os.path.join(tmp_path / "small", f"shard-{n:06d}.tar"), 0, 512) for n in range(100)]
+    assert len(os.listdir("/proc/self/fd")) == opened and len(views) == 100  # (a view holds no descriptor)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(256, max(map(int, os.listdir("/proc/self/fd"))) + 64), hard))
+    try:
+        loader = pipeline.make_loader(tmp_path / "small", num_workers=workers, batch_size=256, seed=0)
+        ids = np.concatenate([batch["i"].numpy() for batch in loader])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert sorted(ids.tolist()) == list(range(6_000))
