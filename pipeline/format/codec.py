@@ -39,11 +39,14 @@ from .msgpack_walk import (
     object_end,
 )
 from .numbers import outside_int64
+from .tar import DEFAULT_MAX_MEMBER_BYTES
 
 _PAYLOAD_VERSION = 2
 _ALIGN = 16
 _HEAD = struct.Struct("<BBBB")  # payload version, len(dtype str), ndim, bytes of padding
 
+#: The most bytes a record may take: what every reader takes of a tar member.
+MAX_RECORD_BYTES = DEFAULT_MAX_MEMBER_BYTES
 #: Reserved keys of a packed record: rows in the record and (optionally) their keys.
 ROWS_FIELD = "__rows__"
 KEYS_FIELD = "__keys__"
@@ -232,6 +235,7 @@ def encode_parts(fields: Mapping[str, Any], key: str) -> list[bytes | memoryview
             position += len(parts[-1])
             if _is_array(value):
                 code, head, data = array_parts(value)
+                _check_record_size(position + len(head) + len(data))  # (before an extension header of over 4 GiB)
                 ext, head = _padded(head, code, len(data), position)
                 parts += (ext, head, data)
                 position += len(ext) + len(head) + len(data)
@@ -240,9 +244,18 @@ def encode_parts(fields: Mapping[str, Any], key: str) -> list[bytes | memoryview
                 if isinstance(value, (list, tuple, Mapping)):  # (nothing else holds a map)
                     _check_map_keys(parts[-1], value)
                 position += len(parts[-1])
+            _check_record_size(position)
         except (_Unsupported, TypeError, ValueError, OverflowError) as exc:
             raise SampleError(f"record {key!r}, field {name!r}: {exc}") from None
     return parts
+
+
+def _check_record_size(size: int) -> None:
+    """Refuse a record of more bytes than readers take (a shard holding it could never be read)."""
+    if size > MAX_RECORD_BYTES:
+        raise _Unsupported(f"the record reaches {size:,} bytes, beyond the {MAX_RECORD_BYTES:,} (4 GiB) a record may "
+                           f"hold; store the data in several samples (arrays of fewer rows), or, where a record "
+                           f"holds several samples, build with a smaller pack")
 
 
 def encode_fields(fields: Mapping[str, Any], key: str) -> bytes:

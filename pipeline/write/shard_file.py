@@ -68,14 +68,19 @@ class _BackgroundWriter:
             self.sha.update(part)
 
     def _write(self, buffers: list[Buffer]) -> None:
-        for i in range(0, len(buffers), _MAX_IOV):
-            chunk = buffers[i:i + _MAX_IOV]
-            total = sum(len(part) for part in chunk)
-            written = os.writev(self.fd, chunk)
-            if written != total:  # a short write (disk full, signal): finish it by hand
-                rest = memoryview(b"".join(chunk))[written:]
-                while rest:
-                    rest = rest[os.write(self.fd, rest):]
+        """Write ``buffers`` in order. A short write (Linux writes less than 2 GiB a call, so a
+        sample larger than that always makes one; a signal) goes on from the byte it reached:
+        joining what was left into one copy took as much memory again as the record."""
+        pending = list(buffers)
+        while pending:
+            written = os.writev(self.fd, pending[:_MAX_IOV])
+            done = 0
+            while done < len(pending) and len(pending[done]) <= written:
+                written -= len(pending[done])
+                done += 1
+            pending = pending[done:]
+            if written:  # (the first part left was written in part)
+                pending[0] = memoryview(pending[0])[written:]
 
     def submit(self, buffers: list[Buffer]) -> None:
         self.raise_error()
