@@ -163,7 +163,7 @@ class DatasetIndex:
             pack = int(data.get("pack", 1))
             metadata = dict(data.get("metadata") or {})
             plan = None if data.get("plan") is None else str(data["plan"])
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise IndexFormatError(f"{where}: malformed index: {exc}") from None
         reader = open_table(table)
         index = cls(fields, read_table(reader.read, table.bytes, reader.where, names, reader.block_bytes),
@@ -254,7 +254,7 @@ def index_shard_names(data: bytes | str, where: str) -> ShardNames:
         if parsed.get("version") == 1:
             return ShardNames.of(str(shard["url"]) for shard in parsed["shards"])
         return _names(parsed, where)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise IndexFormatError(f"{where}: malformed index: {exc}") from None
 
 

@@ -177,3 +177,17 @@ def test_a_renamed_member_of_a_foreign_shard_is_named_with_its_record(tmp_path: 
     assert (problem.record, problem.offset) == (1, int(info.offsets[1]))
     assert str(problem).startswith(f"{tmp_path / 'theirs.tar'} record 1 (byte {int(info.offsets[1])}): record '0001': ")
     assert "differs from the index's" in str(problem)
+
+
+@pytest.mark.parametrize("change", [lambda d: d.update(pack=float("inf")),
+                                    lambda d: d["shards"].update(table_bytes=float("inf")),
+                                    lambda d: d["shards"].update(count=float("-inf"))])
+def test_infinity_in_index_json_is_a_malformed_index(packed: Path, capsys: pytest.CaptureFixture[str],
+                                                     change: Callable[[dict[str, Any]], None]) -> None:
+    """JSON's Infinity made a bare OverflowError (a traceback from verify), where NaN or a string
+    there is a malformed index naming the file."""
+    edit(packed, change)
+    told = "error: s/index.json: malformed index: cannot convert float infinity to integer\n"
+    assert run(capsys, "verify", "s") == (1, "", told)
+    with pytest.raises(IndexFormatError, match="s/index.json: malformed index"):
+        pipeline.make_loader("s", num_workers=0)
