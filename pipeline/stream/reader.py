@@ -20,6 +20,7 @@ from ..format.fixed_runs import RunLayouts
 from ..format.index import Schema, ShardInfo
 from ..format.numbers import inexact_int, joins_exactly
 from ..format.packing import SAMPLE_KEY, sample_keys
+from ..format.tar import BLOCK
 from ..format.walk import WalkedRecord, walk_shard
 from ..storage import redact
 from ..storage.buffers import pooled_concatenate, pooled_stack
@@ -197,11 +198,14 @@ def _read_to_the_end(reader: RangeReader, url: str, start: int, stop: int, shard
 
 
 def _last_record_whole(view: memoryview, url: str, start: int, end: int, shard: ShardInfo) -> bool:
-    """Whether the shard's last record ends in ``view`` (its bytes from ``start`` to ``end``)."""
+    """Whether the shard's last record ends in ``view`` (its bytes from ``start`` to ``end``).
+    A cut inside the end-of-archive blocks leaves part of a block, which no member fits in: the
+    walk ends at the last whole block (else it read that part as a header cut short)."""
     offset = int(shard.offsets[shard.records - 1])
+    blocks = (end - offset) // BLOCK * BLOCK
     try:
-        walked = next(walk_shard(view[offset - start:], url, start=offset, first_record=shard.records - 1,
-                                 whole=False, checksums=False, records=1))
+        walked = next(walk_shard(view[offset - start:offset - start + blocks], url, start=offset,
+                                 first_record=shard.records - 1, whole=False, checksums=False, records=1))
     except (ShardError, StopIteration):
         return False
     return walked.end <= end
