@@ -140,11 +140,12 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
     if obstore_ranges.serves(start, stop) and obstore_ranges.takes_http(url):
         return obstore_ranges.open_http_range(url, start, stop, policy)
     response, where = follow_redirects(url, start, stop, policy)
+    size = object_size(response.headers.get("Content-Range")) if response.status == 206 else \
+        whole_size(response) if response.status == 200 else None
+    if stop is not None and size is not None and size < stop:  # (else a cut, retried, then a 416)
+        discard(response)
+        raise CutShort(url, size, f"ends at byte {size}, expected data up to byte {stop}")
     if delivers(response.status, start):
-        size = object_size(response.headers.get("Content-Range"))
-        if stop is not None and size is not None and size < stop:  # (else a cut, retried, then a 416)
-            discard(response)
-            raise CutShort(url, size, f"ends at byte {size}, expected data up to byte {stop}")
         return response
     discard(response)
     error = status_error(url, start, response.status)
@@ -152,6 +153,15 @@ def open_range(url: str, start: int, stop: int | None, policy: RetryPolicy) -> R
         raise error
     # the status is the last location's: say which, or the URL given would look wrong
     raise type(error)(url, start, f"{error.reason} (redirected to {redact(where)})")
+
+
+def whole_size(response: Response) -> int | None:
+    """The object's size a 200 (the whole object) gives: its length, unless encoded (gzip). A
+    server answers a range of an empty file so (nginx), which read as a connection cut."""
+    length = response.headers.get("Content-Length")
+    if response.headers.get("Content-Encoding", "identity") != "identity" or not (length or "").isdigit():
+        return None
+    return int(length)
 
 
 def object_size(content_range: str | None) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -17,6 +18,7 @@ import pipeline
 from pipeline.cli import main
 from pipeline.storage import RetryPolicy, retry
 from pipeline.storage import http as http_backend
+from pipeline.storage.errors import CutShort
 from pipeline.storage.opener import read_bytes
 from tests.storage.servers import FaultProxy, port_of, refused_port
 
@@ -250,3 +252,19 @@ def test_a_damaged_shard_table_on_the_server_is_blamed_not_the_shards(nginx: str
     whole_reads = [head for head in proxy.heads if head.startswith(b"GET /messages-damaged-table/index.bin ")
                    and b"\r\nrange:" not in head.lower()]
     assert 2 <= len(whole_reads) <= 3  # this process's, then a worker's (or two)
+
+
+def test_a_shard_emptied_on_the_server_is_cut_short_at_once_as_a_local_one_is(nginx: str, web_root: Path) -> None:
+    """nginx answers a range of an empty file with the whole of it (200, no bytes): that was
+    taken for a connection cut, retried 8 times (25 s), and told as 'connection closed'."""
+    folder = Path(shutil.copytree(web_root / "data", web_root / "messages-emptied"))
+    os.truncate(folder / GONE, 0)
+    told = {}
+    for where, source in (("local", folder), ("remote", f"{nginx}/messages-emptied")):
+        with pytest.raises(pipeline.SourceError) as caught:
+            for _ in pipeline.make_loader(source, num_workers=0, batch_size=64, shuffle=False):
+                pass
+        told[where] = str(caught.value).replace(str(folder), "SET").replace(f"{nginx}/messages-emptied", "SET")
+        assert caught.type is CutShort, told[where]
+        assert re.fullmatch(rf"SET/{GONE} at byte 0: ends at byte 0, expected data up to byte \d+: 'pipeline verify "
+                            r"SET' lists every shard that fails; .*", told[where]), told[where]
