@@ -33,8 +33,12 @@ def write_error(exc: OSError, path: Path) -> OSError:
     for a full disk, what to do."""
     if exc.filename is not None or exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
         return exc  # (a read's error, a SourceError, is the input's)
-    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    return OSError(exc.errno, f"{exc.strerror}, writing {path}{': free space there, or write elsewhere' if full else ''}")
+    advice = ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # (a remote build's shards wait in a staging folder)
+        staged = path.parent.name.startswith("pipeline-staging-")
+        advice = (": free space there, or set PIPELINE_STAGING_DIR to a folder with room (shards wait there for "
+                  "their upload)" if staged else ": free space there, or write elsewhere")
+    return OSError(exc.errno, f"{exc.strerror}, writing {path}{advice}")
 
 
 def write_atomic(path: Path, fill: Callable[[BinaryIO], T]) -> T:

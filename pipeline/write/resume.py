@@ -163,9 +163,11 @@ def record_plan(target: Destination, index_name: str, plan: dict[str, str]) -> N
 
 
 def forget_plan(target: Destination, index_name: str) -> None:
-    """Delete the plan, and what a run killed while writing it left (its temporary file)."""
+    """Delete the plan, and what a run killed while writing it left (its temporary file). Where
+    there is none, nothing is asked of the file system (a finished set's folder may be read-only)."""
     path = _plan_path(target, index_name)
-    path.unlink(missing_ok=True)
+    if path.exists():
+        path.unlink(missing_ok=True)
     for left in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
         left.unlink(missing_ok=True)
 

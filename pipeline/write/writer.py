@@ -26,7 +26,7 @@ from ..format.errors import FormatError, SampleError
 from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.packing import refuse_unpackable
 from ..format.tar import END_OF_ARCHIVE, member_bytes
-from ..storage.destination import destination
+from ..storage.destination import destination, write_error
 from .fixed_records import FixedLayout, build_records, fixed_layout
 from .output import (
     check_prefix,
@@ -93,6 +93,7 @@ class ShardWriter:
         self._next_index = 0
         self._seen_keys: set[str] | None = None
         self._closed = False
+        self._failure: OSError | None = None  # a write's error, which stopped the writer
         self.progress = BuildProgress(None, f"writing {self.destination}", quiet)
 
     # -- public API --------------------------------------------------------------------------
@@ -116,11 +117,19 @@ class ShardWriter:
             raise RuntimeError("ShardWriter is already closed")
         self._closed = True
         try:
+            if self._failure is not None:
+                finished = sum(shard.samples for shard in self._shards)
+                raise RuntimeError(f"ShardWriter stopped at an error: {self._failure}; the first {finished:,} "
+                                   f"samples are in the {len(self._shards)} shards it finished, without an index "
+                                   f"('pipeline index {self.destination}' makes a set of them); write the samples "
+                                   f"again with overwrite=True for a whole set")
             self._drain(final=True)
             self._commit_shard()
             index = DatasetIndex(self._schema or {}, self._shards, self.pack)
             where = save_index(self.destination, index)
             self._remove_replaced()
+        except OSError as exc:
+            raise self._stop(exc) from None
         finally:
             self.destination.close()
         self.progress.close(where)
@@ -160,8 +169,9 @@ class ShardWriter:
     def _add(self, block: RowBlock) -> None:
         """Take ``block``; one refused (other fields, a bad or duplicate key) leaves the writer as
         it was, so that the samples before it, and those after it, are written."""
-        if self._closed:
-            raise RuntimeError("ShardWriter is closed")
+        if self._closed or self._failure is not None:
+            raise RuntimeError(f"ShardWriter is closed{'' if self._failure is None else ' by an error: '}"
+                               f"{self._failure or ''}")
         pending, rows, written, keyed = len(self._pending), self._pending_rows, self._next_index, self._seen_keys
         added: list[str] = []
         if self.pack > 1:  # (else the record of it would fail to pack at every later write, and at close)
@@ -182,6 +192,18 @@ class ShardWriter:
                 else:
                     keyed.difference_update(added)
             raise
+        except OSError as exc:
+            raise self._stop(exc) from None
+
+    def _stop(self, exc: OSError) -> OSError:
+        """``exc`` (a full disk, say) naming the shard it was writing; that shard is dropped, or
+        its temporary file would hold its room and a descriptor for the life of the process."""
+        named = write_error(exc, self._shard.path) if self._shard is not None else exc
+        if self._shard is not None:
+            self._shard.abort()
+            self._shard = None
+        self._failure = named
+        return named
 
     def _track_keys(self, block: RowBlock, added: list[str]) -> None:
         """Check the keys of ``block`` against those written and pending, noting in ``added``
