@@ -20,9 +20,10 @@ import numpy as np
 from ..caller_warning import warn_caller
 from ..format.errors import ShardError
 from ..storage import SourceError
-from ..storage.errors import ServerSetupError
+from ..storage.errors import CutShort, ServerSetupError
 from ..storage.retry import RetryPolicy
 from .material import Draw, rng_for
+from .options import SKIP_HINT
 from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
 from .skip_log import log_skip
 from .stats import Count, ReadStats
@@ -130,7 +131,7 @@ class ForeignStream:
                                    ) from None
         except (ShardError, SourceError) as exc:
             if not self.skip:
-                raise
+                raise _advised(exc) from None
             log_skip(log, url, "the rest", exc)
             self.stats.skipped(0)
         finally:
@@ -143,6 +144,16 @@ class ForeignStream:
             columns = {name: stack_values(col, one_type=False) if isinstance(col, list) else col
                        for name, col in concat_columns(parts).items()}
         return columns, window_permutation(self.seed, epoch, consumer, window, rows, self.shuffle)
+
+
+def _advised(exc: ShardError | SourceError) -> ShardError | SourceError:
+    """``exc``, a shard's failure to pass its checks (a broken tar header, a record that does not
+    decode, a shard cut short), with what to do about it; others (a missing shard, the network's
+    failure) as they are."""
+    if not isinstance(exc, (ShardError, CutShort)) or exc.reason is None:
+        return exc
+    return type(exc)(exc.url, exc.offset, f"{exc.reason}: copy the shard again from where it came from, or "
+                                          f"{SKIP_HINT} to train past damaged records (stats() counts them)")
 
 
 def window_permutation(seed: int, epoch: int, span_start: int, window: int, size: int,

@@ -353,3 +353,16 @@ def test_a_set_rebuilt_under_a_running_loader_is_told_so_not_blamed_on_its_table
                                       f"opened it: the set was rebuilt or copied anew since, and its shards are not "
                                       f"the ones indexed then (")
     assert str(told.value).endswith("): start the job again, or make a new loader, to read the set as it is now")
+
+
+def test_a_damaged_shard_without_an_index_says_what_to_do(shards: Path) -> None:
+    """Through an index the error said what to do; without one it named the damage only."""
+    urls = foreign(shards)
+    data = bytearray(Path(urls[1]).read_bytes())
+    data[2 * BLOCK + 3] ^= 0x40  # the name in the second record's tar header
+    Path(urls[1]).write_bytes(data)
+    with pytest.raises(ShardError) as caught:
+        read_all(urls)
+    assert str(caught.value) == (f"{urls[1]} at byte {2 * BLOCK}: bad tar header checksum (not a tar file, or "
+                                 f"corrupt): copy the shard again from where it came from, or pass "
+                                 f"on_error='skip' to train past damaged records (stats() counts them)")
