@@ -30,11 +30,11 @@ record only, counted in ``stats()``.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..storage import is_remote, obstore_ranges, redact, s3_presigned
@@ -79,6 +79,7 @@ from .rank_agreement import check_ranks_agree
 from .read_ahead import read_ahead
 from .reader import LARGE_SAMPLE_BYTES, Columns
 from .shards import ForeignShards
+from .shared_memory import SharedEpoch
 from .sources import SourceSet, open_sources
 from .stats import Count, ReadStats
 from .unit_images import ImageDecoding, alternatives, check_image_fields
@@ -178,8 +179,7 @@ class ShardDataset(IterableDataset):
             self.sources.cut(self.shuffle_buffer, max(default if chunks_per_buffer is None else chunks_per_buffer, 1))
         self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
         self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers
-        # a shared tensor, so that persistent DataLoader workers see set_epoch()
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._epoch = SharedEpoch()  # (persistent DataLoader workers see set_epoch())
         self._position: tuple[int, tuple[Leg, ...], int] | None = None  # a resumed epoch: legs, batches
         check_ranks_agree(self)
 
@@ -233,13 +233,20 @@ class ShardDataset(IterableDataset):
 
     @property
     def epoch(self) -> int:
-        return int(self._epoch.item())
+        return self._epoch.get()
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration plays, from its start (also seen by persistent
         workers)."""
         self._position = None
-        self._epoch.fill_(check_epoch(epoch))
+        self._epoch.set(check_epoch(epoch))
+
+    def __copy__(self) -> "ShardDataset":
+        """A shallow copy whose epoch is its own (see :mod:`.shared_memory`)."""
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        copied._epoch = copy.copy(self._epoch)
+        return copied
 
     def resume(self, epoch: int, legs: Sequence[Leg], batches: int) -> None:
         """Continue ``epoch`` after ``legs`` (stretches on other world sizes) and the ``batches``

@@ -35,6 +35,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..fork_safe import ForkSafeLock
+from .shared_memory import in_shared_memory
 
 _ROWS = 64  # one per worker id (modulo 63), the last one the main process's
 
@@ -73,7 +74,7 @@ class ReadStats:
         return {"table": self.table}
 
     def __setstate__(self, state: dict) -> None:
-        self.table, self._view = state["table"], None
+        self.table, self._view = in_shared_memory(state["table"]), None  # (a copy's, anew)
 
     def _add(self, column: Count, count: int) -> None:
         if self._view is None:  # NumPy's view of the shared table: adding to it costs ~100x less than torch's

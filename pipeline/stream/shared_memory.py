@@ -1,0 +1,42 @@
+"""Values a dataset shares with its DataLoader workers, which must stay shared through copies.
+
+A dataset's epoch and counts live in tensors in shared memory, so that persistent workers
+(started once, before a ``set_epoch``) see the epoch change, and the training process sees the
+workers' counts. A copy of the dataset (``copy.deepcopy``, ``pickle.loads``: a validation
+variant of a training set, say) made such a tensor private: workers forked from the copy played
+epoch 0's order at every epoch, and a checkpoint of the copy resumed another order than the one
+played, losing samples. Whatever makes a tensor from a pickled state gets it in shared memory
+here: a spawned worker's (which torch's pickler hands the same memory) as it is, a copy's anew.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def in_shared_memory(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, or a copy of it in shared memory where it is not there."""
+    return tensor if tensor.is_shared() else tensor.clone().share_memory_()
+
+
+class SharedEpoch:
+    """An epoch number that persistent DataLoader workers see change; each copy has its own
+    (``copy.copy`` too: a copy's ``set_epoch`` moved the original's)."""
+
+    def __init__(self, epoch: int = 0) -> None:
+        self._value = torch.full((), epoch, dtype=torch.int64).share_memory_()
+
+    def get(self) -> int:
+        return int(self._value.item())
+
+    def set(self, epoch: int) -> None:
+        self._value.fill_(epoch)
+
+    def __copy__(self) -> "SharedEpoch":
+        return SharedEpoch(self.get())
+
+    def __getstate__(self) -> dict:
+        return {"value": self._value}
+
+    def __setstate__(self, state: dict) -> None:
+        self._value = in_shared_memory(state["value"])
