@@ -89,6 +89,12 @@ class WorkerError(RuntimeError):
             return ("A bus error is memory gone from under a worker: a shard truncated or rewritten in place while "
                     "it was read (local shards are memory-mapped: replace one by renaming a new file over it), or "
                     "/dev/shm full.")
+        if "exited with status" in death and "killed by signal" not in death:
+            return ("A worker that exits with an error status failed in its start or its own code: its traceback "
+                    "is on standard error. A worker started with spawn or forkserver imports the script and "
+                    "unpickles the dataset: functions given to it (transforms) must be importable, from a module "
+                    "(not a notebook's or python -c's __main__), and the script's own code must run under "
+                    "if __name__ == '__main__'.")
         return ("A worker killed by the system has often run out of memory: fewer workers, a smaller "
                 "prefetch_factor or shuffle_buffer use less.")
 
@@ -353,11 +359,14 @@ def exited_workers(iterator: Any, grace: float) -> list[int]:
 
 def with_signals(death: str, iterator: Any) -> str:
     """PyTorch's ``death`` message, with the signal that killed each worker it names where it
-    does not say (its queue's watch reports only that a worker "exited unexpectedly")."""
+    does not say (its queue's watch reports only that a worker "exited unexpectedly"), or the
+    status it exited with: an error of its own, not the system's kill."""
     for worker in _workers(iterator):
         code = worker.exitcode if re.search(rf"\b{worker.pid}\b", death) else None
         if code is not None and code < 0 and (signal.strsignal(-code) or "?") not in death:
             death = f"{death} Worker {worker.pid} was killed by signal: {signal.strsignal(-code) or -code}."
+        elif code is not None and code > 0:
+            death = f"{death} Worker {worker.pid} exited with status {code}."
     return death
 
 

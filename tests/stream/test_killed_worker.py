@@ -290,3 +290,25 @@ def test_the_kill_benchmark_runs_and_finds_a_worker_error_every_time(short_tmp: 
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("4/4 runs: a WorkerError within 5 s, the other worker stopped, an exact resume")
     assert not list(short_tmp.iterdir())
+
+
+def test_a_worker_that_fails_at_its_start_is_not_told_to_have_run_out_of_memory(shards: Path, tmp_path: Path) -> None:
+    """A spawned worker that cannot unpickle a transform of python -c's __main__ exits with an
+    error status: the error said a worker killed by the system has often run out of memory."""
+    code = f"""
+import pipeline
+def double(sample):
+    return sample
+loader = pipeline.make_loader({str(shards)!r}, num_workers=1, batch_size=64, multiprocessing_context="spawn",
+                              sample_transform=double)
+try:
+    next(iter(loader))
+except pipeline.WorkerError as exc:
+    print(exc)
+"""
+    told = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert re.search(r"exited unexpectedly.* Worker \d+ exited with status 1\. .*A worker that exits with an error "
+                     r"status failed in its start or its own code: its traceback is on standard error\. A worker "
+                     r"started with spawn or forkserver imports the script", told.stdout), told.stdout + told.stderr
+    assert "run out of memory" not in told.stdout
+    assert "Can't get attribute 'double'" in told.stderr
