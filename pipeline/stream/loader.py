@@ -35,6 +35,7 @@ from .workers import (
     is_worker_death,
     stop_workers,
     translate_worker_deaths,
+    unit_batches,
     with_signals,
 )
 
@@ -78,6 +79,8 @@ class ShardLoader(DataLoader):
             self._released = ReleaseTable(num_workers)
             kwargs["worker_init_fn"] = LoaderWorker(kwargs.get("worker_init_fn"), self._released)
         kwargs.setdefault("collate_fn", convert_keeping_tuples)
+        if num_workers and kwargs.get("timeout"):  # a batch's, as DataLoader's; a worker sends a unit's at once
+            kwargs["timeout"] = kwargs["timeout"] * unit_batches(dataset)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self._epoch = dataset.epoch
         self._legs: list[Leg] = []  # stretches of this epoch run on other world sizes

@@ -214,6 +214,17 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         results.get = self._whole_messages.get
         self.__dict__["_results"] = results
 
+    def _get_data(self) -> Any:
+        try:
+            return super()._get_data()
+        except RuntimeError as exc:
+            if not (self._timeout > 0 and str(exc).startswith("DataLoader timed out")):
+                raise
+            batches = unit_batches(self._dataset)
+            raise RuntimeError(f"{exc}: no unit of {batches} batches came from the workers in that time (timeout= is "
+                               f"a batch's, {self._timeout / batches:g} s; a worker sends a unit's batches at once)"
+                               ) from None
+
     def _try_get_data(self, timeout: float = WATCH_S) -> tuple[bool, Any]:
         """PyTorch's wait for a batch, with deaths the SIGCHLD handler reports held until it
         ends: raised in its middle, one would cut short what it does when a receive fails (it
@@ -355,6 +366,12 @@ def exited_workers(iterator: Any, grace: float) -> list[int]:
             continue
     ready = multiprocessing.connection.wait(list(sentinels), timeout=grace) if sentinels else []
     return sorted(sentinels[s] for s in ready)  # type: ignore[index]
+
+
+def unit_batches(dataset: Any) -> int:
+    """About the batches of a unit, which a worker sends as one message: a DataLoader waits for
+    a message where it means to wait for a batch (its ``timeout``)."""
+    return max(-(-dataset.shuffle_buffer // dataset.batch_size), 1)
 
 
 def with_signals(death: str, iterator: Any) -> str:

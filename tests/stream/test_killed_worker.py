@@ -15,10 +15,12 @@ import warnings
 import weakref
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import get_worker_info
 
+import pipeline
 from pipeline import WorkerError, make_loader
 from pipeline.stream.loader import ShardLoader
 from tests.helpers import child_pids, still_children, worker_pids
@@ -312,3 +314,22 @@ except pipeline.WorkerError as exc:
                      r"started with spawn or forkserver imports the script", told.stdout), told.stdout + told.stderr
     assert "run out of memory" not in told.stdout
     assert "Can't get attribute 'double'" in told.stderr
+
+
+def test_timeout_is_a_batchs_though_a_worker_sends_a_units_batches_at_once(tmp_path: Path) -> None:
+    """DataLoader's timeout waits for a message, here a unit's batches: a timeout that each batch
+    met (50 ms) fired before the first one came (a unit of 10 batches, 0.5 s)."""
+    pipeline.write_shards(tmp_path / "set", {"i": np.arange(5120)}, quiet=True)
+
+    def slow(batch: dict) -> dict:
+        time.sleep(0.05)
+        return batch
+    loader = make_loader(tmp_path / "set", num_workers=1, batch_size=64, shuffle_buffer=640, batch_transform=slow,
+                         timeout=0.2)
+    assert len(next(iter(loader))["i"]) == 64
+    stuck = make_loader(tmp_path / "set", num_workers=1, batch_size=64, shuffle_buffer=128, timeout=0.01,
+                        batch_transform=slow)
+    with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0\.02 seconds: no unit of 2 batches came from "
+                                           r"the workers in that time \(timeout= is a batch's, 0\.01 s; a worker "
+                                           r"sends a unit's batches at once\)"):
+        next(iter(stuck))
