@@ -26,6 +26,7 @@ import urllib3
 
 from . import obstore_ranges
 from .errors import CutShort, RedactingFilter, ServerSetupError, SourceError, TransientError, redact
+from .http_proxy import pool_for
 from .per_process import per_process
 from .retry import RetryPolicy
 from .streams import Response
@@ -177,7 +178,7 @@ def follow_redirects(url: str, start: int, stop: int | None, policy: RetryPolicy
     folder raises, saying what to pass instead (a shard or an index in it)."""
     where = url
     for _ in range(MAX_REDIRECTS + 1):
-        response = request_range(_pool(), where, start, stop, policy, url)
+        response = request_range(pool_for(where, _pool()), where, start, stop, policy, url)
         location = response.get_redirect_location()
         if not location:  # not a redirect (or one without a Location: an error status of its own)
             return response, where

@@ -40,6 +40,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..fork_safe import ForkSafeLock
 from .errors import SourceError, TransientError
+from .http_proxy import proxy_for
 from .retry import RetryPolicy
 
 MAX_RANGE = 4 << 20  # longer ranges stream through the Python clients, whose stall check runs per read
@@ -164,12 +165,14 @@ def plain_path(path: str) -> bool:
 
 def takes_http(url: str) -> bool:
     """Whether obstore may read ``url``: no query string, fragment or credentials, which urllib3
-    sends as they are and obstore would not, and a :func:`plain_path`."""
+    sends as they are and obstore would not, a :func:`plain_path`, and no proxy to go through
+    (urllib3's pools go through the environment's: see :mod:`.http_proxy`)."""
     try:
         parts = urlsplit(url)
     except ValueError:  # urllib3 says what is wrong with it
         return False
-    return not (parts.query or parts.fragment or "@" in parts.netloc) and plain_path(parts.path.lstrip("/"))
+    return not (parts.query or parts.fragment or "@" in parts.netloc) and plain_path(parts.path.lstrip("/")) \
+        and proxy_for(url) is None
 
 
 def _http_store(origin: str, policy: RetryPolicy, limit: float) -> Any:

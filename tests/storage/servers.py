@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import http.client
 import http.server
 import os
 import random
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator
@@ -41,6 +43,42 @@ class FileServer(http.server.ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], (ConnectionError, ssl.SSLEOFError)):  # (not the client gone)
             super().handle_error(request, client_address)
+
+
+class _Forwarding(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        """A request for any host's URL, as a client sends it to a proxy, answered by the upstream
+        server: its status, headers and body."""
+        self.server.requests.append((self.path, self.headers.get("Proxy-Authorization")))  # type: ignore[attr-defined]
+        target = urllib.parse.urlsplit(self.path)
+        upstream = http.client.HTTPConnection("127.0.0.1", self.server.upstream, timeout=10)  # type: ignore[attr-defined]
+        headers = {name: value for name, value in self.headers.items() if name.lower() in ("range", "authorization")}
+        upstream.request("GET", target.path + (f"?{target.query}" if target.query else ""), headers=headers)
+        answer = upstream.getresponse()
+        body = answer.read()
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("connection", "transfer-encoding", "content-length"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        upstream.close()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class ForwardProxy(http.server.ThreadingHTTPServer):
+    """An HTTP proxy on 127.0.0.1 that sends every request, whatever its host, to the server at
+    ``upstream`` (a port on 127.0.0.1), noting each URL asked for and its proxy credentials."""
+
+    def __init__(self, upstream: int) -> None:
+        super().__init__(("127.0.0.1", 0), _Forwarding)
+        self.upstream = upstream
+        self.requests: list[tuple[str, str | None]] = []
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 def _bound(port: int) -> socket.socket:

@@ -29,7 +29,7 @@ from pipeline.storage.opener import join, parent
 from pipeline.stream import idle_trim
 from tests.helpers import wait_for
 from tests.storage.conftest import all_ids, play, read_into
-from tests.storage.servers import LOCKED_USER, FaultProxy, FileServer, port_of
+from tests.storage.servers import LOCKED_USER, FaultProxy, FileServer, ForwardProxy, port_of
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -305,3 +305,23 @@ def test_tls_failures_no_retry_can_mend_are_errors_at_once(nginx: str, web_root:
         assert time.monotonic() - started < 5  # not retried: 8 attempts took 22 s
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # what the message says to do
     assert read_range(f"{https}/data/part-000000.tar", 0, 100) == (web_root / "data" / "part-000000.tar").read_bytes()[:100]
+
+
+def test_shards_are_read_through_the_proxy_the_environment_names(nginx: str, total_samples: int,
+                                                                   monkeypatch) -> None:
+    """urllib3 reads no proxy setting: a set reached only through a proxy (a host this machine
+    cannot resolve) failed with 'does not resolve', where curl and urllib went through it."""
+    proxy = ForwardProxy(port_of(nginx))
+    try:
+        monkeypatch.setenv("http_proxy", proxy.url.replace("http://", "http://user:p%40ss@"))
+        monkeypatch.setenv("no_proxy", "localhost")
+        assert all_ids(make_loader("http://data.internal/data/", num_workers=2, batch_size=64)) == \
+            list(range(total_samples))
+        assert proxy.requests[0] == ("http://data.internal/data/index.json", "Basic dXNlcjpwQHNz")  # (user:p@ss)
+        asked = len(proxy.requests)
+        monkeypatch.setenv("no_proxy", "127.0.0.1,.internal")  # reached directly
+        assert all_ids(make_loader(f"{nginx}/data/", num_workers=0, batch_size=64)) == list(range(total_samples))
+        assert len(proxy.requests) == asked
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
