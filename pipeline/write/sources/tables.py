@@ -166,8 +166,15 @@ class TableSource(Source):
         return RowBlock.concat(blocks)
 
     def identity(self, digest: Any, start: int, stop: int) -> None:
-        def name_of(i: int) -> tuple[str, int]:
-            return os.path.basename(self.paths[self.units[i].file]), self.units[i].locator
+        """Each row group's (batch's) file and place in it. A file is named by its path under the
+        folder all inputs lie in (the base name alone took one partition's ``part-0.parquet``
+        for another's, and a resume kept shards of other rows), and its size and time: a file
+        written again is new rows, however many."""
+        names = _plan_names(self.paths)
+
+        def name_of(i: int) -> tuple[str, int, int, int]:
+            file = self.units[i].file
+            return names[file], self.versions[file].size, self.versions[file].mtime_ns // 10**9, self.units[i].locator
         span_identity(digest, self._starts, name_of, start + self._skip, stop + self._skip)
 
     def why_shapes_vary(self, field: str) -> str:
@@ -240,6 +247,15 @@ class TableSource(Source):
         if all_columns and extra:
             raise SampleError(f"{path} has column {extra[0]!r}, which {self.paths[0]} has not; every file needs "
                               f"the same columns (or choose some with --columns)")
+
+
+def _plan_names(paths: Sequence[Path]) -> list[str]:
+    """The files' paths under the folder they all lie in (a file alone: its name), the same
+    wherever that folder is moved."""
+    if len(paths) == 1:
+        return [paths[0].name]
+    common = os.path.commonpath([os.path.abspath(path) for path in paths])
+    return [os.path.relpath(os.path.abspath(path), common) for path in paths]
 
 
 class _Cursor:
