@@ -70,7 +70,7 @@ class ArrowSource(TableSource):
         return _open_ipc(path)[0].schema
 
     def open_state(self) -> dict[str, Any]:
-        return {"_open": None}
+        return {"_open": None, "_decoded": None}
 
     def read(self, start: int, stop: int) -> RowBlock:
         try:
@@ -95,6 +95,7 @@ class ArrowSource(TableSource):
                     columns_bytes = sum(batch.column(name).get_total_buffer_size() for name in self.columns)
                     yield Unit(number, locator, first_row, batch.num_rows), columns_bytes
                 first_row += batch.num_rows
+                del batch  # (a compressed one is decompressed: not two at once)
             found.refuse()
         except (pa.ArrowException, OSError) as exc:  # cut short, or damaged: pyarrow names no file
             raise unreadable(path, exc, "Arrow IPC") from None
@@ -103,7 +104,11 @@ class ArrowSource(TableSource):
         if self._open is None or self._open[0] != unit.file:
             self._open = (unit.file, *_open_ipc(self.paths[unit.file]))
             check_unchanged(self.paths[unit.file], self.versions[unit.file])
+        if self._decoded is not None and self._decoded[0] == (unit.file, unit.locator):
+            yield lo, self._decoded[1].slice(lo, hi - lo)
+            return
         _, reader, source = self._open
+        allocated = pa.total_allocated_bytes()
         try:
             if self.streams[unit.file]:
                 source.seek(unit.locator)
@@ -112,4 +117,7 @@ class ArrowSource(TableSource):
                 batch = reader.get_batch(unit.locator)
         except (pa.ArrowException, OSError) as exc:  # changed since the scan, or damaged in a compressed buffer
             raise unreadable(self.paths[unit.file], exc, "Arrow IPC") from None
+        # a compressed batch (lz4, zstd) is decompressed whole into memory: kept for the reads of the rest of it,
+        # each of which decompressed it all again (a batch of 1.2M rows took 44 s and 3.8 GB where 6 s did)
+        self._decoded = ((unit.file, unit.locator), batch) if pa.total_allocated_bytes() > allocated else None
         yield lo, batch.slice(lo, hi - lo)
