@@ -105,7 +105,7 @@ def _cmd_imagefolder(args: argparse.Namespace) -> None:
         raise ValueError(f"--quality {args.quality} is the JPEG quality of the images --max-side shrinks: give "
                          f"--max-side too (without it, images are stored as they are)")
     build_imagefolder(args.root, args.out, max_side=args.max_side, quality=args.quality,
-                      classes=[name.strip() for name in args.classes.split(",")] if args.classes else None,
+                      classes=None if args.classes is None else [name.strip() for name in args.classes.split(",")],
                       **_options(args))
 
 
@@ -328,7 +328,7 @@ def _drop_stdout() -> None:
     it to the reader gone, at exit, with a traceback."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, io.UnsupportedOperation):  # not a file (output captured in-process)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # not a file (captured in-process)
         pass
 
 
@@ -345,7 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings(), reliable_ctrl_c():
             warnings.showwarning = _show_warning
             code = run(args) or 0
-        sys.stdout.flush()  # output still buffered goes now: a reader gone is seen here, not at exit
+        if sys.stdout is not None:  # (None where it was closed: cmd >&-, a daemon's)
+            sys.stdout.flush()  # output still buffered goes now: a reader gone is seen here, not at exit
         return code
     except BrokenPipeError:  # the reader of the output left (pipeline verify DIR | head): end quietly
         _drop_stdout()

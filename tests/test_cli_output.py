@@ -116,3 +116,14 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path: Path) -> 
     run.stdout.close()  # as head does after its line
     assert run.wait(timeout=60) == 141  # 128 + SIGPIPE, as a shell tool's
     assert run.stderr.read() == ""
+
+
+def test_a_command_run_with_its_output_closed_succeeds(tmp_path: Path) -> None:
+    """``pipeline build ... >&-`` (a daemon's, a job runner's): Python's sys.stdout is None, and
+    every command ended with a traceback of its flush and exit 1, a complete build too."""
+    np.save(tmp_path / "x.npy", np.arange(100))
+    for command in (["build", "arrays", str(tmp_path / "s"), "--array", f"x={tmp_path / 'x.npy'}"],
+                    ["verify", str(tmp_path / "s")], ["inspect", str(tmp_path / "s")]):
+        run = subprocess.run([sys.executable, "-m", "pipeline", *command], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1), timeout=120)
+        assert (run.returncode, "Traceback" in run.stderr) == (0, False), run.stderr

@@ -350,3 +350,12 @@ def test_a_shard_set_written_into_the_image_folder_is_refused_not_taken_for_a_cl
             f"folder: it would be read as class 'shards'; write the shards outside {root}, and move this set out "
             f"of it")):
         pipeline.build_imagefolder(root, root / "shards", overwrite=True, quiet=True)
+
+
+def test_an_empty_class_list_is_refused_not_taken_for_none(tmp_path: Path, capsys) -> None:
+    """--classes "" (a script's empty variable, a $(...) that failed) numbered the test set's
+    labels by its own folders, without a word: dog 0 where training had it 1."""
+    image_folder(tmp_path / "root", {"dog": 1, "fox": 1})
+    assert main(["build", "imagefolder", str(tmp_path / "root"), str(tmp_path / "out"), "--classes", ""]) == 1
+    assert capsys.readouterr().err.startswith("error: classes must be distinct, non-empty names, got ['']")
+    assert not (tmp_path / "out" / "index.json").exists()
