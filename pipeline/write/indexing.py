@@ -107,8 +107,10 @@ def relative_name(url: str, folder: str) -> str:
     disk, host or bucket, else the whole URL."""
     if is_remote(url) != is_remote(folder):
         return url if is_remote(url) else os.path.abspath(url)
-    if not is_remote(url):
-        return os.path.relpath(os.path.abspath(url), os.path.abspath(folder))
+    if not is_remote(url):  # (as the system resolves '..': past a folder that is a link, from where it points)
+        path = os.path.abspath(local_path(url))  # (its last name, a link or not, is followed from there)
+        real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        return os.path.relpath(real, os.path.realpath(local_path(folder)))
     head, _, path = url.partition("://")
     base_head, _, base = folder.rstrip("/").partition("://")
     if head != base_head or path.split("/", 1)[0] != base.split("/", 1)[0]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import posixpath
 import shlex
 from pathlib import Path
 from typing import Sequence
@@ -13,6 +12,7 @@ from ..format.index import INDEX_NAME, PART_INDEX_NAME, DatasetIndex, merge_inde
 from ..storage import join, scheme
 from ..storage.destination import Destination, destination
 from ..storage.indexes import open_index
+from .indexing import relative_name
 from .output import OutputExistsError, part_index_names, save_index
 
 
@@ -42,19 +42,6 @@ def _splits_hint(paths: Sequence[str | os.PathLike[str]]) -> str:
     if not splits:
         return ""
     return f"; the splits' are in {', '.join(splits)}: merge each (pipeline merge-index {shlex.quote(splits[0])})"
-
-
-def _relative(url: str, folder: str) -> str:
-    """``url`` as seen from ``folder``: relative when both are on the same disk or bucket."""
-    if scheme(url) != scheme(folder):
-        return url
-    if scheme(url) == "file":
-        return os.path.relpath(url, folder)
-    head, path = url.split("://", 1)
-    base = folder.split("://", 1)[1]
-    if path.split("/", 1)[0] != base.split("/", 1)[0]:  # another bucket or host
-        return url
-    return posixpath.relpath(path, base)
 
 
 def _refuse_other_builds(parts: dict[str, DatasetIndex]) -> None:
@@ -96,7 +83,7 @@ def merge_index_files(paths: Sequence[str | os.PathLike[str]],
     parts: dict[str, DatasetIndex] = {}
     for place, part_name in parts_found:
         part = open_index(place.url(part_name)).index
-        part.shards = part.shards.renamed(lambda folder, place=place: _relative(join(str(place), folder), out_folder))
+        part.shards = part.shards.renamed(lambda folder, place=place: relative_name(join(str(place), folder), out_folder))
         parts[place.url(part_name)] = part
     _refuse_other_builds(parts)
     index = merge_indexes(parts.values())

@@ -214,6 +214,25 @@ def test_an_index_elsewhere_names_the_shards_relative_to_it(tmp_path: Path) -> N
     assert again.returncode == 1 and "already exists; pass --overwrite (overwrite=True in Python)" in again.stderr
 
 
+def test_an_index_in_a_folder_that_is_a_link_names_the_shards_from_where_it_points(tmp_path: Path) -> None:
+    """Names were made relative by the paths' text: from idx -> /scratch/indexes, '../data' is
+    /scratch/data to the system, and the new index named shards that are not there (verify said
+    missing a file that ls found); merge-index too."""
+    urls = webdataset_shards(tmp_path / "data", [30])
+    (tmp_path / "scratch" / "indexes").mkdir(parents=True)
+    (tmp_path / "idx").symlink_to(tmp_path / "scratch" / "indexes")
+    result = cli("index", *urls, "--output", tmp_path / "idx")
+    assert result.returncode == 0, result.stderr
+    assert list(pipeline.load_index(tmp_path / "idx").shards.names) == ["../../data/w-000000.tar"]
+    assert pipeline.verify(tmp_path / "idx") == []
+    for part in range(2):
+        pipeline.write_shards(tmp_path / "parts", {"i": np.arange(100)}, shard_samples=50, part=pipeline.Part(part, 2),
+                              quiet=True)
+    (tmp_path / "idx" / "merged").mkdir()
+    pipeline.merge_index_files([tmp_path / "parts"], tmp_path / "idx" / "merged" / "index.json")
+    assert pipeline.verify(tmp_path / "idx" / "merged") == []
+
+
 
 @pytest.mark.parametrize("form", ["pattern", "folder"])
 def test_shards_named_by_file_urls_are_indexed_as_their_paths_are(tmp_path: Path, form: str) -> None:
