@@ -241,7 +241,8 @@ def test_damaged_images_are_tuned_past_with_on_error_skip(tmp_path: Path) -> Non
                "--seconds", "0.3", "--batch-size", "8", "--images", "image=16"]
     failed = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert failed.returncode == 1 and "(300 bytes, it ends before" in failed.stderr
-    assert "; add --on-error skip to train on without it" in failed.stderr and "on_error=" not in failed.stderr
+    assert "; add --on-error skip to train on other samples in its place" in failed.stderr and \
+        "on_error=" not in failed.stderr
     run = subprocess.run([*command, "--on-error", "skip"], capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     call = next(line for line in run.stdout.splitlines() if line.startswith("recommended: "))

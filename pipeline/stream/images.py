@@ -35,6 +35,7 @@ CROPS = ("center", "random", "resize")
 BACKENDS = ("auto", "opencv", "pillow")
 _ATTEMPTS = 10  # tries of a random crop before the fallback, as torchvision's RandomResizedCrop
 _DRAWS = 4 * _ATTEMPTS + 1  # per attempt: area, ratio, x, y; then the flip
+MISSING_IMAGE = "the sample lacks this field"
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class Images:
         for row, data in enumerate(values):
             try:
                 if data is None:
-                    raise ImageError("the sample lacks this field")
+                    raise ImageError(MISSING_IMAGE)
                 if not isinstance(data, (bytes, bytearray, memoryview)):
                     raise ImageError(f"not image bytes but {type(data).__name__}")
                 image = decode(data, functools.partial(self.box, draws=None if draws is None else draws[row]),

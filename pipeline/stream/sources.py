@@ -114,8 +114,11 @@ class SourceSet:
             have = shards.index.fields
             missing = sorted(set(stored or ()) - set(have))
             if missing and have:  # an empty set has no fields to check against
+                either = [part for field in missing if ";" in field for part in field.split(";")]
+                hint = f"; fields lists each field read, the several an images key names too: {either}" if either \
+                    else ""
                 raise ValueError(f"fields {missing} are not in the index{f' of source {name!r}' if name else ''} "
-                                 f"(it has {sorted(have)})")
+                                 f"(it has {sorted(have)}){hint}")
             if stored is None and have and set(have) != set(first):
                 raise ValueError(f"sources {first_name!r} and {name!r} have different fields "
                                  f"({sorted(set(have) ^ set(first))} are in one only); choose the fields "

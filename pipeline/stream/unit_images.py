@@ -24,7 +24,7 @@ from ..format.index import Schema
 from ..format.packing import SAMPLE_KEY
 from .batching import shared_empty
 from .image_decoders import single_threaded
-from .images import Images, row_seeds
+from .images import MISSING_IMAGE, Images, row_seeds
 from .options import SKIP_HINT
 from .reader import Columns
 from .stats import Count, ReadStats
@@ -126,7 +126,10 @@ class ImageDecoding:
         for row, reason in sorted(failed.items()):
             url, offset, record = where(row)
             if not self.skip:
-                raise ShardError(url, offset, f"{record}, {reason}; {SKIP_HINT} to train on without it")
+                other = "name each field a sample may hold its image in (images={'jpg;png': ...} decodes whichever " \
+                        "it has), or " if reason.endswith(MISSING_IMAGE) else ""
+                raise ShardError(url, offset, f"{record}, {reason}; {other}{SKIP_HINT} to train on other samples in "
+                                              f"its place")
             if not good:
                 raise ShardError(url, offset, f"{record}, {reason}; no image of its unit could be decoded, so "
                                               f"none can stand in for it (a unit can be as small as a rank's last "

@@ -346,8 +346,15 @@ def test_images_stored_as_jpg_in_some_samples_and_png_in_others_decode_from_whic
                                                    "another field (.png where these have .jpg), name both: "
                                                    "images={'jpg;png': ...} decodes whichever a sample has")):
         alone = make_loader(tmp_path, num_workers=0, batch_size=10, images={"jpg": Images(16)})
-    with pytest.raises(pipeline.ShardError, match=r"record \d+ \(key '\d+'\), field 'jpg': the sample lacks this field"):
+    with pytest.raises(pipeline.ShardError, match=r"record \d+ \(key '\d+'\), field 'jpg': the sample lacks this field; "
+                                                  r"name each field a sample may hold its image in \(images="
+                                                  r"\{'jpg;png': \.\.\.\} decodes whichever it has\), or pass "
+                                                  r"on_error='skip' to train on other samples in its place$"):
         list(alone)
+    with pytest.raises(ValueError, match=re.escape("fields ['jpg;png'] are not in the index (it has ['cls', 'jpg', "
+                                                   "'png']); fields lists each field read, the several an images key "
+                                                   "names too: ['jpg', 'png']")):
+        make_loader(tmp_path, num_workers=0, fields=["jpg;png", "cls"], images={"jpg;png": Images(16)})
     loader = make_loader(tmp_path, num_workers=workers, batch_size=10, images={"jpg;png": Images(16, crop="resize")})
     batches = list(loader)
     assert all(sorted(batch) == ["cls", "jpg;png"] for batch in batches)
