@@ -50,10 +50,16 @@ def location_hint(path: str, patterns: bool = False) -> str:
         if parts:  # (indexing its shards in place would make a set of the parts there, maybe not all)
             return (f"; {path} holds the partial indexes of a build in parts ({parts[0]}, ...): join them with "
                     f"'pipeline merge-index {shlex.quote(path)}', which checks that every part is there")
-        if shards:
+        if shards and any(name.endswith(".tar") for name in entries):
             paths = f", or pass their paths (a pattern: {path}/name-{{000000..000009}}.tar)" if patterns else ""
             return (f"; {path} holds {shards} shard(s) without an index: index them in place with 'pipeline "
                     f"index {shlex.quote(path)}'{paths}")
+        if shards:  # (compressed only: an index needs plain tars)
+            suffix = next(s for s in SHARD_SUFFIXES if any(name.endswith(s) for name in entries))
+            paths = f"they stream as they are, by their paths (a pattern: {path}/name-{{000000..000009}}{suffix}); " \
+                if patterns else ""
+            return (f"; {path} holds {shards} compressed shard(s) without an index: {paths}an index needs plain "
+                    f"tars (decompress them, then 'pipeline index {shlex.quote(path)}')")
         folder = path
     else:
         folder = os.path.dirname(os.path.normpath(path)) or "."

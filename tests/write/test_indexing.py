@@ -20,6 +20,7 @@ import webdataset as wds
 import pipeline
 from pipeline import ShardError
 from pipeline.format.tar import iter_members
+from pipeline.storage.indexes import NoIndexError
 from tests.helpers import index_content
 
 SIZES = [130, 47, 260, 11, 95]
@@ -198,6 +199,12 @@ def test_gzipped_shards_stream_without_an_index_and_the_indexer_says_why_not(tmp
     with pytest.raises(ShardError, match=r"w-000000\.tar\.gz at byte 0: is gzip-compressed \(a \.tar\.gz\), not a "
                                          r"plain tar: .*decompress it \(gunzip\) to index it"):
         pipeline.index_shards(urls, quiet=True)
+    folder = tmp_path / "gz"  # (the hint said to index them in place, which the indexer refuses)
+    with pytest.raises(NoIndexError, match=re.escape(
+            f"; {folder} holds 2 compressed shard(s) without an index: they stream as they are, by their paths (a "
+            f"pattern: {folder}/name-{{000000..000009}}.tar.gz); an index needs plain tars (decompress them, then "
+            f"'pipeline index {folder}')")):
+        pipeline.make_loader(folder, num_workers=0)
 
 
 def test_an_index_elsewhere_names_the_shards_relative_to_it(tmp_path: Path) -> None:
