@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
+import msgpack
 import numpy as np
 
 from . import npy
@@ -109,6 +110,7 @@ _DECODERS: dict[str, Callable[[bytes], Any]] = {
     "jsn": json.loads,
     "txt": lambda b: b.decode("utf-8"),
     "text": lambda b: b.decode("utf-8"),
+    "msgpack": lambda b: msgpack.unpackb(b, raw=False, strict_map_key=False),  # (webdataset's field of that name)
 }
 
 
@@ -120,21 +122,26 @@ def decode_member(ext: str, data: bytes | memoryview) -> Any:
 
 
 def decode_fields(record: Record, url: str) -> dict[str, Any]:
-    """All fields of a record: the msgpack map merged with any per-field members."""
+    """All fields of a record: those of its msgpack map where it is one of ours (a ``.msgpack``
+    member alone, holding a map), else one a member. A ``.msgpack`` member beside others (or
+    holding no map) is a field of that name, a msgpack value, as webdataset writes its field
+    ``msgpack``: read as ours, its map's keys became fields, and a list failed the whole shard."""
     fields: dict[str, Any] = {}
+    ours = record.members.keys() == {"msgpack"} and _holds_a_map(record.members["msgpack"])
     try:
         for ext, data in record.members.items():
-            decoded = decode_record(data) if ext == "msgpack" else {ext: decode_member(ext, data)}
-            twice = sorted(fields.keys() & decoded.keys())
-            if twice:
-                raise SampleError(f"field(s) {twice} given both in the msgpack map and as members")
-            fields.update(decoded)
+            fields.update(decode_record(data) if ours else {ext: decode_member(ext, data)})
     except SampleError as exc:
         raise ShardError(url, record.offset, f"record {record.key!r}: {exc}{_way_out(ext)}") from None
     except (ValueError, RecursionError) as exc:  # int(), json and UTF-8 on foreign members
         raise ShardError(url, record.offset,
                          f"record {record.key!r}, member {ext!r}: {type(exc).__name__}: {exc}{_way_out(ext)}") from None
     return fields
+
+
+def _holds_a_map(data: bytes | memoryview) -> bool:
+    """Whether msgpack ``data`` starts a map (fixmap, map16, map32)."""
+    return len(data) > 0 and (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF))
 
 
 def _way_out(ext: str) -> str:
