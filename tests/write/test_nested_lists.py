@@ -57,6 +57,21 @@ def test_datasets_array2d_and_array3d_columns_build_one_array_a_sample(tmp_path:
     assert [s.sha256 for s in pipeline.load_index(tmp_path / "cli").shards] == [s.sha256 for s in index.shards]
 
 
+def test_an_empty_row_of_an_array2d_with_a_free_first_dimension_keeps_its_other_sizes(tmp_path: Path) -> None:
+    """An Array2D((None, 3)) row without boxes came back of shape (0, 0), as datasets gives it
+    (0, 3): its field was (None, None), and a batch's rows did not join."""
+    import datasets
+
+    features = datasets.Features({"boxes": datasets.Array2D((None, 3), "float32")})
+    rows = [[], [[1, 2, 3]], [[4, 5, 6], [7, 8, 9]]]
+    datasets.Dataset.from_dict({"boxes": rows}, features=features).save_to_disk(str(tmp_path / "saved"))
+    pipeline.build_arrow(tmp_path / "saved", tmp_path / "out", quiet=True)
+    assert pipeline.load_index(tmp_path / "out").fields["boxes"].shape == (None, 3)
+    boxes = next(iter(make_loader(tmp_path / "out", num_workers=0, batch_size=3, shuffle=False)))["boxes"]
+    assert [tuple(box.shape) for box in boxes] == [(0, 3), (1, 3), (2, 3)]
+    assert torch.cat(boxes).tolist() == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+
+
 def _lists_of_lists(rows: list) -> pa.Array:
     return pa.array(rows, pa.list_(pa.list_(pa.float32())))
 

@@ -107,7 +107,7 @@ def column_kind(name: str, type_: pa.DataType, path: os.PathLike[str] | str) -> 
 
 
 def column_kinds(schema: pa.Schema, columns: Sequence[str], path: os.PathLike[str] | str,
-                 shapes: Mapping[str, tuple[int, ...]]) -> dict[str, str]:
+                 shapes: Mapping[str, tuple[int | None, ...]]) -> dict[str, str]:
     """The kind of each of ``columns`` (see :func:`column_kind`); lists of lists that ``shapes``
     (the table's metadata) says all have one shape, as ``datasets``' ``Array2D`` do, are
     :data:`SHAPED`: one array of all rows, so that rows pack."""
@@ -118,7 +118,7 @@ def column_kinds(schema: pa.Schema, columns: Sequence[str], path: os.PathLike[st
         depth, leaf = 0, _storage(type_)
         while _is_list(leaf):
             depth, leaf = depth + 1, leaf.value_type
-        if kinds[name] == RAGGED and name in shapes and depth == len(shapes[name]):
+        if kinds[name] == RAGGED and name in shapes and depth == len(shapes[name]) and None not in shapes[name]:
             kinds[name] = SHAPED
     return kinds
 
@@ -247,7 +247,7 @@ def _list_values(array: pa.Array, offsets: np.ndarray) -> pa.Array:
 
 
 def to_columns(path: os.PathLike[str] | str, first_row: int, batch: pa.RecordBatch, kinds: Mapping[str, str],
-               fill: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+               fill: Mapping[str, Any], shapes: Mapping[str, tuple[int | None, ...]]) -> dict[str, Any]:
     """The columns ``kinds`` of ``batch``, rows ``first_row``... of ``path``, as block columns."""
     columns = {}
     for name, kind in kinds.items():
@@ -259,7 +259,7 @@ def to_columns(path: os.PathLike[str] | str, first_row: int, batch: pa.RecordBat
     return columns
 
 
-def to_column(array: pa.Array, kind: str, fill: Any = None, shape: tuple[int, ...] | None = None) -> Any:
+def to_column(array: pa.Array, kind: str, fill: Any = None, shape: tuple[int | None, ...] | None = None) -> Any:
     """``array`` as a block column of ``kind`` (see :func:`column_kind`; ``shape`` a
     :data:`SHAPED` column's); nulls become ``fill`` (the caller has refused nulls when there is
     none)."""
@@ -271,7 +271,7 @@ def to_column(array: pa.Array, kind: str, fill: Any = None, shape: tuple[int, ..
     if kind == FIXED:
         return _fixed(array, fill)
     if kind == RAGGED:
-        return _ragged(array, fill)
+        return _ragged(array, fill, shape)
     if kind == SHAPED:
         return _shaped(array, fill, shape or ())
     if array.null_count:
@@ -306,19 +306,24 @@ def _fixed(array: pa.Array, fill: Any) -> np.ndarray:
     return out
 
 
-def _ragged(array: pa.Array, fill: Any) -> list[np.ndarray]:
+def _ragged(array: pa.Array, fill: Any, declared: tuple[int | None, ...] | None = None) -> list[np.ndarray]:
     """Lists of any length as one array a row, views of the flat values. Lists of lists make an
     array of one more dimension a depth, so a row's lists of one depth need one length (else
-    :class:`RowShapeError`); a row with no lists has none below it (shape ``(0, 0)``)."""
+    :class:`RowShapeError`); a row with no lists has none below it (shape ``(0, 0)``), but the
+    sizes the column's ``declared`` shape gives (``datasets``' ``Array2D((None, 3))``: ``(0, 3)``,
+    which a batch's rows join with)."""
     flat, lo, hi, dims = _nested(array, fill)
+    leaf = flat.shape[1:]
     if len(dims) == 1:
         out = [flat[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
     else:
-        leaf = flat.shape[1:]
         out = [flat[a:b].reshape(*shape, *leaf)
                for a, b, *shape in zip(lo.tolist(), hi.tolist(), *(dim.tolist() for dim in dims))]
+    empty = flat[:0].reshape(*(0,) * len(dims), *leaf)
+    if declared is not None and len(declared) == len(dims) and None not in declared[1:]:
+        empty = flat[:0].reshape(0, *declared[1:], *leaf)
+        out = [empty if row.size == 0 and row.shape[:1] == (0,) else row for row in out]
     if array.null_count:
-        empty = flat[:0].reshape(*(0,) * len(dims), *flat.shape[1:])
         for i in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)).tolist():
             out[i] = empty
     return out

@@ -49,20 +49,21 @@ def class_names(schema: pa.Schema, columns: Sequence[str]) -> dict[str, Any] | N
     return {"classes": next(iter(found.values())) if len(found) == 1 else found}
 
 
-def array_shapes(schema: pa.Schema, columns: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """The columns among ``columns`` that are ``Array2D``-``Array5D`` of one shape, and that shape
-    (``Array2D((None, 3))``, whose first dimension may vary, has none)."""
+def array_shapes(schema: pa.Schema, columns: Sequence[str]) -> dict[str, tuple[int | None, ...]]:
+    """The columns among ``columns`` that are ``Array2D``-``Array5D``, and their shape
+    (``Array2D((None, 3))``'s first dimension, which varies, is ``None``)."""
     shapes = {}
     for name, feature in _features(schema, columns).items():
         shape = feature.get("shape") if isinstance(feature, dict) else None
         if isinstance(shape, list) and feature.get("_type") in _ARRAYS and all(
-                isinstance(size, int) and size >= 0 for size in shape):
+                (isinstance(size, int) and size >= 0) or (size is None and depth == 0)
+                for depth, size in enumerate(shape)):
             shapes[name] = tuple(shape)
     return shapes
 
 
 def features_differ(other: pa.Schema, columns: Sequence[str], classes: dict[str, Any] | None,
-                    shapes: dict[str, tuple[int, ...]]) -> tuple[str, str] | None:
+                    shapes: dict[str, tuple[int | None, ...]]) -> tuple[str, str] | None:
     """What ``other``'s metadata gives ``columns`` that the first file's ``classes`` (from
     :func:`class_names`) and ``shapes`` (from :func:`array_shapes`) do not: ``(what, ours)`` in
     words, else ``None``. (The first file's stand for all: a label would mean one class in one
