@@ -14,6 +14,7 @@ import numpy as np
 
 from .codec import KEYS_FIELD, ROWS_FIELD
 from .errors import SampleError
+from .field_spec import text_kind
 from .index import FieldSpec, Schema, spec_of
 
 _RESERVED = {ROWS_FIELD, KEYS_FIELD}
@@ -39,7 +40,8 @@ def _matches(found: FieldSpec, spec: FieldSpec, packed: bool) -> bool:
     A packed record stores a column of numbers as an array, one number a row."""
     if spec.shape is None:
         return found.shape is None or (packed and found.shape == ())
-    if found.shape is None or found.dtype != spec.dtype:
+    if found.shape is None or (found.dtype != spec.dtype and (
+            text_kind(found.dtype) is None or text_kind(found.dtype) != text_kind(spec.dtype))):
         return False
     return found.shape == spec.shape or (len(found.shape) == len(spec.shape) and all(
         want is None or want == got for got, want in zip(found.shape, spec.shape)))

@@ -65,6 +65,21 @@ def spec_of(value: Any, packed: bool = False) -> FieldSpec:
     return FieldSpec(dtype, shape[1:] if packed else shape)
 
 
+def text_kind(dtype: str) -> str | None:
+    """``str`` or ``bytes`` for the name of a NumPy text dtype (``str96``: ``<U3``, 96 bits a
+    character... of its widest value), else ``None``. Another tool's ``.npy`` text arrays have the
+    width of their longest string, which differs from sample to sample; a batch holds them as
+    lists, whatever their width."""
+    for kind in ("str", "bytes"):
+        if dtype.startswith(kind) and dtype[len(kind):].isdigit():
+            return kind
+    return None
+
+
+def _text_width(dtype: str) -> int:
+    return int(dtype.removeprefix(text_kind(dtype) or ""))
+
+
 def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str,
                error: type[FormatError] = IndexFormatError) -> FieldSpec:
     """Combine two specs of one field: dims that differ become ``None``; a dtype change of an
@@ -79,6 +94,9 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str,
             return old if old.dtype == new.dtype else FieldSpec("any", None, old.optional)
         raise error(f"{where}: field {name!r} is {_kind_of(new)} here and {_kind_of(old)} in earlier "
                     f"samples; give it one kind of value in every sample")
+    if old.dtype != new.dtype and text_kind(old.dtype) is not None and text_kind(old.dtype) == text_kind(new.dtype):
+        wider = max(old.dtype, new.dtype, key=_text_width)  # (text of any width: lists of str)
+        old, new = replace(old, dtype=wider), replace(new, dtype=wider)
     if old.dtype != new.dtype:
         cast = f"--dtype {name}={_common_dtype(old.dtype, new.dtype)} (dtypes=)"
         raise error(f"{where}: field {name!r} has dtype {new.dtype}, earlier samples {old.dtype}; a field needs one "

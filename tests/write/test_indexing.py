@@ -19,6 +19,8 @@ import webdataset as wds
 
 import pipeline
 from pipeline import ShardError
+from pipeline.format.errors import IndexFormatError
+from pipeline.format.index import FieldSpec
 from pipeline.format.tar import iter_members
 from pipeline.storage.indexes import NoIndexError
 from tests.helpers import index_content
@@ -368,3 +370,23 @@ def test_an_int_member_that_int64_cannot_hold_makes_its_field_lists_in_every_bat
     assert pipeline.index_shards(folder, quiet=True).fields["id"].dtype == "any"
     batches = [batch["id"] for batch in pipeline.ShardDataset(folder, batch_size=2, shuffle=False)]
     assert batches == [[1, 2], [3, 2**63]]
+
+
+def test_npy_text_arrays_of_any_width_are_indexed_and_read_as_they_are(tmp_path: Path) -> None:
+    """NumPy gives a text array the width of its longest string (<U3, <U8): the index refused
+    them as a field of two dtypes (str96, str256), offering a --dtype that cut 'elephant' short."""
+    tags = [["cat", "dog"], ["bird", "elephant"], ["ox"], [b"raw"]]
+    (tmp_path / "tags").mkdir()
+    with wds.TarWriter(str(tmp_path / "tags" / "t-000000.tar")) as sink:
+        for n, words in enumerate(tags[:3]):
+            sink.write({"__key__": f"t{n}", "cls": n, "npy": np.array(words)})
+    pipeline.index_shards(tmp_path / "tags", quiet=True)
+    assert pipeline.load_index(tmp_path / "tags").fields["npy"] == FieldSpec("str256", (None,))
+    assert pipeline.verify(tmp_path / "tags") == []
+    batch = next(iter(pipeline.make_loader(tmp_path / "tags", num_workers=0, batch_size=3, shuffle=False)))
+    assert [words.tolist() for words in batch["npy"]] == tags[:3]
+    with wds.TarWriter(str(tmp_path / "tags" / "t-000001.tar")) as sink:  # bytes beside str: two kinds
+        sink.write({"__key__": "t3", "cls": 3, "npy": np.array(tags[3])})
+    with pytest.raises(IndexFormatError, match=r"field 'npy' has dtype (bytes24, earlier samples str256|str256, "
+                                               r"earlier samples bytes24)"):
+        pipeline.index_shards(tmp_path / "tags", overwrite=True, quiet=True)
