@@ -25,7 +25,9 @@ def _libc() -> ctypes.CDLL | None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_int64 if sys.maxsize > 2**32 else ctypes.c_long]
+                              ctypes.c_int64]
+        if sys.maxsize <= 2**32:  # (a 32-bit off_t: offsets of 2 GiB and more need mmap64)
+            return None
         libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         return libc
     except (OSError, AttributeError):
@@ -47,5 +49,8 @@ def map_pages(fd: int, length: int, offset: int = 0) -> memoryview:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
     pages = (ctypes.c_ubyte * length).from_address(address)
-    weakref.finalize(pages, _LIBC.munmap, address, length)  # (once no view refers to them)
+    # unmapped once no view refers to them, but not at exit, where a thread may still read them (a
+    # read-ahead thread stopped by its own exit handler, which runs after finalize's): the system does
+    unmapped = weakref.finalize(pages, _LIBC.munmap, address, length)
+    unmapped.atexit = False
     return memoryview(pages).cast("B").toreadonly()

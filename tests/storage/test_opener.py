@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import subprocess
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -253,3 +255,18 @@ def test_a_set_of_thousands_of_small_shards_reads_with_few_files_open(tmp_path: 
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert sorted(ids.tolist()) == list(range(6_000))
+
+
+def test_a_mapping_still_viewed_at_exit_is_not_unmapped_under_a_reader(tmp_path: Path) -> None:
+    """Each mapping's unmapping was a finalizer run at exit, before the handler that stops the
+    read-ahead threads still reading: a read at exit then crashed the process (SIGSEGV)."""
+    (tmp_path / "f.tar").write_bytes(bytes(range(256)) * 16)
+    code = ("import atexit, os, sys\n"
+            "from pipeline.storage.page_maps import map_pages\n"
+            "atexit.register(lambda: print(bytes(view[1:4]).hex()))  # (runs after handlers registered later)\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "view = map_pages(fd, 4096)\n"
+            "os.close(fd)\n")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "f.tar")], capture_output=True, text=True,
+                         timeout=60)
+    assert (run.returncode, run.stdout) == (0, "010203\n"), run.stderr
