@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import os
 import re
@@ -319,9 +320,21 @@ def test_shards_are_read_through_the_proxy_the_environment_names(nginx: str, tot
             list(range(total_samples))
         assert proxy.requests[0] == ("http://data.internal/data/index.json", "Basic dXNlcjpwQHNz")  # (user:p@ss)
         asked = len(proxy.requests)
-        monkeypatch.setenv("no_proxy", "127.0.0.1,.internal")  # reached directly
+        for direct in ("127.0.0.1,.internal", "10.0.0.0/8, 127.0.0.0/8"):  # reached directly (a network, as curl)
+            monkeypatch.setenv("no_proxy", direct)
+            assert all_ids(make_loader(f"{nginx}/data/", num_workers=0, batch_size=64)) == list(range(total_samples))
+        assert len(proxy.requests) == asked
+        monkeypatch.setenv("no_proxy", "")
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("http_proxy", "")  # (set empty, the lower-case name stands, as urllib reads it)
         assert all_ids(make_loader(f"{nginx}/data/", num_workers=0, batch_size=64)) == list(range(total_samples))
         assert len(proxy.requests) == asked
+        monkeypatch.setenv("http_proxy", "socks5h://127.0.0.1:1")
+        if importlib.util.find_spec("socks") is None:
+            with pytest.raises(SourceError, match=r"data\.internal/data/index\.json: cannot read index file \(the "
+                                                  r"environment's proxy socks5h://127\.0\.0\.1:1 is a SOCKS proxy, "
+                                                  r"which needs PySocks: pip install pysocks\)"):
+                make_loader("http://data.internal/data/", num_workers=0)
     finally:
         proxy.shutdown()
         proxy.server_close()
