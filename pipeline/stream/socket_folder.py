@@ -9,8 +9,10 @@ training loop waited for its first batch for ever. Refused here, with what to do
 
 from __future__ import annotations
 
+import multiprocessing
 import multiprocessing.util
 import os
+import tempfile
 
 import torch.multiprocessing
 
@@ -24,10 +26,22 @@ def check_socket_folder() -> None:
     """Refuse to start workers whose handovers could make no socket in the temporary folder."""
     if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
         return
-    folder = multiprocessing.util.get_temp_dir()  # (made now, in this process, and shared by its workers)
+    folder = _temp_folder()
     path = os.path.join(folder, _LISTENER_NAME)
     if len(path.encode()) > SOCKET_PATH_MAX:
         raise RuntimeError(f"DataLoader workers hand batches over through a Unix socket in the temporary folder "
                            f"{folder}, whose path leaves no room for one ({len(path.encode())} bytes with the "
                            f"socket's name, at most {SOCKET_PATH_MAX}): set TMPDIR to a shorter folder (TMPDIR=/tmp), "
                            f"or pass num_workers=0")
+
+
+def _temp_folder() -> str:
+    """multiprocessing's temporary folder in this process, or (where it has made none yet) where
+    each worker will make its own: named, not made. One made here is a forked child's too, and
+    this process's exit deletes it under a child that outlives it (every handover of the child's
+    workers then failed, and it waited for its first batch for ever)."""
+    made = multiprocessing.current_process()._config.get("tempdir")  # (what get_temp_dir gives once made)
+    if made:
+        return made
+    base = getattr(multiprocessing.util, "_get_base_temp_dir", None)  # (Python 3.13: a shorter one where needed)
+    return os.path.join(base(tempfile) if base else tempfile.gettempdir(), "pymp-" + "x" * 8)

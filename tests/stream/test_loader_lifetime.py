@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+import pipeline
 from pipeline import ShardDataset
 from pipeline.stream.loader import ShardLoader
-from tests.helpers import child_pids, started_since
+from tests.helpers import child_pids, started_since, wait_for
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 
@@ -136,3 +137,35 @@ def test_workers_whose_temporary_folder_leaves_no_room_for_their_socket_are_refu
                                              r"socket in the temporary folder .*/pymp-\w+, whose path leaves no room "
                                              r"for one \(\d+ bytes with the socket's name, at most 107\): set TMPDIR "
                                              r"to a shorter folder \(TMPDIR=/tmp\), or pass num_workers=0", run.stderr)
+
+
+OUTLIVING_CHILD = """
+import os, sys, time
+import pipeline
+data, out = sys.argv[1], sys.argv[2]
+print(sum(1 for _ in pipeline.make_loader(data, num_workers=2, batch_size=64)))
+if os.fork() == 0:
+    for stream in (1, 2):  # (the test's pipes: not held open past the parent)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream)
+    parent = os.getppid()
+    while os.getppid() == parent:  # (until the parent has exited)
+        time.sleep(0.05)
+    try:
+        samples = sum(len(batch["i"]) for batch in pipeline.make_loader(data, num_workers=2, batch_size=64, timeout=60))
+        open(out, "w").write(str(samples))
+    except BaseException as exc:
+        open(out, "w").write(f"{type(exc).__name__}: {exc}")
+    os._exit(0)
+"""
+
+
+def test_a_forked_child_that_outlives_its_parent_streams_with_workers_of_its_own(shards: Path, tmp_path: Path) -> None:
+    """The loader made multiprocessing's temporary folder in the training process, which a forked
+    child shares and the parent's exit deletes: every handover of the child's workers failed
+    unseen, and it waited for its first batch for ever."""
+    out = tmp_path / "child.out"
+    run = subprocess.run([sys.executable, "-W", "ignore", "-c", OUTLIVING_CHILD, str(shards), str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert wait_for(lambda: out.exists() and bool(out.read_text()), seconds=120)
+    assert out.read_text() == str(pipeline.load_index(shards).samples)
