@@ -127,3 +127,15 @@ def test_a_command_run_with_its_output_closed_succeeds(tmp_path: Path) -> None:
         run = subprocess.run([sys.executable, "-m", "pipeline", *command], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1), timeout=120)
         assert (run.returncode, "Traceback" in run.stderr) == (0, False), run.stderr
+
+
+def test_names_a_terminal_cannot_show_are_escaped_not_an_error(tmp_path: Path) -> None:
+    """Under an ASCII locale, inspect of a set with a field named 'chat-é' printed nothing but
+    "error: 'ascii' codec can't encode character"."""
+    import pipeline
+
+    pipeline.write_shards(tmp_path / "s", {"chat-é": np.arange(10)}, quiet=True)
+    run = subprocess.run([sys.executable, "-m", "pipeline", "inspect", str(tmp_path / "s")], capture_output=True,
+                         env={**os.environ, "PYTHONIOENCODING": "ascii"}, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert b"chat-\\xe9" in run.stdout
