@@ -127,7 +127,7 @@ def decode_fields(record: Record, url: str) -> dict[str, Any]:
     holding no map) is a field of that name, a msgpack value, as webdataset writes its field
     ``msgpack``: read as ours, its map's keys became fields, and a list failed the whole shard."""
     fields: dict[str, Any] = {}
-    ours = record.members.keys() == {"msgpack"} and _holds_a_map(record.members["msgpack"])
+    ours = _ours(record.members)
     try:
         for ext, data in record.members.items():
             fields.update(decode_record(data) if ours else {ext: decode_member(ext, data)})
@@ -139,9 +139,20 @@ def decode_fields(record: Record, url: str) -> dict[str, Any]:
     return fields
 
 
-def _holds_a_map(data: bytes | memoryview) -> bool:
-    """Whether msgpack ``data`` starts a map (fixmap, map16, map32)."""
-    return len(data) > 0 and (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF))
+def _ours(members: dict[str, Any]) -> bool:
+    """Whether ``members`` are a record of ours: a ``.msgpack`` member alone that starts a map
+    (fixmap, map16, map32), or that holds no msgpack value at all (one of ours damaged, whose
+    error is a record's)."""
+    data = members.get("msgpack")
+    if data is None or len(members) > 1:
+        return False
+    if len(data) and (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):
+        return True
+    try:
+        msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.exceptions.UnpackException):
+        return True
+    return False
 
 
 def _way_out(ext: str) -> str:
