@@ -47,10 +47,8 @@ _VERSION_CHARS = 16  # of the index's sha256, in a copy's name: 64 bits tell a s
 
 
 def _url_prefix(url: str) -> str:
-    """The start of the names of every cached version of ``url``: of the URL without its query
-    and user, which a token that expires changes (an Azure SAS), not the shard (the index's sha256
-    names its versions): a new token downloaded every shard again."""
-    return hashlib.sha256(redact(url).encode()).hexdigest()[:24] + "-"
+    """The start of the names of every cached version of ``url``."""
+    return hashlib.sha256(url.encode()).hexdigest()[:24] + "-"
 
 
 def _used_whole(copy: Path, size: int | None) -> bool:

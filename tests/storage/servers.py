@@ -199,8 +199,8 @@ http {{
         # /private/X is /X, but a missing file is 403, as a bucket that does not let one list it answers
         location /private/ {{ rewrite ^/private/(.*)$ /$1 break; error_page 404 = @forbidden; }}
         location @forbidden {{ return 403; }}
-        # /signed/X is /X for a request whose query holds sig=s3cret or sig=renewed (a token, an Azure SAS), else 403
-        location /signed/ {{ if ($arg_sig !~ "^(s3cret|renewed)$") {{ return 403; }} rewrite ^/signed/(.*)$ /$1 break; }}
+        # /signed/X is /X for a request whose query holds sig=s3cret (a token, an Azure SAS), else 403
+        location /signed/ {{ if ($arg_sig != "s3cret") {{ return 403; }} rewrite ^/signed/(.*)$ /$1 break; }}
         # /locked/X is /X behind a password: user "reader", password "s3 cret" (see LOCKED_USER)
         location /locked-moved/ {{ rewrite ^/locked-moved/(.*)$ /locked/$1 redirect; }}  # (to a full URL)
         location /locked/ {{

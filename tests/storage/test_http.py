@@ -138,19 +138,6 @@ def test_a_token_in_the_query_of_a_sets_url_goes_to_each_of_its_files(nginx: str
     assert all_ids(make_loader(nginx + location, num_workers=2, batch_size=64)) == list(range(total_samples))
 
 
-def test_a_renewed_token_reads_the_shards_its_cache_holds(nginx: str, total_samples: int, tmp_path: Path) -> None:
-    """The cache named its copies by the whole URL: a token renewed (an expired SAS) downloaded
-    every shard again, beside the old copies."""
-    cache = tmp_path / "cache"
-    for token in ("s3cret", "renewed"):
-        loader = make_loader(f"{nginx}/signed/data/?sig={token}", num_workers=0, batch_size=64, cache_dir=cache)
-        assert all_ids(loader) == list(range(total_samples))
-        copies = {path.name: path.stat().st_ino for path in cache.iterdir() if path.suffix == ".tar"}
-        if token == "s3cret":
-            first = copies
-    assert copies == first and len(copies) == 9  # (the same files: none downloaded again)
-
-
 def test_a_presigned_urls_signature_stays_with_its_object() -> None:
     """An S3 or GCS presigned URL signs its one object: its query sent for another is refused."""
     for query in ("X-Amz-Signature=ab&X-Amz-Credential=k", "X-Goog-Signature=ab", "Signature=ab&Expires=1"):
