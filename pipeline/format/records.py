@@ -110,8 +110,17 @@ _DECODERS: dict[str, Callable[[bytes], Any]] = {
     "jsn": json.loads,
     "txt": lambda b: b.decode("utf-8"),
     "text": lambda b: b.decode("utf-8"),
-    "msgpack": lambda b: msgpack.unpackb(b, raw=False, strict_map_key=False),  # (webdataset's field of that name)
+    "msgpack": lambda b: _msgpack_value(b),  # (webdataset's field of that name)
 }
+
+
+def _msgpack_value(data: bytes) -> Any:
+    """A foreign ``.msgpack`` member's value; one Python cannot hold (a map keyed by a list: a
+    TypeError) is a :class:`SampleError`, as any member that does not decode."""
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except TypeError as exc:
+        raise SampleError(f"member 'msgpack': a msgpack value Python cannot hold ({exc})") from None
 
 
 def decode_member(ext: str, data: bytes | memoryview) -> Any:
@@ -152,6 +161,8 @@ def _ours(members: dict[str, Any]) -> bool:
         msgpack.unpackb(data, raw=False, strict_map_key=False)
     except (ValueError, msgpack.exceptions.UnpackException):
         return True
+    except TypeError:  # (a value Python cannot hold: another tool's, refused as its member)
+        return False
     return False
 
 

@@ -196,6 +196,8 @@ def test_hostile_npy_members_are_errors_without_allocating(data: bytes, pattern:
     ({"cls": b"9" * 5000}, r"member 'cls': ValueError"),  # Python's digit limit
     ({"txt": b"\xff"}, r"member 'txt': UnicodeDecodeError"),
     ({"msgpack": b"\x91" * 100_000 + b"\xc0", "cls": b"2"}, r"member 'msgpack': StackError"),
+    ({"msgpack": b"\x91\x81\x90\x00", "cls": b"2"}, r"member 'msgpack': a msgpack value Python cannot hold"),
+    ({"msgpack": b"\x91\x81\x90\x00"}, r"member 'msgpack': a msgpack value Python cannot hold"),
 ])
 def test_foreign_members_that_do_not_decode(members: dict, pattern: str) -> None:
     with pytest.raises(ShardError, match=rf"^s\.tar at byte 1024: record 'k'.*{pattern}"):
