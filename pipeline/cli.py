@@ -333,9 +333,10 @@ def _drop_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    for stream in (sys.stdout, sys.stderr):  # (a terminal of another encoding than the names': shown escaped)
-        if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="backslashreplace")
+    if argv is None:  # the command's own streams, not an in-process caller's: what they cannot encode, escaped
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, io.TextIOWrapper) and not stream.closed:
+                stream.reconfigure(errors="backslashreplace")
     parser = make_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)

@@ -139,3 +139,16 @@ def test_names_a_terminal_cannot_show_are_escaped_not_an_error(tmp_path: Path) -
                          env={**os.environ, "PYTHONIOENCODING": "ascii"}, timeout=120)
     assert run.returncode == 0, run.stderr
     assert b"chat-\\xe9" in run.stdout
+
+
+def test_a_caller_in_the_same_process_keeps_its_streams_as_they_were(tmp_path: Path, monkeypatch) -> None:
+    """main() run by a caller's own code (a notebook, a script) set its standard output to escape
+    what it cannot encode, for good."""
+    import pipeline
+    from pipeline.cli import main
+
+    pipeline.write_shards(tmp_path / "s", {"x": np.arange(10)}, quiet=True)
+    caller = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", caller)
+    assert main(["inspect", str(tmp_path / "s")]) == 0
+    assert caller.errors == "strict"

@@ -18,8 +18,10 @@ import torch.multiprocessing
 
 #: The longest path a Unix socket may have (``sun_path``'s 108 bytes, less the NUL).
 SOCKET_PATH_MAX = 107
-#: The name multiprocessing gives a listener's socket: ``listener-`` and 8 random characters.
+#: The name multiprocessing gives a listener's socket: ``listener-`` and 8 random characters
+#: (``sock-`` on the Pythons that choose a shorter temporary folder where needed).
 _LISTENER_NAME = "listener-" + "x" * 8
+_SHORTER_NAME = "sock-" + "x" * 8
 
 
 def check_socket_folder() -> None:
@@ -27,7 +29,7 @@ def check_socket_folder() -> None:
     if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
         return
     folder = _temp_folder()
-    path = os.path.join(folder, _LISTENER_NAME)
+    path = os.path.join(folder, _socket_name())
     if len(path.encode()) > SOCKET_PATH_MAX:
         raise RuntimeError(f"DataLoader workers hand batches over through a Unix socket in the temporary folder "
                            f"{folder}, whose path leaves no room for one ({len(path.encode())} bytes with the "
@@ -43,5 +45,9 @@ def _temp_folder() -> str:
     made = multiprocessing.current_process()._config.get("tempdir")  # (what get_temp_dir gives once made)
     if made:
         return made
-    base = getattr(multiprocessing.util, "_get_base_temp_dir", None)  # (Python 3.13: a shorter one where needed)
+    base = getattr(multiprocessing.util, "_get_base_temp_dir", None)  # (3.14: a shorter one where needed)
     return os.path.join(base(tempfile) if base else tempfile.gettempdir(), "pymp-" + "x" * 8)
+
+
+def _socket_name() -> str:
+    return _SHORTER_NAME if hasattr(multiprocessing.util, "_get_base_temp_dir") else _LISTENER_NAME

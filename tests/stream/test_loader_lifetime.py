@@ -169,3 +169,22 @@ def test_a_forked_child_that_outlives_its_parent_streams_with_workers_of_its_own
     assert run.returncode == 0, run.stderr
     assert wait_for(lambda: out.exists() and bool(out.read_text()), seconds=120)
     assert out.read_text() == str(pipeline.load_index(shards).samples)
+
+
+def test_the_socket_room_is_measured_with_the_name_the_python_gives_it(monkeypatch, short_tmp: Path) -> None:
+    """Pythons that pick a shorter temporary folder where needed (3.14) name a socket sock-XXXXXXXX:
+    measured as listener-XXXXXXXX, a folder with room for it was refused."""
+    import multiprocessing.util
+
+    from pipeline.stream import socket_folder
+
+    base = short_tmp / ("d" * (socket_folder.SOCKET_PATH_MAX - len(str(short_tmp)) - 1 - 28))  # room for 28 more
+    base.mkdir()
+    monkeypatch.setattr(multiprocessing.util, "_get_base_temp_dir", lambda tempfile: str(base), raising=False)
+    monkeypatch.setitem(multiprocessing.current_process()._config, "tempdir", None)
+    socket_folder.check_socket_folder()  # pymp-XXXXXXXX/sock-XXXXXXXX: 28 bytes
+    monkeypatch.delattr(multiprocessing.util, "_get_base_temp_dir")
+    monkeypatch.setenv("TMPDIR", str(base))
+    monkeypatch.setattr(socket_folder.tempfile, "tempdir", None)
+    with pytest.raises(RuntimeError, match="leaves no room for one"):
+        socket_folder.check_socket_folder()  # pymp-XXXXXXXX/listener-XXXXXXXX: 32 bytes
