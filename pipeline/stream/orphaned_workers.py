@@ -15,11 +15,31 @@ import multiprocessing.queues
 import os
 from typing import Any, Callable
 
+import torch.utils.data._utils.worker as torch_worker
 
-def skip_queue_joins_once_orphaned() -> None:
+
+def watch_the_training_process(training: int) -> None:
+    """In a worker whose parent is the training process (``training``, its pid before the fork):
+    PyTorch's watchdog, which ends the worker's loop once its parent is gone, takes the parent's
+    pid when that loop begins, after this worker's start: a training process killed in between
+    (a worker slow to start on a loaded machine) left the worker's parent init, which the watchdog
+    then watched, and the worker waited for indexes from nobody for ever."""
+    base = torch_worker.ManagerWatchdog
+
+    class TrainingProcessWatchdog(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.manager_pid = training
+
+    if os.name == "posix":  # (elsewhere PyTorch watches a handle of its parent's process)
+        torch_worker.ManagerWatchdog = TrainingProcessWatchdog  # type: ignore[misc]
+
+
+def skip_queue_joins_once_orphaned(training: int | None = None) -> None:
     """In a worker, before its first message: its queues' exit waits are skipped once the
-    process that started it is gone (set in this process only)."""
-    parent = os.getppid()
+    process that started it (``training``, where known from before the fork) is gone (set in
+    this process only)."""
+    parent = os.getppid() if training is None else training
     # (if the parent is itself a worker, this is its own: its parent gone too, the wait is skipped)
     join: Callable[[Any], None] = multiprocessing.queues.Queue._finalize_join
 

@@ -58,7 +58,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..storage.retry import abandon_process_reads_when, answered_hosts, take_answered_hosts
 from .message_buffers import ReleaseTable, WorkerBuffers, install
-from .orphaned_workers import skip_queue_joins_once_orphaned
+from .orphaned_workers import skip_queue_joins_once_orphaned, watch_the_training_process
 from .shared_events import SetHere
 from .socket_folder import check_socket_folder
 from .whole_messages import WholeMessages
@@ -125,6 +125,7 @@ class LoaderWorker:
         self.shutdown: Any = None  # the multiprocessing Event its iterator sets when it stops its workers
         self.started: Any = None  # a shared byte per worker, set as the worker starts (see START_S)
         self.answered: frozenset[str] = frozenset()  # the hosts that answered the training process
+        self.training: int | None = None  # the training process's pid, where it is the workers' parent
 
     def __call__(self, worker_id: int) -> None:
         if self.started is not None:
@@ -137,7 +138,9 @@ class LoaderWorker:
         if self.shutdown is not None:  # a read that retries when the loader stops its workers gives up
             abandon_process_reads_when(self.shutdown)
         take_answered_hosts(self.answered)  # as a forked worker inherits them (a spawned one does not)
-        skip_queue_joins_once_orphaned()
+        if self.training is not None:
+            watch_the_training_process(self.training)
+        skip_queue_joins_once_orphaned(self.training)
         info = get_worker_info()
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]
@@ -187,6 +190,8 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()
             self._started = loader.worker_init_fn.started = context.Array("b", loader.num_workers, lock=False)
             loader.worker_init_fn.answered = answered_hosts()
+            forked_here = context.get_start_method() in ("fork", "spawn")  # (forkserver's: the server's children)
+            loader.worker_init_fn.training = os.getpid() if forked_here else None
         loader._starting = self  # cut in what follows (Ctrl-C pressed twice), it is the loader's to stop
         super().__init__(loader)
         loader._starting = None

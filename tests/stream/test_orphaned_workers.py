@@ -56,3 +56,35 @@ def test_workers_of_a_killed_training_process_exit(tmp_path: Path) -> None:
     finally:  # (a worker that waits for ever is not left behind)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
+
+
+KILLED_AS_WORKERS_START = textwrap.dedent("""
+    import multiprocessing, os, signal, sys, threading, time
+    sys.path.insert(0, os.getcwd())
+    from pipeline import make_loader
+
+    loader = make_loader(sys.argv[1], num_workers=1, batch_size=64, worker_init_fn=lambda worker: time.sleep(2))
+    threading.Thread(target=next, args=(iter(loader),), daemon=True).start()  # (forks the worker: 2 s of start)
+    while not multiprocessing.active_children():
+        time.sleep(0.01)
+    print(*[worker.pid for worker in multiprocessing.active_children()], flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_worker_still_starting_when_the_training_process_is_killed_exits(tmp_path: Path) -> None:
+    """PyTorch's watchdog takes the worker's parent as its loop begins: a training process killed
+    while the worker started left init its parent, which the watchdog then watched for ever."""
+    text = text_shards(tmp_path / "text")
+    run = start_script(tmp_path, KILLED_AS_WORKERS_START, text, stderr=subprocess.DEVNULL)
+    try:
+        workers = [int(pid) for pid in run.stdout.readline().split()]
+        run.wait(timeout=60)
+        assert len(workers) == 1 and run.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 30  # (2 s of start, then the watchdog looks every 5 s)
+        while not gone(workers[0]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gone(workers[0])
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
