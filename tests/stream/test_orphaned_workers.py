@@ -43,16 +43,22 @@ def gone(pid: int) -> bool:
 
 @pytest.mark.skipif(not wchan_names_functions(), reason="finds the writing worker by its wait channel in /proc")
 def test_workers_of_a_killed_training_process_exit(tmp_path: Path) -> None:
+    assert workers_left_after_the_kill(tmp_path, SCRIPT, workers=2) == []
+
+
+def workers_left_after_the_kill(tmp_path: Path, script: str, workers: int) -> list[int]:
+    """The workers of ``script`` (which prints their pids, then kills itself) still there a minute
+    after it was killed (PyTorch's watchdog looks every 5 s)."""
     text = text_shards(tmp_path / "text")
-    run = start_script(tmp_path, SCRIPT, text, stderr=subprocess.DEVNULL)
+    run = start_script(tmp_path, script, text, stderr=subprocess.DEVNULL)
     try:
-        workers = [int(pid) for pid in run.stdout.readline().split()]
+        pids = [int(pid) for pid in run.stdout.readline().split()]
         run.wait(timeout=60)
-        assert len(workers) == 2 and run.returncode == -signal.SIGKILL
-        deadline = time.monotonic() + 60  # (PyTorch's watchdog looks every 5 s)
-        while not all(gone(pid) for pid in workers) and time.monotonic() < deadline:
+        assert len(pids) == workers and run.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 60
+        while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert [pid for pid in workers if not gone(pid)] == []
+        return [pid for pid in pids if not gone(pid)]
     finally:  # (a worker that waits for ever is not left behind)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
@@ -75,16 +81,4 @@ KILLED_AS_WORKERS_START = textwrap.dedent("""
 def test_a_worker_still_starting_when_the_training_process_is_killed_exits(tmp_path: Path) -> None:
     """PyTorch's watchdog takes the worker's parent as its loop begins: a training process killed
     while the worker started left init its parent, which the watchdog then watched for ever."""
-    text = text_shards(tmp_path / "text")
-    run = start_script(tmp_path, KILLED_AS_WORKERS_START, text, stderr=subprocess.DEVNULL)
-    try:
-        workers = [int(pid) for pid in run.stdout.readline().split()]
-        run.wait(timeout=60)
-        assert len(workers) == 1 and run.returncode == -signal.SIGKILL
-        deadline = time.monotonic() + 30  # (2 s of start, then the watchdog looks every 5 s)
-        while not gone(workers[0]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert gone(workers[0])
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.pid, signal.SIGKILL)
+    assert workers_left_after_the_kill(tmp_path, KILLED_AS_WORKERS_START, workers=1) == []
