@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import os
 import shlex
 from pathlib import Path
@@ -170,12 +171,16 @@ class TableSource(Source):
         folder all inputs lie in (the base name alone took one partition's ``part-0.parquet``
         for another's, and a resume kept shards of other rows), and its size and time: a file
         written again is new rows, however many."""
-        names = _plan_names(self.paths)
-
         def name_of(i: int) -> tuple[str, int, int, int]:
             file = self.units[i].file
-            return names[file], self.versions[file].size, self.versions[file].mtime_ns // 10**9, self.units[i].locator
+            return self._names_in_plan[file], self.versions[file].size, self.versions[file].mtime_ns // 10**9, \
+                self.units[i].locator
         span_identity(digest, self._starts, name_of, start + self._skip, stop + self._skip)
+
+    @functools.cached_property
+    def _names_in_plan(self) -> list[str]:
+        """The files' names in a plan (see :func:`_plan_names`): once, not for each shard planned."""
+        return _plan_names(self.paths)
 
     def why_shapes_vary(self, field: str) -> str:
         if field not in self.fill or self.kinds[field] != RAGGED:
