@@ -37,6 +37,7 @@ from .msgpack_walk import (
     ext_code,
     field_name,
     object_end,
+    starts_a_map,
 )
 from .numbers import outside_int64
 from .tar import DEFAULT_MAX_MEMBER_BYTES
@@ -364,6 +365,15 @@ def _field_value(view: memoryview, pos: int, end: int, name: str) -> Any:
         raise SampleError(f"field {name!r}: not valid msgpack: {type(exc).__name__}: {exc}") from None
 
 
+def _not_a_map(view: memoryview) -> str:
+    """Why a record's bytes that do not start a msgpack map are no record."""
+    if not len(view):
+        return "not a valid msgpack record: empty"
+    if view[0] == 0xC1:
+        return "not a valid msgpack record: it starts with byte 0xc1"
+    return f"a record must be a msgpack map, this one starts with byte 0x{view[0]:02x}"
+
+
 def decode_record(data: bytes | memoryview) -> dict[str, Any]:
     """Decode a record payload into its map of fields; arrays are read-only views of ``data``
     (no copy: keep ``data`` alive as long as them, which they do by reference).
@@ -379,15 +389,13 @@ def decode_record(data: bytes | memoryview) -> dict[str, Any]:
     """
     view = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
     first = view[0] if len(view) else 0xC1
-    if 0x80 <= first <= 0x8F:
+    if not starts_a_map(first):
+        raise SampleError(_not_a_map(view))
+    if first <= 0x8F:
         count, pos = first & 0x0F, 1
-    elif first in (0xDE, 0xDF):
+    else:
         width = 2 if first == 0xDE else 4
         count, pos = declared_length(view, 0, width), 1 + width
-    elif first == 0xC1:
-        raise SampleError("not a valid msgpack record" + (": it starts with byte 0xc1" if len(view) else ": empty"))
-    else:
-        raise SampleError(f"a record must be a msgpack map, this one starts with byte 0x{first:02x}")
     fields: dict[str, Any] = {}
     for _ in range(count):
         name, pos = field_name(view, pos)

@@ -38,6 +38,15 @@ FIXED_SIZES = {0xC0: 1, 0xC2: 1, 0xC3: 1, 0xCC: 2, 0xD0: 2, 0xCD: 3, 0xD1: 3, 0x
                 0xCB: 9, 0xCF: 9, 0xD3: 9}
 
 
+#: Header bytes of maps that are not fixmaps (0x80-0x8f): map16 and map32.
+MAP_TAGS = (0xDE, 0xDF)
+
+
+def starts_a_map(first: int) -> bool:
+    """Whether a msgpack object whose first byte is ``first`` is a map (fixmap, map16, map32)."""
+    return 0x80 <= first <= 0x8F or first in MAP_TAGS
+
+
 def declared_length(view: memoryview, pos: int, size: int) -> int:
     """The big-endian length of ``size`` bytes that follows the header byte at ``pos``."""
     if pos + 1 + size > len(view):

@@ -20,6 +20,7 @@ import numpy as np
 from . import npy
 from .codec import array_view, check_dtype, decode_record
 from .errors import SampleError, ShardError
+from .msgpack_walk import starts_a_map
 from .tar import DEFAULT_MAX_MEMBER_BYTES, BrokenAfterEnd, BrokenAfterMember, iter_members, split_name
 
 
@@ -100,20 +101,6 @@ def _load_npy(data: bytes | memoryview) -> np.ndarray:
     return array_view(data, dtype, shape, start, fortran)
 
 
-_DECODERS: dict[str, Callable[[bytes], Any]] = {
-    "npy": _load_npy,
-    "cls": lambda b: int(b),
-    "cls2": lambda b: int(b),
-    "index": lambda b: int(b),
-    "id": lambda b: int(b),
-    "json": json.loads,
-    "jsn": json.loads,
-    "txt": lambda b: b.decode("utf-8"),
-    "text": lambda b: b.decode("utf-8"),
-    "msgpack": lambda b: _msgpack_value(b),  # (webdataset's field of that name)
-}
-
-
 def _msgpack_value(data: bytes) -> Any:
     """A foreign ``.msgpack`` member's value; one Python cannot hold (a map keyed by a list: a
     TypeError) is a :class:`SampleError`, as any member that does not decode."""
@@ -121,6 +108,20 @@ def _msgpack_value(data: bytes) -> Any:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except TypeError as exc:
         raise SampleError(f"member 'msgpack': a msgpack value Python cannot hold ({exc})") from None
+
+
+_DECODERS: dict[str, Callable[[bytes], Any]] = {
+    "npy": _load_npy,
+    "cls": int,
+    "cls2": int,
+    "index": int,
+    "id": int,
+    "json": json.loads,
+    "jsn": json.loads,
+    "txt": lambda b: b.decode("utf-8"),
+    "text": lambda b: b.decode("utf-8"),
+    "msgpack": _msgpack_value,  # (webdataset's field of that name)
+}
 
 
 def decode_member(ext: str, data: bytes | memoryview) -> Any:
@@ -155,7 +156,7 @@ def _ours(members: dict[str, Any]) -> bool:
     data = members.get("msgpack")
     if data is None or len(members) > 1:
         return False
-    if len(data) and (0x80 <= data[0] <= 0x8F or data[0] in (0xDE, 0xDF)):
+    if len(data) and starts_a_map(data[0]):
         return True
     try:
         msgpack.unpackb(data, raw=False, strict_map_key=False)
