@@ -176,11 +176,12 @@ class ShardDataset(IterableDataset):
         self.shuffle_buffer = shuffle_buffer or self._default_buffer()
         if self.sources is not None:
             default = REMOTE_CHUNKS_PER_BUFFER if self._remote() else CHUNKS_PER_BUFFER
-            self.sources.cut(self.shuffle_buffer, max(default if chunks_per_buffer is None else chunks_per_buffer, 1))
+            self.sources.cut(self.shuffle_buffer, max(default if chunks_per_buffer is None else chunks_per_buffer, 1),
+                             self.world_size)
         self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
         self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers
         self._epoch = SharedEpoch()  # (persistent DataLoader workers see set_epoch())
-        self._position: tuple[int, tuple[Leg, ...], int] | None = None  # a resumed epoch: legs, batches
+        self._position: tuple[int, tuple[Leg, ...], int, bool] | None = None  # resumed: legs, batches, layout
         check_ranks_agree(self)
 
     def _open(self, source: Sources, weights: Mapping[str, float] | None, samples: Mapping[str, int] | None,
@@ -229,7 +230,13 @@ class ShardDataset(IterableDataset):
     @property
     def plan_config(self) -> PlanConfig:
         return PlanConfig(self.seed, self.batch_size, self.drop_last, self.remainder, self.shuffle,
-                          self.shuffle_buffer)
+                          self.shuffle_buffer, self.short_last_unit)
+
+    @property
+    def short_last_unit(self) -> bool:
+        """Whether the epoch under way is laid out as by version 3 and before (a checkpoint of
+        theirs taken in its middle, resumed): each rank's rest of a unit a unit of its own."""
+        return self._position is not None and self._position[0] == self.epoch and self._position[3]
 
     @property
     def epoch(self) -> int:
@@ -248,14 +255,15 @@ class ShardDataset(IterableDataset):
         copied._epoch = copy.copy(self._epoch)
         return copied
 
-    def resume(self, epoch: int, legs: Sequence[Leg], batches: int) -> None:
+    def resume(self, epoch: int, legs: Sequence[Leg], batches: int, short_last_unit: bool = False) -> None:
         """Continue ``epoch`` after ``legs`` (stretches on other world sizes) and the ``batches``
-        this rank delivered since; set by the loader's ``load_state_dict``."""
+        this rank delivered since, in the layout of version 3 and before where
+        ``short_last_unit``; set by the loader's ``load_state_dict``."""
         if (legs or batches) and not self.exact:
             raise ValueError("resuming in the middle of an epoch needs an index; shards without one "
                              "resume at the next epoch boundary")
         self.set_epoch(epoch)
-        self._position = (epoch, tuple(legs), int(batches))
+        self._position = (epoch, tuple(legs), int(batches), short_last_unit)
 
     def position(self, epoch: int | None = None) -> tuple[tuple[Leg, ...], int]:
         """The legs before this one and the batches delivered in it, for ``epoch``."""

@@ -85,6 +85,7 @@ class ShardLoader(DataLoader):
         self._epoch = dataset.epoch
         self._legs: list[Leg] = []  # stretches of this epoch run on other world sizes
         self._batches = 0  # batches of this rank delivered in the current stretch
+        self._short_last_unit: int | None = None  # an epoch laid out as by version 3 (a checkpoint of it, loaded)
         self._workers_resumed = False  # whether persistent workers hold a plan from the middle of an epoch
         self._waited = self._stepped = 0.0  # seconds the training loop waited for batches, and ran its body
         self._generation = 0  # changed by set_epoch and load_state_dict: a loop begun before then is stale
@@ -125,7 +126,7 @@ class ShardLoader(DataLoader):
                         f"{self._batches} batches in): epoch {epoch} plays from its start. To go on from the "
                         f"checkpoint, count epochs from its epoch (set_epoch({self._epoch})), or leave set_epoch out")
         if epoch != self._epoch or not self._loaded:
-            self._epoch, self._legs, self._batches = epoch, [], 0
+            self._epoch, self._legs, self._batches, self._short_last_unit = epoch, [], 0, None
         self._settled_from = None
 
     def give_back(self, batches: int) -> None:
@@ -185,7 +186,8 @@ class ShardLoader(DataLoader):
                              f"earlier loop took, which needs an index (shards without one are streamed whole, with "
                              f"no plan to go on from): call loader.set_epoch(...) to play an epoch from its start, or "
                              f"index the shards in place (pipeline index) so that loops and checkpoints go on exactly")
-        dataset.resume(self._epoch, self._legs, self._batches) if resumed else dataset.set_epoch(self._epoch)
+        dataset.resume(self._epoch, self._legs, self._batches, self._short_last_unit == self._epoch) if resumed \
+            else dataset.set_epoch(self._epoch)
         if not resumed and dataset.exact and not len(self):
             warn_caller(f"epoch {self._epoch} has no batch for rank {dataset.rank}: {dataset.samples} samples on "
                         f"{dataset.world_size} rank(s), batch_size={dataset.batch_size}, drop_last={dataset.drop_last}, "
@@ -329,7 +331,7 @@ class ShardLoader(DataLoader):
         self._settle()
         epoch, legs, batches = self._settled_from if in_flight and self._settled_from is not None else (
             self._epoch, self._legs, self._batches)  # batches in flight: of the epoch the loop took the last of
-        position = Position(epoch, tuple(legs), batches - in_flight)
+        position = Position(epoch, tuple(legs), batches - in_flight, self._short_last_unit == epoch)
         return loader_state(self.dataset, position)  # type: ignore[arg-type]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -337,7 +339,8 @@ class ShardLoader(DataLoader):
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
         position = resumed_position(dataset, state)
         if position.middle:
-            dataset.resume(position.epoch, position.legs, position.batches)
+            dataset.resume(position.epoch, position.legs, position.batches, position.short_last_unit)
+        self._short_last_unit = position.epoch if position.short_last_unit else None
         self._epoch, self._legs, self._batches = position.epoch, list(position.legs), position.batches
         self._workers_resumed = True  # persistent workers hold the dataset as it was: start new ones
         self._generation += 1  # a loop under way ends at its next step

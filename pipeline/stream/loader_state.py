@@ -16,19 +16,18 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from ..format.numbers import is_whole
-from .options import CHUNKS_PER_BUFFER, REMOTE_CHUNKS_PER_BUFFER
 from .plan import Leg, leg_remainder, leg_sequences, rank_batches
 from .shards import IndexedShards
 
 if TYPE_CHECKING:
     from .dataset import ShardDataset
 
-STATE_VERSION = 3
-#: What the plan depends on: a checkpoint of another value cannot be continued mid-epoch.
-_PLAN_KEYS = ("sources", "seed", "batch_size", "drop_last", "remainder", "shuffle", "shuffle_buffer", "samples",
-              "chunk_samples")
+STATE_VERSION = 4
+#: What the plan depends on: a checkpoint of another value cannot be continued mid-epoch. (Its
+#: chunks too, ``chunk_samples``, which a resumed epoch keeps whatever the chunks now.)
+_PLAN_KEYS = ("sources", "seed", "batch_size", "drop_last", "remainder", "shuffle", "shuffle_buffer", "samples")
 #: Of those, what may change at an epoch boundary.
-_BETWEEN_EPOCHS = ("batch_size", "drop_last", "remainder", "shuffle_buffer", "samples", "chunk_samples", "sources")
+_BETWEEN_EPOCHS = ("batch_size", "drop_last", "remainder", "shuffle_buffer", "samples", "sources")
 _POSITION_KEYS = ("epoch", "legs", "batches", "world_size")
 
 
@@ -40,6 +39,7 @@ class Position:
     epoch: int
     legs: tuple[Leg, ...]
     batches: int
+    short_last_unit: bool = False  # laid out as by version 3 and before (a checkpoint of theirs, resumed)
 
     @property
     def middle(self) -> bool:
@@ -51,7 +51,10 @@ def loader_state(dataset: ShardDataset, position: Position) -> dict[str, Any]:
     state: dict[str, Any] = {"version": STATE_VERSION, "epoch": position.epoch,
                              "legs": [[leg.world, leg.batches] for leg in position.legs],
                              "batches": position.batches, "world_size": dataset.world_size}
+    if position.short_last_unit and position.middle:
+        state["short_last_unit"] = True
     state.update({key: _plan_value(dataset, key) for key in _PLAN_KEYS})
+    state["chunk_samples"] = _epoch_chunks(dataset, position.epoch)
     state["mix"] = dataset.sources.state(position.epoch) if dataset.sources and dataset.sources.mixed else None
     return state
 
@@ -73,14 +76,15 @@ def resumed_position(dataset: ShardDataset, state: Mapping[str, Any]) -> Positio
                      "this epoch ended, at a checkpoint taken after its loop; one taken in its last step is still in "
                      "the epoch)")
             raise ValueError(f"cannot resume: {_difference(dataset, key, state.get(key), mine)}{when}")
-    _continue_mix(dataset, state, saved.middle)
+    _continue_streams(dataset, state, saved.middle)
     world = int(state["world_size"])
     if saved.middle:
         _check_inside_epoch(dataset, saved, world)
         if state["version"] == 2:  # (an upgraded state keeps the version it was written in)
             _check_version_2_padding(dataset, saved, world)
     if saved.middle and world != dataset.world_size:  # an elastic restart: a new leg
-        return Position(saved.epoch, saved.legs + ((Leg(world, saved.batches),) if saved.batches else ()), 0)
+        return Position(saved.epoch, saved.legs + ((Leg(world, saved.batches),) if saved.batches else ()), 0,
+                        saved.short_last_unit)
     return saved
 
 
@@ -94,10 +98,12 @@ def _upgraded(state: Mapping[str, Any]) -> Mapping[str, Any]:
                          f"has no 'version'; its keys: {sorted(map(str, state))[:8]})")
     if state.get("version") == 1 and not state.get("legs"):
         return {**state, "legs": [], "batches": 0, "shuffle_buffer": None, "mix": None}
-    if state.get("version") not in (2, STATE_VERSION):
+    if state.get("version") not in (2, 3, STATE_VERSION):
         raise ValueError(f"loader state version {state.get('version')!r} is not supported (this library writes "
                          f"{STATE_VERSION}; a state of version 1 resumes at an epoch boundary only, one of version 2 "
                          f"wherever its plan is this version's)")
+    if state["version"] in (2, 3):  # their epochs gave each rank's rest of a unit a unit of its own
+        return {**state, "short_last_unit": True}
     return state
 
 
@@ -117,7 +123,7 @@ def _saved_position(state: Mapping[str, Any]) -> Position:
     if epoch < 0 or batches < 0 or world < 1 or any(leg.world < 1 or leg.batches < 0 for leg in legs):
         raise ValueError(f"not a loader state: epoch {epoch}, legs {[[leg.world, leg.batches] for leg in legs]}, batches "
                          f"{batches} and world_size {world} cannot be negative (nor a world size 0)")
-    return Position(epoch, legs, batches)
+    return Position(epoch, legs, batches, bool(state.get("short_last_unit", False)))
 
 
 def _whole(value: Any) -> int:
@@ -181,29 +187,43 @@ def _check_mix_names(dataset: ShardDataset, state: Mapping[str, Any]) -> None:
                          f"load_state_dict (every source's stream then starts over)")
 
 
-def _continue_mix(dataset: ShardDataset, state: Mapping[str, Any], middle: bool) -> None:
-    """Carry a mix's stream positions over from ``state``; its shares may change at an epoch
-    boundary only."""
-    mix, sources = state.get("mix"), dataset.sources
-    if mix is None or sources is None:
+def _continue_streams(dataset: ShardDataset, state: Mapping[str, Any], middle: bool) -> None:
+    """An epoch resumed in its middle keeps the chunks it began on; a mix's stream positions are
+    carried over from ``state`` (its shares may change at an epoch boundary only)."""
+    mix, sources, epoch = state.get("mix"), dataset.sources, int(state["epoch"])
+    if sources is None:
+        return
+    sources.resume_cut(epoch, _chunk_sizes(state, len(sources.chunks)) if middle else None)
+    if mix is None:
         return
     if middle and list(mix["counts"]) != sources.counts:
         raise ValueError(f"cannot resume: the checkpoint's epoch takes {dict(zip(sources.names, mix['counts']))} "
                          f"samples of its sources, this loader's {dict(zip(sources.names, sources.counts))}: "
                          f"weights and samples can change only at an epoch boundary")
     began = mix.get("pass_chunks") or state.get("chunk_samples") or [c.per_chunk for c in sources.chunks]
-    sources.hold_passes(int(state["epoch"]), [int(o) for o in mix["offsets"]], [int(n) for n in began])
+    sources.hold_passes(epoch, [int(o) for o in mix["offsets"]], [int(n) for n in began])
+
+
+def _chunk_sizes(state: Mapping[str, Any], sources: int) -> list[int] | None:
+    """The chunk size of each source's passes begun in the checkpoint's epoch (None in a state
+    of shards without an index)."""
+    sizes = state.get("chunk_samples")
+    if sizes is None:
+        return None
+    try:
+        sizes = [_whole(n) for n in sizes]
+    except TypeError:
+        sizes = []
+    if len(sizes) != sources or min(sizes) < 1:
+        raise ValueError(f"not a loader state: chunk_samples {state.get('chunk_samples')!r} must be a chunk size "
+                         f"(a whole number >= 1) for each of the {sources} source(s)")
+    return sizes
 
 
 def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:
     """What differs between a checkpoint's plan and this loader's, in words."""
     if key == "samples":
         return f"the checkpoint's epoch holds {theirs} samples (of all its sources), this loader's {mine}"
-    if key == "chunk_samples":
-        return (f"the checkpoint cut its sources into chunks of {theirs} samples, this loader into {mine} (set by "
-                f"shuffle_buffer and chunks_per_buffer, which is {CHUNKS_PER_BUFFER} for local shards and "
-                f"{REMOTE_CHUNKS_PER_BUFFER} for remote ones unless given: the same set read from disk and over "
-                f"the network is cut otherwise; pass the checkpoint's run's shuffle_buffer and chunks_per_buffer)")
     if key == "sources":
         names = dataset.sources.names if dataset.sources else []
         if names == [""]:  # one source, unnamed
@@ -219,18 +239,22 @@ def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:
 def plan_values(dataset: ShardDataset) -> dict[str, Any]:
     """What the epoch plan of ``dataset`` depends on (besides the world size), a mix's shares with it."""
     plan = {key: _plan_value(dataset, key) for key in _PLAN_KEYS}
+    plan["chunk_samples"] = _epoch_chunks(dataset, dataset.epoch)
     if dataset.sources is not None and dataset.sources.mixed:
         plan["mix"] = dict(zip(dataset.sources.names, dataset.sources.counts))
     return plan
 
 
+def _epoch_chunks(dataset: ShardDataset, epoch: int) -> list[int] | None:
+    """The chunk size of each source's passes that begin in ``epoch``."""
+    return dataset.sources.epoch_chunks(epoch) if dataset.exact else None  # type: ignore[union-attr]
+
+
 def _plan_value(dataset: ShardDataset, key: str) -> Any:
-    if key in ("samples", "chunk_samples", "sources") and not dataset.exact:
+    if key in ("samples", "sources") and not dataset.exact:
         return None
     if key == "samples":
         return dataset.samples
-    if key == "chunk_samples":
-        return [chunks.per_chunk for chunks in dataset.sources.chunks]  # type: ignore[union-attr]
     if key == "sources":
         return dataset.sources.fingerprints()  # type: ignore[union-attr]
     return getattr(dataset, key)

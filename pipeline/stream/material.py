@@ -136,7 +136,7 @@ def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count:
         lo = np.maximum(within - begins, 0)
         hi = np.minimum(last - begins, rows[taken])
         piece = (taken, lo.astype(np.int32), hi.astype(np.int32))
-        parts.append(piece if cut is chunks else rechunked(*piece, cut, chunks))
+        parts.append(piece if cut is chunks else rechunked(*piece, cut, chunks)[:3])
         position = number * total + last
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32)
@@ -156,10 +156,10 @@ class HeldPass:
 
 
 def rechunked(chunk: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: ChunkTable,
-              chunks: ChunkTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              chunks: ChunkTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pieces ``(chunk, lo, hi)`` of the chunks ``cut`` as the same rows, in the same order, in
     pieces of the chunks ``chunks`` (of the same shards): what every reader of an epoch's
-    material counts in."""
+    material counts in; and for each, the piece of ``cut`` it comes from."""
     shard = np.searchsorted(cut.first_chunk, chunk, side="right") - 1
     first = (chunk - cut.first_chunk[shard]) * cut.per_chunk + lo  # rows of the shard
     stop = first - lo + hi
@@ -170,7 +170,7 @@ def rechunked(chunk: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: ChunkTable
     new_lo = np.maximum(first[which] - within * size, 0)
     new_hi = np.minimum(stop[which] - within * size, size)
     return ((chunks.first_chunk[shard[which]] + within).astype(np.int64), new_lo.astype(np.int32),
-            new_hi.astype(np.int32))
+            new_hi.astype(np.int32), which)
 
 
 def epoch_material(sources: Sequence[ChunkTable], counts: Sequence[int], offsets: Sequence[int], seed: int,
@@ -189,6 +189,28 @@ def epoch_material(sources: Sequence[ChunkTable], counts: Sequence[int], offsets
                                for c in columns])
         order = np.argsort(keys, kind="stable")
         source, chunk, lo, hi = source[order], chunk[order], lo[order], hi[order]
+    return _laid_end_to_end(source, chunk, lo, hi)
+
+
+def in_chunks(material: Material, cuts: Sequence[ChunkTable], chunks: Sequence[ChunkTable]) -> Material:
+    """``material`` laid out on the chunks ``cuts`` (an epoch resumed in its middle keeps the
+    chunks it began on), as the same samples in the same order in pieces of ``chunks``, the
+    sources' chunks now, which readers count in."""
+    if all(cut is now for cut, now in zip(cuts, chunks)):
+        return material
+    parts = []
+    for s in range(len(chunks)):
+        mine = np.flatnonzero(material.source == s)
+        piece = material.chunk[mine], material.lo[mine], material.hi[mine]
+        chunk, lo, hi, which = (*piece, None) if cuts[s] is chunks[s] else rechunked(*piece, cuts[s], chunks[s])
+        parts.append((mine if which is None else mine[which], np.full(len(chunk), s, np.int16), chunk, lo, hi))
+    where, source, chunk, lo, hi = (np.concatenate([p[i] for p in parts]) for i in range(5))
+    order = np.argsort(where, kind="stable")
+    source, chunk, lo, hi = source[order], chunk[order], lo[order], hi[order]
+    return _laid_end_to_end(source, chunk, lo, hi)
+
+
+def _laid_end_to_end(source: np.ndarray, chunk: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Material:
     starts = np.zeros(len(chunk) + 1, np.int64)
     np.cumsum(hi - lo, out=starts[1:])
     return Material(source, chunk, lo, hi, starts)

@@ -50,6 +50,7 @@ class PlanConfig:
     remainder: Remainder
     shuffle: bool
     window: int  # samples a unit holds at most (the shuffle window), rounded up to whole batches
+    short_last_unit: bool = False  # the layout of version 3 and before (see RankSequence.units)
 
 
 def rank_span(samples: int, world: int, rank: int, remainder: Remainder) -> tuple[int, int]:
@@ -93,14 +94,23 @@ class RankSequence:
     length: int
     pool: int
     unit: int
+    short_last_unit: bool = False
 
     @property
     def units(self) -> int:
-        return -(-self.length // self.unit)
+        """The units of the sequence: a rest shorter than a quarter of a unit is part of the last whole
+        one, as a unit of its own would be one or two chunks: batches of one shard, one class."""
+        units = -(-self.length // self.unit)
+        rest = self.length - (units - 1) * self.unit
+        return units - 1 if units > 1 and 4 * rest < self.unit and not self.short_last_unit else units
 
     def unit_range(self, u: int) -> tuple[int, int]:
         """Sequence positions ``[begin, end)`` of unit ``u``."""
-        return u * self.unit, min((u + 1) * self.unit, self.length)
+        return u * self.unit, self.length if u == self.units - 1 else min((u + 1) * self.unit, self.length)
+
+    def unit_of(self, within: np.ndarray | int) -> np.ndarray | int:
+        """The unit of each of the sequence positions ``within``."""
+        return np.minimum(within // self.unit, max(self.units - 1, 0))
 
     def unit_order(self, u: int, config: PlanConfig, epoch: int) -> np.ndarray:
         """Pool positions of unit ``u``'s samples, in emission order: drawn from its place."""
@@ -122,7 +132,7 @@ def leg_sequences(samples: int, config: PlanConfig, legs: Sequence[Leg]) -> list
         for r in range(leg.world):
             start, stop = rank_span(pool, leg.world, r, remainder)
             length = stop - start if pool else 0
-            ranks.append(RankSequence(j, r, start, length, pool, unit_size(length, config)))
+            ranks.append(RankSequence(j, r, start, length, pool, unit_size(length, config), config.short_last_unit))
         out.append(ranks)
         pool = sum(s.length - delivered_in(s, leg, config) for s in ranks)
     return out
@@ -161,8 +171,9 @@ def material_positions(sequences: list[list[RankSequence]], legs: Sequence[Leg],
     for j in range(len(sequences) - 1, 0, -1):  # back through the legs: pool -> sequence of the leg before
         ranks, within = pool_to_previous(positions, sequences[j - 1], legs[j - 1], config)
         if j == 1:
-            first_units = np.array([s.unit for s in sequences[0]], dtype=np.int64)
-            blocks = ranks.astype(np.int64) * (1 << 32) + within // first_units[ranks]
+            blocks = ranks.astype(np.int64) * (1 << 32)
+            for r in np.unique(ranks).tolist():
+                blocks[ranks == r] += sequences[0][r].unit_of(within[ranks == r])
         positions = np.empty_like(within)
         for r in np.unique(ranks).tolist():
             mask = ranks == r
@@ -173,7 +184,7 @@ def material_positions(sequences: list[list[RankSequence]], legs: Sequence[Leg],
 def sequence_positions(sequence: RankSequence, within: np.ndarray, config: PlanConfig, epoch: int) -> np.ndarray:
     """Pool positions of the samples at sequence positions ``within`` (emitted unit by unit)."""
     out = np.empty(len(within), dtype=np.int64)
-    units = within // sequence.unit
+    units = sequence.unit_of(within)
     for u in np.unique(units).tolist():
         mask = units == u
         order = sequence.unit_order(u, config, epoch)
@@ -193,7 +204,7 @@ def worker_units(sequence: RankSequence, done_batches: int, config: PlanConfig, 
     """The units of ``sequence`` that ``worker`` of ``workers`` reads once ``done_batches`` of the
     rank are delivered: every ``workers``-th unit from the first one not wholly delivered; and
     how many samples of its first unit were delivered already (when that unit is this worker's)."""
-    first = done_batches * config.batch_size // sequence.unit
+    first = int(sequence.unit_of(done_batches * config.batch_size))
     skip = done_batches * config.batch_size - first * sequence.unit
     units = list(range(first + worker, sequence.units, workers))
     return units, skip if worker == 0 else 0

@@ -23,11 +23,13 @@ def delivered_per_source(material: Material, sources: int, sequences: list[list[
     for j, leg in enumerate(legs):
         for sequence in sequences[j]:
             delivered = delivered_in(sequence, leg, config)
+            touched = int(sequence.unit_of(delivered - 1)) + 1 if delivered else 0
             first = 0
             if j == 0:  # the whole units: one stretch of the material
-                first = delivered // sequence.unit
-                counts += stretch_counts(material, sequence.start, sequence.start + first * sequence.unit, sources)
-            for u in range(first, -(-delivered // sequence.unit)):
+                first = touched if delivered == sequence.length else int(sequence.unit_of(delivered))
+                whole = sequence.unit_range(first - 1)[1] if first else 0
+                counts += stretch_counts(material, sequence.start, sequence.start + whole, sources)
+            for u in range(first, touched):
                 positions, _ = material_positions(sequences[:j + 1], legs[:j + 1], config, epoch, sequence.rank, [u])
                 counts += source_counts(material, positions[:delivered - u * sequence.unit], sources)
     return counts

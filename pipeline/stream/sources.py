@@ -24,7 +24,7 @@ from ..format.numbers import is_whole
 from ..format.packing import SAMPLE_KEY
 from ..storage.indexes import IndexedShards
 from ..storage.retry import RetryPolicy
-from .material import ChunkTable, HeldPass, Material, chunk_table, epoch_material, mix_counts
+from .material import ChunkTable, HeldPass, Material, chunk_table, epoch_material, in_chunks, mix_counts
 from .shards import ForeignShards, resolve_shards
 from .stats import ReadStats
 
@@ -42,6 +42,7 @@ class SourceSet:
     base_offsets: list[int] = field(default_factory=list)
     held: list[HeldPass | None] = field(default_factory=list)
     _fingerprints: list[str] = field(default_factory=list, repr=False)
+    resumed: tuple[int, list[ChunkTable]] | None = None  # an epoch resumed in its middle, and its chunks
     _material: tuple[tuple, Material] | None = field(default=None, repr=False)
 
     @property
@@ -68,9 +69,24 @@ class SourceSet:
         """The epoch's material; the last one is kept (the main process asks again for progress)."""
         key = (seed, epoch, shuffle, tuple(self.offsets(epoch)), tuple(self.counts))  # (hold_passes forgets it)
         if self._material is None or self._material[0] != key:
-            self._material = (key, epoch_material(self.chunks, self.counts, self.offsets(epoch), seed, epoch, shuffle,
-                                                  self.held))
+            cuts = self.cuts(epoch)
+            laid = epoch_material(cuts, self.counts, self.offsets(epoch), seed, epoch, shuffle, self.held)
+            self._material = (key, in_chunks(laid, cuts, self.chunks))
         return self._material[1]
+
+    def cuts(self, epoch: int) -> list[ChunkTable]:
+        """The chunks each source's passes begun in ``epoch`` are cut into: the sources' chunks,
+        but those an epoch resumed in its middle began on (another world size, or other
+        ``chunks_per_buffer``, cuts others: its samples stay where they were)."""
+        return self.resumed[1] if self.resumed is not None and self.resumed[0] == epoch else self.chunks
+
+    def resume_cut(self, epoch: int, sizes: Sequence[int] | None) -> None:
+        """Keep the chunks of ``sizes`` samples for ``epoch``, resumed in its middle (None: no epoch)."""
+        self._material = None
+        same = sizes is None or [c.per_chunk for c in self.chunks] == list(sizes)
+        self.resumed = None if same else (epoch, [
+            chunks if chunks.per_chunk == size else chunk_table(shards.index.shards.samples, shards.index.pack, size)
+            for chunks, shards, size in zip(self.chunks, self.shards, sizes)])  # type: ignore[arg-type]
 
     def hold_passes(self, epoch: int, offsets: Sequence[int], began_with: Sequence[int]) -> None:
         """Where each source's stream stood at the start of ``epoch`` (a checkpoint's), and the
@@ -79,27 +95,34 @@ class SourceSet:
         :class:`~.material.HeldPass`)."""
         self.base_epoch, self.base_offsets, self._material = epoch, list(offsets), None
         self.held = []
-        for chunks, shards, offset, size in zip(self.chunks, self.shards, offsets, began_with):
+        for chunks, shards, offset, size in zip(self.cuts(epoch), self.shards, offsets, began_with):
             number, within = divmod(offset, chunks.samples) if chunks.samples else (0, 0)
             began = chunk_table(shards.index.shards.samples, shards.index.pack, size) if within else chunks
             self.held.append(HeldPass(number, began) if began.per_chunk != chunks.per_chunk else None)
 
     def pass_chunks(self, epoch: int) -> list[int]:
         """The chunk size each source's pass under way at the start of ``epoch`` began with."""
-        sizes = [chunks.per_chunk for chunks in self.chunks]
+        sizes = self.epoch_chunks(epoch)
         for s, (held, offset) in enumerate(zip(self.held, self.offsets(epoch))):
             if held is not None and offset // self.chunks[s].samples == held.number:  # (held: of a source with samples)
                 sizes[s] = held.chunks.per_chunk
         return sizes
 
-    def cut(self, window: int, chunks_per_window: int) -> None:
+    def epoch_chunks(self, epoch: int) -> list[int]:
+        """The chunk size of each source's passes begun in ``epoch``."""
+        return [chunks.per_chunk for chunks in self.cuts(epoch)]
+
+    def cut(self, window: int, chunks_per_window: int, world: int) -> None:
         """Cut every source into chunks of about ``window / chunks_per_window`` samples (fewer for a
-        source too small for several windows): what a window mixes. Independent of the world size
-        and of the workers, so that an epoch resumes on any of them."""
+        source too small for several windows on each of the ``world`` ranks): what a rank's unit
+        mixes. A unit holds at most an eighth of a rank's span (see :func:`~.plan.unit_size`):
+        chunks cut for one rank would leave the units of ``W`` ranks ``W`` times fewer of them.
+        Independent of the workers; an epoch resumed in its middle on another world size keeps
+        the chunks it began on (:meth:`resume_cut`)."""
         self.chunks, self._material = [], None
         for shards in self.shards:
             index = shards.index
-            per_chunk = max(min(window, index.samples // 8) // chunks_per_window, 1)
+            per_chunk = max(min(window, index.samples // (8 * world)) // chunks_per_window, 1)
             self.chunks.append(chunk_table(index.shards.samples, index.pack, per_chunk))
 
     def schema(self, fields: Sequence[str] | None) -> Schema:

@@ -132,8 +132,8 @@ class ImageDecoding:
                                               f"its place")
             if not good:
                 raise ShardError(url, offset, f"{record}, {reason}; no image of its unit could be decoded, so "
-                                              f"none can stand in for it (a unit can be as small as a rank's last "
-                                              f"batch of an epoch): find the images that fail with pipeline verify "
+                                              f"none can stand in for it (a unit can be as small as a batch, or a "
+                                              f"rank's whole share of a small epoch): find the images that fail with pipeline verify "
                                               f"--images, and mend or remove them")
             log.warning("replacing the sample of %s%s: %s, %s", url, "" if offset is None else f" at {offset}", record,
                         reason)

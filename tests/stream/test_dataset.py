@@ -195,20 +195,24 @@ def mixing(batches: list[np.ndarray], classes: int = 10) -> tuple[float, float]:
     return float(np.mean(distinct)), float(np.mean(entropy))
 
 
-@pytest.mark.parametrize("chunks", [None, 32])  # the default, and what remote shards get by default
-def test_shuffle_mixes_across_class_sorted_shards(tmp_path: Path, chunks: int | None) -> None:
+@pytest.mark.parametrize("chunks, ranks", [(None, 1), (32, 1), (None, 8)])  # 32: what remote shards get by default
+def test_shuffle_mixes_across_class_sorted_shards(tmp_path: Path, chunks: int | None, ranks: int) -> None:
     """A full random permutation gives about 10 classes and 3.28 bits per batch of 256; reading
     the sorted shards in order gives 1 class and 0 bits. We require at least 9 classes and 3.0
     bits on average: a batch that mixes most shards, which shard-level shuffling alone (one
-    class per batch) or a small buffer over one shard at a time cannot reach."""
-    folder = class_sorted_shards(tmp_path / "sorted")
-    loader = make_loader(folder, num_workers=2, batch_size=256, seed=1, chunks_per_buffer=chunks)
-    batches = [b["label"].numpy() for b in loader][:-2]
+    class per batch) or a small buffer over one shard at a time cannot reach; on one rank of 8
+    too, whose span is an eighth of the epoch (8 times the samples: the same span)."""
+    folder = class_sorted_shards(tmp_path / "sorted", per_class=3000 * ranks)
+    loader = make_loader(folder, num_workers=2, batch_size=256, seed=1, chunks_per_buffer=chunks, rank=0,
+                         world_size=ranks)
+    batches = [b["label"].numpy() for b in loader]  # the last ones too
     distinct, entropy = mixing(batches)
     reference = mixing([np.random.default_rng(0).permutation(np.repeat(np.arange(10), 3000))[i:i + 256]
                         for i in range(0, 29_000, 256)])
     assert reference[0] > 9.9 and reference[1] > 3.2
     assert distinct >= 9.0 and entropy >= 3.0, (distinct, entropy)
+    fewest = min(len(np.unique(batch)) for batch in batches)  # the last batches too: no unit of one chunk or two
+    assert fewest >= 7, fewest
 
 
 def webdataset_shards(folder: Path, count: int, per_shard: int) -> list[str]:

@@ -35,13 +35,15 @@ def single(tmp_path_factory) -> str:
     return str(uneven_shards(tmp_path_factory.mktemp("uneven"), random_sizes(6, 300, 3000, seed=8), pack=4))
 
 
-def planned_epoch(sources: str) -> Counter:
-    """The samples of epoch 0, from one uninterrupted rank with the settings of elastic_run.py."""
+def planned_epoch(sources: str, world: int) -> Counter:
+    """The samples of epoch 0 begun on ``world`` ranks (its chunks are cut for them, which decides
+    the samples of a mix's subsampled source), from uninterrupted ranks with the settings of
+    elastic_run.py, but for the padding (``remainder="keep"``: the same samples, none repeated)."""
     mix = json.loads(sources) if sources.startswith("{") else None
     options = {"weights": {n: WEIGHTS[n] for n in mix}} if mix else {}
-    loader = make_loader(mix or sources, num_workers=0, batch_size=64, seed=11, shuffle_buffer=1000,
-                         rank=0, world_size=1, **options)
-    return Counter(i for batch in loader for i in batch["i"].tolist())
+    loaders = [make_loader(mix or sources, num_workers=0, batch_size=64, seed=11, shuffle_buffer=1000,
+                           rank=rank, world_size=world, remainder="keep", **options) for rank in range(world)]
+    return Counter(i for loader in loaders for batch in loader for i in batch["i"].tolist())
 
 
 def simulated(ranks: int, *args: str) -> None:
@@ -75,7 +77,7 @@ def assert_equal_batches(results: list[dict], expected: int) -> None:
 def test_a_mix_under_torchrun_is_exact_with_equal_batches(mix: str, tmp_path: Path, ranks: int) -> None:
     results = run("torchrun", ranks, mix, tmp_path / "run", 2, 0)
     assert_equal_batches(results, results[0]["len"])
-    planned, got = planned_epoch(mix), delivered(results)
+    planned, got = planned_epoch(mix, ranks), delivered(results)
     assert not planned - got and sum((got - planned).values()) < ranks  # once each, and the padding
 
 
@@ -93,7 +95,7 @@ def test_a_checkpoint_on_w_ranks_continues_on_other_ranks_exactly_once(
     second = run(launch, new, shards, tmp_path / "second", workers, 0, str(tmp_path / "first" / "state.pt"))
     assert second[0]["len"] > 0
     assert_equal_batches(second, second[0]["len"])
-    planned, got = planned_epoch(shards), delivered(first) + delivered(second)
+    planned, got = planned_epoch(shards, old), delivered(first) + delivered(second)
     assert not planned - got  # every planned sample delivered ...
     assert sum((got - planned).values()) < old + new - 1  # ... once, but for each run's padding to equal ranks
     state = torch.load(tmp_path / "second" / "state.pt", weights_only=True)

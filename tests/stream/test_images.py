@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -174,20 +175,20 @@ def test_a_bad_image_names_its_shard_record_key_and_field(damaged_shards: Path, 
 
 
 def test_under_skip_a_unit_of_bad_images_alone_says_how_to_find_them(tmp_path: Path) -> None:
-    """9 samples in batches of 8: the rank's last batch, one sample, is a unit of its own; the
-    epoch that puts the truncated image there has no stand-in for it."""
+    """9 samples on 9 ranks: a rank's share, one sample, is its unit; the rank whose sample is
+    the truncated image has no stand-in for it."""
     with pipeline.ShardWriter(tmp_path, prefix="part") as writer:
         for n in range(9):
             data = encoded(photo(20, 20, seed=n))
             writer.write({"image": data[:300] if n == 4 else data, "label": n}, key=f"img-{n}")
-    loader = make_loader(tmp_path, num_workers=0, batch_size=8, on_error="skip", seed=1, images={"image": Images(8)})
+    loader = make_loader(tmp_path, num_workers=0, batch_size=8, on_error="skip", shuffle=False, rank=4, world_size=9,
+                         images={"image": Images(8)})
     with pytest.raises(pipeline.ShardError, match=r"record 4 \(key 'img-4'\), field 'image': a truncated JPEG .*; no "
                                                   r"image of its unit could be decoded, so none can stand in for it \(a "
-                                                  r"unit can be as small as a rank's last batch of an epoch\): find the "
-                                                  r"images that fail with pipeline verify --images, and mend or remove "
-                                                  r"them$"):
-        for _ in range(60):  # (each epoch puts it there with a chance of 1 in 9)
-            list(loader)
+                                                  r"unit can be as small as a batch, or a rank's whole share of a small "
+                                                  r"epoch\): find the images that fail with pipeline verify --images, "
+                                                  r"and mend or remove them$"):
+        list(loader)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -306,6 +307,19 @@ def test_a_jpeg_whose_header_claims_more_pixels_than_its_data_can_hold_is_damage
     for image in (encoded(flat, quality=1), encoded(flat[:1, :1]), encoded(flat[..., 0], quality=1),
                   encoded(flat, quality=1, subsampling=2, progressive=True)):
         assert check_jpeg(image) is not None and not decode(Images(16, backend=backend), [image])[1]
+
+
+@pytest.mark.parametrize("backend", ["opencv", "pillow"])
+def test_an_image_of_more_pixels_than_pillows_limit_is_refused_before_decoding(backend: str) -> None:
+    """A PNG of 2.6 MB saying 30000x30000 pixels decoded, with OpenCV, into 2.7 GB (and 42 s);
+    Pillow refused it. Both backends refuse it now, from its header, as Pillow does."""
+    data = bytearray(encoded(photo(48, 64), "PNG"))
+    data[16:24] = (20000).to_bytes(4, "big") + (10000).to_bytes(4, "big")  # IHDR's width and height, and its CRC:
+    data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")  # a sound header
+    failed = decode(Images(16, backend=backend), [bytes(data)])[1]
+    assert list(failed) == [0] and failed[0].startswith(
+        "an image of 20000x10000 pixels, more than 178956970 (Pillow's limit, for both backends): a decompression "
+        "bomb"), failed
 
 
 def test_webdataset_shards_indexed_in_place_decode_their_jpg_members(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ position; and the warning of an epoch without a batch."""
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from pathlib import Path
@@ -104,7 +105,7 @@ def test_a_state_of_version_2_goes_on_where_its_plan_is_this_versions(shards) ->
     drops the rest instead (640 samples on 3 ranks, 6 batches of 32 each either way): its
     checkpoints of such an epoch are refused mid-epoch, named, and go on elsewhere."""
     def older(state: dict) -> dict:
-        assert state["version"] == 3
+        assert state["version"] == 4
         return {**state, "version": 2}
 
     three = dict(drop_last=True, rank=1, world_size=3)
@@ -150,3 +151,29 @@ def test_an_epoch_without_a_batch_warns_rather_than_passing_silently(tmp_path: P
                                                    "batch_size=4, drop_last=True, remainder='pad'")) as caught:
         assert list(loader) == []
     assert caught[0].filename == __file__
+
+
+def test_a_checkpoint_of_version_3_goes_on_in_its_own_layout(tmp_path: Path) -> None:
+    """Version 3 gave each rank's rest of a unit a unit of its own; this version joins a short
+    rest to the last unit. ``data/loader_state_v3.json`` holds checkpoints version 3 took (in a
+    last unit, after a leg on 2 ranks; then after a batch on 3) and the batches it delivered
+    after each: this version delivers the very same, and its own checkpoints of that epoch keep
+    the layout."""
+    recorded = json.loads((Path(__file__).parent / "data" / "loader_state_v3.json").read_text())
+    folder = uneven_shards(tmp_path / "v3", recorded["sizes"])
+
+    def loader(rank: int, world: int, state: dict):
+        resumed = loader_of(folder, rank=rank, world_size=world)
+        resumed.load_state_dict(state)
+        return resumed
+
+    assert [[batch["i"].tolist() for batch in loader(r, 3, recorded["state"])] for r in range(3)] == \
+        recorded["rest_on_3"]
+    assert [batch["i"].tolist() for batch in loader(0, 1, recorded["state_after_1"])] == recorded["rest_on_1"]
+    again = loader(0, 3, recorded["state"])
+    state = state_after(again, 1)
+    assert state["version"] == 4 and state["short_last_unit"] is True
+    assert [batch["i"].tolist() for batch in loader(0, 1, state)] == recorded["rest_on_1"]
+    finished = loader(0, 1, state)
+    assert len(list(finished)) == len(recorded["rest_on_1"])
+    assert "short_last_unit" not in state_after(finished, 2)  # the next epoch: this version's layout

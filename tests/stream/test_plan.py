@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -203,3 +204,20 @@ def test_the_plan_cost_benchmark_runs_for_one_source_and_a_mix(tmp_path: Path) -
     assert [(r["kind"], r["samples"]) for r in rows] == [("table", 10**5), ("mix", 10**5), ("table", 10**6),
                                                         ("mix", 10**6)]
     assert all(r["window_shards"] > 0 and r["pieces"] >= r["chunks"] // 2 for r in rows)
+
+
+@pytest.mark.parametrize("length, unit, units", [(980, 96, 10), (1000, 96, 11), (96, 96, 1), (50, 96, 1),
+                                                 (0, 96, 0)])
+def test_a_ranks_rest_shorter_than_a_quarter_unit_joins_the_last_unit(length: int, unit: int, units: int) -> None:
+    """A unit of its own, the rest would be one or two chunks: the rank's last batches of one
+    shard, one class. Joined to the last whole unit (at most 1.25 units), it mixes as much."""
+    cfg = config(window=unit)
+    sequence = leg_sequences(length * 8, cfg, [Leg(1, 0)])[0][0]
+    sequence = replace(sequence, length=length, unit=unit)
+    assert sequence.units == units
+    ranges = [sequence.unit_range(u) for u in range(units)]
+    assert [begin for begin, _ in ranges] == [u * unit for u in range(units)] and (not units or ranges[-1][1] == length)
+    assert all(end - begin >= unit // 4 for begin, end in ranges if length >= unit)
+    assert sequence.unit_of(np.arange(length)).tolist() == [next(u for u, (b, e) in enumerate(ranges) if b <= p < e)
+                                                            for p in range(length)]
+    assert replace(sequence, short_last_unit=True).units == -(-length // unit)  # as version 3 laid it out
