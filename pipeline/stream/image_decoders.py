@@ -30,6 +30,9 @@ _JPEG, _END_OF_IMAGE = b"\xff\xd8\xff", b"\xff\xd9"
 _PNG = b"\x89PNG\r\n\x1a\n"
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")  # after a scan: FF 00 is a stuffed byte, FF Dn a restart
 _REDUCED: dict[int, int] = {}  # DCT scale -> OpenCV's flag (filled on first use: cv2 is optional)
+#: The most pixels an image may have, Pillow's own limit (twice its ``MAX_IMAGE_PIXELS``) for both
+#: backends: a PNG of a few MB can say 30000x30000 pixels, which OpenCV decodes into 2.7 GB.
+MAX_PIXELS = 2 * 89_478_485
 
 
 class ImageError(ValueError):
@@ -70,14 +73,25 @@ def single_threaded(pid: int) -> None:
 def check_whole(data: Any) -> tuple[int, int] | None:
     """Refuse an image cut short or whose checksums fail (see the module docstring); return a
     JPEG's ``(width, height)`` (see :func:`check_jpeg`)."""
-    head = bytes(memoryview(data)[:12])
+    head = bytes(memoryview(data)[:24])
     if head.startswith(_PNG):
+        _check_pixels(int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"))  # (IHDR's)
         _check_png(data)
     elif head.startswith(b"RIFF") and head[8:12] == b"WEBP":
         size = 8 + int.from_bytes(head[4:8], "little")  # the RIFF header's 8 bytes and what it says follows
         if len(data) < size:
             raise ImageError(f"a truncated WebP ({len(data)} bytes, its header says {size})")
-    return check_jpeg(data)
+    size = check_jpeg(data)
+    if size is not None:
+        _check_pixels(*size)
+    return size
+
+
+def _check_pixels(width: int, height: int) -> None:
+    if width * height > MAX_PIXELS:
+        raise ImageError(f"an image of {width}x{height} pixels, more than {MAX_PIXELS} (Pillow's limit, for both "
+                         f"backends): a decompression bomb, or a picture far larger than any input of a model; "
+                         f"scale it down before building the shards")
 
 
 def _check_png(data: Any) -> None:
