@@ -160,6 +160,7 @@ class ShardCache:
         self._over_limit = False  # whether this process's last eviction left the cache over max_bytes
         self._dropped: set[tuple[str, str]] = set()  # copies dropped as damaged (each version once)
         self._refused: dict[tuple[str, str], tuple[float, str]] = {}  # downloads not of the indexed version: when, why
+        self._other_versions: dict[tuple[str, str | None], Path] = {}  # (without verify) copies read for the version indexed
         for partial in self.folder.glob("*.part-*"):
             if _COPY.fullmatch(partial.name):
                 self._remove_abandoned(partial)
@@ -176,7 +177,11 @@ class ShardCache:
             path = self._paths[url, sha256] = self.folder / f"{_url_prefix(url)}{version}{base}"
         return path
 
-    def _download(self, url: str, path: Path, size: int | None, sha256: str | None) -> None:
+    def _download(self, url: str, path: Path, size: int | None, sha256: str | None) -> Path:
+        """Download ``url`` to ``path`` (the copy of the version ``sha256``), or where it is
+        stored: without ``verify``, bytes of another version are kept under the name of theirs
+        (read all the same, their records failing their checks), never under the version
+        indexed, which every later job of that index would read for it."""
         partial = path.with_name(f"{path.name}.part-{os.getpid()}-{threading.get_ident()}")
         digest = hashlib.sha256()
         written = 0
@@ -198,6 +203,8 @@ class ShardCache:
                 reason = f"the shard has {written} bytes, the index says {size}"
             elif self.verify and sha256 is not None and digest.hexdigest() != sha256:
                 reason = f"sha256 {digest.hexdigest()} differs from the index's {sha256}"
+            elif sha256 is not None and digest.hexdigest() != sha256:
+                path = self._other_versions[url, sha256] = self.path_for(url, digest.hexdigest())
             if reason is not None:  # the server's copy is not the version indexed
                 reason += f"{_NOT_INDEXED}; not downloaded again for {REFUSED_FOR_S // 60} minutes"
                 if sha256 is not None:
@@ -205,6 +212,7 @@ class ShardCache:
                 raise SourceError(url, None, reason)
             with self._writing(partial):
                 os.replace(partial, path)
+            return path
         finally:
             partial.unlink(missing_ok=True)
 
@@ -223,7 +231,7 @@ class ShardCache:
         """The local copy of ``url``, downloaded first if needed (once, whoever asks). A copy
         already there costs a ``stat`` (its size) and a ``utime`` (recently used) and nothing
         else: no lock, and no eviction unless the last one left the cache over its limit."""
-        path = self.path_for(url, sha256)
+        path = self._copy_for(url, sha256)
         self._refuse_again(url, sha256)
         if _used_whole(path, size):  # there (complete: copies arrive by rename): the common case
             if self._over_limit:
@@ -232,21 +240,25 @@ class ShardCache:
         with _locked(_lock_of(path), fcntl.LOCK_EX):
             if not _used_whole(path, size):  # missing, or cut short (a crash as it was written): fetched again
                 self.evict(keep=path, room=size or 0)  # room first: a full disk is a cache's to make room on
-                self._download_again_if_removed(url, path, size, sha256)
+                path = self._download_again_if_removed(url, path, size, sha256)
                 self._remove_other_versions(url, path)
         self.evict(keep=path)
         return path
 
-    def _download_again_if_removed(self, url: str, path: Path, size: int | None, sha256: str | None) -> None:
-        """Download ``url`` to ``path``, again in a folder made anew if the cache's folder was
-        removed as it downloaded (a scratch cleaner), a few times at most."""
-        for attempt in range(3):
+    def _download_again_if_removed(self, url: str, path: Path, size: int | None, sha256: str | None) -> Path:
+        """Download ``url`` to ``path`` (see :meth:`_download`), again in a folder made anew if the
+        cache's folder was removed as it downloaded (a scratch cleaner), a few times at most."""
+        for _ in range(2):
             try:
                 return self._download(url, path, size, sha256)
             except FileNotFoundError:  # (made anew by another process meanwhile, maybe)
-                if attempt == 2:
-                    raise
                 writable_folder(self.folder)
+        return self._download(url, path, size, sha256)
+
+    def _copy_for(self, url: str, sha256: str | None) -> Path:
+        """The copy this process reads for the version ``sha256`` of ``url``: of that version, or
+        the other one its download brought (see :meth:`_download`)."""
+        return self._other_versions.get((url, sha256)) or self.path_for(url, sha256)
 
     def _refuse_again(self, url: str, sha256: str | None) -> None:
         """Raise the error of a download of ``url`` that failed its size or sha256 check lately: every
@@ -295,10 +307,11 @@ class ShardCache:
         a read of the copy fails its checks; whether the copy went. Each version once a process:
         a shard damaged on the server would otherwise be downloaded again for each damaged record,
         every epoch. Readers hold a copy's lock only while they map it: this waits for them."""
-        path = self.path_for(url, sha256)
+        path = self._copy_for(url, sha256)
         if sha256 is None or (url, sha256) in self._dropped:
             return False  # once a process: a copy damaged on the server comes back as damaged
         self._dropped.add((url, sha256))
+        self._other_versions.pop((url, sha256), None)
         try:
             with _locked(_lock_of(path), fcntl.LOCK_EX):
                 digest = hashlib.sha256()
