@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import io
 import pickle
+import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 import msgpack
@@ -25,6 +27,7 @@ import pipeline
 from pipeline import FolderSource, Part, SampleError, ShardWriter
 from pipeline.storage import SourceError, join
 from pipeline.storage.cache import ShardCache
+from tests.storage.servers import FileServer
 
 
 class Marker:
@@ -195,3 +198,25 @@ def test_merge_index_writes_only_its_output(tmp_path: Path) -> None:
     with pytest.raises((SourceError, pipeline.IndexFormatError)):
         pipeline.merge_index_files([tmp_path / "parts"], tmp_path / "merged" / "again.json")
     assert not marker.exists() and not (tmp_path / "merged" / "again.json").exists()
+
+
+def test_a_remote_index_cannot_make_a_reader_read_this_machines_files(tmp_path: Path) -> None:
+    """A server's index named its shards file:///...: the loader read local files the server
+    chose into training batches."""
+    pipeline.write_shards(tmp_path / "local", {"x": np.arange(10)}, prefix="private", quiet=True)
+    served = tmp_path / "served"
+    shutil.copytree(tmp_path / "local", served)
+    index = served / "index.json"
+    index.write_text(index.read_text().replace('"private-', f'"{(tmp_path / "local").as_uri()}/private-'))
+    with FileServer(served) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_port}/"
+        with pytest.raises(SourceError, match=r"private-000000\.tar: a local file cannot stand for a file in "
+                                              r"http://127\.0\.0\.1:\d+: a remote index names its own shards"):
+            next(iter(pipeline.make_loader(url, num_workers=0)))
+        server.shutdown()
+    for base in ("http://host/shards/", "s3://bucket/shards"):
+        with pytest.raises(SourceError, match="a local file cannot stand for a file"):
+            join(base, "file:///etc/passwd")
+    assert join("s3://bucket/shards", "https://mirror/shards/a.tar") == "https://mirror/shards/a.tar"  # remote: as given
+    assert join("shards", "file:///data/a.tar") == "file:///data/a.tar"  # a local index names local files

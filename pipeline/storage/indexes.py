@@ -40,6 +40,9 @@ from .retry import RetryPolicy, RetrySink
 
 #: Record offsets and checksums are fetched remotely 256 KiB (64k records) a request.
 REMOTE_BLOCK_BYTES = 1 << 18
+#: The most bytes a remote index file is read to: its JSON is a few hundred bytes, or a few MB
+#: where it lists many shards' names one by one.
+INDEX_FILE_LIMIT = 256 << 20
 
 _WHAT_TO_PASS = "pass an index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)"
 #: How a remote store says that nothing is at a location (then what to pass is the advice); S3
@@ -111,7 +114,8 @@ class IndexedShards:
         if self.index.table is None or self.index_url is None:
             return None
         try:
-            now = json.loads(read_bytes(self.index_url, policy, stats=stats)).get("shards", {}).get("table_sha256")
+            now = json.loads(read_bytes(self.index_url, policy, stats=stats, limit=INDEX_FILE_LIMIT)
+                             ).get("shards", {}).get("table_sha256")
         except (SourceError, OSError, ValueError, AttributeError):
             return None
         if now is None or now == self.index.table.sha256:
@@ -259,7 +263,7 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
     splits beside a remote one only where ``hint``, as looking costs requests)."""
     if is_remote(url):
         try:
-            return read_bytes(url, policy, stats=stats)
+            return read_bytes(url, policy, stats=stats, limit=INDEX_FILE_LIMIT)
         except SourceError as exc:
             if not nothing_at(exc):  # not "no index here", which callers may take for shards without one: the
                 # reason says what to do (credentials, a server that does not answer...)

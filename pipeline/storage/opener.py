@@ -236,19 +236,30 @@ def open_stream(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink
     return _fsspec_open(url)
 
 
-def read_bytes(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink | None = None) -> bytes:
-    """A whole object (an index): small enough to hold in memory."""
+def read_bytes(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink | None = None,
+               limit: int | None = None) -> bytes:
+    """A whole object (an index): small enough to hold in memory. One of more than ``limit``
+    bytes (decompressed, where its server compressed it) is a :class:`SourceError`, read no
+    further: a server's endless answer would otherwise take all memory."""
     with open_stream(url, policy, stats=stats) as stream:
-        return stream.read()
+        data = stream.read() if limit is None else stream.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise SourceError(url, limit, f"is larger than {limit} bytes, more than any file this is read as: not "
+                                      f"the file named, or a server that does not stop sending")
+    return data
 
 
 def join(base: str, relative: str) -> str:
     """``relative`` resolved against the folder URL ``base`` (which ends in ``/`` or not); an
     absolute URL stays as it is. A ``pipe:`` command is refused: names come from indexes, and
-    reading an index must never run a command."""
+    reading an index must never run a command; so is a local file's URL in a remote folder."""
     if scheme(relative) == "pipe":
         raise SourceError(relative, None, f"a pipe: command cannot stand for a file in {redact(base)}")
     if "://" in relative:
+        if is_remote(base) and not is_remote(relative):
+            raise SourceError(relative, None, f"a local file cannot stand for a file in {redact(base)}: a remote "
+                                              f"index names its own shards, and reading it must never read this "
+                                              f"machine's files; index local shards with a local index")
         return relative
     kind = scheme(base)
     if kind == "file":

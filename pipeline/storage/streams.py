@@ -97,7 +97,7 @@ class ResumingStream:
             self._window_start, self._window_bytes = time.monotonic(), 0
         try:
             data = self._response.read1(size)
-        except SourceError:
+        except (SourceError, MemoryError):  # (memory: not the network's failure, nor worth a retry)
             raise
         except Exception as exc:  # noqa: BLE001 - every backend has its own exception zoo
             raise self._map_error(self.url, self.position, exc) from None

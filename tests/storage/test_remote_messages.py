@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import socket
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,8 +20,9 @@ from pipeline.cli import main
 from pipeline.storage import RetryPolicy, retry
 from pipeline.storage import http as http_backend
 from pipeline.storage.errors import CutShort
+from pipeline.storage.indexes import UnansweredIndexError
 from pipeline.storage.opener import read_bytes
-from tests.storage.servers import FaultProxy, port_of, refused_port
+from tests.storage.servers import FaultProxy, FileServer, port_of, refused_port
 
 NO_HOST = "no-such-host.invalid"  # a name that never resolves (RFC 6761)
 GONE = "part-000002.tar"
@@ -268,3 +270,18 @@ def test_a_shard_emptied_on_the_server_is_cut_short_at_once_as_a_local_one_is(ng
         assert caught.type is CutShort, told[where]
         assert re.fullmatch(rf"SET/{GONE} at byte 0: ends at byte 0, expected data up to byte \d+: 'pipeline verify "
                             r"SET' lists every shard that fails; .*", told[where]), told[where]
+
+
+def test_an_index_file_larger_than_any_index_is_refused_unread(tmp_path: Path, monkeypatch) -> None:
+    """A server that sends more than an index file can hold (an endless answer, another file) is
+    stopped at the limit, with an error naming the URL: not read on until memory runs out."""
+    (tmp_path / "index.json").write_text(json.dumps({"version": 2, "padding": "x" * 5000}))
+    monkeypatch.setattr("pipeline.storage.indexes.INDEX_FILE_LIMIT", 1000)
+    with FileServer(tmp_path) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_port}/index.json"
+        with pytest.raises(UnansweredIndexError,
+                           match=rf"{re.escape(url)}: cannot read index file \(is larger than 1000 bytes, more than "
+                                 rf"any file this is read as"):
+            pipeline.make_loader(url, num_workers=0)
+        server.shutdown()
