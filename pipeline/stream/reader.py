@@ -57,8 +57,8 @@ def stack_values(values: Sequence[Any], one_type: bool = True) -> Any:
     if isinstance(first, (int, float)):  # bool is an int
         if one_type and len(set(map(type, values))) > 1:  # an int beside a float would become a float
             return list(values)
-        numbers = np.asarray(values)
-        exact = numbers.dtype.kind in "biuf" and inexact_int(values, numbers) is None
+        numbers = np.asarray(values)  # (uint64 where every int is >= 0 and one no int64 holds: no tensor's)
+        exact = numbers.dtype.kind in "bif" and inexact_int(values, numbers) is None
         return numbers if exact else list(values)
     return list(values)
 
