@@ -36,8 +36,9 @@ def check_dataset_options(batch_size: Any, on_error: str, remainder: str, read_a
     images decode into, which batches hold too)."""
     if not is_whole(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if not is_whole(seed) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0 (it picks the shuffle's orders), got {seed!r}")
+    if not is_whole(seed) or not 0 <= seed < 1 << 64:
+        raise ValueError(f"seed must be an integer from 0 to 2**64 - 1 (it picks the shuffle's orders, from its 64 "
+                         f"bits: a larger one would give another's), got {seed!r}")
     for name, value in (("shuffle_buffer", shuffle_buffer), ("chunks_per_buffer", chunks_per_buffer)):
         if value is not None and (not is_whole(value) or value < 1):
             raise ValueError(f"{name} must be an integer >= 1, or None for its default, got {value!r}")

@@ -40,8 +40,12 @@ BAD_OPTIONS = [
     ({"num_workers": -1}, "num_workers must be an integer >= 0 (0: read in the training process), got -1"),
     ({"prefetch_factor": 0}, "prefetch_factor must be >= 1 (messages each worker keeps ready), got 0"),
     ({"in_order": False}, "in_order=False lets workers' batches come in any order, which no state can resume"),
-    ({"seed": -1}, "seed must be an integer >= 0 (it picks the shuffle's orders), got -1"),
-    ({"seed": 1.7}, "seed must be an integer >= 0 (it picks the shuffle's orders), got 1.7"),
+    ({"seed": -1}, "seed must be an integer from 0 to 2**64 - 1 (it picks the shuffle's orders, from its 64 bits: a "
+                   "larger one would give another's), got -1"),
+    ({"seed": 1.7}, "seed must be an integer from 0 to 2**64 - 1 (it picks the shuffle's orders, from its 64 bits: a "
+                    "larger one would give another's), got 1.7"),
+    ({"seed": 2**64}, "seed must be an integer from 0 to 2**64 - 1 (it picks the shuffle's orders, from its 64 bits: "
+                      "a larger one would give another's), got 18446744073709551616"),
     ({"shuffle_buffer": -5}, "shuffle_buffer must be an integer >= 1, or None for its default, got -5"),
     ({"shuffle_buffer": 2.5}, "shuffle_buffer must be an integer >= 1, or None for its default, got 2.5"),
     ({"chunks_per_buffer": 0}, "chunks_per_buffer must be an integer >= 1, or None for its default, got 0"),
