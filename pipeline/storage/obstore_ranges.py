@@ -125,7 +125,8 @@ def _client_options(policy: RetryPolicy, limit: float, http: bool) -> dict[str, 
 
 def _s3_store(bucket: str, policy: RetryPolicy, limit: float) -> Any:
     """An S3 store for ``bucket``: boto3's credentials (profiles, roles, the environment; asked
-    again every few minutes, so that refreshed ones are taken), region and endpoint
+    again every few minutes, so that refreshed ones are taken), region (``AWS_REGION`` too, which
+    boto3 leaves to the other AWS SDKs) and endpoint
     (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``), path-style addressing as
     :func:`.s3.client` uses."""
     from .s3 import endpoint_and_identity
@@ -138,7 +139,8 @@ def _s3_store(bucket: str, policy: RetryPolicy, limit: float) -> Any:
         from obstore.store import S3Store
 
         session = boto3.session.Session()
-        config: dict[str, Any] = {"region": session.region_name or "us-east-1", "virtual_hosted_style_request": False}
+        region = session.region_name or os.environ.get("AWS_REGION") or "us-east-1"  # (boto3 reads AWS_DEFAULT_REGION)
+        config: dict[str, Any] = {"region": region, "virtual_hosted_style_request": False}
         address = endpoint or _profile_endpoint(session)
         if address:
             config["endpoint"] = address

@@ -44,9 +44,12 @@ def endpoint_and_identity() -> tuple[str | None, tuple]:
     """The S3 endpoint the environment names (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``),
     and what of the identity it sets (profile, key, a hash of the secret): a client is made anew
     when either changes. A variable set empty (``export AWS_ENDPOINT_URL=``) names none, as
-    boto3 reads it: passed on as ``endpoint_url=""``, botocore would refuse it as invalid."""
+    boto3 reads it: passed on as ``endpoint_url=""``, botocore would refuse it as invalid; and
+    ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`` names none, as it tells boto3."""
     env = os.environ
     identity = (env.get("AWS_PROFILE"), env.get("AWS_ACCESS_KEY_ID"), hash(env.get("AWS_SECRET_ACCESS_KEY")))
+    if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true":  # (as botocore reads it)
+        return None, identity
     return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None, identity
 
 
@@ -71,7 +74,7 @@ def _new_client(endpoint: str | None, config: Any) -> Any:
 def _setting_hint(endpoint: str | None, no_profile: bool) -> str:
     """What to change, where a setting of the environment is plainly what botocore refused."""
     if no_profile:
-        name = "AWS_PROFILE" if os.environ.get("AWS_PROFILE") else "AWS_DEFAULT_PROFILE"
+        name = "AWS_PROFILE" if "AWS_PROFILE" in os.environ else "AWS_DEFAULT_PROFILE"
         return (f": {name}={os.environ.get(name)!r} must name a profile of the AWS config or credentials files "
                 f"(AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE), or be unset")
     if endpoint and "://" not in endpoint:

@@ -171,3 +171,20 @@ def test_an_endpoint_in_a_config_files_profile_is_where_obstore_reads_too(client
         assert read_range(SHARD, 512, 40_000) == local[512:40_000]
         assert obstore_ranges._stores, "read through boto3, not obstore"
     run_in_child(check)
+
+
+def test_obstore_takes_the_region_of_aws_region_which_boto3_leaves_unread(monkeypatch, tmp_path: Path) -> None:
+    """The README's advice for a bucket in another region, set AWS_REGION, did nothing: obstore
+    took boto3's region, and boto3 reads AWS_DEFAULT_REGION only, so the store was us-east-1's."""
+    pytest.importorskip("obstore")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setattr(obstore_ranges, "_stores", {})
+    assert obstore_ranges._s3_store("bucket", RetryPolicy(), 10.0).config["region"] == "eu-west-3"
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")  # boto3's own setting comes first
+    monkeypatch.setattr(obstore_ranges, "_stores", {})
+    assert obstore_ranges._s3_store("bucket", RetryPolicy(), 10.0).config["region"] == "ap-south-1"

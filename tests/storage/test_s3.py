@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -14,7 +15,7 @@ import pytest
 
 from pipeline import SourceError, make_loader
 from pipeline.cli import main
-from pipeline.storage import read_bytes, read_range
+from pipeline.storage import read_bytes, read_range, s3
 from tests.storage.conftest import all_ids, play, read_into, upload_folder
 from tests.storage.servers import make_bucket, seaweedfs_sockets, start_seaweedfs, stop
 
@@ -92,6 +93,24 @@ def test_a_profile_that_is_not_there_fails_at_once_naming_it(monkeypatch, tmp_pa
         "s3://shards/train/part-000000.tar at byte 0: no S3 client can be made from these settings (The config "
         "profile (trainnig) could not be found): AWS_PROFILE='trainnig' must name a profile of the AWS config or "
         "credentials files (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE), or be unset")
+
+
+def test_a_profile_set_empty_is_named_as_the_setting_refused(monkeypatch, tmp_path: Path) -> None:
+    """The hint named AWS_DEFAULT_PROFILE=None, which was not set, for ``export AWS_PROFILE=``."""
+    pytest.importorskip("boto3")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "")
+    with pytest.raises(SourceError, match=re.escape("AWS_PROFILE='' must name a profile of the AWS config or "
+                                                    "credentials files")):
+        read_range("s3://shards/train/part-000000.tar", 0, 10)
+
+
+def test_ignoring_configured_endpoints_ignores_the_environments_as_boto3_does(monkeypatch) -> None:
+    """AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true sent boto3 to AWS, and this library to the endpoint."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    assert s3.endpoint_and_identity()[0] == "http://127.0.0.1:9"
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "True")
+    assert s3.endpoint_and_identity()[0] is None
 
 
 def test_an_endpoint_setting_left_empty_names_no_endpoint_as_for_boto3(bucket: str, seaweedfs: str, tmp_path: Path,
