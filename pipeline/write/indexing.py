@@ -25,6 +25,7 @@ from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_sc
 from ..format.scan import scan_stream
 from ..storage import is_remote, join, open_stream, parent, redact, scheme
 from ..storage.destination import destination
+from ..storage.location_hints import SHARD_SUFFIXES
 from ..storage.opener import local_path
 from .engines import check_engine, open_workers
 from .output import OutputExistsError, hold_output, part_index_names, save_index
@@ -35,7 +36,7 @@ from .source import check_limits
 def _is_folder(url: str) -> bool:
     if not is_remote(url):
         return os.path.isdir(url)
-    return url.endswith("/") or (scheme(url) == "s3" and not posixpath.splitext(url)[1])
+    return url.endswith("/") or (scheme(url) == "s3" and not url.endswith((*SHARD_SUFFIXES, *COMPRESSED_SUFFIXES)))
 
 
 def shard_urls(shards: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:

@@ -48,6 +48,8 @@ def test_shards_in_a_bucket_are_indexed_beside_them_and_stream_exactly(s3_env: s
     upload_folder(tmp_path / "wds", "foreign", "wds")
     index = pipeline.index_shards("s3://foreign/wds/", quiet=True)  # every .tar under the prefix
     assert list(index.shards.names) == [f"w-{s:06d}.tar" for s in range(len(SIZES))]
+    upload_folder(tmp_path / "wds", "foreign", "run.v2")  # a prefix with a dot, without its /: a folder too, as
+    assert pipeline.index_shards("s3://foreign/run.v2", quiet=True).samples == TOTAL  # the loader reads it
     loader = pipeline.make_loader("s3://foreign/wds/", num_workers=2, batch_size=32, seed=4, shuffle_buffer=100)
     assert sorted(every_sample(loader)) == list(range(TOTAL))
     assert sorted(delivered_across_a_resume("s3://foreign/wds", stop_after=5)) == list(range(TOTAL))
