@@ -109,14 +109,20 @@ class IndexedShards:
 
     def replaced_since(self, policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> str | None:
         """Why the set is not the one read when it was opened, when its index file names another
-        shard table now (the set was rebuilt, or copied anew, under a running job: its shards
-        fail against the table held, which is sound, of the set before); None otherwise."""
+        shard table now, or is gone (the set was rebuilt, or copied anew, under a running job: its
+        shards fail against the table held, which is sound, of the set before, or are gone, as a
+        rebuild deletes them first); None otherwise."""
         if self.index.table is None or self.index_url is None:
             return None
         try:
             now = json.loads(read_bytes(self.index_url, policy, stats=stats, limit=INDEX_FILE_LIMIT)
                              ).get("shards", {}).get("table_sha256")
-        except (SourceError, OSError, ValueError, AttributeError):
+        except OSError as exc:  # (a SourceError too)
+            gone = isinstance(exc, SourceError) and nothing_at(exc) if is_remote(self.index_url) \
+                else not os.path.exists(local_path(self.index_url))
+            return f"{redact(self.index_url)} is gone since this loader opened it: the set is being rebuilt, or " \
+                   f"was removed" if gone else None
+        except (ValueError, AttributeError):
             return None
         if now is None or now == self.index.table.sha256:
             return None

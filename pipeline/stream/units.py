@@ -66,6 +66,7 @@ class UnitReader:
         self.searching = False  # reading blocks to find such rows: their losses are not this unit's
         self.last_loss: str | None = None  # why the latest piece skipped was lost
         self.lost_storage = LostStorage(policy.deadline)  # under skip: a server lost for good ends the epoch
+        self.missing_checked: set[str] = set()  # shards found missing, whose set's index was read again
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
         self.file_maps: FileMaps | None = None  # local files' mappings, shared by a unit's pieces while it is read
 
@@ -221,9 +222,13 @@ class UnitReader:
         except (ShardError, SourceError) as exc:
             # a local shard table that cannot be read is no damage of a piece: every piece needs it
             unread_table = isinstance(exc, IndexFormatError) and not is_remote(shards.base)
+            missing = _missing_shard(exc, url)
+            if missing is not None and url not in self.missing_checked:  # (once a shard: a rebuild deletes its
+                self.missing_checked.add(url)  # shards once its index is gone; a shard lost alone is the set's)
+                self._check_replaced(missing, source)
             if not self.skip or isinstance(exc, ServerSetupError) or unread_table:
                 self._check_table(exc, source)
-                told = _missing_shard(exc, url) or _advised(self._dropping_a_damaged_copy(exc, source, shard), shards)
+                told = missing or _advised(self._dropping_a_damaged_copy(exc, source, shard), shards)
                 if told is exc:
                     raise
                 raise told from None
@@ -246,13 +251,18 @@ class UnitReader:
         if not isinstance(exc, ShardError) and shards.remote:
             return
         damaged = shards.damaged_table(self.policy, self.stats)
-        replaced = shards.replaced_since(self.policy, self.stats) if damaged is not None else None
+        if damaged is not None:
+            self._check_replaced(exc, source)
+            raise IndexFormatError(f"{damaged}: the shard table is damaged, so the records are read and checked "
+                                   f"against what it misstates ({exc}); {shards.table_fix()}")
+
+    def _check_replaced(self, exc: ShardError | SourceError, source: int) -> None:
+        """Raise, even under skip, when the read of ``source`` failed (``exc``) because the set was
+        rebuilt, or is being rebuilt, since the loader opened it (see ``replaced_since``)."""
+        replaced = self.sources.shards[source].replaced_since(self.policy, self.stats)
         if replaced is not None:
             raise IndexFormatError(f"{replaced} ({exc}): start the job again, or make a new loader, to read the set "
                                    f"as it is now")
-        if damaged is not None:
-            raise IndexFormatError(f"{damaged}: the shard table is damaged, so the records are read and checked "
-                                   f"against what it misstates ({exc}); {shards.table_fix()}")
 
     def _dropping_a_damaged_copy(self, exc: ShardError | SourceError, source: int,
                                  shard: int) -> ShardError | SourceError:

@@ -355,6 +355,25 @@ def test_a_set_rebuilt_under_a_running_loader_is_told_so_not_blamed_on_its_table
     assert str(told.value).endswith("): start the job again, or make a new loader, to read the set as it is now")
 
 
+@pytest.mark.parametrize("workers, on_error", [(0, "raise"), (2, "skip")])
+def test_a_set_a_rebuild_is_replacing_under_a_running_loader_is_told_so(tmp_path: Path, workers: int,
+                                                                        on_error: str) -> None:
+    """A rebuild (overwrite=True) removes the index and the shards it named as it begins: the
+    loader blamed a missing shard ("restore it"), and under skip gave stand-ins for most of an
+    epoch."""
+    pipeline.write_shards(tmp_path, {"x": np.arange(2000)}, pack=1, shard_samples=400, quiet=True)
+    loader = pipeline.make_loader(tmp_path, num_workers=workers, batch_size=64, on_error=on_error)
+    (tmp_path / "index.json").unlink()
+    for shard in tmp_path.glob("*.tar"):
+        shard.unlink()
+    with pytest.raises(pipeline.IndexFormatError) as told:
+        for _ in loader:
+            pass
+    assert str(told.value).startswith(f"{tmp_path / 'index.json'} is gone since this loader opened it: the set is "
+                                      f"being rebuilt, or was removed (")
+    assert loader.stats()["replaced_samples"] == 0
+
+
 def test_a_damaged_shard_without_an_index_says_what_to_do(shards: Path) -> None:
     """Through an index the error said what to do; without one it named the damage only."""
     urls = foreign(shards)
