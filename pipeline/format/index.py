@@ -210,7 +210,7 @@ def _other_build(where: str, names: ShardNames) -> str:
 def _check_pack(index: DatasetIndex, where: str) -> None:
     """Every shard holds its samples ``pack`` to a record (the last maybe fewer): read with
     another pack, a record's rows would run past its end in the middle of an epoch."""
-    if index.pack < 1:
+    if not 1 <= index.pack < 1 << 31:  # (a record's rows are counted in int32: no writer packs 2**31)
         raise IndexFormatError(f"{where}: pack={index.pack}, not a number of samples a record")
     shards = index.shards
     wrong = np.flatnonzero(shards.records != -(-shards.samples // index.pack))
@@ -241,6 +241,8 @@ def _parse_json(data: bytes | str, where: str) -> dict[str, Any]:
                                f"not JSON") from None
     except json.JSONDecodeError as exc:
         raise IndexFormatError(f"{where}: cannot read index: {exc}") from None
+    except RecursionError:  # ([[[[... : no index nests more than a few levels
+        raise IndexFormatError(f"{where}: not an index: JSON nested too deeply") from None
     if not isinstance(parsed, dict):
         raise IndexFormatError(f"{where}: an index must be a JSON object")
     return parsed

@@ -191,3 +191,17 @@ def test_infinity_in_index_json_is_a_malformed_index(packed: Path, capsys: pytes
     assert run(capsys, "verify", "s") == (1, "", told)
     with pytest.raises(IndexFormatError, match="s/index.json: malformed index"):
         pipeline.make_loader("s", num_workers=0)
+
+
+def test_an_index_nested_too_deeply_or_packing_2_31_samples_a_record_is_a_malformed_index(
+        packed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A RecursionError (a traceback from inspect and verify), and an OverflowError from the
+    epoch plan's int32 row counts, named no file."""
+    index = packed / "index.json"
+    sound = index.read_text()
+    index.write_text("[" * 200_000 + "]" * 200_000)
+    assert run(capsys, "verify", "s") == (1, "", "error: s/index.json: not an index: JSON nested too deeply\n")
+    index.write_text(sound)
+    edit(packed, lambda d: d.update(pack=1 << 31))
+    with pytest.raises(IndexFormatError, match=r"s/index.json: pack=2147483648, not a number of samples a record"):
+        pipeline.make_loader("s", num_workers=0)
