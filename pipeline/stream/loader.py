@@ -340,7 +340,7 @@ class ShardLoader(DataLoader):
         position = resumed_position(dataset, state)
         if position.middle:
             dataset.resume(position.epoch, position.legs, position.batches, position.short_last_unit)
-        self._short_last_unit = position.epoch if position.short_last_unit else None
+        self._short_last_unit = position.epoch if position.short_last_unit and position.middle else None
         self._epoch, self._legs, self._batches = position.epoch, list(position.legs), position.batches
         self._workers_resumed = True  # persistent workers hold the dataset as it was: start new ones
         self._generation += 1  # a loop under way ends at its next step

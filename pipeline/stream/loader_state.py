@@ -76,12 +76,12 @@ def resumed_position(dataset: ShardDataset, state: Mapping[str, Any]) -> Positio
                      "this epoch ended, at a checkpoint taken after its loop; one taken in its last step is still in "
                      "the epoch)")
             raise ValueError(f"cannot resume: {_difference(dataset, key, state.get(key), mine)}{when}")
-    _continue_streams(dataset, state, saved.middle)
     world = int(state["world_size"])
     if saved.middle:
         _check_inside_epoch(dataset, saved, world)
         if state["version"] == 2:  # (an upgraded state keeps the version it was written in)
             _check_version_2_padding(dataset, saved, world)
+    _continue_streams(dataset, state, saved.middle)  # (last: a state refused leaves the dataset as it was)
     if saved.middle and world != dataset.world_size:  # an elastic restart: a new leg
         return Position(saved.epoch, saved.legs + ((Leg(world, saved.batches),) if saved.batches else ()), 0,
                         saved.short_last_unit)
@@ -123,7 +123,7 @@ def _saved_position(state: Mapping[str, Any]) -> Position:
     if epoch < 0 or batches < 0 or world < 1 or any(leg.world < 1 or leg.batches < 0 for leg in legs):
         raise ValueError(f"not a loader state: epoch {epoch}, legs {[[leg.world, leg.batches] for leg in legs]}, batches "
                          f"{batches} and world_size {world} cannot be negative (nor a world size 0)")
-    return Position(epoch, legs, batches, bool(state.get("short_last_unit", False)))
+    return Position(epoch, legs, batches, bool(state.get("short_last_unit", False)) and bool(legs or batches))
 
 
 def _whole(value: Any) -> int:
@@ -193,13 +193,13 @@ def _continue_streams(dataset: ShardDataset, state: Mapping[str, Any], middle: b
     mix, sources, epoch = state.get("mix"), dataset.sources, int(state["epoch"])
     if sources is None:
         return
-    sources.resume_cut(epoch, _chunk_sizes(state, len(sources.chunks)) if middle else None)
-    if mix is None:
-        return
-    if middle and list(mix["counts"]) != sources.counts:
+    if mix is not None and middle and list(mix["counts"]) != sources.counts:
         raise ValueError(f"cannot resume: the checkpoint's epoch takes {dict(zip(sources.names, mix['counts']))} "
                          f"samples of its sources, this loader's {dict(zip(sources.names, sources.counts))}: "
                          f"weights and samples can change only at an epoch boundary")
+    sources.resume_cut(epoch, _chunk_sizes(state, len(sources.chunks)) if middle else None)
+    if mix is None:
+        return
     began = mix.get("pass_chunks") or state.get("chunk_samples") or [c.per_chunk for c in sources.chunks]
     sources.hold_passes(epoch, [int(o) for o in mix["offsets"]], [int(n) for n in began])
 

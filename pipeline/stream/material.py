@@ -115,7 +115,7 @@ def pass_order(chunks: ChunkTable, seed: int, source: int, number: int, shuffle:
 
 
 def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count: int, shuffle: bool,
-                  held: HeldPass | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  held: Sequence[HeldPass] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(chunk, lo, hi)`` of the pieces that hold samples ``[start, start + count)`` of a source's
     stream of passes; a ``held`` pass goes on in the order of its own chunks (its pieces given in
     pieces of ``chunks`` all the same)."""
@@ -124,7 +124,7 @@ def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count:
     position, stop = start, start + count
     while position < stop and total:
         number, within = divmod(position, total)
-        cut = held.chunks if held is not None and held.number == number else chunks
+        cut = next((h.chunks for h in held if h.number == number), chunks)
         rows = cut.rows()
         order = pass_order(cut, seed, source, number, shuffle)
         ends = np.cumsum(rows[order])
@@ -146,10 +146,11 @@ def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count:
 @dataclass(frozen=True)
 class HeldPass:
     """A source's pass ``number``, under way when its chunks were cut anew (a checkpoint resumed
-    at an epoch boundary with another ``shuffle_buffer`` or ``chunks_per_buffer``): it goes on in
-    the order of the ``chunks`` it began with, so that the rest of it is exactly the samples it
-    had not given yet (in the order of the new chunks, its samples read so far would be mixed
-    with the rest: some again, others never)."""
+    at an epoch boundary with another ``shuffle_buffer``, ``chunks_per_buffer`` or world size, or
+    the end of an epoch resumed in its middle on chunks of its own): it goes on in the order of
+    the ``chunks`` it began with, so that the rest of it is exactly the samples it had not given
+    yet (in the order of the new chunks, its samples read so far would be mixed with the rest:
+    some again, others never)."""
 
     number: int
     chunks: ChunkTable
@@ -174,11 +175,11 @@ def rechunked(chunk: np.ndarray, lo: np.ndarray, hi: np.ndarray, cut: ChunkTable
 
 
 def epoch_material(sources: Sequence[ChunkTable], counts: Sequence[int], offsets: Sequence[int], seed: int,
-                   epoch: int, shuffle: bool, held: Sequence[HeldPass | None] = ()) -> Material:
+                   epoch: int, shuffle: bool, held: Sequence[Sequence[HeldPass]] = ()) -> Material:
     """The material of an epoch: ``counts[s]`` samples of each source's stream from
     ``offsets[s]`` on, the sources' pieces interleaved evenly (of one source: the order of its
-    pass); ``held[s]``, a pass of source ``s`` that goes on in the order of other chunks."""
-    held = list(held) or [None] * len(sources)
+    pass); ``held[s]``, passes of source ``s`` that go on in the order of other chunks."""
+    held = list(held) or [()] * len(sources)
     columns = [stream_pieces(chunks, seed, s, offset, count, shuffle, held[s])
                for s, (chunks, count, offset) in enumerate(zip(sources, counts, offsets))]
     source = np.concatenate([np.full(len(c[0]), s, np.int16) for s, c in enumerate(columns)])

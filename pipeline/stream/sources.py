@@ -40,7 +40,7 @@ class SourceSet:
     chunks: list[ChunkTable] = field(default_factory=list)
     base_epoch: int = 0
     base_offsets: list[int] = field(default_factory=list)
-    held: list[HeldPass | None] = field(default_factory=list)
+    held: list[tuple[HeldPass, ...]] = field(default_factory=list)
     _fingerprints: list[str] = field(default_factory=list, repr=False)
     resumed: tuple[int, list[ChunkTable]] | None = None  # an epoch resumed in its middle, and its chunks
     _material: tuple[tuple, Material] | None = field(default=None, repr=False)
@@ -84,9 +84,8 @@ class SourceSet:
         """Keep the chunks of ``sizes`` samples for ``epoch``, resumed in its middle (None: no epoch)."""
         self._material = None
         same = sizes is None or [c.per_chunk for c in self.chunks] == list(sizes)
-        self.resumed = None if same else (epoch, [
-            chunks if chunks.per_chunk == size else chunk_table(shards.index.shards.samples, shards.index.pack, size)
-            for chunks, shards, size in zip(self.chunks, self.shards, sizes)])  # type: ignore[arg-type]
+        self.resumed = None if same else (epoch, [chunks if chunks.per_chunk == size else self._cut(s, size)
+                                                  for s, (chunks, size) in enumerate(zip(self.chunks, sizes))])  # type: ignore[arg-type]
 
     def hold_passes(self, epoch: int, offsets: Sequence[int], began_with: Sequence[int]) -> None:
         """Where each source's stream stood at the start of ``epoch`` (a checkpoint's), and the
@@ -95,17 +94,28 @@ class SourceSet:
         :class:`~.material.HeldPass`)."""
         self.base_epoch, self.base_offsets, self._material = epoch, list(offsets), None
         self.held = []
-        for chunks, shards, offset, size in zip(self.cuts(epoch), self.shards, offsets, began_with):
-            number, within = divmod(offset, chunks.samples) if chunks.samples else (0, 0)
-            began = chunk_table(shards.index.shards.samples, shards.index.pack, size) if within else chunks
-            self.held.append(HeldPass(number, began) if began.per_chunk != chunks.per_chunk else None)
+        for s, (cut, offset, size) in enumerate(zip(self.cuts(epoch), offsets, began_with)):
+            held: list[HeldPass] = []
+            if cut.samples:  # (a source without samples has no passes)
+                number, within = divmod(offset, cut.samples)
+                if within and size != cut.per_chunk:
+                    held.append(HeldPass(number, self._cut(s, size)))
+                # a pass an epoch resumed on chunks of its own leaves under way goes on in them
+                following, rest = divmod(offset + self.counts[s], cut.samples)
+                if cut is not self.chunks[s] and rest and all(h.number != following for h in held):
+                    held.append(HeldPass(following, cut))
+            self.held.append(tuple(held))
+
+    def _cut(self, source: int, per_chunk: int) -> ChunkTable:
+        index = self.shards[source].index
+        return chunk_table(index.shards.samples, index.pack, per_chunk)
 
     def pass_chunks(self, epoch: int) -> list[int]:
         """The chunk size each source's pass under way at the start of ``epoch`` began with."""
         sizes = self.epoch_chunks(epoch)
         for s, (held, offset) in enumerate(zip(self.held, self.offsets(epoch))):
-            if held is not None and offset // self.chunks[s].samples == held.number:  # (held: of a source with samples)
-                sizes[s] = held.chunks.per_chunk
+            number = offset // self.chunks[s].samples if self.chunks[s].samples else 0
+            sizes[s] = next((h.chunks.per_chunk for h in held if h.number == number), sizes[s])
         return sizes
 
     def epoch_chunks(self, epoch: int) -> list[int]:

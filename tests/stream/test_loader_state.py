@@ -177,3 +177,29 @@ def test_a_checkpoint_of_version_3_goes_on_in_its_own_layout(tmp_path: Path) -> 
     finished = loader(0, 1, state)
     assert len(list(finished)) == len(recorded["rest_on_1"])
     assert "short_last_unit" not in state_after(finished, 2)  # the next epoch: this version's layout
+
+
+def test_a_state_of_version_3_at_an_epoch_boundary_plays_the_epoch_in_this_versions_layout(tmp_path: Path) -> None:
+    """Its layout is of its own epoch's middle only: taken at a boundary, the next epoch played in
+    this version's layout while its checkpoints and a loop after a break went on in the old one
+    (12 samples missed)."""
+    folder = uneven_shards(tmp_path / "s", [700, 333, 512, 825, 230])
+    fresh = [batch["i"].tolist() for batch in loader_of(folder, rank=1, world_size=2)]
+    boundary = {**loader_of(folder, rank=1, world_size=2).state_dict(), "version": 3}
+    loader = loader_of(folder, rank=1, world_size=2)
+    loader.load_state_dict(boundary)
+    head = [batch["i"].tolist() for _, batch in zip(range(37), loader)]
+    state = loader.state_dict()
+    assert "short_last_unit" not in state
+    assert head + [batch["i"].tolist() for batch in loader] == fresh  # a loop after a break goes on
+
+
+def test_a_state_refused_leaves_the_loader_as_it_was(tmp_path: Path) -> None:
+    """The chunks of a refused state's epoch were kept: the epoch then played in them."""
+    folder = uneven_shards(tmp_path / "s", [700, 333, 512, 825, 230])
+    fresh = [batch["i"].tolist() for batch in loader_of(folder, chunks_per_buffer=2)]  # chunks of 64, not 2
+    state = {**state_after(loader_of(folder, rank=0, world_size=2), 3), "batches": 10**6}
+    loader = loader_of(folder, chunks_per_buffer=2)
+    with pytest.raises(ValueError, match="cannot resume: the checkpoint says 1000000 batches of epoch 0"):
+        loader.load_state_dict(state)
+    assert [batch["i"].tolist() for batch in loader] == fresh
