@@ -215,8 +215,10 @@ def test_a_remote_index_cannot_make_a_reader_read_this_machines_files(tmp_path: 
                                               r"http://127\.0\.0\.1:\d+: a remote index names its own shards"):
             next(iter(pipeline.make_loader(url, num_workers=0)))
         server.shutdown()
-    for base in ("http://host/shards/", "s3://bucket/shards"):
-        with pytest.raises(SourceError, match="a local file cannot stand for a file"):
-            join(base, "file:///etc/passwd")
+    for base in ("http://host/shards/", "s3://bucket/shards", "gs://bucket/shards"):
+        for local in ("file:///etc/passwd", "local:///etc/passwd", "simplecache::file:///etc/passwd"):
+            with pytest.raises(SourceError, match="a local file cannot stand for a file"):
+                join(base, local)
+    assert join("gs://bucket/shards", "gs://other/a.tar") == "gs://other/a.tar"  # its own scheme
     assert join("s3://bucket/shards", "https://mirror/shards/a.tar") == "https://mirror/shards/a.tar"  # remote: as given
     assert join("shards", "file:///data/a.tar") == "file:///data/a.tar"  # a local index names local files

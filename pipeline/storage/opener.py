@@ -39,6 +39,11 @@ def scheme(url: str) -> str:
     return url.split("://", 1)[0].lower()
 
 
+#: Where a remote index may name shards besides its own scheme: fsspec's other schemes include
+#: local files (``local://``, ``simplecache::file://``), which a server's index must never reach.
+_NETWORK_SCHEMES = ("http", "https", "s3")
+
+
 def is_remote(url: str) -> bool:
     return scheme(url) != "file"
 
@@ -252,14 +257,16 @@ def read_bytes(url: str, policy: RetryPolicy | None = None, *, stats: RetrySink 
 def join(base: str, relative: str) -> str:
     """``relative`` resolved against the folder URL ``base`` (which ends in ``/`` or not); an
     absolute URL stays as it is. A ``pipe:`` command is refused: names come from indexes, and
-    reading an index must never run a command; so is a local file's URL in a remote folder."""
+    reading an index must never run a command; so is a URL in a remote folder of a scheme that
+    can read local files (any but HTTP(S), S3 and the folder's own)."""
     if scheme(relative) == "pipe":
         raise SourceError(relative, None, f"a pipe: command cannot stand for a file in {redact(base)}")
     if "://" in relative:
-        if is_remote(base) and not is_remote(relative):
+        if is_remote(base) and scheme(relative) not in (*_NETWORK_SCHEMES, scheme(base)):
             raise SourceError(relative, None, f"a local file cannot stand for a file in {redact(base)}: a remote "
                                               f"index names its own shards, and reading it must never read this "
-                                              f"machine's files; index local shards with a local index")
+                                              f"machine's files (a remote index's shards are http(s)://, s3:// or "
+                                              f"of its own scheme); index local shards with a local index")
         return relative
     kind = scheme(base)
     if kind == "file":

@@ -30,8 +30,9 @@ _JPEG, _END_OF_IMAGE = b"\xff\xd8\xff", b"\xff\xd9"
 _PNG = b"\x89PNG\r\n\x1a\n"
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")  # after a scan: FF 00 is a stuffed byte, FF Dn a restart
 _REDUCED: dict[int, int] = {}  # DCT scale -> OpenCV's flag (filled on first use: cv2 is optional)
-#: The most pixels an image may have, Pillow's own limit (twice its ``MAX_IMAGE_PIXELS``) for both
-#: backends: a PNG of a few MB can say 30000x30000 pixels, which OpenCV decodes into 2.7 GB.
+#: The most pixels an image may have where Pillow is not installed: its own default limit (twice
+#: its ``MAX_IMAGE_PIXELS``), for both backends: a PNG of a few MB can say 30000x30000 pixels,
+#: which OpenCV decodes into 2.7 GB.
 MAX_PIXELS = 2 * 89_478_485
 
 
@@ -73,25 +74,48 @@ def single_threaded(pid: int) -> None:
 def check_whole(data: Any) -> tuple[int, int] | None:
     """Refuse an image cut short or whose checksums fail (see the module docstring); return a
     JPEG's ``(width, height)`` (see :func:`check_jpeg`)."""
-    head = bytes(memoryview(data)[:24])
+    head = bytes(memoryview(data)[:30])
     if head.startswith(_PNG):
-        _check_pixels(int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"))  # (IHDR's)
+        check_pixels(int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"))  # (IHDR's)
         _check_png(data)
     elif head.startswith(b"RIFF") and head[8:12] == b"WEBP":
         size = 8 + int.from_bytes(head[4:8], "little")  # the RIFF header's 8 bytes and what it says follows
         if len(data) < size:
             raise ImageError(f"a truncated WebP ({len(data)} bytes, its header says {size})")
+        check_pixels(*webp_size(head))
     size = check_jpeg(data)
     if size is not None:
-        _check_pixels(*size)
+        check_pixels(*size)
     return size
 
 
-def _check_pixels(width: int, height: int) -> None:
-    if width * height > MAX_PIXELS:
-        raise ImageError(f"an image of {width}x{height} pixels, more than {MAX_PIXELS} (Pillow's limit, for both "
-                         f"backends): a decompression bomb, or a picture far larger than any input of a model; "
-                         f"scale it down before building the shards")
+def webp_size(head: bytes) -> tuple[int, int]:
+    """A WebP's canvas ``(width, height)`` from its first chunk's header ((0, 0) if unknown)."""
+    kind = head[12:16]
+    if kind == b"VP8X":  # extended: the canvas, 24 bits each, less one
+        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
+    if kind == b"VP8L" and head[20] == 0x2F:  # lossless: 14 bits each, less one
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, (bits >> 14 & 0x3FFF) + 1
+    if kind == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":  # lossy: the key frame's 14 bits each
+        return int.from_bytes(head[26:28], "little") & 0x3FFF, int.from_bytes(head[28:30], "little") & 0x3FFF
+    return 0, 0
+
+
+def check_pixels(width: int, height: int) -> None:
+    """Refuse an image of more pixels than Pillow would decode (as its ``MAX_IMAGE_PIXELS`` says:
+    ``None`` lifts the limit, for both backends)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        limit: int | None = MAX_PIXELS
+    else:
+        limit = None if Image.MAX_IMAGE_PIXELS is None else 2 * int(Image.MAX_IMAGE_PIXELS)
+    if limit is not None and width * height > limit:
+        raise ImageError(f"an image of {width}x{height} pixels, more than {limit} (Pillow's limit, twice "
+                         f"PIL.Image.MAX_IMAGE_PIXELS, for both backends): a decompression bomb, or a picture far "
+                         f"larger than any input of a model; scale it down before building the shards, or set "
+                         f"MAX_IMAGE_PIXELS = None where the images are trusted")
 
 
 def _check_png(data: Any) -> None:

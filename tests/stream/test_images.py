@@ -14,7 +14,7 @@ from PIL import Image
 
 import pipeline
 from pipeline import Images, make_loader
-from pipeline.stream.image_decoders import check_jpeg
+from pipeline.stream.image_decoders import check_jpeg, check_pixels, webp_size
 from pipeline.stream.images import row_seeds, uniforms
 from tests.images import encoded, image_folder, photo
 
@@ -309,17 +309,42 @@ def test_a_jpeg_whose_header_claims_more_pixels_than_its_data_can_hold_is_damage
         assert check_jpeg(image) is not None and not decode(Images(16, backend=backend), [image])[1]
 
 
+def _claiming(kind: str, width: int, height: int) -> bytes:
+    """A small image whose header says it is ``width`` x ``height`` pixels."""
+    if kind == "PNG":
+        data = bytearray(encoded(photo(48, 64), "PNG"))
+        data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")  # IHDR's, and its CRC: a sound header
+        data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")
+        return bytes(data)
+    data = bytearray(encoded(photo(48, 64), "WEBP", lossless=True))  # VP8L: 14 bits each, less one
+    bits = int.from_bytes(data[21:25], "little") & ~0xFFFFFFF | (width - 1) | (height - 1) << 14
+    data[21:25] = bits.to_bytes(4, "little")
+    return bytes(data)
+
+
 @pytest.mark.parametrize("backend", ["opencv", "pillow"])
-def test_an_image_of_more_pixels_than_pillows_limit_is_refused_before_decoding(backend: str) -> None:
+@pytest.mark.parametrize("kind", ["PNG", "WebP"])
+def test_an_image_of_more_pixels_than_pillows_limit_is_refused_before_decoding(backend: str, kind: str,
+                                                                                 monkeypatch) -> None:
     """A PNG of 2.6 MB saying 30000x30000 pixels decoded, with OpenCV, into 2.7 GB (and 42 s);
-    Pillow refused it. Both backends refuse it now, from its header, as Pillow does."""
-    data = bytearray(encoded(photo(48, 64), "PNG"))
-    data[16:24] = (20000).to_bytes(4, "big") + (10000).to_bytes(4, "big")  # IHDR's width and height, and its CRC:
-    data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")  # a sound header
-    failed = decode(Images(16, backend=backend), [bytes(data)])[1]
+    Pillow refused it. Both backends refuse it now, from its header, as Pillow does, and both
+    decode it where PIL.Image.MAX_IMAGE_PIXELS is None (trusted images)."""
+    from PIL import Image
+
+    failed = decode(Images(16, backend=backend), [_claiming(kind, 16000, 12000)])[1]
     assert list(failed) == [0] and failed[0].startswith(
-        "an image of 20000x10000 pixels, more than 178956970 (Pillow's limit, for both backends): a decompression "
-        "bomb"), failed
+        "an image of 16000x12000 pixels, more than 178956970 (Pillow's limit, twice PIL.Image.MAX_IMAGE_PIXELS, for "
+        "both backends): a decompression bomb"), failed
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)
+    check_pixels(16000, 12000)  # the limit lifted, as Pillow's
+
+
+@pytest.mark.parametrize("kind, alpha", [("VP8 ", False), ("VP8L", False), ("VP8X", True)])
+def test_a_webps_size_is_read_from_its_header_lossy_lossless_or_extended(kind: str, alpha: bool) -> None:
+    image = photo(23, 37)  # 37 wide, 23 high
+    data = encoded(np.dstack([image, np.full((23, 37), 99, np.uint8)]) if alpha else image, "WEBP",
+                   lossless=kind == "VP8L")
+    assert data[12:16] == kind.encode() and webp_size(data[:30]) == (37, 23)
 
 
 def test_webdataset_shards_indexed_in_place_decode_their_jpg_members(tmp_path: Path) -> None:
