@@ -329,9 +329,9 @@ class ShardCache:
         return True
 
     def holds(self, url: str, sha256: str | None = None) -> bool:
-        """Whether a copy of ``url`` (of the version ``sha256``: see :meth:`path_for`) is in the
+        """Whether the copy of ``url`` read for the version ``sha256`` (see :meth:`_copy_for`) is in the
         cache now."""
-        return self.path_for(url, sha256).exists()
+        return self._copy_for(url, sha256).exists()
 
     @contextmanager
     def reading(self, url: str, size: int | None = None, sha256: str | None = None) -> Iterator[Path]:
