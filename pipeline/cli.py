@@ -85,9 +85,9 @@ def _cmd_arrays(args: argparse.Namespace) -> None:
 
 
 def _cmd_joblib(args: argparse.Namespace) -> None:
-    fields = tuple(args.fields.split(","))
-    if len(fields) != 2 or not all(fields):
-        raise SystemExit("error: --fields takes two names, e.g. x,y")
+    fields = tuple(name.strip() for name in args.fields.split(","))
+    if len(fields) != 2 or not all(fields) or fields[0] == fields[1]:
+        raise SystemExit(f"error: --fields takes two different names, e.g. x,y, got {args.fields!r}")
     build_joblib(args.folder, args.out, fields=fields, batch_size=args.batch_size,  # type: ignore[arg-type]
                  lists=args.lists, **_options(args))
 

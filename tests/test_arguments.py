@@ -51,8 +51,8 @@ CASES: dict[str, tuple[Callable[[Path, Path], Any], type, str]] = {
                         "images is True (decode every image too) or False, got 'yes'"),
     "one joblib field": (lambda out, built: pipeline.build_joblib(_joblib_folder(out.parent / "j1"), out,
                                                                   fields=("x",)),
-                         ValueError, "fields names the two fields of a pair, its features' and its labels', e.g. "
-                                     "('x', 'y'), got ('x',)"),
+                         ValueError, "fields names the two fields of a pair, its features' and its labels', two "
+                                     "different names, e.g. ('x', 'y'), got ('x',)"),
     "a joblib batch size as a str": (lambda out, built: pipeline.build_joblib(_joblib_folder(out.parent / "j2"), out,
                                                                               batch_size="4"),
                                      ValueError, "batch_size is the B of the x_<B>.job files to read, a whole number "

@@ -284,6 +284,28 @@ def test_numbered_batches_with_one_missing_between_others_are_converted_with_a_w
             assert len(built(tmp_path / f"{numbers}", tmp_path / f"{numbers}-shards")["y"]) == 5 * len(numbers)
 
 
+def test_a_batch_size_on_pairs_numbered_one_per_batch_or_one_name_for_both_fields_is_refused(tmp_path: Path) -> None:
+    """--batch-size 4 on x_0.job ... x_9.job (batches of 4) converted x_4.job alone, 4 samples of
+    40, without a word; --fields a,a wrote the labels over the features; --fields "x, y" named
+    the labels ' y'."""
+    x, y = np.arange(80.0).reshape(40, 2), np.arange(40)
+    for n in range(10):
+        dump(tmp_path / "numbered", n, x[4 * n:4 * n + 4], y[4 * n:4 * n + 4])
+    with pytest.raises(ValueError, match=re.escape(
+            f"{tmp_path / 'numbered'}: its files are numbered one per batch from x_0.job, and are joined in numeric "
+            f"order: leave out --batch-size (batch_size=), which picks one run of the joblib batch recipe (x_4.job "
+            f"alone here: 9 batches of 10 left out)")):
+        pipeline.build_joblib(tmp_path / "numbered", tmp_path / "out", batch_size=4, quiet=True)
+    assert np.array_equal(np.stack(built(tmp_path / "numbered", tmp_path / "all")["x"]), x)
+    with pytest.raises(ValueError, match=r"two different names, e\.g\. \('x', 'y'\), got \('a', 'a'\)"):
+        pipeline.build_joblib(tmp_path / "numbered", tmp_path / "same", fields=("a", "a"), quiet=True)
+    cli = [sys.executable, "-m", "pipeline", "build", "joblib", str(tmp_path / "numbered")]
+    same = subprocess.run([*cli, str(tmp_path / "cli-same"), "--fields", "a,a"], capture_output=True, text=True)
+    assert same.returncode != 0 and "--fields takes two different names, e.g. x,y, got 'a,a'" in same.stderr
+    spaced = subprocess.run([*cli, str(tmp_path / "cli-spaced"), "--fields", "features, label", "--quiet"])
+    assert spaced.returncode == 0 and set(read_back(tmp_path / "cli-spaced")[1]) == {"features", "label"}
+
+
 def test_batches_of_features_and_labels_that_do_not_pair_up_are_refused_naming_the_first(tmp_path: Path) -> None:
     """Batches of 32, 33, 32, 31, 32 features beside five of 32 labels add up alike, and were
     joined: 63 of 160 samples stored with another sample's label."""

@@ -244,9 +244,10 @@ class JoblibBatchSource(Source):
                  batch_size: int | None = None, lists: str | None = None) -> None:
         if lists not in (None, *LISTS):
             raise ValueError(f"lists must be one of {', '.join(LISTS)}, got {lists!r}")
-        if isinstance(fields, str) or len(fields) != 2 or not all(isinstance(name, str) and name for name in fields):
-            raise ValueError(f"fields names the two fields of a pair, its features' and its labels', e.g. ('x', 'y'), "
-                             f"got {fields!r}")
+        if isinstance(fields, str) or len(fields) != 2 or not all(isinstance(name, str) and name for name in fields) \
+                or fields[0] == fields[1]:  # (one name: the labels would be written over the features)
+            raise ValueError(f"fields names the two fields of a pair, its features' and its labels', two different "
+                             f"names, e.g. ('x', 'y'), got {fields!r}")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size < 1):
             raise ValueError(f"batch_size is the B of the x_<B>.job files to read, a whole number >= 1, got "
@@ -277,6 +278,11 @@ class JoblibBatchSource(Source):
                                         f"{'' if batch_size is not None else ' (or convert one pair: --batch-size B)'}")
         numbers = sorted(found["x"])
         if batch_size is not None:
+            if 0 in found["x"]:  # (no run of the recipe has batches of 0)
+                raise ValueError(f"{self.folder}: its files are numbered one per batch from x_0.job, and are joined "
+                                 f"in numeric order: leave out --batch-size (batch_size=), which picks one run of the "
+                                 f"joblib batch recipe (x_{batch_size}.job alone here: {len(numbers) - 1} batches "
+                                 f"of {len(numbers)} left out)")
             if batch_size not in found["x"]:
                 raise FileNotFoundError(f"{self.folder}: no x_{batch_size}.job / y_{batch_size}.job (there are "
                                         f"{', '.join(f'x_{b}.job' for b in numbers)})")
