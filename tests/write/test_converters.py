@@ -389,3 +389,19 @@ def test_a_file_name_that_is_no_utf8_is_named_and_files_of_one_sample_each_get_a
     keys, fields = read_back(tmp_path / "files-out" / "train")
     assert keys == ["\ufffdscan"] and fields["y"] == [1]
     np.testing.assert_array_equal(fields["x"][0], np.arange(3))
+
+
+def test_shards_over_twice_shard_bytes_from_rows_that_vary_in_size_are_warned_of(tmp_path: Path,
+                                                                                 capsys: pytest.CaptureFixture) -> None:
+    """Shards are cut by the first record's size: blobs after a small first one made one shard of
+    the whole set, over shard_bytes many times, without a word."""
+    blobs = [b"x"] + [bytes(100_000)] * 40
+    index = pipeline.write_shards(tmp_path / "out", {"blob": blobs}, shard_bytes=500_000, pack=1)
+    largest = max(shard.bytes for shard in index.shards)
+    assert largest > 1_000_000
+    assert (f"warning: 1 shard(s) hold more than twice shard_bytes=500,000 (the largest, "
+            f"{tmp_path / 'out' / 'shard-000000.tar'}, {largest:,} bytes in 41 samples): shards are cut by the size of "
+            f"the first record, and these rows vary in size; give shard_samples (--shard-samples) to bound them"
+            ) in capsys.readouterr().err
+    pipeline.write_shards(tmp_path / "bounded", {"blob": blobs}, shard_bytes=500_000, shard_samples=4, pack=1)
+    assert "warning" not in capsys.readouterr().err
