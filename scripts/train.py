@@ -92,6 +92,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     elif args.resume and not args.checkpoint.is_file():
         parser.error(f"--resume: no checkpoint at {args.checkpoint}; leave out --resume to start afresh "
                      f"(--checkpoint {args.checkpoint} saves one there)")
+    elif not args.checkpoint.parent.is_dir():  # (found at the first save, the epoch trained would be lost)
+        parser.error(f"--checkpoint {args.checkpoint}: no folder {args.checkpoint.parent} to save it in; make it "
+                     f"first, or give a path in a folder that exists")
     return args
 
 

@@ -35,9 +35,10 @@ def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
 
 def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loader: ShardLoader,
            device: torch.device) -> tuple[float, float]:
-    """Load the model, optimizer and loader of the checkpoint at ``path``, and return what its
-    epoch trained on so far (see :func:`save_checkpoint`); raise :class:`CannotResume` naming
-    the file and what differs."""
+    """Load the model, optimizer and loader of the checkpoint at ``path`` (the optimizer keeping
+    this run's learning rate: a new ``--lr`` applies), and return what its epoch trained on so
+    far (see :func:`save_checkpoint`); raise :class:`CannotResume` naming the file and what
+    differs."""
     state = _read(path, device)
     try:
         model.load_state_dict(state["model"])
@@ -46,7 +47,10 @@ def resume(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, loade
                            f"({_shapes(state['model'], model)}): it was trained on other data, or with another "
                            f"--task or --classes; give the same ones, or another --checkpoint to start afresh") from exc
     try:
+        rates = [group["lr"] for group in optimizer.param_groups]  # (this run's --lr: the checkpoint's would win)
         optimizer.load_state_dict(state["optimizer"])
+        for group, rate in zip(optimizer.param_groups, rates):
+            group["lr"] = rate
         loader.load_state_dict(state["loader"])
     except (ValueError, KeyError, TypeError) as exc:
         raise CannotResume(f"cannot resume from {path}: {str(exc).removeprefix('cannot resume: ')}") from exc

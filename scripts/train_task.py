@@ -1,7 +1,7 @@
 """What the example model trains, chosen from the data: its inputs, outputs, loss and metric.
 
 ``choose_task`` reads the schema of the training split and one pass over the labels of both
-splits (``--classes`` or ``--task regression`` skip it): integer labels (from 0), or float
+splits (``--task regression``, or ``--classes`` with one label a sample, skip it): integer labels (from 0), or float
 labels that all hold whole numbers from 0 to :data:`MAX_GUESSED_CLASSES` (as the joblib batch
 recipe stores class numbers), make a classification into ``largest label + 1`` classes; other
 real-valued labels a regression on as many outputs as a label has values, but for one-hot rows
@@ -77,8 +77,18 @@ class Task:
         splits): an error that says so (checked where the labels are on the CPU)."""
         y = batch["y"]
         if not self.classes:
-            return y.reshape(len(y), -1).float()
+            target = y.reshape(len(y), -1).float()
+            if target.device.type == "cpu" and not bool(torch.isfinite(target).all()):  # (--task regression: unread)
+                raise UnusableData(f"a label y in the {split} split is no finite number (NaN or infinity: a missing "
+                                   f"value?); a loss over it is NaN: drop or fill those samples, and build the shards "
+                                   f"again")
+            return target
         target = y.reshape(len(y), -1).argmax(dim=1) if self.one_hot else y.reshape(-1).long()
+        if target.device.type == "cpu" and len(target) and int(target.min()) < 0:  # (-100 a loss would skip)
+            raise UnusableData(f"label {int(target.min())} in the {split} split is not one of the {self.classes} "
+                               f"classes (0 to {self.classes - 1}) given by --classes {self.classes}: class numbers "
+                               f"run from 0; remap them (e.g. -1/1 to 0/1), or train a regression with --task "
+                               f"regression")
         if target.device.type == "cpu" and len(target) and int(target.max()) >= self.classes:
             label = int(target.max())
             raise UnusableData(f"label {label} in the {split} split is not one of the {self.classes} classes "
@@ -141,9 +151,12 @@ def choose_task(train: str, validation: str, classes: int | None = None, task: s
         raise UnusableData(f"{train}: field {field!r} holds {fields[field].dtype}, not numbers{names}")
     features = _size(x, "x", train)
     outputs = _size(y, "y", train)
-    labels = np.concatenate([_labels(train), _labels(validation)])  # (each checked: no NaN, which no loss survives)
-    if task == "regression":
+    if task == "regression":  # (no pass over the labels: every rank would read both splits whole first)
         return _regression(features, outputs, f"labels y: {y.dtype}; --task regression")
+    if classes and outputs == 1:
+        return Task(features, classes, classes, f"classification into {classes} classes (--classes; labels y: "
+                                                f"{y.dtype}; CrossEntropyLoss, validation accuracy)")
+    labels = np.concatenate([_labels(train), _labels(validation)])  # (each checked: no NaN, which no loss survives)
     if classes:
         one_hot = outputs > 1 and _one_hot(labels)
         return Task(features, classes, classes, f"classification into {classes} classes (--classes; labels y: "

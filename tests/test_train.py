@@ -121,6 +121,8 @@ def test_a_killed_worker_stops_training_with_a_message_and_resume_trains_the_sam
     (["--stop-after", "5", "--checkpoint-every", "2"], "--checkpoint-every needs --checkpoint FILE: the checkpoint "
                                                        "to save"),
     (["--stop-after", "5"], "--stop-after needs --checkpoint FILE: the checkpoint to save"),
+    (["--checkpoint", "no/such/folder/c.pt"], "--checkpoint no/such/folder/c.pt: no folder no/such/folder to save "
+                                               "it in; make it first, or give a path in a folder that exists"),
     (["--classes", "-3"], "argument --classes: '-3' is not a whole number of at least 1"),
     (["--workers", "-1"], "argument --workers: '-1' is not a whole number of at least 0"),
     (["--batch-size", "0"], "argument --batch-size: '0' is not a whole number of at least 1"),
@@ -195,3 +197,13 @@ def test_a_checkpoint_that_cannot_be_continued_is_a_message_naming_it_not_a_trac
     assert run.returncode == 0 and run.stdout == "", run.stderr[-3000:]
     assert run.stderr.splitlines()[-1] == (f"{checkpoint} has trained 1 epoch already: nothing to do; give --epochs 2 "
                                            f"or more to train on")
+
+
+def test_a_learning_rate_given_on_resume_is_the_one_trained_with(data: Path, tmp_path: Path) -> None:
+    """Loading the optimizer's state brought back the checkpoint's learning rate over --lr."""
+    checkpoint = tmp_path / "ckpt.pt"
+    train(data, tmp_path / "a", "--workers", "0", "--checkpoint", str(checkpoint), "--lr", "0.05", epochs=1)
+    train(data, tmp_path / "b", "--workers", "0", "--checkpoint", str(checkpoint), "--resume", "--lr", "0.01",
+          epochs=2)
+    state = torch.load(checkpoint, weights_only=True)
+    assert [group["lr"] for group in state["optimizer"]["param_groups"]] == [0.01]

@@ -67,16 +67,20 @@ def test_labels_it_cannot_train_on_are_clear_errors(tmp_path: Path) -> None:
         choose_task(train, validation)
 
 
-@pytest.mark.parametrize("task", ["auto", "regression"])
-def test_labels_that_are_no_finite_number_are_an_error_naming_the_split_and_sample(tmp_path: Path,
-                                                                                   task: str) -> None:
-    """NaN labels (a missing value) made a regression whose loss and RMSE were NaN, said nowhere."""
+def test_labels_that_are_no_finite_number_are_an_error_naming_the_split_and_sample(tmp_path: Path) -> None:
+    """NaN labels (a missing value) made a regression whose loss and RMSE were NaN, said nowhere;
+    --task regression reads no labels first, and its batches say so instead."""
     train, validation = splits(tmp_path / "a", np.array([0.5, 1.5, 2.5]), np.array([0.5, np.nan, np.inf, 1.0]))
     with pytest.raises(UnusableData, match=re.escape(
             f"{validation}: 2 label(s) y are no finite number (NaN or infinity: a missing value?), the first that of "
             f"sample 1 in the set's order; a loss over them is NaN: drop or fill those samples, and build the shards "
             f"again")):
-        choose_task(train, validation, task=task)
+        choose_task(train, validation)
+    task = choose_task(train, validation, task="regression")
+    with pytest.raises(UnusableData, match=re.escape(
+            "a label y in the validation split is no finite number (NaN or infinity: a missing value?); a loss over "
+            "it is NaN: drop or fill those samples, and build the shards again")):
+        task.targets({"y": torch.tensor([0.5, float("nan")])}, "validation")
 
 
 def test_class_names_as_labels_are_told_how_to_be_numbered(tmp_path: Path) -> None:
@@ -93,3 +97,18 @@ def test_a_label_beyond_the_classes_given_is_an_error_naming_the_split() -> None
     with pytest.raises(UnusableData, match=r"^label 9 in the validation split is not one of the 5 classes \(0 to 4\) "
                                            r"given by --classes 5: give --classes 10 or more, or leave it out"):
         task.targets({"y": torch.tensor([3, 9, 1])}, "validation")
+    with pytest.raises(UnusableData, match=r"^label -100 in the train split is not one of the 5 classes \(0 to 4\) "
+                                           r"given by --classes 5: class numbers run from 0"):  # (a loss skipped it)
+        task.targets({"y": torch.tensor([3, -100, 1])}, "train")
+
+
+def test_classes_given_or_a_regression_read_no_labels_first(tmp_path: Path, monkeypatch) -> None:
+    """Each rank read both splits whole before training (over the network: 32 downloads of the
+    set for 4 nodes of 8), though these options need no label counted."""
+    train, validation = splits(tmp_path, np.arange(40) % 3, np.arange(10) % 3)
+
+    def unread(location: str) -> np.ndarray:
+        raise AssertionError(f"read the labels of {location}")
+    monkeypatch.setattr("train_task._labels", unread)
+    assert choose_task(train, validation, classes=3).classes == 3
+    assert choose_task(train, validation, task="regression").classes == 0
