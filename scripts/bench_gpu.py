@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="0,2,4,8", help="numbers of DataLoader workers, comma-separated")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results")
-    parser.add_argument("--quick", action="store_true", help="20,000 samples, 0 and 2 workers, 2 epochs")
+    parser.add_argument("--quick", action="store_true", help="20,000 samples, 0 and 2 workers, 2 epochs, hidden 64, "
+                        "batch 256 (over --samples, --workers, --epochs, --hidden and --batch-size)")
     args = parser.parse_args(argv)
     if args.quick:
         args.samples, args.workers, args.epochs, args.hidden, args.batch_size = 20_000, "0,2", 2, 64, 256

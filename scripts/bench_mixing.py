@@ -3,7 +3,7 @@
 mixing costs in speed and memory.
 
 Three sources of very different sizes (100:10:1, small float32 samples) are mixed 0.5 / 0.3 / 0.2,
-so that the large one is subsampled and the small one repeated 40 times an epoch. One epoch is read
+so that the large one is subsampled and the small one repeated 22 times an epoch. One epoch is read
 through ``pipeline.make_loader`` (2 workers, batches of 256), and for each source:
 
 - ``share mean`` and ``share std``: its share of each full batch, averaged over the epoch, and

@@ -72,6 +72,13 @@ def run_child(path: str, workers: int, samples: int) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+
+def _workers_peak(workers: int, without: dict, text: dict) -> str:
+    """The largest worker's peak RSS of each run, or ``-`` without workers (none to measure)."""
+    if not int(workers):
+        return "-"
+    return f"{without['worker_peak_rss_mb']:.0f} / {text['worker_peak_rss_mb']:.0f} MB"
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="20k samples: a smoke run in seconds")
@@ -111,7 +118,7 @@ def main() -> None:
         without, text = row["without"], row["text"]
         print(f"| {row['workers']} | {without['samples_per_s']:,.0f} | {text['samples_per_s']:,.0f} | "
               f"{row['ratio']:.2f} | {without['peak_rss_mb']:.0f} / {text['peak_rss_mb']:.0f} MB | "
-              f"{without['worker_peak_rss_mb']:.0f} / {text['worker_peak_rss_mb']:.0f} MB |")
+              f"{_workers_peak(row['workers'], without, text)} |")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_text.json").write_text(json.dumps({"samples": samples, "rows": rows}, indent=1))
 
