@@ -41,7 +41,7 @@ from .output import (
     shard_name,
 )
 from .progress import BuildProgress
-from .rows import RowBlock, check_key, encode_records
+from .rows import RowBlock, check_key, encode_records, generated_key
 from .shard_file import ShardFile
 from .source import check_limits
 from .sources.pandas_values import is_pandas, pandas_columns, pandas_values
@@ -123,7 +123,7 @@ class ShardWriter:
                                    f"samples are in the {len(self._shards)} shards it finished, without an index "
                                    f"('pipeline index {self.destination}' makes a set of them); write the samples "
                                    f"again with overwrite=True for a whole set")
-            self._drain(final=True)
+            dropped = self._drain_last()
             self._commit_shard()
             index = DatasetIndex(self._schema or {}, self._shards, self.pack)
             where = save_index(self.destination, index)
@@ -133,6 +133,8 @@ class ShardWriter:
         finally:
             self.destination.close()
         self.progress.close(where)
+        if dropped:  # (raised once the set is whole: the samples before and after them are in it)
+            raise SampleError(f"{self.destination}: {self._left_out(dropped)}; the set is written with the others")
         return index
 
     def abort(self) -> None:
@@ -184,16 +186,57 @@ class ShardWriter:
             if self._pending_rows >= self.pack:
                 self._drain(final=False)
         except FormatError:
-            if self._next_index == written:  # refused before a record was written (its checks come first)
-                del self._pending[pending:]
-                self._pending_rows = rows
-                if keyed is None:
-                    self._seen_keys = None
-                else:
-                    keyed.difference_update(added)
-            raise
+            if self._next_index != written:
+                raise
+            # refused before a record was written (its checks come first): the block is not taken
+            del self._pending[pending:]
+            self._pending_rows = rows
+            if keyed is None:
+                self._seen_keys = None
+            else:
+                keyed.difference_update(added)
+            dropped = self._drop_refused() if self.pack > 1 else []
+            if not dropped:
+                raise
         except OSError as exc:
             raise self._stop(exc) from None
+        else:
+            return
+        # an earlier sample, pending in the record this block filled, is what the record refused
+        try:
+            self._add(block)
+        except FormatError as again:
+            raise SampleError(f"{again}; and {self._left_out(dropped)}") from None
+        raise SampleError(f"{self._left_out(dropped)}; this sample is taken, as are the others")
+
+    def _drop_refused(self) -> list[tuple[str, str]]:
+        """Drop the pending samples that no record can hold with those before them (each block
+        checked alone: its fields, and its samples encoded), and return the key and reason of
+        each. With ``pack`` > 1 a sample is checked as its record fills, at a later write: left
+        pending, it would refuse every write after it, and close."""
+        kept, dropped = [], []
+        schema, first = self._schema, self._next_index
+        for block in self._pending:
+            try:
+                numbers = block.with_numbers_as(schema)
+                schema = merge_schema(schema, numbers.schema(first, schema), "its fields", error=SampleError)
+                for _ in encode_records(numbers, first, 1):
+                    pass
+            except FormatError as exc:
+                dropped.append((block.keys[0] if block.keys else generated_key(first), str(exc)))
+                if self._seen_keys is not None and block.keys:
+                    self._seen_keys.difference_update(block.keys)
+                continue
+            kept.append(block)
+            first += len(block)
+        self._pending, self._pending_rows = kept, sum(map(len, kept))
+        return dropped
+
+    def _left_out(self, dropped: list[tuple[str, str]]) -> str:
+        """In words: the samples :meth:`_drop_refused` dropped."""
+        which = ", ".join(repr(key) for key, _ in dropped)
+        return (f"sample(s) {which}, written earlier, are left out: {dropped[0][1]} (with pack={self.pack}, a "
+                f"sample is checked as its record fills, at a later write)")
 
     def _stop(self, exc: OSError) -> OSError:
         """``exc`` (a full disk, say) naming the shard it was writing; that shard is dropped, or
@@ -226,6 +269,19 @@ class ShardWriter:
         """Samples the current shard can still take under the sample limit."""
         used = self._shard.samples if self._shard is not None else 0
         return (self.shard_samples - used) if self.shard_samples else 1 << 62
+
+    def _drain_last(self) -> list[tuple[str, str]]:
+        """Write what is pending, leaving out (and returning, see :meth:`_drop_refused`) samples
+        no record can hold."""
+        try:
+            self._drain(final=True)
+            return []
+        except FormatError:
+            dropped = self._drop_refused() if self.pack > 1 else []
+            if not dropped:
+                raise
+        self._drain(final=True)
+        return dropped
 
     def _drain(self, final: bool) -> None:
         """Encode pending rows into records: whole records only, unless ``final`` or the
