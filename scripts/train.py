@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import json
 import math
 import os
@@ -115,7 +116,7 @@ def evaluate(model: nn.Module, loader: Iterable[dict], task: Task, split: str,
     total, seen = 0.0, 0
     with torch.no_grad():
         for batch in DevicePrefetcher(loader, device):
-            total += task.score(model(task.inputs(batch)), task.targets(batch, split))
+            total += task.score(model(task.inputs(batch)), task.targets(batch))
             seen += len(batch["x"])
     model.train()
     return total, seen
@@ -164,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
 
     cache = {"cache_dir": args.cache_dir} if args.cache_dir else {}
     train_loader = make_loader(train_data, num_workers=args.workers, batch_size=args.batch_size,
-                               seed=args.seed, fields=["x", "y"], **cache)
+                               seed=args.seed, fields=["x", "y"],
+                               batch_transform=functools.partial(task.checked, split=args.train_split), **cache)
     val_loader = make_loader(val_data, num_workers=args.workers, batch_size=4096,
-                             shuffle=False, remainder="keep", fields=["x", "y"], **cache)
+                             shuffle=False, remainder="keep", fields=["x", "y"],
+                             batch_transform=functools.partial(task.checked, split=args.validation_split), **cache)
     epoch_so_far = (0.0, 0.0)  # the loss summed over the samples a resumed epoch trained on, and their number
     if args.resume:
         epoch_so_far = resume(args.checkpoint, module, optimizer, train_loader, device)
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                    disable=args.quiet or rank != 0 or not sys.stderr.isatty())
         for batch in prefetcher:
             optimizer.zero_grad(set_to_none=True)
-            loss = task.loss(model(task.inputs(batch)), task.targets(batch, args.train_split))
+            loss = task.loss(model(task.inputs(batch)), task.targets(batch))
             loss.backward()
             optimizer.step()
             loss_sum += float(loss.detach()) * len(batch["x"])

@@ -71,30 +71,39 @@ class Task:
         x = batch["x"]
         return x.reshape(len(x), -1).float()
 
-    def targets(self, batch: dict, split: str) -> torch.Tensor:
-        """What the model's outputs are compared with for ``batch`` of ``split``. A label beyond
-        the classes can only come from ``--classes`` (counted, they hold every label of both
-        splits): an error that says so (checked where the labels are on the CPU)."""
+    def targets(self, batch: dict) -> torch.Tensor:
+        """What the model's outputs are compared with for ``batch`` (its labels checked by
+        :meth:`checked`, in the loader's workers)."""
         y = batch["y"]
         if not self.classes:
-            target = y.reshape(len(y), -1).float()
-            if target.device.type == "cpu" and not bool(torch.isfinite(target).all()):  # (--task regression: unread)
+            return y.reshape(len(y), -1).float()
+        return y.reshape(len(y), -1).argmax(dim=1) if self.one_hot else y.reshape(-1).long()
+
+    def checked(self, batch: dict, split: str) -> dict:
+        """``batch`` of ``split``, its labels checked (the loaders' ``batch_transform``: in their
+        workers, on the CPU, where a check costs no wait for the GPU): a label beyond the classes
+        or below 0 can only come from ``--classes``, and one that is no finite number only from
+        ``--task regression``, as neither reads the labels first (counted, they hold every label
+        of both splits); either is an error that says so."""
+        y = torch.as_tensor(batch["y"])
+        if not self.classes:
+            if len(y) and not bool(torch.isfinite(y.float()).all()):
                 raise UnusableData(f"a label y in the {split} split is no finite number (NaN or infinity: a missing "
                                    f"value?); a loss over it is NaN: drop or fill those samples, and build the shards "
                                    f"again")
-            return target
+            return batch
         target = y.reshape(len(y), -1).argmax(dim=1) if self.one_hot else y.reshape(-1).long()
-        if target.device.type == "cpu" and len(target) and int(target.min()) < 0:  # (-100 a loss would skip)
+        if len(target) and int(target.min()) < 0:  # (-100 a loss would skip)
             raise UnusableData(f"label {int(target.min())} in the {split} split is not one of the {self.classes} "
                                f"classes (0 to {self.classes - 1}) given by --classes {self.classes}: class numbers "
                                f"run from 0; remap them (e.g. -1/1 to 0/1), or train a regression with --task "
                                f"regression")
-        if target.device.type == "cpu" and len(target) and int(target.max()) >= self.classes:
+        if len(target) and int(target.max()) >= self.classes:
             label = int(target.max())
             raise UnusableData(f"label {label} in the {split} split is not one of the {self.classes} classes "
                                f"(0 to {self.classes - 1}) given by --classes {self.classes}: give --classes "
                                f"{label + 1} or more, or leave it out to count the classes from the labels")
-        return target
+        return batch
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if self.classes:
@@ -136,6 +145,9 @@ MAX_GUESSED_CLASSES = 1000
 def choose_task(train: str, validation: str, classes: int | None = None, task: str = "auto") -> Task:
     """The task for the shards at ``train`` and ``validation`` (see the module docstring):
     ``task`` is ``"auto"``, ``"classification"`` or ``"regression"``."""
+    for location in (train, validation):
+        if not load_index(location).samples:
+            raise UnusableData(f"{location}: no samples; the example needs samples in both splits")
     fields = load_index(train).fields
     for name in ("x", "y"):
         if name not in fields:
@@ -200,14 +212,10 @@ def _regression(features: int, outputs: int, why: str) -> Task:
 
 
 def _labels(location: str) -> np.ndarray:
-    """Every label of a split, one pass: an array of one row per sample; an empty split is an
-    error (the example trains on one split and evaluates on the other)."""
+    """Every label of a split (one with samples), one pass: an array of one row per sample."""
     dataset = ShardDataset(location, batch_size=65536, shuffle=False, fields=["y"], remainder="keep",
                            rank=0, world_size=1)
-    parts = [batch["y"].numpy().reshape(len(batch["y"]), -1) for batch in dataset]
-    if not parts:
-        raise UnusableData(f"{location}: no samples; the example needs samples in both splits")
-    labels = np.concatenate(parts)
+    labels = np.concatenate([batch["y"].numpy().reshape(len(batch["y"]), -1) for batch in dataset])
     unusable = np.flatnonzero(~np.isfinite(labels).all(axis=1)) if labels.dtype.kind == "f" else []
     if len(unusable):
         raise UnusableData(f"{location}: {len(unusable)} label(s) y are no finite number (NaN or infinity: a missing "

@@ -50,9 +50,9 @@ def test_one_hot_labels_are_classes_their_rows_positions(tmp_path: Path) -> None
         chosen = choose_task(*splits(tmp_path / task, one_hot, one_hot[:2]), task=task)
         assert (chosen.outputs, chosen.classes, chosen.one_hot) == (5, 5, True)
         assert "one-hot rows of float64" in chosen.description
-        assert chosen.targets({"y": torch.from_numpy(one_hot)}, "train").tolist() == [3, 0, 4, 1]
+        assert chosen.targets({"y": torch.from_numpy(one_hot)}).tolist() == [3, 0, 4, 1]
     given = choose_task(*splits(tmp_path / "given", one_hot, one_hot[:2]), classes=5)
-    assert given.one_hot and given.targets({"y": torch.from_numpy(one_hot)}, "train").tolist() == [3, 0, 4, 1]
+    assert given.one_hot and given.targets({"y": torch.from_numpy(one_hot)}).tolist() == [3, 0, 4, 1]
 
 
 def test_labels_it_cannot_train_on_are_clear_errors(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_labels_that_are_no_finite_number_are_an_error_naming_the_split_and_samp
     with pytest.raises(UnusableData, match=re.escape(
             "a label y in the validation split is no finite number (NaN or infinity: a missing value?); a loss over "
             "it is NaN: drop or fill those samples, and build the shards again")):
-        task.targets({"y": torch.tensor([0.5, float("nan")])}, "validation")
+        task.checked({"y": torch.tensor([0.5, float("nan")])}, "validation")
 
 
 def test_class_names_as_labels_are_told_how_to_be_numbered(tmp_path: Path) -> None:
@@ -93,13 +93,13 @@ def test_class_names_as_labels_are_told_how_to_be_numbered(tmp_path: Path) -> No
 
 def test_a_label_beyond_the_classes_given_is_an_error_naming_the_split() -> None:
     task = Task(6, 5, 5, "classification into 5 classes (--classes)")
-    assert task.targets({"y": torch.tensor([0, 4])}, "validation").tolist() == [0, 4]
+    assert task.targets(task.checked({"y": torch.tensor([0, 4])}, "validation")).tolist() == [0, 4]
     with pytest.raises(UnusableData, match=r"^label 9 in the validation split is not one of the 5 classes \(0 to 4\) "
                                            r"given by --classes 5: give --classes 10 or more, or leave it out"):
-        task.targets({"y": torch.tensor([3, 9, 1])}, "validation")
+        task.checked({"y": torch.tensor([3, 9, 1])}, "validation")
     with pytest.raises(UnusableData, match=r"^label -100 in the train split is not one of the 5 classes \(0 to 4\) "
                                            r"given by --classes 5: class numbers run from 0"):  # (a loss skipped it)
-        task.targets({"y": torch.tensor([3, -100, 1])}, "train")
+        task.checked({"y": torch.tensor([3, -100, 1])}, "train")
 
 
 def test_classes_given_or_a_regression_read_no_labels_first(tmp_path: Path, monkeypatch) -> None:
@@ -112,3 +112,13 @@ def test_classes_given_or_a_regression_read_no_labels_first(tmp_path: Path, monk
     monkeypatch.setattr("train_task._labels", unread)
     assert choose_task(train, validation, classes=3).classes == 3
     assert choose_task(train, validation, task="regression").classes == 0
+
+
+@pytest.mark.parametrize("options", [{}, {"classes": 3}, {"task": "regression"}])
+def test_a_split_without_samples_is_an_error_whichever_task(tmp_path: Path, options: dict) -> None:
+    """--classes and --task regression read no labels first: an empty split went on to report
+    an accuracy over no samples."""
+    train, validation = splits(tmp_path, np.arange(12) % 3, np.zeros(0, np.int64))
+    with pytest.raises(UnusableData, match=re.escape(f"{validation}: no samples; the example needs samples in both "
+                                                     f"splits")):
+        choose_task(train, validation, **options)
