@@ -289,17 +289,19 @@ def test_a_batch_size_on_pairs_numbered_one_per_batch_or_one_name_for_both_field
     40, without a word; --fields a,a wrote the labels over the features; --fields "x, y" named
     the labels ' y'."""
     x, y = np.arange(80.0).reshape(40, 2), np.arange(40)
-    for n in range(10):
-        dump(tmp_path / "numbered", n, x[4 * n:4 * n + 4], y[4 * n:4 * n + 4])
-    with pytest.raises(ValueError, match=re.escape(
-            f"{tmp_path / 'numbered'}: its files are numbered one per batch from x_0.job, and are joined in numeric "
-            f"order: leave out --batch-size (batch_size=), which picks one run of the joblib batch recipe (x_4.job "
-            f"alone here: 9 batches of 10 left out)")):
-        pipeline.build_joblib(tmp_path / "numbered", tmp_path / "out", batch_size=4, quiet=True)
-    assert np.array_equal(np.stack(built(tmp_path / "numbered", tmp_path / "all")["x"]), x)
+    for first in (0, 1):  # (from 1: 1, 2, 3, ... are no batch sizes of runs)
+        folder = tmp_path / f"numbered-{first}"
+        for n in range(10):
+            dump(folder, n + first, x[4 * n:4 * n + 4], y[4 * n:4 * n + 4])
+        with pytest.raises(ValueError, match=re.escape(
+                f"{folder}: its files are numbered one per batch (x_{first}.job to x_{first + 9}.job), and are "
+                f"joined in numeric order: leave out --batch-size (batch_size=), which picks one run of the joblib "
+                f"batch recipe (x_4.job alone: 9 pairs of 10 left out)")):
+            pipeline.build_joblib(folder, tmp_path / "out", batch_size=4, quiet=True)
+        assert np.array_equal(np.stack(built(folder, tmp_path / f"all-{first}")["x"]), x)
     with pytest.raises(ValueError, match=r"two different names, e\.g\. \('x', 'y'\), got \('a', 'a'\)"):
-        pipeline.build_joblib(tmp_path / "numbered", tmp_path / "same", fields=("a", "a"), quiet=True)
-    cli = [sys.executable, "-m", "pipeline", "build", "joblib", str(tmp_path / "numbered")]
+        pipeline.build_joblib(tmp_path / "numbered-0", tmp_path / "same", fields=("a", "a"), quiet=True)
+    cli = [sys.executable, "-m", "pipeline", "build", "joblib", str(tmp_path / "numbered-0")]
     same = subprocess.run([*cli, str(tmp_path / "cli-same"), "--fields", "a,a"], capture_output=True, text=True)
     assert same.returncode != 0 and "--fields takes two different names, e.g. x,y, got 'a,a'" in same.stderr
     spaced = subprocess.run([*cli, str(tmp_path / "cli-spaced"), "--fields", "features, label", "--quiet"])

@@ -278,14 +278,15 @@ class JoblibBatchSource(Source):
                                         f"{'' if batch_size is not None else ' (or convert one pair: --batch-size B)'}")
         numbers = sorted(found["x"])
         if batch_size is not None:
-            if 0 in found["x"]:  # (no run of the recipe has batches of 0)
-                raise ValueError(f"{self.folder}: its files are numbered one per batch from x_0.job, and are joined "
-                                 f"in numeric order: leave out --batch-size (batch_size=), which picks one run of the "
-                                 f"joblib batch recipe (x_{batch_size}.job alone here: {len(numbers) - 1} batches "
-                                 f"of {len(numbers)} left out)")
             if batch_size not in found["x"]:
                 raise FileNotFoundError(f"{self.folder}: no x_{batch_size}.job / y_{batch_size}.job (there are "
                                         f"{', '.join(f'x_{b}.job' for b in numbers)})")
+            # numbered from 0 (no run of the recipe has batches of 0), or 1, 2, 3, ...: batches, not runs
+            if 0 in found["x"] or (len(numbers) > 2 and numbers == list(range(1, len(numbers) + 1))):
+                raise ValueError(f"{self.folder}: its files are numbered one per batch (x_{numbers[0]}.job to "
+                                 f"x_{numbers[-1]}.job), and are joined in numeric order: leave out --batch-size "
+                                 f"(batch_size=), which picks one run of the joblib batch recipe (x_{batch_size}.job "
+                                 f"alone: {len(numbers) - 1} pairs of {len(numbers)} left out)")
             numbers = [batch_size]
         versions = {b: (file_version(found["x"][b]), file_version(found["y"][b])) for b in numbers}  # (before reading)
         labels = {b: _load(found["y"][b]) for b in numbers}
