@@ -189,35 +189,40 @@ def _check_mix_names(dataset: ShardDataset, state: Mapping[str, Any]) -> None:
 
 def _continue_streams(dataset: ShardDataset, state: Mapping[str, Any], middle: bool) -> None:
     """An epoch resumed in its middle keeps the chunks it began on; a mix's stream positions are
-    carried over from ``state`` (its shares may change at an epoch boundary only)."""
+    carried over from ``state`` (its shares may change at an epoch boundary only). Every value is
+    checked before any is taken: a state refused leaves the loader as it was."""
     mix, sources, epoch = state.get("mix"), dataset.sources, int(state["epoch"])
     if sources is None:
         return
-    if mix is not None and middle and list(mix["counts"]) != sources.counts:
-        raise ValueError(f"cannot resume: the checkpoint's epoch takes {dict(zip(sources.names, mix['counts']))} "
-                         f"samples of its sources, this loader's {dict(zip(sources.names, sources.counts))}: "
-                         f"weights and samples can change only at an epoch boundary")
-    sources.resume_cut(epoch, _chunk_sizes(state, len(sources.chunks)) if middle else None)
-    if mix is None:
-        return
-    began = mix.get("pass_chunks") or state.get("chunk_samples") or [c.per_chunk for c in sources.chunks]
-    sources.hold_passes(epoch, [int(o) for o in mix["offsets"]], [int(n) for n in began])
-
-
-def _chunk_sizes(state: Mapping[str, Any], sources: int) -> list[int] | None:
-    """The chunk size of each source's passes begun in the checkpoint's epoch (None in a state
-    of shards without an index)."""
+    n = len(sources.chunks)
     sizes = state.get("chunk_samples")
-    if sizes is None:
-        return None
+    cut = _whole_numbers(sizes, n, 1, "chunk_samples", "a chunk size") if middle and sizes is not None else None
+    if mix is not None:
+        if not isinstance(mix, Mapping):
+            raise ValueError(f"not a loader state: its mix {mix!r} must be a mapping (what state_dict() wrote)")
+        counts = _whole_numbers(mix.get("counts"), n, 0, "mix counts", "a number of samples")
+        offsets = _whole_numbers(mix.get("offsets"), n, 0, "mix offsets", "a stream position")
+        began = mix.get("pass_chunks") or sizes or [c.per_chunk for c in sources.chunks]
+        began = _whole_numbers(began, n, 1, "mix pass_chunks", "a chunk size")
+        if middle and counts != sources.counts:
+            raise ValueError(f"cannot resume: the checkpoint's epoch takes {dict(zip(sources.names, counts))} "
+                             f"samples of its sources, this loader's {dict(zip(sources.names, sources.counts))}: "
+                             f"weights and samples can change only at an epoch boundary")
+    sources.resume_cut(epoch, cut)
+    if mix is not None:
+        sources.hold_passes(epoch, offsets, began)
+
+
+def _whole_numbers(values: Any, count: int, least: int, name: str, what: str) -> list[int]:
+    """``values`` as ``count`` whole numbers of at least ``least``, or the error naming them."""
     try:
-        sizes = [_whole(n) for n in sizes]
+        numbers = [_whole(v) for v in values]
     except TypeError:
-        sizes = []
-    if len(sizes) != sources or min(sizes) < 1:
-        raise ValueError(f"not a loader state: chunk_samples {state.get('chunk_samples')!r} must be a chunk size "
-                         f"(a whole number >= 1) for each of the {sources} source(s)")
-    return sizes
+        numbers = []
+    if len(numbers) != count or (numbers and min(numbers) < least):
+        raise ValueError(f"not a loader state: {name} {values!r} must be {what} (a whole number >= {least}) for each "
+                         f"of the {count} source(s)")
+    return numbers
 
 
 def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:

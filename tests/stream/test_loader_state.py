@@ -203,3 +203,22 @@ def test_a_state_refused_leaves_the_loader_as_it_was(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot resume: the checkpoint says 1000000 batches of epoch 0"):
         loader.load_state_dict(state)
     assert [batch["i"].tolist() for batch in loader] == fresh
+
+
+@pytest.mark.parametrize("mix, message", [
+    ({"offsets": ["x", 0]}, "not a loader state: mix offsets ['x', 0] must be a stream position (a whole number >= 0) "
+                            "for each of the 2 source(s)"),
+    ({"offsets": [250]}, "mix offsets [250] must be a stream position"),  # a source's position missing
+    ({"offsets": [-5000, 0]}, "mix offsets [-5000, 0] must be a stream position"),
+    ({"pass_chunks": [0, 0]}, "mix pass_chunks [0, 0] must be a chunk size (a whole number >= 1)"),
+])
+def test_a_mix_state_of_other_values_is_refused_leaving_the_loader_as_it_was(shards, mix: dict, message: str) -> None:
+    """int() refused some with its own words after the loader had taken the state's chunks;
+    others were taken: a source missing, a position before its stream."""
+    sources = {"a": shards["a"], "b": shards["b"]}
+    fresh = [batch["i"].tolist() for batch in loader_of(sources, chunks_per_buffer=2)]
+    state = state_after(loader_of(sources), 3)
+    loader = loader_of(sources, chunks_per_buffer=2)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        loader.load_state_dict({**state, "mix": {**state["mix"], **mix}})
+    assert [batch["i"].tolist() for batch in loader] == fresh
