@@ -11,7 +11,7 @@ from ..storage import redact
 _WARNED: set[str] = set()  # the shards this process has warned of
 
 
-def log_skip(log: logging.Logger, url: str, what: str, exc: Exception) -> None:
+def log_skip(log: logging.Logger, url: str, what: str, exc: Exception | str) -> None:
     """Log that ``what`` (``"12 samples"``, ``"a record"``) of the shard at ``url`` is skipped
     because of ``exc``."""
     first = url not in _WARNED

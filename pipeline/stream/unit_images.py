@@ -27,6 +27,7 @@ from .image_decoders import single_threaded
 from .images import MISSING_IMAGE, Images, row_seeds
 from .options import SKIP_HINT
 from .reader import Columns
+from .skip_log import log_skip
 from .stats import Count, ReadStats
 
 #: Where the unit's row ``row`` came from: ``(shard URL, byte offset, "record N (key 'k')")``
@@ -133,10 +134,10 @@ class ImageDecoding:
             if not good:
                 raise ShardError(url, offset, f"{record}, {reason}; no image of its unit could be decoded, so "
                                               f"none can stand in for it (a unit can be as small as a batch, or a "
-                                              f"rank's whole share of a small epoch): find the images that fail with pipeline verify "
-                                              f"--images, and mend or remove them")
-            log.warning("replacing the sample of %s%s: %s, %s", url, "" if offset is None else f" at {offset}", record,
-                        reason)
+                                              f"rank's whole share of a small epoch): find the images that fail "
+                                              f"with pipeline verify --images, and mend or remove them")
+            at = "" if offset is None else f" (at byte {offset})"
+            log_skip(log, url, f"the image of {record}{at}, its sample replaced by another of its unit,", reason)
             self.stats.skipped(1)
             _copy_row(unit, row, good[row % len(good)])
 
