@@ -314,25 +314,30 @@ class ShardLoader(DataLoader):
         out.update(wait_s=self._waited, step_s=self._stepped, input_bound=self._waited / looped if looped else 0.0)
         return out
 
-    def progress(self) -> dict[str, int]:
+    def progress(self, in_flight: int = 0) -> dict[str, int]:
         """Samples of each source the job delivered in the current epoch so far, over all ranks
         (every rank in step with this one, as under DDP) and the legs on other world sizes; the
-        same on every rank. ``""`` names the one source of a loader that mixes none."""
+        same on every rank. ``""`` names the one source of a loader that mixes none.
+        ``in_flight``: batches fetched ahead, not yet trained on (see :meth:`state_dict`)."""
         if not self.dataset.exact:
             raise TypeError("progress() counts from the epoch's plan, which shards without an index have not: index "
                             "them in place (pipeline index)")
-        self._settle()
-        return self.dataset.delivered_per_source(self._epoch, self._legs, self._batches)  # type: ignore[attr-defined]
+        position = self._position(in_flight)
+        return self.dataset.delivered_per_source(position.epoch, position.legs,  # type: ignore[attr-defined]
+                                                 position.batches)
 
     def state_dict(self, in_flight: int = 0) -> dict[str, Any]:
         """Where the loader stands: epoch, its legs on other world sizes, and the batches
         delivered since (less ``in_flight`` batches fetched ahead by a prefetcher but not yet
         trained on)."""
+        return loader_state(self.dataset, self._position(in_flight))  # type: ignore[arg-type]
+
+    def _position(self, in_flight: int) -> Position:
+        """Where the loader stands, less ``in_flight`` batches fetched ahead."""
         self._settle()
         epoch, legs, batches = self._settled_from if in_flight and self._settled_from is not None else (
             self._epoch, self._legs, self._batches)  # batches in flight: of the epoch the loop took the last of
-        position = Position(epoch, tuple(legs), batches - in_flight, self._short_last_unit == epoch)
-        return loader_state(self.dataset, position)  # type: ignore[arg-type]
+        return Position(epoch, tuple(legs), batches - in_flight, self._short_last_unit == epoch)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``; refuse a state whose plan this loader cannot continue."""

@@ -169,3 +169,8 @@ class DevicePrefetcher:
         """The loader's state as of the last batch handed to the training loop (the batch
         fetched ahead is not counted, so resuming replays it)."""
         return self.loader.state_dict(in_flight=int(self._held()))
+
+    def progress(self) -> dict[str, int]:
+        """The loader's ``progress()`` as of the last batch handed to the training loop (the
+        batch fetched ahead is not counted, as in :meth:`state_dict`)."""
+        return self.loader.progress(in_flight=int(self._held()))

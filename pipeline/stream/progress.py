@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from .material import Material, laps, source_counts
-from .plan import Leg, PlanConfig, RankSequence, delivered_in, material_positions
+from .plan import Leg, PlanConfig, RankSequence, delivered_in, material_positions, rank_batches
 
 
 def delivered_per_source(material: Material, sources: int, sequences: list[list[RankSequence]],
@@ -22,7 +22,8 @@ def delivered_per_source(material: Material, sources: int, sequences: list[list[
     counts = np.zeros(sources, np.int64)
     for j, leg in enumerate(legs):
         for sequence in sequences[j]:
-            delivered = delivered_in(sequence, leg, config)
+            # (a rank's short last batch dropped is not delivered, though the ranks' counts of batches agree)
+            delivered = min(delivered_in(sequence, leg, config), rank_batches(sequence, config) * config.batch_size)
             touched = int(sequence.unit_of(delivered - 1)) + 1 if delivered else 0
             first = 0
             if j == 0:  # the whole units: one stretch of the material

@@ -129,6 +129,7 @@ def test_prefetcher_state_excludes_the_batch_fetched_ahead(shards: Path) -> None
         head.append(batch["i"].numpy().copy())
         if len(head) == 10:
             state = prefetcher.state_dict()
+            assert prefetcher.progress() == {"": 480} != loader.progress()  # (the loader counts the 11th, held)
             break
     tail, _ = run_until(shards, 2, None, state=state, epochs=1)
     assert all((a == b).all() for a, b in zip(head + tail, reference)) and len(head + tail) == len(reference)
