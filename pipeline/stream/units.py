@@ -66,7 +66,7 @@ class UnitReader:
         self.searching = False  # reading blocks to find such rows: their losses are not this unit's
         self.last_loss: str | None = None  # why the latest piece skipped was lost
         self.lost_storage = LostStorage(policy.deadline)  # under skip: a server lost for good ends the epoch
-        self.missing_checked: set[str] = set()  # shards found missing, whose set's index was read again
+        self.rebuild_checked: set[str] = set()  # shards failed, whose set's index was read again
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
         self.file_maps: FileMaps | None = None  # local files' mappings, shared by a unit's pieces while it is read
 
@@ -195,6 +195,7 @@ class UnitReader:
         started, waited = time.perf_counter(), 0.0
 
         def lost(exc: ShardError | SourceError, samples: int) -> None:
+            self._check_rebuilt(url, exc, source, missing=False)
             self._check_table(exc, source)
             exc = self._dropping_a_damaged_copy(exc, source, shard)
             self.last_loss = str(exc)
@@ -223,9 +224,7 @@ class UnitReader:
             # a local shard table that cannot be read is no damage of a piece: every piece needs it
             unread_table = isinstance(exc, IndexFormatError) and not is_remote(shards.base)
             missing = _missing_shard(exc, url)
-            if missing is not None and url not in self.missing_checked:  # (once a shard: a rebuild deletes its
-                self.missing_checked.add(url)  # shards once its index is gone; a shard lost alone is the set's)
-                self._check_replaced(missing, source)
+            self._check_rebuilt(url, missing or exc, source, missing is not None)
             if not self.skip or isinstance(exc, ServerSetupError) or unread_table:
                 self._check_table(exc, source)
                 told = missing or _advised(self._dropping_a_damaged_copy(exc, source, shard), shards)
@@ -255,6 +254,14 @@ class UnitReader:
             self._check_replaced(exc, source)
             raise IndexFormatError(f"{damaged}: the shard table is damaged, so the records are read and checked "
                                    f"against what it misstates ({exc}); {shards.table_fix()}")
+
+    def _check_rebuilt(self, url: str, exc: ShardError | SourceError, source: int, missing: bool) -> None:
+        """:meth:`_check_replaced`, once a shard, where a rebuild could be why its read failed:
+        a shard ``missing``, or a local one failing (a rebuild removes the index first, then
+        writes its shards anew)."""
+        if url not in self.rebuild_checked and (missing or not self.sources.shards[source].remote):
+            self.rebuild_checked.add(url)
+            self._check_replaced(exc, source)
 
     def _check_replaced(self, exc: ShardError | SourceError, source: int) -> None:
         """Raise, even under skip, when the read of ``source`` failed (``exc``) because the set was

@@ -355,17 +355,21 @@ def test_a_set_rebuilt_under_a_running_loader_is_told_so_not_blamed_on_its_table
     assert str(told.value).endswith("): start the job again, or make a new loader, to read the set as it is now")
 
 
-@pytest.mark.parametrize("workers, on_error", [(0, "raise"), (2, "skip")])
+@pytest.mark.parametrize("workers, on_error, shards", [(0, "raise", "removed"), (2, "skip", "removed"),
+                                                       (0, "skip", "rewritten")])
 def test_a_set_a_rebuild_is_replacing_under_a_running_loader_is_told_so(tmp_path: Path, workers: int,
-                                                                        on_error: str) -> None:
-    """A rebuild (overwrite=True) removes the index and the shards it named as it begins: the
-    loader blamed a missing shard ("restore it"), and under skip gave stand-ins for most of an
-    epoch."""
+                                                                        on_error: str, shards: str) -> None:
+    """A rebuild (overwrite=True) removes the index and the shards under the names it writes as
+    it begins: the loader blamed a missing shard ("restore it"), and under skip gave stand-ins
+    for most of an epoch; or, the shards written anew before the index, failed every piece."""
     pipeline.write_shards(tmp_path, {"x": np.arange(2000)}, pack=1, shard_samples=400, quiet=True)
     loader = pipeline.make_loader(tmp_path, num_workers=workers, batch_size=64, on_error=on_error)
     (tmp_path / "index.json").unlink()
     for shard in tmp_path.glob("*.tar"):
-        shard.unlink()
+        if shards == "removed":
+            shard.unlink()
+        else:
+            shard.write_bytes(shard.read_bytes().replace(b"\x00\x00\x00\x00\x00\x00", b"\x01\x01\x01\x01\x01\x01"))
     with pytest.raises(pipeline.IndexFormatError) as told:
         for _ in loader:
             pass
