@@ -349,7 +349,7 @@ def build_shards(
         stale = remove_unplanned_shards(target, prefix, names) if (resume or overwrite) and part is None else []
         if stale:
             _say(quiet, f"removed {len(stale)} shards an earlier run wrote beyond this build's ({stale[0]}, ...)")
-        progress.close(where)
+        progress.close(where, whole=part is None or total == 0)
         return index
     finally:
         if progress is not None:

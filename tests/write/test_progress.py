@@ -23,6 +23,15 @@ def test_a_build_of_no_samples_warns_before_its_summary(tmp_path: Path, capsys) 
     assert capsys.readouterr().err == ""
 
 
+def test_a_part_that_falls_on_no_shard_does_not_warn(tmp_path: Path, capsys) -> None:
+    """3 shards built as 5 parts: the parts of none warned that the set was empty."""
+    x = np.zeros((300, 3), np.float32)
+    for i in range(5):
+        pipeline.write_shards(tmp_path / "out", {"x": x}, shard_samples=100, part=pipeline.Part(i, 5))
+    assert "warning" not in capsys.readouterr().err
+    assert pipeline.merge_index_files([tmp_path / "out"])[0].samples == 300
+
+
 def test_a_build_of_samples_or_one_that_kept_them_does_not_warn() -> None:
     for kept in (False, True):
         log = io.StringIO()
