@@ -127,7 +127,7 @@ class RowBlock:
             return blocks[0]
         names = list(blocks[0].columns)
         for block in blocks[1:]:
-            if list(block.columns) != names:
+            if set(block.columns) != set(names):  # (in any order: a dict's is the caller's)
                 where = f"record {block.keys[0]!r}" if block.keys else "a sample"
                 raise SampleError(f"{where} has fields {sorted(block.columns)}, earlier samples "
                                   f"{sorted(names)}; every sample needs the same fields")

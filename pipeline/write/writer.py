@@ -41,7 +41,8 @@ from .output import (
     shard_name,
 )
 from .progress import BuildProgress
-from .rows import RowBlock, check_key, encode_records, generated_key
+from .refused_samples import Refused, left_out, split_refused
+from .rows import RowBlock, check_key, encode_records
 from .shard_file import ShardFile
 from .source import check_limits
 from .sources.pandas_values import is_pandas, pandas_columns, pandas_values
@@ -123,7 +124,7 @@ class ShardWriter:
                                    f"samples are in the {len(self._shards)} shards it finished, without an index "
                                    f"('pipeline index {self.destination}' makes a set of them); write the samples "
                                    f"again with overwrite=True for a whole set")
-            dropped = self._drain_last()
+            dropped = self._drain_dropping(final=True)
             self._commit_shard()
             index = DatasetIndex(self._schema or {}, self._shards, self.pack)
             where = save_index(self.destination, index)
@@ -134,7 +135,7 @@ class ShardWriter:
             self.destination.close()
         self.progress.close(where)
         if dropped:  # (raised once the set is whole: the samples before and after them are in it)
-            raise SampleError(f"{self.destination}: {self._left_out(dropped)}; the set is written with the others")
+            raise SampleError(f"{self.destination}: {left_out(dropped, self.pack)}; the set is written with the others")
         return index
 
     def abort(self) -> None:
@@ -185,58 +186,54 @@ class ShardWriter:
             self._pending_rows += len(block)
             if self._pending_rows >= self.pack:
                 self._drain(final=False)
+            return
         except FormatError:
-            if self._next_index != written:
-                raise
-            # refused before a record was written (its checks come first): the block is not taken
-            del self._pending[pending:]
-            self._pending_rows = rows
-            if keyed is None:
-                self._seen_keys = None
-            else:
-                keyed.difference_update(added)
-            dropped = self._drop_refused() if self.pack > 1 else []
-            if not dropped:
+            whole = self._next_index == written  # refused before a record was written (its checks come first)
+            if whole:  # the block is not taken...
+                del self._pending[pending:]
+                self._pending_rows = rows
+                if keyed is None:
+                    self._seen_keys = None
+                else:
+                    keyed.difference_update(added)
+            refused = self._drop_refused()  # ...unless an earlier sample, pending in its record, is what it refused
+            if not refused:
                 raise
         except OSError as exc:
             raise self._stop(exc) from None
-        else:
-            return
-        # an earlier sample, pending in the record this block filled, is what the record refused
-        try:
-            self._add(block)
+        try:  # a sample refused pending would refuse every later write, and close
+            if whole:
+                self._add(block)
+            else:  # (records of the block were written: the rest of it is pending)
+                refused += self._drain_dropping(final=False)
         except FormatError as again:
-            raise SampleError(f"{again}; and {self._left_out(dropped)}") from None
-        raise SampleError(f"{self._left_out(dropped)}; this sample is taken, as are the others")
+            raise SampleError(f"{again}; and {left_out(refused, self.pack)}") from None
+        raise SampleError(f"{left_out(refused, self.pack)}; the others are taken, this write's too")
 
-    def _drop_refused(self) -> list[tuple[str, str]]:
-        """Drop the pending samples that no record can hold with those before them (each block
-        checked alone: its fields, and its samples encoded), and return the key and reason of
-        each. With ``pack`` > 1 a sample is checked as its record fills, at a later write: left
-        pending, it would refuse every write after it, and close."""
-        kept, dropped = [], []
-        schema, first = self._schema, self._next_index
-        for block in self._pending:
+    def _drop_refused(self) -> list[Refused]:
+        """Leave out the pending samples their records refuse (see :mod:`.refused_samples`)."""
+        if self.pack == 1 and len(self._pending) <= 1 and self._pending_rows <= 1:
+            return []  # (a sample written alone: its write is refused)
+        kept, refused = split_refused(self._pending, self._schema, self._next_index, self.pack)
+        self._pending = [RowBlock.concat(kept)] if kept else []
+        self._pending_rows = len(kept)
+        for sample in refused:
+            if self._seen_keys is not None and sample.row.keys:
+                self._seen_keys.difference_update(sample.row.keys)
+        return refused
+
+    def _drain_dropping(self, final: bool) -> list[Refused]:
+        """:meth:`_drain`, leaving out the samples the records refuse; those left out."""
+        refused: list[Refused] = []
+        while True:
             try:
-                numbers = block.with_numbers_as(schema)
-                schema = merge_schema(schema, numbers.schema(first, schema), "its fields", error=SampleError)
-                for _ in encode_records(numbers, first, 1):
-                    pass
-            except FormatError as exc:
-                dropped.append((block.keys[0] if block.keys else generated_key(first), str(exc)))
-                if self._seen_keys is not None and block.keys:
-                    self._seen_keys.difference_update(block.keys)
-                continue
-            kept.append(block)
-            first += len(block)
-        self._pending, self._pending_rows = kept, sum(map(len, kept))
-        return dropped
-
-    def _left_out(self, dropped: list[tuple[str, str]]) -> str:
-        """In words: the samples :meth:`_drop_refused` dropped."""
-        which = ", ".join(repr(key) for key, _ in dropped)
-        return (f"sample(s) {which}, written earlier, are left out: {dropped[0][1]} (with pack={self.pack}, a "
-                f"sample is checked as its record fills, at a later write)")
+                self._drain(final)
+                return refused
+            except FormatError:
+                more = self._drop_refused()
+                if not more:
+                    raise
+                refused += more
 
     def _stop(self, exc: OSError) -> OSError:
         """``exc`` (a full disk, say) naming the shard it was writing; that shard is dropped, or
@@ -270,19 +267,6 @@ class ShardWriter:
         used = self._shard.samples if self._shard is not None else 0
         return (self.shard_samples - used) if self.shard_samples else 1 << 62
 
-    def _drain_last(self) -> list[tuple[str, str]]:
-        """Write what is pending, leaving out (and returning, see :meth:`_drop_refused`) samples
-        no record can hold."""
-        try:
-            self._drain(final=True)
-            return []
-        except FormatError:
-            dropped = self._drop_refused() if self.pack > 1 else []
-            if not dropped:
-                raise
-        self._drain(final=True)
-        return dropped
-
     def _drain(self, final: bool) -> None:
         """Encode pending rows into records: whole records only, unless ``final`` or the
         record closes a shard at its sample limit (the only places a short record may be)."""
@@ -291,19 +275,23 @@ class ShardWriter:
         block = RowBlock.concat(self._pending).with_numbers_as(self._schema)
         self._schema = merge_schema(self._schema, block.schema(self._next_index, self._schema), str(self.destination),
                                     error=SampleError)
-        pos, n = 0, len(block)
-        while pos < n:
-            room = self._room()
-            take = min(room, n - pos)
-            if take < room and not final:
-                take -= take % self.pack
-            if take == 0:
-                break
-            pos += self._write_records(block.slice(pos, pos + take))
-            if self._shard is not None and self._room() == 0:
-                self._commit_shard()
-        self._pending = [block.slice(pos, n)] if pos < n else []
-        self._pending_rows = n - pos
+        start, n = self._next_index, len(block)
+        try:
+            while (pos := self._next_index - start) < n:
+                room = self._room()
+                take = min(room, n - pos)
+                if take < room and not final:
+                    take -= take % self.pack
+                if take == 0:
+                    break
+                self._write_records(block.slice(pos, pos + take))
+                if self._shard is not None and self._room() == 0:
+                    self._commit_shard()
+        finally:  # (what is written is no longer pending, also where a later record failed)
+            pos = self._next_index - start
+            if pos:
+                self._pending = [block.slice(pos, n)] if pos < n else []
+                self._pending_rows = n - pos
 
     def _write_records(self, block: RowBlock) -> int:
         """Write records of ``block`` to the current shard until it is done or the shard is full
