@@ -212,8 +212,6 @@ class ShardWriter:
 
     def _drop_refused(self) -> list[Refused]:
         """Leave out the pending samples their records refuse (see :mod:`.refused_samples`)."""
-        if self.pack == 1 and len(self._pending) <= 1 and self._pending_rows <= 1:
-            return []  # (a sample written alone: its write is refused)
         kept, refused = split_refused(self._pending, self._schema, self._next_index, self.pack)
         self._pending = [RowBlock.concat(kept)] if kept else []
         self._pending_rows = len(kept)
