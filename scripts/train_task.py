@@ -86,12 +86,13 @@ class Task:
         ``--task regression``, as neither reads the labels first (counted, they hold every label
         of both splits); either is an error that says so."""
         y = torch.as_tensor(batch["y"])
-        if not self.classes:
+        if not self.classes or y.is_floating_point():  # (a NaN class number: no finite number, said so)
             if len(y) and not bool(torch.isfinite(y.float()).all()):
                 raise UnusableData(f"a label y in the {split} split is no finite number (NaN or infinity: a missing "
                                    f"value?); a loss over it is NaN: drop or fill those samples, and build the shards "
                                    f"again")
-            return batch
+            if not self.classes:
+                return batch
         target = y.reshape(len(y), -1).argmax(dim=1) if self.one_hot else y.reshape(-1).long()
         if len(target) and int(target.min()) < 0:  # (-100 a loss would skip)
             raise UnusableData(f"label {int(target.min())} in the {split} split is not one of the {self.classes} "

@@ -100,6 +100,8 @@ def test_a_label_beyond_the_classes_given_is_an_error_naming_the_split() -> None
     with pytest.raises(UnusableData, match=r"^label -100 in the train split is not one of the 5 classes \(0 to 4\) "
                                            r"given by --classes 5: class numbers run from 0"):  # (a loss skipped it)
         task.checked({"y": torch.tensor([3, -100, 1])}, "train")
+    with pytest.raises(UnusableData, match=r"^a label y in the train split is no finite number"):  # (not -2\*\*63)
+        task.checked({"y": torch.tensor([3.0, float("nan")])}, "train")
 
 
 def test_classes_given_or_a_regression_read_no_labels_first(tmp_path: Path, monkeypatch) -> None:
