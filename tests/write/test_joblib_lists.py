@@ -299,6 +299,9 @@ def test_a_batch_size_on_pairs_numbered_one_per_batch_or_one_name_for_both_field
                 f"batch recipe (x_4.job alone: 9 pairs of 10 left out)")):
             pipeline.build_joblib(folder, tmp_path / "out", batch_size=4, quiet=True)
         assert np.array_equal(np.stack(built(folder, tmp_path / f"all-{first}")["x"]), x)
+    for b in (1, 2, 3):  # runs of the recipe with batch sizes 1, 2 and 3: one is chosen
+        dump(tmp_path / "runs", b, [x[i:i + b] for i in range(0, 12, b)], [y[i:i + b] for i in range(0, 12, b)])
+    assert len(built(tmp_path / "runs", tmp_path / "run-2", batch_size=2)["y"]) == 12
     with pytest.raises(ValueError, match=r"two different names, e\.g\. \('x', 'y'\), got \('a', 'a'\)"):
         pipeline.build_joblib(tmp_path / "numbered-0", tmp_path / "same", fields=("a", "a"), quiet=True)
     cli = [sys.executable, "-m", "pipeline", "build", "joblib", str(tmp_path / "numbered-0")]

@@ -281,8 +281,10 @@ class JoblibBatchSource(Source):
             if batch_size not in found["x"]:
                 raise FileNotFoundError(f"{self.folder}: no x_{batch_size}.job / y_{batch_size}.job (there are "
                                         f"{', '.join(f'x_{b}.job' for b in numbers)})")
-            # numbered from 0 (no run of the recipe has batches of 0), or 1, 2, 3, ...: batches, not runs
-            if 0 in found["x"] or (len(numbers) > 2 and numbers == list(range(1, len(numbers) + 1))):
+            # numbered from 0 (no run of the recipe has batches of 0), or 1, 2, 3, ... and not each a list of
+            # batches of its number: batches, not runs
+            if 0 in found["x"] or (len(numbers) > 2 and numbers == list(range(1, len(numbers) + 1))
+                                   and not all(batched_by(_load(found["y"][b]), b) for b in numbers)):
                 raise ValueError(f"{self.folder}: its files are numbered one per batch (x_{numbers[0]}.job to "
                                  f"x_{numbers[-1]}.job), and are joined in numeric order: leave out --batch-size "
                                  f"(batch_size=), which picks one run of the joblib batch recipe (x_{batch_size}.job "
