@@ -271,9 +271,8 @@ class ShardWriter:
         if not self._pending:
             return
         block = RowBlock.concat(self._pending).with_numbers_as(self._schema)
-        self._schema = merge_schema(self._schema, block.schema(self._next_index, self._schema), str(self.destination),
-                                    error=SampleError)
         start, n = self._next_index, len(block)
+        merged = merge_schema(self._schema, block.schema(start, self._schema), str(self.destination), error=SampleError)
         try:
             while (pos := self._next_index - start) < n:
                 room = self._room()
@@ -285,8 +284,13 @@ class ShardWriter:
                 self._write_records(block.slice(pos, pos + take))
                 if self._shard is not None and self._room() == 0:
                     self._commit_shard()
-        finally:  # (what is written is no longer pending, also where a later record failed)
-            pos = self._next_index - start
+        finally:  # (what is written is no longer pending, also where a later record failed; the schema is of the
+            pos = self._next_index - start  # samples written: one left pending may yet be refused, and left out)
+            if pos == n:
+                self._schema = merged
+            elif pos:
+                self._schema = merge_schema(self._schema, block.slice(0, pos).schema(start, self._schema),
+                                            str(self.destination), error=SampleError)
             if pos:
                 self._pending = [block.slice(pos, n)] if pos < n else []
                 self._pending_rows = n - pos

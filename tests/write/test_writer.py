@@ -478,3 +478,4 @@ def test_with_pack_samples_refused_among_records_already_written_or_across_a_rec
         "sample(s) 'b' left out: field 'x': shape (4,) differs from (3,) in the same packed record of pack=4 (pack=1 "
         "lets shapes vary)")
     assert sorted(read_back(tmp_path / "shapes")[0]) == ["a", "c", "d", "e"]
+    assert pipeline.load_index(tmp_path / "shapes").fields["x"].shape == (3,)  # not varying: 'b' is left out
