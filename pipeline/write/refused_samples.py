@@ -8,6 +8,7 @@ it out, only when a record fails, which costs nothing while none does.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -32,10 +33,10 @@ def split_refused(pending: Sequence[RowBlock], schema: Schema | None, first: int
     """The rows of ``pending`` (sample ``first`` on; ``schema``, the samples' before them) that
     records of ``pack`` rows hold, one block each, and those they refuse: a row no record holds
     alone (fields other than those before it, a value msgpack cannot write), or whose arrays'
-    shapes differ from the first row's of its record (a packed record stacks them)."""
+    shapes are not the others' (see :func:`_usual_shapes`)."""
     kept: list[RowBlock] = []
     refused: list[Refused] = []
-    record_first: RowBlock | None = None
+    shapes = _usual_shapes(pending, schema) if pack > 1 else {}
     number = first
     for block in pending:
         for i in range(len(block)):
@@ -45,25 +46,45 @@ def split_refused(pending: Sequence[RowBlock], schema: Schema | None, first: int
                 merged = merge_schema(schema, numbers.schema(number, schema), "its fields", error=SampleError)
                 for _ in encode_records(numbers, number, 1):
                     pass
-                if record_first is not None:
-                    _check_shapes(row, record_first, pack)
+                _check_shapes(row, shapes, pack)
             except FormatError as exc:
                 refused.append(Refused(row, repr(row.keys[0]) if row.keys else f"number {number} (no key given)",
                                        str(exc)))
                 continue
             schema = merged
             kept.append(row)
-            record_first = None if len(kept) % pack == 0 else record_first or row
             number += 1
     return kept, refused
 
 
-def _check_shapes(row: RowBlock, record_first: RowBlock, pack: int) -> None:
+def _usual_shapes(pending: Sequence[RowBlock], schema: Schema | None) -> dict[str, tuple]:
+    """The shape each array field's samples take in a packed record (which stacks them): the
+    samples' written, where they had one, else the most frequent of the pending ones (the
+    first of those most frequent)."""
+    seen: dict[str, Counter] = {}
+    for block in pending:
+        for name, column in block.columns.items():
+            for value in column:
+                if _is_array(value):
+                    seen.setdefault(name, Counter())[tuple(np.shape(value))] += 1
+    shapes = {}
+    for name, counts in seen.items():
+        spec = (schema or {}).get(name)
+        written = spec.shape if spec is not None and spec.shape is not None and None not in spec.shape else None
+        shapes[name] = tuple(written) if written is not None else counts.most_common(1)[0][0]
+    return shapes
+
+
+def _is_array(value: object) -> bool:
+    return np.ndim(value) >= 1 and hasattr(value, "shape")  # (NumPy arrays and torch tensors: not lists)
+
+
+def _check_shapes(row: RowBlock, shapes: dict[str, tuple], pack: int) -> None:
     for name, column in row.columns.items():
-        mine, theirs = np.shape(column[0]), np.shape(record_first.columns[name][0])
-        if isinstance(column[0], np.ndarray) and mine != theirs:
-            raise SampleError(f"field {name!r}: shape {mine} differs from {theirs} in the same packed record of "
-                              f"pack={pack} (pack=1 lets shapes vary)")
+        shape = tuple(np.shape(column[0]))
+        if name in shapes and _is_array(column[0]) and shape != shapes[name]:
+            raise SampleError(f"field {name!r}: shape {shape} differs from {shapes[name]}, the others' in a packed "
+                              f"record of pack={pack} (pack=1 lets shapes vary)")
 
 
 def left_out(refused: Sequence[Refused], pack: int) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 from ..format.codec import check_dtype, check_field_names, encode_parts
 from ..format.errors import SampleError
 from ..format.index import FieldSpec, Schema, merge_spec, spec_of
-from ..format.numbers import outside_int64
+from ..format.numbers import joins_exactly, outside_int64
 from ..format.packing import packed_fields, stack_column
 
 KEY_DIGITS = 12
@@ -134,9 +134,15 @@ class RowBlock:
         columns: dict[str, Any] = {}
         for name in names:
             parts = [b.columns[name] for b in blocks]
-            if all(isinstance(p, np.ndarray) for p in parts):
+            arrays = all(isinstance(p, np.ndarray) for p in parts)
+            if arrays and not joins_exactly(parts):  # (NumPy would promote uint64 beside int64 to float64: IDs changed)
+                other = next(p.dtype for p in parts if p.dtype != parts[0].dtype)
+                raise SampleError(f"field {name!r} has dtype {other}, earlier samples {parts[0].dtype}, which one "
+                                  f"array holds only by changing values; a field needs one dtype: cast the values as "
+                                  f"you write them")
+            if arrays and len({p.shape[1:] for p in parts}) == 1:
                 columns[name] = np.concatenate(parts)
-            else:
+            else:  # (rows of other shapes: each its own value)
                 columns[name] = [v for p in parts for v in p]
         keys = None if blocks[0].keys is None else [k for b in blocks for k in b.keys]  # type: ignore[union-attr]
         return RowBlock(columns, keys)
