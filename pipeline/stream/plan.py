@@ -173,7 +173,8 @@ def material_positions(sequences: list[list[RankSequence]], legs: Sequence[Leg],
         if j == 1:
             blocks = ranks.astype(np.int64) * (1 << 32)
             for r in np.unique(ranks).tolist():
-                blocks[ranks == r] += sequences[0][r].unit_of(within[ranks == r])
+                mask = ranks == r
+                blocks[mask] += sequences[0][r].unit_of(within[mask])
         positions = np.empty_like(within)
         for r in np.unique(ranks).tolist():
             mask = ranks == r

@@ -130,10 +130,8 @@ class SourceSet:
         Independent of the workers; an epoch resumed in its middle on another world size keeps
         the chunks it began on (:meth:`resume_cut`)."""
         self.chunks, self._material = [], None
-        for shards in self.shards:
-            index = shards.index
-            per_chunk = max(min(window, index.samples // (8 * world)) // chunks_per_window, 1)
-            self.chunks.append(chunk_table(index.shards.samples, index.pack, per_chunk))
+        for s, shards in enumerate(self.shards):
+            self.chunks.append(self._cut(s, max(min(window, shards.index.samples // (8 * world)) // chunks_per_window, 1)))
 
     def schema(self, fields: Sequence[str] | None) -> Schema:
         """The fields read (``fields``, or all), the same in every source: a field a source lacks,
