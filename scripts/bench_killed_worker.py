@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import faulthandler
 import json
-import multiprocessing.util
 import os
 import signal
 import sys
@@ -171,9 +170,6 @@ def main(argv: list[str] | None = None) -> int:
     runs = 4 if args.quick else args.runs
     outcomes: Counter[str] = Counter()
     started = time.perf_counter()
-    # The workers share this process's multiprocessing folder (pymp-*), which it removes at exit:
-    # a worker killed leaves its own behind otherwise
-    multiprocessing.util.get_temp_dir()
     with tempfile.TemporaryDirectory(prefix="pipeline-kill-") as tmp:
         shards = build(Path(tmp) / "shards", args.text)
         reference = ids(new_loader(shards))

@@ -26,18 +26,9 @@ from .loader_state import Position, loader_state, resumed_position
 from .message_buffers import Lent, ReleaseTable
 from .options import check_epoch, check_loader_options
 from .plan import Leg
+from .worker_deaths import WorkerError, exited_workers, is_worker_death, translate_worker_deaths, with_signals
 from .worker_failure import WorkerFailure
-from .workers import (
-    LoaderWorker,
-    WatchedWorkersIterator,
-    WorkerError,
-    exited_workers,
-    is_worker_death,
-    stop_workers,
-    translate_worker_deaths,
-    unit_batches,
-    with_signals,
-)
+from .workers import LoaderWorker, WatchedWorkersIterator, stop_workers, unit_batches
 
 
 def _seed_numpy_in_worker(worker_id: int, then: Callable[[int], None] | None = None) -> None:

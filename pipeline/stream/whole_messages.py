@@ -13,7 +13,7 @@ Here a message's bytes are read as they come, each wait at most ``wait_s``. A wa
 none came, while a worker has died (killed or crashed: a non-zero exit), ends the reading of
 the queue: the bytes after the dead worker's piece would be read as the rest of its message.
 Every read of the queue then raises PyTorch's error for a dead worker, which the loader makes
-a :class:`~pipeline.stream.workers.WorkerError`.
+a :class:`~pipeline.stream.worker_deaths.WorkerError`.
 """
 
 from __future__ import annotations

@@ -8,18 +8,12 @@ Two things go wrong in a worker, and PyTorch reports both badly:
   Instead, the worker sends a :class:`.WorkerFailure` (the pickled exception, which keeps its
   type and fields, and the worker's traceback as text) as its last message, and the loader
   raises the exception itself, the worker's traceback attached as a note.
-- **A worker that dies** (SIGKILL from the out-of-memory killer, a crash). PyTorch's SIGCHLD
-  handler raises a bare ``RuntimeError`` in whatever the main thread runs, and the main process
-  may first see the death as a broken pipe (``ConnectionResetError`` while receiving a tensor
-  from the dying worker). :func:`translate_worker_deaths` makes the handler's error a
-  :class:`WorkerError`. The signal cannot be the only watch: it may land on another thread of
-  the process (the main thread's wait for a batch then goes on), or raise in code that drops
-  the error (a step's ``except Exception``, a ``weakref.finalize`` callback, where the handler
-  leaves it to the loader instead of printing it); PyTorch then finds the death when its wait times
-  out, after 5 s, which :class:`WatchedWorkersIterator` cuts to :data:`WATCH_S`.
-  :func:`exited_workers` tells whether an unexplained error from the loader's queue is a death;
-  :func:`stop_workers` takes the workers' pids out of the handler's
-  watch before shutting them down, so that a second death signal cannot interrupt the shutdown.
+- **A worker that dies** (SIGKILL from the out-of-memory killer, a crash): see
+  :mod:`.worker_deaths`. :class:`WatchedWorkersIterator` checks that its workers live every
+  :data:`WATCH_S` while it waits for a batch (PyTorch checks every 5 s), and holds the deaths
+  the signal reports until the wait ends; :func:`stop_workers` takes the workers' pids out of
+  the handler's watch before shutting them down, so that a second death signal cannot interrupt
+  the shutdown.
 
 And one thing goes wrong when nothing fails: **an iterator freed by the garbage collector.** A
 loader in a reference cycle (an exception's traceback holds the training loop's frame, and the
@@ -32,10 +26,10 @@ in a table of this module until its workers are stopped, so that they are never 
 a cycle (the iterator itself is not kept: it goes when its loader and loop let go of it).
 
 Nor when a script ends with its loader alive (persistent workers, as ``make_loader`` starts
-them): multiprocessing's exit handler would terminate the workers (SIGTERM), which then leave
-the temporary folder each made when it first sent a batch (``/tmp/pymp-*``), two a run with
-two workers. The workers still running are stopped first, as a loader stops them, so that
-they end as they should (:func:`_stop_at_exit`).
+them): multiprocessing's exit handler would terminate the workers (SIGTERM), and their
+temporary folders (``/tmp/pymp-*``, see :mod:`.socket_folder`) would stay behind, two a run
+with two workers. The workers still running are stopped first, as a loader stops them, so that
+they end as they should and their folders go (:func:`_stop_at_exit`).
 """
 
 from __future__ import annotations
@@ -44,10 +38,7 @@ import atexit
 import gc
 import multiprocessing.connection
 import os
-import re
-import signal
 import sys
-import threading
 import time
 import weakref
 from typing import Any, Callable
@@ -60,53 +51,15 @@ from ..storage.retry import abandon_process_reads_when, answered_hosts, take_ans
 from .message_buffers import ReleaseTable, WorkerBuffers, install
 from .orphaned_workers import skip_queue_joins_once_orphaned, watch_the_training_process
 from .shared_events import SetHere
-from .socket_folder import check_socket_folder
+from .socket_folder import make_worker_folders, remove_worker_folders, take_worker_folder
 from .whole_messages import WholeMessages
+from .worker_deaths import DEATH_CONTEXTS, WorkerError, held_deaths, workers_of
 
-_TORCH_DEATH = "DataLoader worker (pid"
 #: Seconds between two checks that the workers live while the loader waits for a batch.
 WATCH_S = 0.25
 #: Seconds a worker may take from its fork to its first line (a spawned one imports and unpickles
 #: meanwhile) before it is taken for hung (see :meth:`WatchedWorkersIterator._check_started`).
 START_S = 300.0
-#: The code of the frame a ``weakref.finalize`` callback runs in, where a raised error is dropped.
-_FINALIZER = weakref.finalize.__call__.__code__
-
-
-class WorkerError(RuntimeError):
-    """A DataLoader worker process died: killed by a signal (the out-of-memory killer, often)
-    or crashed; or it hangs in its start (see ``START_S``). The loader stops its other workers;
-    its ``state_dict()`` still counts only the batches delivered, so the last checkpoint, or a
-    state taken now, resumes the epoch exactly, and iterating the loader again continues it with
-    new workers."""
-
-    advice = "state_dict() (now, or from the last checkpoint) resumes the epoch exactly."
-
-    @staticmethod
-    def cause(death: str) -> str:
-        """What most likely killed the worker PyTorch's ``death`` reports dead, and what to do."""
-        if "Bus error" in death:  # PyTorch blames shared memory only
-            return ("A bus error is memory gone from under a worker: a shard truncated or rewritten in place while "
-                    "it was read (local shards are memory-mapped: replace one by renaming a new file over it), or "
-                    "/dev/shm full.")
-        if "exited with status" in death and "killed by signal" not in death:
-            return ("A worker that exits with an error status failed in its start or its own code: its traceback "
-                    "is on standard error. A worker started with spawn or forkserver imports the script and "
-                    "unpickles the dataset: functions given to it (transforms) must be importable, from a module "
-                    "(not a notebook's or python -c's __main__), and the script's own code must run under "
-                    "if __name__ == '__main__'.")
-        return ("A worker killed by the system has often run out of memory: fewer workers, a smaller "
-                "prefetch_factor or shuffle_buffer use less.")
-
-    @classmethod
-    def explaining(cls, death: str, context: str) -> str:
-        """The message of a worker's death: PyTorch's words, where the loader stood, what to do."""
-        return f"{death} {context}{cls.advice} {cls.cause(death)}"
-
-
-def is_worker_death(exc: BaseException) -> bool:
-    """Whether ``exc`` reports a dead DataLoader worker: ours, or PyTorch's own RuntimeError."""
-    return isinstance(exc, WorkerError) or (type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH))
 
 
 class LoaderWorker:
@@ -126,10 +79,13 @@ class LoaderWorker:
         self.started: Any = None  # a shared byte per worker, set as the worker starts (see START_S)
         self.answered: frozenset[str] = frozenset()  # the hosts that answered the training process
         self.training: int | None = None  # the training process's pid, where it is the workers' parent
+        self.folders: list[str] = []  # each worker's temporary folder, made by its loader (see socket_folder)
 
     def __call__(self, worker_id: int) -> None:
         if self.started is not None:
             self.started[worker_id] = 1
+        if self.folders:
+            take_worker_folder(self.folders[worker_id])
         # What the worker inherited from the training process (its model, a labels dict) is
         # left out of the worker's garbage collections: a collection writes to every object it
         # visits, which copies each page of them into the worker (copy-on-write) and costs CPU
@@ -156,10 +112,6 @@ class LoaderWorker:
 #: The queues of each worker iterator whose workers run, by ``id`` of the iterator: held here
 #: (see the module docstring) from the start of its workers to their stop.
 _QUEUES: dict[int, list[Any]] = {}
-#: For the pid of each running worker, its loader's ``death_context`` (a weak reference: the
-#: loader is not kept alive for it), so that a death reported by the signal, in the training
-#: step, says where the loader stood as one found by the loader does.
-_CONTEXTS: dict[int, weakref.WeakMethod] = {}
 
 
 #: The iterators whose workers run (not kept alive for it): stopped at exit.
@@ -176,16 +128,18 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
 
     _held_queues = _QUEUES
     _running = _RUNNING
-    _contexts = _CONTEXTS
+    _contexts = DEATH_CONTEXTS
     _finalizing = staticmethod(sys.is_finalizing)
     _getpid = staticmethod(os.getpid)
+    _remove_folders = staticmethod(remove_worker_folders)
 
     def __init__(self, loader: Any) -> None:
         self._abandon_reads = self._started = None
         self._owner = os.getpid()
         self._forked = time.monotonic()
-        check_socket_folder()
+        self._folders: list[str] = []
         if isinstance(loader.worker_init_fn, LoaderWorker):  # handed to the workers it starts
+            self._folders = loader.worker_init_fn.folders = make_worker_folders(loader.num_workers)
             context = loader.multiprocessing_context or multiprocessing.get_context()
             self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()
             self._started = loader.worker_init_fn.started = context.Array("b", loader.num_workers, lock=False)
@@ -236,12 +190,12 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         opens ten temporary files to see whether file descriptors ran out: one interrupted
         between being made and being wrapped is left in the temporary folder), and the wait
         finds a dead worker itself."""
-        _deaths_held.depth += 1
+        held_deaths.depth += 1
         try:
             got = super()._try_get_data(timeout)
         finally:
-            _deaths_held.depth -= 1
-            held, _deaths_held.error = _deaths_held.error, None
+            held_deaths.depth -= 1
+            held, held_deaths.error = held_deaths.error, None
         if held is not None:  # (an error the wait raised itself, about the same death, goes first)
             try:
                 raise held
@@ -285,6 +239,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             for queue in self.__dict__.get("_index_queues", ()):
                 queue.cancel_join_thread()
                 queue.close()
+            self._remove_own_folders()
             return
         try:
             # a worker waiting for a read that retries sees no shutdown; as the interpreter ends,
@@ -295,101 +250,22 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         finally:
             self._running.discard(self)
             self._held_queues.pop(id(self), None)
-            for worker in getattr(self, "_workers", ()):  # (not _workers(): module names may be gone by now)
+            for worker in getattr(self, "_workers", ()):  # (not workers_of(): module names may be gone by now)
                 self._contexts.pop(worker.pid, None)
+            self._remove_own_folders()
 
-
-class _HeldDeaths:
-    """Deaths reported while the main thread waits for a batch (see
-    :meth:`WatchedWorkersIterator._try_get_data`): how deep in such waits it is, and the first."""
-
-    depth = 0
-    error: BaseException | None = None
-
-
-_deaths_held = _HeldDeaths()
-
-
-def translate_worker_deaths() -> None:
-    """Make the RuntimeError that PyTorch's SIGCHLD handler raises for a dead worker a
-    :class:`WorkerError`, wherever it surfaces (in a training step as often as in the loader).
-    Call after a multi-worker iterator started (PyTorch installs its handler then); the
-    handler installed before keeps running first."""
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers belong to the main thread
-    previous = signal.getsignal(signal.SIGCHLD)
-    if getattr(previous, "translates_worker_deaths", False) or not callable(previous):
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        try:
-            previous(signum, frame)
-        except RuntimeError as exc:
-            if type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH):
-                if frame is not None and frame.f_code is _FINALIZER:
-                    return  # the error would be printed and dropped: the loader's watch reports the death
-                message = WorkerError.explaining(str(exc).strip(), _death_context(str(exc)))
-                if _deaths_held.depth:  # raised when the wait for a batch ends, its cause without the
-                    # traceback of this handler, whose frames (the one it interrupted among them) it would keep
-                    held = WorkerError(message)
-                    held.__cause__ = RuntimeError(str(exc))
-                    _deaths_held.error = _deaths_held.error or held
-                    return
-                # (no local holds the error raised: this frame is in its cause's traceback, a cycle that
-                # would keep the loader alive until a collection, maybe in a worker forked later)
-                raise WorkerError(message) from exc
-            raise
-
-    handler.translates_worker_deaths = True  # type: ignore[attr-defined]
-    signal.signal(signal.SIGCHLD, handler)
-
-
-def _death_context(text: str) -> str:
-    """Where the loader of the worker PyTorch's ``text`` reports dead stood, if it is known."""
-    try:
-        found = re.search(r"\(pid (\d+)\)", text)
-        context = _CONTEXTS.get(int(found.group(1))) if found else None
-        loader_context = context() if context is not None else None
-        return loader_context() if loader_context is not None else ""
-    except Exception:  # noqa: BLE001 - in a signal handler, maybe as the interpreter exits: the message goes without
-        return ""
-
-
-def _workers(iterator: Any) -> list[Any]:
-    return list(getattr(iterator, "_workers", ()))
-
-
-def exited_workers(iterator: Any, grace: float) -> list[int]:
-    """Pids of the workers of ``iterator`` that have exited, waiting up to ``grace`` seconds
-    for one to: a worker killed while sending a batch breaks the connection a moment before it
-    is gone."""
-    sentinels = {}
-    for worker in _workers(iterator):
-        try:
-            sentinels[worker.sentinel] = worker.pid
-        except ValueError:  # a closed process object
-            continue
-    ready = multiprocessing.connection.wait(list(sentinels), timeout=grace) if sentinels else []
-    return sorted(sentinels[s] for s in ready)  # type: ignore[index]
+    def _remove_own_folders(self) -> None:
+        """Remove the workers' temporary folders, once (the second call, maybe as the interpreter
+        finalizes, when module names may be gone, finds none)."""
+        folders, self._folders = self.__dict__.get("_folders"), []
+        if folders:
+            self._remove_folders(folders, self.__dict__.get("_workers", ()))
 
 
 def unit_batches(dataset: Any) -> int:
     """About the batches of a unit, which a worker sends as one message: a DataLoader waits for
     a message where it means to wait for a batch (its ``timeout``)."""
     return max(-(-dataset.shuffle_buffer // dataset.batch_size), 1)
-
-
-def with_signals(death: str, iterator: Any) -> str:
-    """PyTorch's ``death`` message, with the signal that killed each worker it names where it
-    does not say (its queue's watch reports only that a worker "exited unexpectedly"), or the
-    status it exited with: an error of its own, not the system's kill."""
-    for worker in _workers(iterator):
-        code = worker.exitcode if re.search(rf"\b{worker.pid}\b", death) else None
-        if code is not None and code < 0 and (signal.strsignal(-code) or "?") not in death:
-            death = f"{death} Worker {worker.pid} was killed by signal: {signal.strsignal(-code) or -code}."
-        elif code is not None and code > 0:
-            death = f"{death} Worker {worker.pid} exited with status {code}."
-    return death
 
 
 def _unwatch(iterator: Any) -> None:
@@ -420,7 +296,7 @@ def stop_workers(iterator: Any) -> None:
     shutdown = getattr(iterator, "_shutdown_workers", None)
     if shutdown is not None:
         shutdown()
-    for worker in _workers(iterator):  # stopped means gone: a shutdown cut short by an error (it marks
+    for worker in workers_of(iterator):  # stopped means gone: a shutdown cut short by an error (it marks
         try:  # itself done first, and a second call returns at once) would leave workers running
             if worker.is_alive():
                 worker.kill()

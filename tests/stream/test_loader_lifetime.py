@@ -124,6 +124,41 @@ def test_a_script_that_ends_with_its_loader_alive_exits_without_a_word_or_a_file
     assert list(temporary.iterdir()) == []
 
 
+ENDED_BADLY = """
+import multiprocessing, os, signal, sys, time
+import pipeline
+def stuck_after_the_first(batch):
+    if os.environ.get("STUCK") and os.path.exists(sys.argv[2]):
+        time.sleep(60)  # past PyTorch's 5 s wait for a worker to stop: it is terminated
+    open(sys.argv[2], "a").close()
+    return batch
+loader = pipeline.make_loader(sys.argv[1], num_workers=2, batch_size=32, shuffle_buffer=32,
+                              batch_transform=stuck_after_the_first)
+loop = iter(loader)
+next(loop)
+if not os.environ.get("STUCK"):
+    os.kill(multiprocessing.active_children()[0].pid, signal.SIGKILL)
+    try:
+        for batch in loop:
+            pass
+    except pipeline.WorkerError:
+        print("WorkerError")
+"""
+
+
+@pytest.mark.parametrize("how", ["killed", "terminated by the shutdown"])
+def test_a_worker_that_ends_badly_leaves_no_temporary_folder(shards: Path, short_tmp: Path, tmp_path: Path,
+                                                             how: str) -> None:
+    """A worker made its own folder (pymp-*) as it first sent a batch, and removed it as it exited:
+    one killed (the out-of-memory killer), or terminated because it took longer than PyTorch's
+    5 s to stop (a loaded machine), left it behind. The loader makes the folders and removes them."""
+    env = {**os.environ, "TMPDIR": str(short_tmp), **({"STUCK": "1"} if how != "killed" else {})}
+    run = subprocess.run([sys.executable, "-W", "ignore", "-c", ENDED_BADLY, str(shards), str(tmp_path / "sent")],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "WorkerError\n" if how == "killed" else "", "")
+    assert list(short_tmp.iterdir()) == []
+
+
 def test_workers_whose_temporary_folder_leaves_no_room_for_their_socket_are_refused_not_waited_for(
         shards: Path, short_tmp: Path) -> None:
     """Every handover failed in the workers' feeder threads, unseen, and the loop waited for its
@@ -181,10 +216,9 @@ def test_the_socket_room_is_measured_with_the_name_the_python_gives_it(monkeypat
     base = short_tmp / ("d" * (socket_folder.SOCKET_PATH_MAX - len(str(short_tmp)) - 1 - 28))  # room for 28 more
     base.mkdir()
     monkeypatch.setattr(multiprocessing.util, "_get_base_temp_dir", lambda tempfile: str(base), raising=False)
-    monkeypatch.setitem(multiprocessing.current_process()._config, "tempdir", None)
-    socket_folder.check_socket_folder()  # pymp-XXXXXXXX/sock-XXXXXXXX: 28 bytes
+    socket_folder.make_worker_folders(0)  # pymp-XXXXXXXX/sock-XXXXXXXX: 28 bytes
     monkeypatch.delattr(multiprocessing.util, "_get_base_temp_dir")
     monkeypatch.setenv("TMPDIR", str(base))
     monkeypatch.setattr(socket_folder.tempfile, "tempdir", None)
     with pytest.raises(RuntimeError, match="leaves no room for one"):
-        socket_folder.check_socket_folder()  # pymp-XXXXXXXX/listener-XXXXXXXX: 32 bytes
+        socket_folder.make_worker_folders(0)  # pymp-XXXXXXXX/listener-XXXXXXXX: 32 bytes
