@@ -222,3 +222,8 @@ def test_a_remote_index_cannot_make_a_reader_read_this_machines_files(tmp_path: 
     assert join("gs://bucket/shards", "gs://other/a.tar") == "gs://other/a.tar"  # its own scheme
     assert join("s3://bucket/shards", "https://mirror/shards/a.tar") == "https://mirror/shards/a.tar"  # remote: as given
     assert join("shards", "file:///data/a.tar") == "file:///data/a.tar"  # a local index names local files
+    for base in ("s3://bucket/shards", "gs://bucket/shards"):  # (its key: bucket '', said "an S3 URL needs a bucket")
+        with pytest.raises(SourceError, match=r"/data/a\.tar: an absolute path cannot stand for a file in "
+                                              r"\w+://bucket/shards: the index names a file of the machine that wrote it"):
+            join(base, "/data/a.tar")
+    assert join("http://host/shards/", "/data/a.tar") == "http://host/data/a.tar"  # a path on the server

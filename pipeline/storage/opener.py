@@ -20,7 +20,7 @@ import os
 import posixpath
 import stat
 from typing import Any, BinaryIO
-from urllib.parse import parse_qsl, quote, unquote, urljoin, urlparse, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urljoin, urlsplit, urlunsplit
 
 from . import http, s3
 from .errors import CutShort, SourceError, redact
@@ -49,8 +49,17 @@ def is_remote(url: str) -> bool:
 
 
 def local_path(url: str) -> str:
-    """The file system path of a local URL (``file://`` or a plain path)."""
-    return unquote(urlparse(url).path) if url.startswith("file://") else url  # (Path.as_uri() quotes: %20)
+    """The file system path of a local URL (``file://`` or a plain path). A ``file://`` URL with
+    a host other than ``localhost`` is refused: its host was dropped, so ``file://out`` named the
+    current folder (a build with ``overwrite`` replaced the set there)."""
+    if url[:5].lower() != "file:" or not url[5:].startswith("/"):
+        return url
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost") or not parts.path:
+        raise ValueError(f"{url}: a file:// URL names an absolute path on this machine, file:///folder/name (three "
+                         f"slashes) or file://localhost/folder/name; {parts.netloc!r} would be a host. For a path "
+                         f"relative to the current folder, give the path itself")
+    return unquote(parts.path)  # (Path.as_uri() quotes: %20)
 
 
 #: The backends of the schemes read with ranged requests.
@@ -276,6 +285,10 @@ def join(base: str, relative: str) -> str:
         parts = urlsplit(base)
         folder = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/", "", ""))
         return _with_query(urljoin(folder, quote(relative, safe="/")), parts.query)
+    if relative.startswith("/"):  # (a bucket's key is relative to its bucket: this is a path on some machine)
+        raise SourceError(relative, None, f"an absolute path cannot stand for a file in {redact(base)}: the index "
+                                          f"names a file of the machine that wrote it; index the shards where they "
+                                          f"are now (pipeline index)")
     prefix, _, path = base.partition("://")
     return f"{prefix}://{posixpath.normpath(posixpath.join(path, relative))}"
 

@@ -70,6 +70,13 @@ def _index_beside(urls: list[str], policy: RetryPolicy | None, stats: RetrySink 
         return None  # no index there to use: foreign shards (a broken index is an error)
 
 
+def _from_here(text: str) -> str:
+    """A relative local path made absolute, as it names a file now: a dataset reads it later,
+    after the script may have changed its current folder (into a run's folder, say), where the
+    same name read another set's shards under this one's index."""
+    return text if is_remote(text) or os.path.isabs(local_path(text)) else os.path.join(os.getcwd(), text)
+
+
 def _shard_key(url: str) -> str:
     """``url`` in the form shared by every way of naming it (``file:///a/x.tar`` and ``/a/./x.tar``
     name the same shard), to find it among an index's shards."""
@@ -134,7 +141,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
     """Interpret what the user passed to the dataset (see the module docstring); remote reads
     of an index follow ``policy`` and report their retries to ``stats``."""
     if isinstance(source, (str, os.PathLike)):
-        text = os.fspath(source)
+        text = _from_here(os.fspath(source))
         if _is_index_location(text):
             try:
                 indexed = open_index(text, policy, stats, patterns=True)
@@ -147,7 +154,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
                 return indexed
         urls = list(braceexpand(text))
     else:
-        urls = [os.fspath(u) for u in source]
+        urls = [_from_here(os.fspath(u)) for u in source]
         _refuse_sets_in_a_list(urls)
     if not urls:
         raise ValueError("no shards given")

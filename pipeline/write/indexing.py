@@ -107,7 +107,11 @@ def relative_name(url: str, folder: str) -> str:
     """How an index in ``folder`` names the shard at ``url``: relative when both are on the same
     disk, host or bucket, else the whole URL."""
     if is_remote(url) != is_remote(folder):
-        return url if is_remote(url) else os.path.abspath(url)
+        if is_remote(folder):  # (a remote index is refused what names this machine's files: see storage.opener.join)
+            raise ValueError(f"{url} is a file on this machine, which an index at {folder} cannot name (a remote "
+                             f"index names shards over HTTP(S), S3 or its own scheme): upload the shards beside "
+                             f"the index first and index them there, or write the index to a local folder")
+        return url
     if not is_remote(url):  # (as the system resolves '..': past a folder that is a link, from where it points)
         path = os.path.abspath(local_path(url))  # (its last name, a link or not, is followed from there)
         real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
@@ -179,6 +183,7 @@ def index_shards(
     if scheme(folder) in ("http", "https"):
         raise ValueError(f"{redact(folder)}: an index cannot be written over HTTP; write it locally or to s3:// "
                          f"with --output (it may name shards by their URLs)")
+    names = [relative_name(url, folder) for url in urls]  # (before the shards are read: a name may be refused)
     target = destination(folder)
     try:
         hold_output(target)
@@ -202,10 +207,10 @@ def index_shards(
                 results.append((info, schema, rows))
         schema_all: Schema | None = None
         entries = []
-        for url, (info, schema, _) in zip(urls, results):
+        for url, name_in_index, (info, schema, _) in zip(urls, names, results):
             if info.samples:
                 schema_all = merge_schema(schema_all, schema, redact(url), optional=True)
-            info.url = relative_name(url, folder)
+            info.url = name_in_index
             entries.append(info)
         _warn_of_copies(urls, entries)
         index = DatasetIndex(schema_all or {}, entries, _pack([rows for _, _, rows in results], urls))

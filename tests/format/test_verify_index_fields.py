@@ -86,7 +86,8 @@ def test_an_edited_schema_is_blamed_on_index_json_not_on_the_shards(packed: Path
     for options in ({}, {"on_error": "skip"}, {"num_workers": 2, "on_error": "skip"}):
         with pytest.raises(IndexFormatError) as caught:
             next(iter(pipeline.make_loader(packed, batch_size=4, **{"num_workers": 0, **options})))
-        assert str(caught.value).endswith(f"{wrong}; {as_written}: {fix}"), options
+        loader_fix = fix.replace("pipeline index s", f"pipeline index {packed.resolve()}")  # (a loader's paths are
+        assert str(caught.value).endswith(f"{wrong}; {as_written}: {loader_fix}"), options  # absolute: see shards.py)
     told = f"s/index.json: its schema does not describe the records of s/train-000000.tar (record '000000000000': {wrong}), " \
            f"which the loader refuses: {fix}"
     assert [str(p) for p in pipeline.verify(packed)] == [told]

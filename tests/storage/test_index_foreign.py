@@ -8,9 +8,11 @@ import re
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import pipeline
+from pipeline.storage.indexes import NoIndexError
 from tests.storage.conftest import upload_folder
 from tests.storage.servers import make_bucket
 from tests.write.test_indexing import SIZES, delivered_across_a_resume, every_sample, webdataset_shards
@@ -53,3 +55,20 @@ def test_shards_in_a_bucket_are_indexed_beside_them_and_stream_exactly(s3_env: s
     loader = pipeline.make_loader("s3://foreign/wds/", num_workers=2, batch_size=32, seed=4, shuffle_buffer=100)
     assert sorted(every_sample(loader)) == list(range(TOTAL))
     assert sorted(delivered_across_a_resume("s3://foreign/wds", stop_after=5)) == list(range(TOTAL))
+
+
+def test_local_shards_are_not_indexed_into_a_bucket_whose_index_could_not_name_them(s3_env: str,
+                                                                                      tmp_path: Path) -> None:
+    """The index was written (exit 0) naming the shards by their local paths, which a remote index
+    may not name: it failed when read, saying an S3 URL needs a bucket."""
+    webdataset_shards(tmp_path / "wds")
+    make_bucket("local-shards")
+    refused = re.escape(f"{tmp_path / 'wds' / 'w-000000.tar'} is a file on this machine, which an index at "
+                        f"s3://local-shards/idx cannot name")
+    with pytest.raises(ValueError, match=refused):
+        pipeline.index_shards(tmp_path / "wds", "s3://local-shards/idx", quiet=True)
+    pipeline.write_shards(tmp_path / "part", {"x": np.arange(10)}, quiet=True, part=pipeline.Part(0, 1))
+    with pytest.raises(ValueError, match="is a file on this machine, which an index at s3://local-shards/merged"):
+        pipeline.merge_index_files([tmp_path / "part"], "s3://local-shards/merged/index.json")
+    with pytest.raises(NoIndexError):  # nothing written
+        pipeline.load_index("s3://local-shards/idx")

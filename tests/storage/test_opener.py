@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -45,6 +46,23 @@ def test_file_urls_of_a_folder_a_shard_or_an_index_stream_through_the_index(tmp_
         loader = pipeline.make_loader(f"file://{folder}{name}", batch_size=16, num_workers=0)
         ids = sorted(int(i) for batch in loader for i in batch["i"])
     assert ids == list(range(samples)) and len(loader) == -(-samples // 16)  # indexed: foreign shards have no len()
+
+
+def test_a_file_url_with_a_host_is_refused_not_read_as_the_current_folder(tmp_path: Path, monkeypatch) -> None:
+    """file://newset dropped its host, 'newset', and named the current folder: a build with
+    overwrite=True replaced the set there. FILE:/// and file:/ (one slash) name absolute paths."""
+    monkeypatch.chdir(tmp_path)
+    pipeline.write_shards(".", {"x": np.arange(100)}, quiet=True)
+    for url in ("file://newset", "file://./newset", "file://"):
+        with pytest.raises(ValueError, match=re.escape(f"{url}: a file:// URL names an absolute path on this "
+                                                       f"machine, file:///folder/name (three slashes) or "
+                                                       f"file://localhost/folder/name")):
+            pipeline.write_shards(url, {"x": np.arange(5)}, quiet=True, overwrite=True)
+        with pytest.raises(ValueError, match="a file:// URL names an absolute path"):
+            pipeline.make_loader(url)
+    assert pipeline.load_index(".").samples == 100 and not (tmp_path / "newset").exists()
+    for url in (f"FILE://{tmp_path}", f"file:{tmp_path}", f"file://localhost{tmp_path}"):
+        assert sum(len(batch["x"]) for batch in pipeline.make_loader(url, batch_size=10)) == 100
 
 
 def test_a_failing_pipe_command_is_named(tmp_path: Path) -> None:

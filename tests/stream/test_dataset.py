@@ -384,3 +384,21 @@ def test_workers_leave_what_they_inherited_out_of_their_garbage_collections(shar
     assert sorted(np.concatenate(epoch_ids(loader)).tolist()) == list(range(pipeline.load_index(shards).samples))
     frozen = [int((tmp_path / f"worker-{n}").read_text()) for n in range(2)]
     assert min(frozen) > len(inherited), frozen  # every list of the list, at least, is out of the collector's reach
+
+
+@pytest.mark.parametrize("named", ["a folder", "a list of shards", "a pattern of shards"])
+def test_a_relative_path_names_the_set_it_named_when_the_loader_was_made(tmp_path: Path, monkeypatch,
+                                                                         named: str) -> None:
+    """A script that changes its folder after making its loader (into a run's folder, say) read
+    the other folder's shards under the first one's index: refused as a rebuild, or, without
+    checks, another set's samples without a word."""
+    for folder, first in (("a", 0), ("b", 1000)):
+        (tmp_path / folder).mkdir()
+        pipeline.write_shards(tmp_path / folder / "shards", {"x": np.arange(first, first + 100)}, quiet=True,
+                              shard_samples=10)
+    monkeypatch.chdir(tmp_path / "a")
+    source = {"a folder": "shards", "a list of shards": [f"shards/shard-{n:06d}.tar" for n in range(10)],
+              "a pattern of shards": "shards/shard-{000000..000009}.tar"}[named]
+    loader = make_loader(source, num_workers=2, batch_size=10, check_records=False)
+    monkeypatch.chdir(tmp_path / "b")
+    assert sorted(int(x) for batch in loader for x in batch["x"]) == list(range(100))
