@@ -69,6 +69,7 @@ from .options import (
     check_epoch,
     check_fill,
     check_flags,
+    check_ranks_unchanged,
     check_read_fields,
     rank_and_world,
     warn_of_cache_use,
@@ -141,6 +142,7 @@ class ShardDataset(IterableDataset):
         self.read_stats = ReadStats()  # skips and retries, counted in every worker
         self.policy = RetryPolicy.from_env()  # read once: the workers get it with the dataset
         self.rank, self.world_size = rank_and_world(rank, world_size)
+        self.ranks_given = rank is not None or world_size is not None  # (else checked as it is iterated)
         self.batch_size, self.shuffle, self.seed, self.drop_last = int(batch_size), bool(shuffle), int(seed), bool(drop_last)
         self.remainder: Remainder = remainder
         self.fields = None if fields is None else list(fields)
@@ -303,6 +305,8 @@ class ShardDataset(IterableDataset):
         a unit's batches are one message, and an error ends the stream with a
         :class:`~pipeline.stream.worker_failure.WorkerFailure` that the loader raises."""
         info = get_worker_info()
+        if info is None and not self.ranks_given:
+            check_ranks_unchanged(self.rank, self.world_size)
         if info is None or not self.relay_errors:
             yield from self._messages(info)
             return

@@ -24,7 +24,7 @@ from .conversion import convert_keeping_tuples
 from .dataset import ShardDataset
 from .loader_state import Position, loader_state, resumed_position
 from .message_buffers import Lent, ReleaseTable
-from .options import check_epoch, check_loader_options
+from .options import check_epoch, check_loader_options, check_ranks_unchanged
 from .plan import Leg
 from .worker_deaths import WorkerError, exited_workers, is_worker_death, translate_worker_deaths, with_signals
 from .worker_failure import WorkerFailure
@@ -166,6 +166,8 @@ class ShardLoader(DataLoader):
 
     def _loop(self) -> Iterator[Any]:
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
+        if not dataset.ranks_given:  # (before any worker starts)
+            check_ranks_unchanged(dataset.rank, dataset.world_size)
         self._settle()
         self._closed_early = self._loaded = False
         self._settled_from = None

@@ -95,6 +95,25 @@ def environment_count(name: str, default: int) -> int:
                          f"unset it") from None
 
 
+#: Where a dataset learns its rank, when the process group starts after it is made.
+RANKS_ADVICE = ("Make the loader once torch.distributed is initialised (under PyTorch Lightning, in the "
+                "LightningDataModule's or LightningModule's train_dataloader() and val_dataloader(), not before "
+                "trainer.fit), or pass rank= and world_size= (rank=0, world_size=1 for every sample in each process)")
+
+
+def check_ranks_unchanged(rank: int, world_size: int) -> None:
+    """Refuse to iterate a dataset that took its rank and world size from nowhere (0 of 1: no
+    process group yet) where a process group now says otherwise: every rank would read the whole
+    set, or one rank's share."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    now = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    if now != (rank, world_size):
+        raise RuntimeError(f"this dataset was made as rank {rank} of {world_size}, before torch.distributed was "
+                           f"initialised, and this process is rank {now[0]} of {now[1]}: it would read another "
+                           f"share than its rank's. {RANKS_ADVICE}")
+
+
 def rank_and_world(rank: Any, world_size: Any) -> tuple[int, int]:
     """This process's rank and the world size: those given, else torch.distributed's when it is
     initialised, else ``RANK``/``WORLD_SIZE`` (as torchrun sets them), else 0 of 1."""
@@ -107,6 +126,10 @@ def rank_and_world(rank: Any, world_size: Any) -> tuple[int, int]:
             missing = "rank" if name == "world_size" else "world_size"
             raise ValueError(f"{name}={given!r} is given without {missing}=: pass both (each process its own rank, "
                              f"0 to world_size - 1), or neither under torchrun or torch.distributed")
+    if rank is None and world_size is None and not distributed and not os.environ.get("RANK", "").strip() \
+            and environment_count("WORLD_SIZE", 1) > 1:  # (PyTorch Lightning's launcher sets no RANK)
+        raise ValueError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} is set but RANK is not, and torch.distributed is not "
+                         f"initialised: every process would read rank 0's share. {RANKS_ADVICE}")
     if rank is None:
         rank = torch.distributed.get_rank() if distributed else environment_count("RANK", 0)
     if world_size is None:

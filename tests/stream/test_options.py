@@ -303,3 +303,41 @@ def test_more_workers_than_cores_is_warned_of_once(shards: Path) -> None:
         assert sum(len(batch["y"]) for batch in loader) == 200
     told = [w for w in caught if "suggested max number of worker" in str(w.message)]
     assert len(told) == 1, [str(w.message) for w in told]
+
+
+def test_a_world_size_in_the_environment_without_a_rank_is_refused(shards: Path, monkeypatch) -> None:
+    """PyTorch Lightning's launcher sets WORLD_SIZE and LOCAL_RANK, not RANK: each process took
+    rank 0's share."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(ValueError, match=re.escape("WORLD_SIZE=2 is set but RANK is not, and torch.distributed is not "
+                                                   "initialised: every process would read rank 0's share. Make the "
+                                                   "loader once torch.distributed is initialised (under PyTorch "
+                                                   "Lightning, in the LightningDataModule's")):
+        make_loader(shards)
+    assert make_loader(shards, rank=1, world_size=2).dataset.rank == 1
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert make_loader(shards).dataset.world_size == 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataset_made_before_its_process_group_is_not_read_as_another_rank(shards: Path, tmp_path: Path,
+                                                                             monkeypatch, workers: int) -> None:
+    """A loader made before trainer.fit started the process group kept rank 0 of 1 (or what the
+    environment said then): every rank read the whole set, without a word."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    early = make_loader(shards, batch_size=10, num_workers=workers)
+    chosen = make_loader(shards, batch_size=10, num_workers=workers, rank=1, world_size=2)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match=re.escape("this dataset was made as rank 1 of 2, before "
+                                                         "torch.distributed was initialised, and this process is rank "
+                                                         "0 of 1: it would read another share than its rank's.")):
+            next(iter(early))
+        with pytest.raises(RuntimeError, match="this dataset was made as rank 1 of 2"):
+            next(iter(early.dataset))
+        assert sum(len(batch["y"]) for batch in chosen) == 100  # rank= and world_size= given: as chosen
+        assert make_loader(shards, num_workers=workers).dataset.world_size == 1  # made after: the group's
+    finally:
+        torch.distributed.destroy_process_group()
