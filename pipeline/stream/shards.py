@@ -141,10 +141,10 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
     """Interpret what the user passed to the dataset (see the module docstring); remote reads
     of an index follow ``policy`` and report their retries to ``stats``."""
     if isinstance(source, (str, os.PathLike)):
-        text = _from_here(os.fspath(source))
+        text = os.fspath(source)
         if _is_index_location(text):
             try:
-                indexed = open_index(text, policy, stats, patterns=True)
+                indexed = open_index(_from_here(text), policy, stats, patterns=True)
             except (NoIndexError, UnansweredIndexError) as exc:
                 if not _maybe_a_shard(text, exc) or (scheme(text) in ("http", "https")
                                                      and nothing_there(text, policy, stats)):
@@ -152,7 +152,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             else:
                 _warn_of_strays(indexed)
                 return indexed
-        urls = list(braceexpand(text))
+        urls = [_from_here(url) for url in braceexpand(text)]
     else:
         urls = [_from_here(os.fspath(u)) for u in source]
         _refuse_sets_in_a_list(urls)
