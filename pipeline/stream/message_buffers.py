@@ -21,6 +21,8 @@ not come is forgotten once the worker needs its place: it costs then what fresh 
 
 from __future__ import annotations
 
+import gc
+import multiprocessing.util
 import os
 import weakref
 from typing import Any, Iterator, NamedTuple
@@ -204,9 +206,19 @@ _installed: dict[int, WorkerBuffers] = {}
 
 
 def install(buffers: WorkerBuffers) -> None:
-    """Make ``buffers`` this process's (a worker's) message buffers."""
+    """Make ``buffers`` this process's (a worker's) message buffers, let go as it exits: a worker
+    exits without freeing its objects, and under the ``file_system`` sharing strategy (which
+    PyTorch's "Too many open files" error advises) a buffer's segment stayed in /dev/shm until
+    the training process ended, a unit's worth for each worker that ended (every epoch without
+    persistent workers)."""
     _installed.clear()
     _installed[os.getpid()] = buffers
+    multiprocessing.util.Finalize(None, _let_go, exitpriority=100)  # (before multiprocessing's own, at 0 and below)
+
+
+def _let_go() -> None:
+    _installed.clear()
+    gc.collect()  # (a buffer in a cycle; what the worker inherited is frozen out of it: see LoaderWorker)
 
 
 def installed() -> WorkerBuffers | None:
