@@ -62,20 +62,27 @@ def take_worker_folder(folder: str) -> None:
                                   exitpriority=-100)
 
 
-def remove_worker_folders(folders: Sequence[str], workers: Sequence[Any]) -> None:
+def remove_worker_folders(folders: Sequence[str], workers: Sequence[Any], rmtree: Any = shutil.rmtree,
+                          end_s: float = _END_S) -> None:
     """Remove the workers' folders once the workers are gone: one that PyTorch's shutdown
-    terminated (SIGTERM) is waited for a moment, then killed (stopped means gone)."""
-    for worker in workers:
-        try:
-            if worker.exitcode is None:
-                worker.join(timeout=_END_S)
-            if worker.exitcode is None:
-                worker.kill()
-                worker.join(timeout=_END_S)
-        except (ValueError, AssertionError):  # a closed process object, or one this process did not start
-            continue
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
+    terminated (SIGTERM) is waited for a moment, then killed (stopped means gone). What it uses
+    is bound as it is defined: it may run as the interpreter finalizes, module names gone."""
+    try:
+        for worker in workers:
+            try:
+                if worker.exitcode is None:
+                    worker.join(timeout=end_s)
+                if worker.exitcode is None:
+                    worker.kill()
+                    worker.join(timeout=end_s)
+            except Exception:  # noqa: BLE001 - a closed process object, one this process did not start, or
+                continue  # multiprocessing's modules gone as the interpreter finalizes: the folders go all the same
+    finally:
+        for folder in folders:
+            try:
+                rmtree(folder, ignore_errors=True)
+            except Exception:  # noqa: BLE001 - as the interpreter finalizes, shutil's own names may be gone
+                continue
 
 
 def _base_folder() -> str:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import atexit
 import gc
 import multiprocessing.connection
+import multiprocessing.process
 import os
 import sys
 import time
@@ -278,10 +279,16 @@ def _unwatch(iterator: Any) -> None:
 
 def _stop_at_exit() -> None:
     """Stop the workers still running as the interpreter exits (see the module docstring).
-    Registered after multiprocessing's exit handler (imported above), so run before it."""
+    Registered after multiprocessing's exit handler (imported above), so run before it. In a
+    child forked from the training process (``os.fork``), the workers are its parent's: they
+    are left alone, and taken out of the children multiprocessing's handler terminates, which
+    it inherited (the parent's loop then died of a worker "killed by signal: Terminated")."""
     for iterator in list(_RUNNING):
         try:
-            stop_workers(iterator)
+            if iterator.owned_here():
+                stop_workers(iterator)
+            else:
+                multiprocessing.process._children.difference_update(workers_of(iterator))  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001 - at exit, what was not stopped here multiprocessing terminates
             continue
 

@@ -159,6 +159,50 @@ def test_a_worker_that_ends_badly_leaves_no_temporary_folder(shards: Path, short
     assert list(short_tmp.iterdir()) == []
 
 
+FORKED_AND_ENDED = """
+import os, sys
+import pipeline
+loader = pipeline.make_loader(sys.argv[1], num_workers=2, batch_size=50, shuffle_buffer=100)
+loop = iter(loader)
+first = len(next(loop)["i"])
+child = os.fork()
+if child == 0:  # a child that writes a checkpoint in the background, say, then ends as a script ends
+    sys.exit(0)
+os.waitpid(child, 0)
+print(first + sum(len(batch["i"]) for batch in loop))
+"""
+
+LOOP_BEGUN_AT_EXIT = """
+import atexit, sys
+held = []
+def evaluate_at_exit():  # registered before the library's exit handler: run after it
+    import pipeline
+    loop = iter(pipeline.make_loader(sys.argv[1], num_workers=2, batch_size=50, shuffle_buffer=100))
+    next(loop)
+    held.append(loop)  # left under way
+atexit.register(evaluate_at_exit)
+import pipeline
+"""
+
+
+@pytest.mark.parametrize("script", ["a forked child that ends", "a loop begun after the exit handlers"])
+def test_a_loader_outlived_by_its_process_ends_quietly(shards: Path, short_tmp: Path, script: str) -> None:
+    """A child forked from the training process ran multiprocessing's exit handler as it ended,
+    which terminated its parent's workers (a WorkerError in the parent's loop). A loop begun in
+    an exit handler that runs after the library's is stopped as the interpreter finalizes: the
+    removal of its workers' folders raised there, and left them (a loader made so late is rare)."""
+    code = FORKED_AND_ENDED if script == "a forked child that ends" else LOOP_BEGUN_AT_EXIT
+    run = subprocess.run([sys.executable, "-W", "ignore", "-c", code, str(shards)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TMPDIR": str(short_tmp)})
+    expected = f"{pipeline.load_index(shards).samples}\n" if script == "a forked child that ends" else ""
+    assert (run.returncode, run.stdout) == (0, expected), run.stderr[-3000:]
+    if script == "a forked child that ends":
+        assert run.stderr == ""
+    else:  # (PyTorch's and multiprocessing's own finalizers say what fails them by then: none of the library's)
+        assert f"{os.sep}pipeline{os.sep}" not in run.stderr, run.stderr[-3000:]
+    assert list(short_tmp.iterdir()) == []
+
+
 def test_workers_whose_temporary_folder_leaves_no_room_for_their_socket_are_refused_not_waited_for(
         shards: Path, short_tmp: Path) -> None:
     """Every handover failed in the workers' feeder threads, unseen, and the loop waited for its
