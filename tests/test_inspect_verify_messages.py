@@ -63,8 +63,10 @@ def test_only_what_takes_patterns_suggests_one_for_shards_without_an_index(three
     told = "raw holds 2 shard(s) without an index: index them in place with 'pipeline index raw'"
     for command in ("inspect", "verify"):
         assert run(capsys, command, "raw") == (1, "", f"error: raw/index.json: no such index file; {told}\n")
-    with pytest.raises(IndexFormatError, match=re.escape(f"; {told}, or pass their paths (a pattern: "
-                                                         f"raw/name-{{000000..000009}}.tar)") + "$"):
+    here = Path.cwd() / "raw"  # (a loader's paths are absolute: it reads them after the script may change folder)
+    told_loader = told.replace("raw", str(here))
+    with pytest.raises(IndexFormatError, match=re.escape(f"; {told_loader}, or pass their paths (a pattern: "
+                                                         f"{here}/name-{{000000..000009}}.tar)") + "$"):
         pipeline.make_loader("raw")
 
 
@@ -72,7 +74,8 @@ def test_a_missing_local_shard_of_a_pattern_is_a_source_error_naming_it(three: P
     with pytest.raises(pipeline.SourceError) as caught:
         pipeline.make_loader("s/train-{000000..000005}.tar", num_workers=0)
     assert not isinstance(caught.value, IndexFormatError)  # a missing file, as over HTTP: not a bad index
-    assert (caught.value.url, str(caught.value)) == ("s/train-000003.tar", "s/train-000003.tar: no such shard or folder")
+    missing = str(Path.cwd() / "s/train-000003.tar")  # (a loader's paths are absolute)
+    assert (caught.value.url, str(caught.value)) == (missing, f"{missing}: no such shard or folder")
 
 
 @pytest.mark.parametrize("listed", [["s", "s"], ["s/index.json"], ["s/train-000000.tar", "s/"]])
@@ -273,9 +276,11 @@ def test_a_tar_beside_the_shards_that_the_index_does_not_name_is_noted(three: Pa
     shutil.copy(three / "train-000000.tar", three / "train-000003.tar")
     note = "note s/train-000003.tar: beside the shards, not in the index (pipeline index would take it for one of them)"
     assert run(capsys, "verify", "s", "--quiet") == (0, f"{note}\nverified s: every shard matches its index\n", "")
-    with pytest.warns(UserWarning, match=re.escape("s holds 1 shard(s) its index does not name (e.g. train-000003.tar): "
-                                                   "they are not read; build them into the set, or index the folder's "
-                                                   "shards anew (pipeline index s), or move them out")) as caught:
+    here = Path.cwd() / "s"  # (a loader's paths are absolute)
+    with pytest.warns(UserWarning, match=re.escape(f"{here} holds 1 shard(s) its index does not name (e.g. "
+                                                   f"train-000003.tar): they are not read; build them into the set, or "
+                                                   f"index the folder's shards anew (pipeline index {here}), or move "
+                                                   f"them out")) as caught:
         loader = pipeline.make_loader("s", batch_size=4, num_workers=2)
     assert len(caught) == 1 and caught[0].filename == __file__
     assert sum(len(batch["x"]) for batch in loader) == pipeline.load_index("s").samples
