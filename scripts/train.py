@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         loss_sum, samples = epoch_so_far
         epoch_so_far, samples_before = (0.0, 0.0), samples
         stop = False
-        bar = tqdm(total=len(train_loader), desc=f"epoch {epoch}", unit=" batches", file=sys.stderr,
+        bar = tqdm(total=len(train_loader), initial=len(train_loader) - train_loader.batches_left(),
+                   desc=f"epoch {epoch}", unit=" batches", file=sys.stderr,
                    disable=args.quiet or rank != 0 or not sys.stderr.isatty())
         for batch in prefetcher:
             optimizer.zero_grad(set_to_none=True)
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             batches_run += 1
             bar.update(1)
             stop = bool(args.stop_after and batches_run >= args.stop_after)
-            if not len(prefetcher):
+            if not prefetcher.batches_left():
                 continue  # the epoch's last batch: the epoch's end (evaluation, its line, its checkpoint) comes first
             if stop or (args.checkpoint_every and batches_run % args.checkpoint_every == 0):
                 so_far = all_sum([loss_sum, samples], device)  # (every rank is here: the same batches_run)

@@ -287,7 +287,10 @@ class ShardDataset(IterableDataset):
         return rank_batches(self._sequences(legs, batches)[-1][self.rank], self.plan_config) - batches
 
     def __len__(self) -> int:
-        return self.batches_left()
+        """This rank's batches in its epoch (in a resumed one's stretch on this world size),
+        those a resume leaves out included: see ``ShardLoader.__len__``."""
+        legs, _ = self.position()
+        return self.batches_left(legs=legs, batches=0)
 
     def delivered_per_source(self, epoch: int, legs: Sequence[Leg], batches: int) -> dict[str, int]:
         """Samples of each source delivered in ``epoch`` by every rank, in ``legs`` and the

@@ -112,7 +112,7 @@ class ShardLoader(DataLoader):
         (its next step stops it) rather than going on from where the loader no longer stands."""
         epoch = check_epoch(epoch)
         self._generation += 1
-        if epoch != self._epoch and self._loaded and (self._legs or self._batches) and len(self):
+        if epoch != self._epoch and self._loaded and (self._legs or self._batches) and self.batches_left():
             warn_caller(f"set_epoch({epoch}) leaves the position load_state_dict loaded (epoch {self._epoch}, "
                         f"{self._batches} batches in): epoch {epoch} plays from its start. To go on from the "
                         f"checkpoint, count epochs from its epoch (set_epoch({self._epoch})), or leave set_epoch out")
@@ -135,6 +135,15 @@ class ShardLoader(DataLoader):
         self._batches -= batches
 
     def __len__(self) -> int:
+        """This rank's batches in the current epoch, those delivered included (in an epoch resumed
+        on another world size, in its stretch on this one): as DataLoader's, and torchdata's
+        StatefulDataLoader's after ``load_state_dict``. Frameworks size epochs by it: PyTorch
+        Lightning reads it once, after loading a checkpoint, and every later epoch was cut to the
+        batches left in the resumed one. :meth:`batches_left` gives those still to come."""
+        self._settle()
+        return self.dataset.batches_left(self._epoch, self._legs, 0)  # type: ignore[attr-defined]
+
+    def batches_left(self) -> int:
         """Batches still to come in the current epoch on this rank."""
         self._settle()
         return self.dataset.batches_left(self._epoch, self._legs, self._batches)  # type: ignore[attr-defined]
@@ -155,7 +164,7 @@ class ShardLoader(DataLoader):
         """A loop over the current epoch's batches (see :meth:`_loop`). A checkpoint taken after an
         epoch's last batch, once loaded, leaves that epoch nothing to yield: this loop is over as
         it is begun, and the loader stands at the next epoch, also for a loop that never asks
-        for a batch (``zip(range(len(loader)), loader)`` with ``len`` 0 starts no generator, and
+        for a batch (``zip(range(loader.batches_left()), loader)``, 0, starts no generator, and
         would stand there for ever)."""
         if self._loaded and (self._legs or self._batches) and self.dataset.exact \
                 and not self.dataset.batches_left(self._epoch, self._legs, self._batches):  # type: ignore[attr-defined]

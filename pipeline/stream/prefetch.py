@@ -76,9 +76,13 @@ class DevicePrefetcher:
         self._fetched_at: int | None = None  # the loader's generation when the batch held was fetched
 
     def __len__(self) -> int:
-        """The loader's ``len``; for a loader that counts what it delivered (a ShardLoader: batches
-        still to come), with the batch fetched ahead among those to come."""
-        return len(self.loader) + int(self._held() and hasattr(self.loader, "give_back"))
+        """The loader's ``len``: its batches in the epoch."""
+        return len(self.loader)
+
+    def batches_left(self) -> int:
+        """The batches still to come in the epoch of a loader that counts what it delivered (a
+        ShardLoader's ``batches_left()``), the batch fetched ahead among them."""
+        return self.loader.batches_left() + int(self._held())
 
     def stats(self) -> dict[str, float]:
         """Seconds waited for data, seconds in all, batches and the input-bound fraction, over every
@@ -153,7 +157,7 @@ class DevicePrefetcher:
         """The batches the loader's next loop delivers, where it knows (``None``: shards without an
         index, a loader without ``len``)."""
         try:
-            return len(self.loader)
+            return self.loader.batches_left() if hasattr(self.loader, "batches_left") else len(self.loader)
         except TypeError:
             return None
 

@@ -36,7 +36,8 @@ def test_a_state_loads_and_its_batches_follow(shards) -> None:
     whole = [batch["i"].tolist() for batch in loader_of(shards["a"])]
     resumed = loader_of(shards["a"])
     resumed.load_state_dict(state_after(loader_of(shards["a"]), 5))
-    assert len(whole) == 20 and len(resumed) == 15
+    assert len(whole) == 20 and resumed.batches_left() == 15
+    assert len(resumed) == 20  # the epoch's, as DataLoader's: frameworks size epochs by it
     assert [batch["i"].tolist() for batch in resumed] == whole[5:]
 
 
@@ -78,7 +79,7 @@ def test_the_last_batch_of_an_epoch_is_a_position_inside_it(shards) -> None:
     state = state_after(loader_of(shards["a"]), 20)
     loader = loader_of(shards["a"])
     loader.load_state_dict({**state, "epoch": 0, "batches": 20})
-    assert len(loader) == 0 and list(loader) == [] and len(loader) == 20  # then the next epoch
+    assert loader.batches_left() == 0 and list(loader) == [] and loader.batches_left() == 20  # then the next epoch
 
 
 def test_a_mix_whose_sources_come_in_another_order_is_told_so(shards) -> None:
@@ -131,11 +132,11 @@ def test_set_epoch_that_leaves_a_loaded_position_warns(shards) -> None:
     loader = loader_of(shards["a"])
     loader.load_state_dict(state)
     loader.set_epoch(0)  # the checkpoint's epoch: goes on from it, quietly
-    assert len(loader) == 15
+    assert loader.batches_left() == 15
     with pytest.warns(UserWarning, match=re.escape("set_epoch(1) leaves the position load_state_dict loaded "
                                                    "(epoch 0, 5 batches in): epoch 1 plays from its start")) as caught:
         loader.set_epoch(1)
-    assert caught[0].filename == __file__ and len(loader) == 20
+    assert caught[0].filename == __file__ and loader.batches_left() == 20
     at_the_end = loader_of(shards["a"])
     at_the_end.load_state_dict(state_after(loader_of(shards["a"]), 20))  # the epoch's last batch: nothing left
     with warnings.catch_warnings():

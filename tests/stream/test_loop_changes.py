@@ -233,12 +233,12 @@ def test_batches_held_by_a_prefetcher_of_ones_own_are_given_back_after_the_epoch
     resumed = loader_of(shards, 0)
     resumed.load_state_dict(state)
     assert ids(resumed) == epoch[-1:]
-    assert len(loader) == len(reference[1])  # the epoch ended: the next one stands
+    assert loader.batches_left() == len(reference[1])  # the epoch ended: the next one stands
     with pytest.raises(ValueError, match=f"cannot give back {len(epoch) + 1} batches: {len(epoch)} were delivered"):
         loader.give_back(len(epoch) + 1)
-    assert loader.epoch == 1 and len(loader) == len(reference[1])  # a refused give_back leaves it as it was
-    loader.give_back(1)  # a prefetcher of one's own, told after something asked len()
-    assert len(loader) == 1 and ids(loader) == epoch[-1:] and ids(taken) == epoch
+    assert loader.epoch == 1 and loader.batches_left() == len(reference[1])  # a refused give_back: as it was
+    loader.give_back(1)  # a prefetcher of one's own, told after something asked batches_left()
+    assert loader.batches_left() == 1 and ids(loader) == epoch[-1:] and ids(taken) == epoch
     assert ids(loader) == reference[1]
 
 
@@ -254,7 +254,7 @@ def test_a_prefetched_checkpoint_at_an_epochs_last_batch_stands_at_its_end_as_wi
     for batch in prefetcher:
         played.append(batch["i"].tolist())
         states.append(prefetcher.state_dict())
-        lengths.append(len(prefetcher))
+        lengths.append(prefetcher.batches_left())
     last = len(reference[0])
     assert played == reference[0] and lengths == list(range(last - 1, -1, -1))
     assert [(s["epoch"], s["batches"]) for s in states] == [(0, n) for n in range(1, last + 1)]
