@@ -69,7 +69,9 @@ def _unusable(folder: Path, exc: OSError) -> OSError:
     """``exc``, met using the cache in ``folder``, as an error of the cache naming the folder and
     what to do (not a failure of a shard, which ``on_error="skip"`` would count lost)."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        advice = "free space there, or give a smaller cache_bytes or another cache_dir"
+        advice = ("free space there (it needs cache_bytes, and room for the downloads under way on top: a whole "
+                  "shard each, up to 8 at once in each process that reads, workers included), or give a smaller "
+                  "cache_bytes, fewer num_workers or another cache_dir")
     elif exc.errno == errno.ENOENT:
         advice = "it was removed again and again while in use: leave it to the loader while it runs"
     else:  # read-only, not ours, not a folder, ...

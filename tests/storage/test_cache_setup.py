@@ -45,8 +45,11 @@ def test_a_full_disk_is_an_error_naming_the_cache_and_what_to_do(tmp_path: Path)
     cache = ShardCache(tmp_path, 1 << 30)
     with open("/dev/full", "wb", buffering=0) as full:
         with pytest.raises(OSError, match=re.escape(f"{tmp_path / 'x.part-1-1'}: cannot use cache_dir {tmp_path} (No "
-                                                    f"space left on device): free space there, or give a smaller "
-                                                    f"cache_bytes or another cache_dir")):
+                                                    f"space left on device): free space there (it needs "
+                                                    f"cache_bytes, and room for the downloads under way on top: a "
+                                                    f"whole shard each, up to 8 at once in each process that reads, "
+                                                    f"workers included), or give a smaller cache_bytes, fewer "
+                                                    f"num_workers or another cache_dir")):
             with cache._writing(tmp_path / "x.part-1-1"):
                 full.write(b"x" * 4096)
 
