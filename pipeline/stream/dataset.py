@@ -287,10 +287,9 @@ class ShardDataset(IterableDataset):
         return rank_batches(self._sequences(legs, batches)[-1][self.rank], self.plan_config) - batches
 
     def __len__(self) -> int:
-        """This rank's batches in its epoch (in a resumed one's stretch on this world size),
-        those a resume leaves out included: see ``ShardLoader.__len__``."""
-        legs, _ = self.position()
-        return self.batches_left(legs=legs, batches=0)
+        """This rank's batches in an epoch on this world size, those a resume leaves out
+        included: see ``ShardLoader.__len__``."""
+        return self.batches_left(legs=[], batches=0)
 
     def delivered_per_source(self, epoch: int, legs: Sequence[Leg], batches: int) -> dict[str, int]:
         """Samples of each source delivered in ``epoch`` by every rank, in ``legs`` and the
@@ -308,8 +307,8 @@ class ShardDataset(IterableDataset):
         a unit's batches are one message, and an error ends the stream with a
         :class:`~pipeline.stream.worker_failure.WorkerFailure` that the loader raises."""
         info = get_worker_info()
-        if info is None and not self.ranks_given:
-            check_ranks_unchanged(self.rank, self.world_size)
+        if not self.ranks_given and (info is None or not self.relay_errors):  # (a ShardLoader checked it)
+            check_ranks_unchanged(self.rank, self.world_size)  # (a forked worker has its parent's group)
         if info is None or not self.relay_errors:
             yield from self._messages(info)
             return

@@ -135,13 +135,13 @@ class ShardLoader(DataLoader):
         self._batches -= batches
 
     def __len__(self) -> int:
-        """This rank's batches in the current epoch, those delivered included (in an epoch resumed
-        on another world size, in its stretch on this one): as DataLoader's, and torchdata's
-        StatefulDataLoader's after ``load_state_dict``. Frameworks size epochs by it: PyTorch
-        Lightning reads it once, after loading a checkpoint, and every later epoch was cut to the
-        batches left in the resumed one. :meth:`batches_left` gives those still to come."""
+        """This rank's batches in an epoch on this world size, those delivered included: as
+        DataLoader's, and torchdata's StatefulDataLoader's after ``load_state_dict``. Frameworks
+        size epochs by it: PyTorch Lightning reads it once, after loading a checkpoint, and every
+        later epoch was cut to the batches left in the resumed one (an epoch resumed on another
+        world size runs out before, which ends it). :meth:`batches_left` gives those to come."""
         self._settle()
-        return self.dataset.batches_left(self._epoch, self._legs, 0)  # type: ignore[attr-defined]
+        return self.dataset.batches_left(self._epoch, [], 0)  # type: ignore[attr-defined]
 
     def batches_left(self) -> int:
         """Batches still to come in the current epoch on this rank."""

@@ -129,7 +129,8 @@ def rank_and_world(rank: Any, world_size: Any) -> tuple[int, int]:
     if rank is None and world_size is None and not distributed and not os.environ.get("RANK", "").strip() \
             and environment_count("WORLD_SIZE", 1) > 1:  # (PyTorch Lightning's launcher sets no RANK)
         raise ValueError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} is set but RANK is not, and torch.distributed is not "
-                         f"initialised: every process would read rank 0's share. {RANKS_ADVICE}")
+                         f"initialised: every process would read rank 0's share. {RANKS_ADVICE}; outside a "
+                         f"distributed job, unset WORLD_SIZE")
     if rank is None:
         rank = torch.distributed.get_rank() if distributed else environment_count("RANK", 0)
     if world_size is None:
@@ -182,7 +183,7 @@ DEFAULT_CACHE_BYTES = 64 << 30
 
 
 def check_cache_options(cache_dir: Any, cache_bytes: Any, verify: Any) -> str | None:
-    """The cache's folder (``~`` expanded), once its options are checked: ``cache_bytes`` and
+    """The cache's folder (``~`` expanded, made absolute), once its options are checked: ``cache_bytes`` and
     ``verify`` given without a ``cache_dir`` would be ignored, and a folder that is a file would
     fail at the first read."""
     if not is_whole(cache_bytes) or cache_bytes < 1:
@@ -198,7 +199,7 @@ def check_cache_options(cache_dir: Any, cache_bytes: Any, verify: Any) -> str | 
         raise ValueError("cache_dir='' names no folder: pass one (it is created), or leave cache_dir out")
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"cache_dir {folder} is a file, not a folder: pass a folder (it is created)")
-    return folder
+    return os.path.abspath(folder)  # (the folder named now: the script may change its folder later)
 
 
 def warn_of_cache_use(folder: str | None, cache_bytes: int, sources: Any) -> None:

@@ -154,8 +154,9 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
                 return indexed
         urls = [_from_here(url) for url in braceexpand(text)]
     else:
-        _refuse_sets_in_a_list([os.fspath(u) for u in source])  # (named as given)
-        urls = [_from_here(os.fspath(u)) for u in source]
+        given = [os.fspath(u) for u in source]  # (any iterable: read once)
+        _refuse_sets_in_a_list(given)  # (named as given)
+        urls = [_from_here(url) for url in given]
     if not urls:
         raise ValueError("no shards given")
     indexed = _index_beside(urls, policy, stats)

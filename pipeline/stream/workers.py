@@ -279,20 +279,26 @@ def _unwatch(iterator: Any) -> None:
 
 def _stop_at_exit() -> None:
     """Stop the workers still running as the interpreter exits (see the module docstring).
-    Registered after multiprocessing's exit handler (imported above), so run before it. In a
-    child forked from the training process (``os.fork``), the workers are its parent's: they
-    are left alone, and taken out of the children multiprocessing's handler terminates, which
-    it inherited (the parent's loop then died of a worker "killed by signal: Terminated")."""
+    Registered after multiprocessing's exit handler (imported above), so run before it. Those
+    of a forked child's copies of its parent's loaders are its parent's to stop."""
     for iterator in list(_RUNNING):
         try:
             if iterator.owned_here():
                 stop_workers(iterator)
-            else:
-                multiprocessing.process._children.difference_update(workers_of(iterator))  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001 - at exit, what was not stopped here multiprocessing terminates
             continue
 
 
+def _leave_the_parents_workers() -> None:
+    """In a child forked from the training process (``os.fork``): the workers of the loaders it
+    copied are its parent's, and are taken out of the children it inherited, which
+    multiprocessing's exit handler terminates as the child ends (the parent's loop then died of
+    a worker "killed by signal: Terminated"); at the fork, as the copies may be gone by then."""
+    for iterator in list(_RUNNING):
+        multiprocessing.process._children.difference_update(workers_of(iterator))  # type: ignore[attr-defined]
+
+
+os.register_at_fork(after_in_child=_leave_the_parents_workers)
 atexit.register(_stop_at_exit)
 
 

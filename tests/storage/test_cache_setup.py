@@ -104,6 +104,19 @@ def test_a_cache_smaller_than_a_shard_is_warned_of_and_a_home_folder_expanded(ng
     assert list((tmp_path / "cache").glob("*.tar"))
 
 
+def test_a_relative_cache_dir_is_the_folder_named_when_the_loader_was_made(nginx: str, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """A script that changes its folder after making its loader (into a run's folder) cached the
+    shards there, each run folder a cache of its own, which cache_bytes bounded no more."""
+    monkeypatch.chdir(tmp_path)
+    loader = make_loader(f"{nginx}/data/", num_workers=0, cache_dir="cache")
+    (tmp_path / "run1").mkdir()
+    monkeypatch.chdir(tmp_path / "run1")
+    assert sum(len(batch["x"]) for batch in loader) == loader.dataset.samples
+    assert len(list((tmp_path / "cache").glob("*.tar"))) == len(pipeline.load_index(f"{nginx}/data/").shards)
+    assert not (tmp_path / "run1" / "cache").exists()
+
+
 def test_a_cache_dir_given_with_local_shards_makes_no_folder(tmp_path: Path) -> None:
     """Local shards are read in place: the same script over a local copy of a remote set makes
     no empty cache folder."""

@@ -162,14 +162,17 @@ def test_a_worker_that_ends_badly_leaves_no_temporary_folder(shards: Path, short
 FORKED_AND_ENDED = """
 import os, sys
 import pipeline
-loader = pipeline.make_loader(sys.argv[1], num_workers=2, batch_size=50, shuffle_buffer=100)
-loop = iter(loader)
-first = len(next(loop)["i"])
-child = os.fork()
-if child == 0:  # a child that writes a checkpoint in the background, say, then ends as a script ends
-    sys.exit(0)
-os.waitpid(child, 0)
-print(first + sum(len(batch["i"]) for batch in loop))
+def train():
+    samples = 0
+    for step, batch in enumerate(pipeline.make_loader(sys.argv[1], num_workers=2, batch_size=50, shuffle_buffer=100)):
+        samples += len(batch["i"])
+        if step == 1:
+            child = os.fork()
+            if child == 0:  # a child that writes a checkpoint in the background, say, then ends as a script
+                sys.exit(0)  # ends (its copy of the loop unwound: gone before the exit handlers run)
+            os.waitpid(child, 0)
+    print(samples)
+train()
 """
 
 LOOP_BEGUN_AT_EXIT = """

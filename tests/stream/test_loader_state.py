@@ -235,3 +235,17 @@ def test_progress_counts_no_short_batch_that_drop_last_dropped(tmp_path: Path) -
         assert list(loaders[0]) == []  # spans of 10 and 11: one batch of 11, on rank 1 only
     for batch in loaders[1]:
         assert len(batch["i"]) == 11 and loaders[1].progress() == {"": 11}
+
+
+def test_len_is_an_epochs_batches_on_this_world_size_after_a_resume_from_another(shards) -> None:
+    """PyTorch Lightning reads len() once, after loading a checkpoint, as every later epoch's: a
+    checkpoint of 2 ranks resumed on 1 gave the resumed stretch, and cut every later epoch."""
+    old = loader_of(shards["a"], rank=0, world_size=2)
+    state = state_after(old, 3)
+    resumed = loader_of(shards["a"], rank=0, world_size=1)
+    resumed.load_state_dict(state)
+    whole = len(loader_of(shards["a"]))
+    left = resumed.batches_left()
+    assert len(resumed) == whole and left == whole - 6  # (3 batches on each of 2 ranks delivered)
+    assert sum(1 for _ in resumed) == left  # the resumed epoch runs out, which ends it
+    assert len(resumed) == resumed.batches_left() == whole

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 import pipeline
 from pipeline import make_loader
@@ -337,6 +338,8 @@ def test_a_dataset_made_before_its_process_group_is_not_read_as_another_rank(sha
             next(iter(early))
         with pytest.raises(RuntimeError, match="this dataset was made as rank 1 of 2"):
             next(iter(early.dataset))
+        with pytest.raises(RuntimeError, match="this dataset was made as rank 1 of 2"):  # (forked: the parent's group)
+            next(iter(DataLoader(early.dataset, batch_size=None, num_workers=workers)))
         assert sum(len(batch["y"]) for batch in chosen) == 100  # rank= and world_size= given: as chosen
         assert make_loader(shards, num_workers=workers).dataset.world_size == 1  # made after: the group's
     finally:
