@@ -324,6 +324,9 @@ def test_labels_that_are_gaps_twice_given_or_pickled_are_refused_and_ints_beside
     with pytest.raises(SampleError, match=re.escape(f"labels file {tmp_path / 'labels.pt'} is not JSON but binary "
                                                     f"(pickle.dump or torch.save?): save the dict with json.dump")):
         pipeline.build_sample_files(tmp_path / "data", tmp_path / "labels.pt", partition, tmp_path / "out", quiet=True)
+    with pytest.raises(IsADirectoryError, match=re.escape(f"labels file {tmp_path / 'data'} is a folder: give the "
+                                                          f"JSON file of the labels")):  # (a bare [Errno 21])
+        pipeline.build_sample_files(tmp_path / "data", tmp_path / "data", partition, tmp_path / "out", quiet=True)
     assert not (tmp_path / "out").exists()
     (tmp_path / "labels.json").write_text(json.dumps({i: [1, 2.5, 2][n % 3] for n, i in enumerate(ids)}))
     pipeline.build_sample_files(tmp_path / "data", tmp_path / "labels.json", partition, tmp_path / "out", quiet=True)

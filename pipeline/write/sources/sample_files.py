@@ -120,6 +120,9 @@ def load_mapping(value: str | os.PathLike[str] | Mapping[str, Any], what: str) -
             data = json.load(src)
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} file {path} does not exist") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{what} file {path} is a folder: give the JSON file of the {what} (or, in "
+                                f"Python, the dict itself)") from None
     except json.JSONDecodeError as exc:
         raise SampleError(f"{what} file {path} is not valid JSON: {exc}") from None
     except UnicodeDecodeError:  # pickle.dump and torch.save write bytes no text file starts with
