@@ -138,3 +138,13 @@ def test_a_file_replaced_by_one_of_the_same_size_and_time_is_told_by_its_inode(t
     os.replace(tmp_path / "new.npy", path)
     with pytest.raises(pipeline.SampleError, match=re.escape(f"{path}: changed while the build read it")):
         pipeline.write_shards(tmp_path / "out", {"x": column}, shard_samples=100, quiet=True)
+
+
+def test_a_folder_given_for_an_array_file_is_named_as_one(tmp_path: Path) -> None:
+    """It said "no such .npy file" of a folder that is there."""
+    (tmp_path / "x").mkdir()
+    with pytest.raises(IsADirectoryError, match=re.escape(f"{tmp_path / 'x'}: a folder, not a .npy file: name the "
+                                                          f".npy file that holds the field")):
+        pipeline.write_shards(tmp_path / "out", {"x": tmp_path / "x"}, quiet=True)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'y.npy'}: no such .npy file")):
+        pipeline.open_npy(tmp_path / "y.npy")

@@ -93,6 +93,8 @@ def _npy_column(path: Path, src: Any, base: int) -> FileColumn:
 def open_npy(path: str | os.PathLike[str]) -> FileColumn:
     """A column over a ``.npy`` file, without loading it."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: a folder, not a .npy file: name the .npy file that holds the field")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such .npy file")
     with open(path, "rb") as src:
