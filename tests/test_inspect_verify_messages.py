@@ -297,3 +297,14 @@ def test_a_tar_beside_the_shards_that_the_index_does_not_name_is_noted(three: Pa
         pipeline.write_shards("p", {"x": np.arange(40)}, shard_samples=10, part=pipeline.Part(part, 2), quiet=True)
     assert run(capsys, "verify", "p/index.part-00000-of-00002.json", "--quiet") == (
         0, "verified p/index.part-00000-of-00002.json: every shard matches its index\n", "")
+
+
+@pytest.mark.parametrize("given", ["s/index.bin", "x.npy", "labels.pt"])
+def test_a_builds_input_or_an_index_table_given_as_a_shard_says_what_to_pass(three: Path, given: str) -> None:
+    """Each failed at its first read: "at byte 0: truncated header: expected 512 bytes"."""
+    if not Path(given).exists():
+        Path(given).write_bytes(b"\x93NUMPY" + bytes(200))
+    told = ("is the shard table of an index: pass the index's folder, or its .json file" if given.endswith(".bin")
+            else f"is a {given.rsplit('.', 1)[-1]} file, not a shard: build shards from it first")
+    with pytest.raises(ValueError, match=re.escape(f"{Path.cwd() / given} {told}")):
+        pipeline.make_loader(given)

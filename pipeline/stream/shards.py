@@ -112,6 +112,21 @@ def _refuse_sets_in_a_list(urls: list[str]) -> None:
                              f"'b': 'B/'}} (with weights= if you like)")
 
 
+#: The suffixes of the files shards are built from, and of an index's table: given to a loader as a
+#: shard, each failed at its first read, "truncated header: expected 512 bytes".
+_NOT_SHARDS = (".npy", ".npz", ".pt", ".pth", ".job", ".joblib", ".pkl", ".pickle", ".parquet", ".arrow", ".csv")
+
+
+def _refuse_inputs(url: str) -> None:
+    """Raise for a file given as a shard that is a build's input, or an index's table."""
+    name = url.rsplit("/", 1)[-1].lower()
+    if name == "index.bin" or (name.endswith(".bin") and not is_remote(url) and os.path.isfile(url[:-4] + ".json")):
+        raise ValueError(f"{url} is the shard table of an index: pass the index's folder, or its .json file")
+    if name.endswith(_NOT_SHARDS):
+        raise ValueError(f"{url} is a {name.rsplit('.', 1)[-1]} file, not a shard: build shards from it first "
+                         f"(pipeline build ...: see Building shards in the README), and pass their folder")
+
+
 def _warn_of_strays(indexed: IndexedShards) -> None:
     """Shards in a local set's folder that its index does not name are not read: a warning, as
     such shards are most often added after the build, and meant to be read."""
@@ -171,6 +186,7 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         if not is_remote(url) and not Path(local_path(url)).is_file():
             hint = "" if url.endswith(".tar") else location_hint(local_path(url), patterns=True)  # a split, misspelt?
             raise SourceError(url, None, f"no such shard or folder{hint}")  # as a missing remote shard is
+        _refuse_inputs(url)
     if indexed is not None:
         unknown = [u for u, i in zip(urls, wanted) if i is None]
         warn_caller(f"{len(unknown)} of the {len(urls)} shards given are not in the index beside them "
