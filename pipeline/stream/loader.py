@@ -138,8 +138,10 @@ class ShardLoader(DataLoader):
         """This rank's batches in an epoch on this world size, those delivered included: as
         DataLoader's, and torchdata's StatefulDataLoader's after ``load_state_dict``. Frameworks
         size epochs by it: PyTorch Lightning reads it once, after loading a checkpoint, and every
-        later epoch was cut to the batches left in the resumed one (an epoch resumed on another
-        world size runs out before, which ends it). :meth:`batches_left` gives those to come."""
+        later epoch was cut to the batches left in the resumed one. An epoch resumed on fewer ranks
+        runs out before ``len``, which ends it; on more, Lightning counts on from the batches the
+        old ranks delivered, ends the epoch at ``len``, and the rest of it makes a short next
+        epoch. :meth:`batches_left` gives those to come."""
         self._settle()
         return self.dataset.batches_left(self._epoch, [], 0)  # type: ignore[attr-defined]
 
