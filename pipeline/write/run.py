@@ -236,8 +236,10 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
         return [r for results in done for r in results]
     except BrokenProcessPool as exc:
         raise RuntimeError("a build worker process died (its output, if any, is above): in a script, build under "
-                           "`if __name__ == \"__main__\":`, since each worker starts by importing the script; "
-                           "else it was killed (out of memory?); no index was written") from exc
+                           "`if __name__ == \"__main__\":`, since each worker starts by importing the script; a "
+                           "Source class of a notebook's or python -c's __main__ cannot be imported by the workers: "
+                           "define it in a module, or build with workers=1; else it was killed (out of memory?); no "
+                           "index was written") from exc
     finally:
         for future in futures:
             future.cancel()

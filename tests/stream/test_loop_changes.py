@@ -307,3 +307,28 @@ def test_a_prefetcher_of_something_that_is_no_loader_is_refused(shards: Path) ->
         with pytest.raises(TypeError, match=re.escape(f"DevicePrefetcher wraps a loader, DevicePrefetcher(make_loader("
                                                       f"...)); got {shown}")):
             DevicePrefetcher(given)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_batch_whose_step_failed_is_delivered_and_given_back_trains_again(shards: Path, reference,
+                                                                            workers: int) -> None:
+    """As the README says: the batch handed to a step that raised counts as delivered, and
+    give_back(1) before the next loop replays it (a notebook's cell fixed and run again)."""
+    loader = loader_of(shards, workers)
+    trained = []
+    with pytest.raises(ZeroDivisionError):
+        for step, batch in enumerate(loader):
+            if step == 3:
+                raise ZeroDivisionError  # (the step's bug)
+            trained.append(batch["i"].tolist())
+    skipped = trained + ids(loader)
+    assert skipped == reference[0][:3] + reference[0][4:]
+    loader.set_epoch(0)
+    trained = []
+    with pytest.raises(ZeroDivisionError):
+        for step, batch in enumerate(loader):
+            if step == 3:
+                raise ZeroDivisionError
+            trained.append(batch["i"].tolist())
+    loader.give_back(1)
+    assert trained + ids(loader) == reference[0]

@@ -175,6 +175,29 @@ def test_a_script_that_builds_with_workers_outside_a_main_guard_is_told_to_add_o
     assert not (tmp_path / "out" / "index.json").exists()
 
 
+NOTEBOOK_SOURCE = """
+import numpy as np
+import pipeline
+class Squares(pipeline.Source):  # (a notebook's cell, as python -c: a __main__ the workers cannot import)
+    fixed_shape = True
+    def __len__(self):
+        return 10_000
+    def read(self, start, stop):
+        i = np.arange(start, stop)
+        return pipeline.RowBlock({"i": i, "square": i * i})
+pipeline.build_shards(Squares(), "out", workers=2, quiet=True)
+"""
+
+
+def test_a_source_class_of_a_notebook_built_with_workers_is_told_to_go_in_a_module(tmp_path: Path) -> None:
+    """The error said to add a __main__ guard, or blamed memory, and the unpickling error went to
+    standard error, which a notebook's user does not see."""
+    result = subprocess.run([sys.executable, "-c", NOTEBOOK_SOURCE], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1 and "a Source class of a notebook's or python -c's __main__ cannot be imported by " \
+        "the workers: define it in a module, or build with workers=1" in result.stderr, result.stderr[-2000:]
+
+
 @pytest.mark.parametrize(("part", "told"), [
     ((-1, 3), "part -1/3: parts count from 0, so the parts of 3 are 0/3 to 2/3"),  # wrote an empty part named -0001
     ((3, 3), "part 3/3: parts count from 0, so the parts of 3 are 0/3 to 2/3"),  # an IndexError
