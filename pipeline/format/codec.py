@@ -317,7 +317,9 @@ def _decode_array_payload(data: bytes | memoryview) -> tuple[bytes, tuple[int, .
         raise SampleError(f"array extension of {len(data)} bytes is shorter than its header")
     version, dtype_len, ndim, pad = _HEAD.unpack_from(data)
     if version != _PAYLOAD_VERSION:
-        raise SampleError(f"array extension version {version} is not supported")
+        raise SampleError(f"array extension version {version} is not supported (this library reads version "
+                          f"{_PAYLOAD_VERSION}): another version of this library wrote the record; build the set "
+                          f"again from its inputs with this one, or read it with that one")
     if pad >= _ALIGN:
         raise SampleError(f"array extension claims {pad} bytes of padding (at most {_ALIGN - 1})")
     head_len = _HEAD.size + dtype_len + 8 * ndim

@@ -150,8 +150,12 @@ class DatasetIndex:
         if data.get("format") != FORMAT_NAME:
             raise IndexFormatError(f"{where}: not a {FORMAT_NAME} index (format={data.get('format')!r})")
         if data.get("version") != FORMAT_VERSION:
+            older = isinstance(data.get("version"), int) and data["version"] < FORMAT_VERSION
+            remedy = ("an earlier version of this library wrote it, whose shards this one cannot read either: build "
+                      "the set again from its inputs (--overwrite), or read it with the version that wrote it"
+                      if older else "a later version of this library wrote it: read it with that version")
             raise IndexFormatError(f"{where}: index version {data.get('version')!r} is not supported "
-                                   f"(this library reads version {FORMAT_VERSION})")
+                                   f"(this library reads version {FORMAT_VERSION}): {remedy}")
         try:
             fields = {name: FieldSpec.from_json(spec) for name, spec in data["fields"].items()}
             names = _names(data, where)

@@ -12,6 +12,7 @@ byte of them changes: webdataset still reads them as before.
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 from concurrent.futures import Executor
@@ -24,7 +25,7 @@ from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
 from ..format.scan import scan_stream
 from ..storage import is_remote, join, open_stream, parent, redact, scheme
-from ..storage.destination import destination
+from ..storage.destination import Destination, destination
 from ..storage.location_hints import SHARD_SUFFIXES
 from ..storage.opener import local_path
 from .engines import check_engine, open_workers
@@ -123,6 +124,18 @@ def relative_name(url: str, folder: str) -> str:
     return posixpath.relpath(path, base)
 
 
+def _metadata_kept(target: Destination, name: str) -> dict:
+    """The metadata of the index ``name`` that a re-index replaces (a build's class names, by
+    which mixes of sets that number classes differently are refused): the shards' bytes say
+    nothing of it. Nothing from an index that is not there, or cannot be read as JSON."""
+    try:
+        data = json.loads(target.read(name)) if target.exists(name) else {}
+    except (OSError, ValueError):
+        return {}
+    metadata = data.get("metadata") if isinstance(data, dict) else None
+    return dict(metadata) if isinstance(metadata, dict) else {}
+
+
 def _pack(rows: list[list[int]], urls: list[str]) -> int:
     """The samples per record of the set: 1 (one sample a record, as other tools write), or the
     ``K`` of packed records (each shard's last record may hold fewer)."""
@@ -194,6 +207,7 @@ def index_shards(
             raise OutputExistsError(f"{target.url(parts[0])}: {target.url('')} holds the partial indexes of a build in "
                                     f"parts; join them with 'pipeline merge-index', which checks that every part is "
                                     f"there, or pass overwrite=True (--overwrite) to index the shards as they are")
+        metadata = _metadata_kept(target, name)  # (read before the index is written over)
         progress = BuildProgress(None, f"indexing {len(urls)} shards", quiet, verb="indexed")
         results = []
         with open_workers(engine, workers, scheduler, executor) as pool:
@@ -213,7 +227,8 @@ def index_shards(
             info.url = name_in_index
             entries.append(info)
         _warn_of_copies(urls, entries)
-        index = DatasetIndex(schema_all or {}, entries, _pack([rows for _, _, rows in results], urls))
+        index = DatasetIndex(schema_all or {}, entries, _pack([rows for _, _, rows in results], urls),
+                             metadata=metadata)
         where = save_index(target, index, name)
         progress.close(where)
         return index

@@ -406,3 +406,15 @@ def test_npy_text_arrays_of_any_width_are_indexed_and_read_as_they_are(tmp_path:
     with pytest.raises(IndexFormatError, match=r"field 'npy' has dtype (bytes24, earlier samples str256|str256, "
                                                r"earlier samples bytes24)"):
         pipeline.index_shards(tmp_path / "tags", overwrite=True, quiet=True)
+
+
+def test_a_set_indexed_again_in_place_keeps_its_class_names(tmp_path: Path) -> None:
+    """pipeline index --overwrite dropped metadata["classes"], which the shards do not hold: a mix
+    of sets that number their classes differently was no longer refused."""
+    for n in range(4):
+        np.save(tmp_path / f"s{n}.npy", np.full(3, n, np.float32))
+    labels = {f"s{n}": ["cat", "dog"][n % 2] for n in range(4)}
+    pipeline.build_sample_files(tmp_path, labels, {"train": list(labels)}, tmp_path / "out", quiet=True)
+    assert pipeline.index_shards(tmp_path / "out" / "train", overwrite=True, quiet=True).metadata == {
+        "classes": ["cat", "dog"]}
+    assert pipeline.load_index(tmp_path / "out" / "train").metadata == {"classes": ["cat", "dog"]}
