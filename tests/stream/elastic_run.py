@@ -30,7 +30,7 @@ def main() -> None:
     rank = loader.dataset.rank
     if len(sys.argv) > 5:
         loader.load_state_dict(torch.load(sys.argv[5], weights_only=True))
-    length = len(loader)
+    length = loader.batches_left()  # (len() is the whole epoch on this world size)
     batches = []
     for batch in loader:
         batches.append(batch["i"].tolist())
