@@ -18,33 +18,48 @@ from typing import Any, Callable
 import torch.utils.data._utils.worker as torch_worker
 
 
-def watch_the_training_process(training: int) -> None:
-    """In a worker whose parent is the training process (``training``, its pid before the fork):
-    PyTorch's watchdog, which ends the worker's loop once its parent is gone, takes the parent's
-    pid when that loop begins, after this worker's start: a training process killed in between
-    (a worker slow to start on a loaded machine) left the worker's parent init, which the watchdog
-    then watched, and the worker waited for indexes from nobody for ever."""
+def training_gone(training: int, parent: bool) -> bool:
+    """Whether the training process (pid ``training``) is gone: this worker's parent no longer
+    (``parent``: a worker started with fork or spawn), or no process of that pid any more (a
+    worker of forkserver's, whose parent, the server, outlives the training process: each
+    worker holds the end of a pipe that keeps the server alive)."""
+    if parent:
+        return os.getppid() != training
+    try:
+        os.kill(training, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # (a process of another user's, under the pid it had)
+        return True
+    return False
+
+
+def watch_the_training_process(training: int, parent: bool) -> None:
+    """In a worker: PyTorch's watchdog, which ends the worker's loop once its parent is gone,
+    takes the parent's pid when that loop begins, after this worker's start: a training process
+    killed in between (a worker slow to start on a loaded machine) left the worker's parent
+    init, which the watchdog then watched, and the worker waited for indexes from nobody for
+    ever. Its parent is not the training process at all under forkserver, and its workers
+    outlived a killed training process for ever. This watchdog watches the training process."""
     base = torch_worker.ManagerWatchdog
 
     class TrainingProcessWatchdog(base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__()
-            self.manager_pid = training
+        def is_alive(self) -> bool:
+            if not self.manager_dead:
+                self.manager_dead = training_gone(training, parent)
+            return not self.manager_dead
 
     if os.name == "posix":  # (elsewhere PyTorch watches a handle of its parent's process)
         torch_worker.ManagerWatchdog = TrainingProcessWatchdog  # type: ignore[misc]
 
 
-def skip_queue_joins_once_orphaned(training: int | None = None) -> None:
+def skip_queue_joins_once_orphaned(training: int, parent: bool) -> None:
     """In a worker, before its first message: its queues' exit waits are skipped once the
-    process that started it (``training``, where known from before the fork) is gone (set in
-    this process only)."""
-    parent = os.getppid() if training is None else training
-    # (if the parent is itself a worker, this is its own: its parent gone too, the wait is skipped)
+    training process (``training``, see :func:`training_gone`) is gone (set in this process only)."""
     join: Callable[[Any], None] = multiprocessing.queues.Queue._finalize_join
 
     def join_unless_orphaned(thread_ref: Any) -> None:
-        if os.getppid() != parent:
+        if training_gone(training, parent):
             return  # no reader left: the feeding thread, a daemon, ends with the process
         join(thread_ref)
 

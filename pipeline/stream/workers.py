@@ -79,7 +79,8 @@ class LoaderWorker:
         self.shutdown: Any = None  # the multiprocessing Event its iterator sets when it stops its workers
         self.started: Any = None  # a shared byte per worker, set as the worker starts (see START_S)
         self.answered: frozenset[str] = frozenset()  # the hosts that answered the training process
-        self.training: int | None = None  # the training process's pid, where it is the workers' parent
+        self.training: int | None = None  # the training process's pid
+        self.training_is_parent = True  # whether it is the workers' parent (not under forkserver)
         self.folders: list[str] = []  # each worker's temporary folder, made by its loader (see socket_folder)
 
     def __call__(self, worker_id: int) -> None:
@@ -96,8 +97,9 @@ class LoaderWorker:
             abandon_process_reads_when(self.shutdown)
         take_answered_hosts(self.answered)  # as a forked worker inherits them (a spawned one does not)
         if self.training is not None:
-            watch_the_training_process(self.training)
-        skip_queue_joins_once_orphaned(self.training)
+            watch_the_training_process(self.training, self.training_is_parent)
+        training = os.getppid() if self.training is None else self.training
+        skip_queue_joins_once_orphaned(training, self.training_is_parent)
         info = get_worker_info()
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]
@@ -145,8 +147,9 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()
             self._started = loader.worker_init_fn.started = context.Array("b", loader.num_workers, lock=False)
             loader.worker_init_fn.answered = answered_hosts()
-            forked_here = context.get_start_method() in ("fork", "spawn")  # (forkserver's: the server's children)
-            loader.worker_init_fn.training = os.getpid() if forked_here else None
+            loader.worker_init_fn.training = os.getpid()
+            # (forkserver's workers are the server's children)
+            loader.worker_init_fn.training_is_parent = context.get_start_method() in ("fork", "spawn")
         loader._starting = self  # cut in what follows (Ctrl-C pressed twice), it is the loader's to stop
         super().__init__(loader)
         loader._starting = None

@@ -82,3 +82,24 @@ def test_a_worker_still_starting_when_the_training_process_is_killed_exits(tmp_p
     """PyTorch's watchdog takes the worker's parent as its loop begins: a training process killed
     while the worker started left init its parent, which the watchdog then watched for ever."""
     assert workers_left_after_the_kill(tmp_path, KILLED_AS_WORKERS_START, workers=1) == []
+
+
+KILLED_UNDER_FORKSERVER = textwrap.dedent("""
+    import multiprocessing, os, signal, sys
+    sys.path.insert(0, os.getcwd())
+    from pipeline import make_loader
+
+    if __name__ == "__main__":
+        loader = make_loader(sys.argv[1], num_workers=2, batch_size=64, multiprocessing_context="forkserver")
+        batches = iter(loader)
+        next(batches)
+        print(*[p.pid for p in multiprocessing.active_children()], flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_workers_started_by_a_forkserver_exit_when_the_training_process_is_killed(tmp_path: Path) -> None:
+    """Their parent is the server, which each worker keeps alive (it holds the end of the pipe by
+    which the server sees its clients go): PyTorch's watchdog watched the server, and the
+    workers, the server and their memory stayed for ever."""
+    assert workers_left_after_the_kill(tmp_path, KILLED_UNDER_FORKSERVER, workers=2) == []
