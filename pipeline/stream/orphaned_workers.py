@@ -31,7 +31,11 @@ def training_gone(training: int, parent: bool) -> bool:
         return True
     except PermissionError:  # (a process of another user's, under the pid it had)
         return True
-    return False
+    try:  # a zombie (killed, and its parent has not reaped it) is gone too
+        with open(f"/proc/{training}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):  # (no /proc: the pid is all there is to go by)
+        return False
 
 
 def watch_the_training_process(training: int, parent: bool) -> None:

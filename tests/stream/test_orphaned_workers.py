@@ -46,22 +46,26 @@ def test_workers_of_a_killed_training_process_exit(tmp_path: Path) -> None:
     assert workers_left_after_the_kill(tmp_path, SCRIPT, workers=2) == []
 
 
-def workers_left_after_the_kill(tmp_path: Path, script: str, workers: int) -> list[int]:
+def workers_left_after_the_kill(tmp_path: Path, script: str, workers: int, reaped: bool = True) -> list[int]:
     """The workers of ``script`` (which prints their pids, then kills itself) still there a minute
-    after it was killed (PyTorch's watchdog looks every 5 s)."""
+    after it was killed (PyTorch's watchdog looks every 5 s); ``reaped``: once the test, its
+    parent, has reaped it (else it stays a zombie meanwhile)."""
     text = text_shards(tmp_path / "text")
     run = start_script(tmp_path, script, text, stderr=subprocess.DEVNULL)
     try:
         pids = [int(pid) for pid in run.stdout.readline().split()]
-        run.wait(timeout=60)
-        assert len(pids) == workers and run.returncode == -signal.SIGKILL
+        assert len(pids) == workers
+        if reaped:
+            run.wait(timeout=60)
+            assert run.returncode == -signal.SIGKILL
         deadline = time.monotonic() + 60
         while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
         return [pid for pid in pids if not gone(pid)]
-    finally:  # (a worker that waits for ever is not left behind)
+    finally:  # (a worker that waits for ever is not left behind, nor the script unreaped)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=60)
 
 
 KILLED_AS_WORKERS_START = textwrap.dedent("""
@@ -98,8 +102,11 @@ KILLED_UNDER_FORKSERVER = textwrap.dedent("""
 """)
 
 
-def test_workers_started_by_a_forkserver_exit_when_the_training_process_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reaped", [True, False])
+def test_workers_started_by_a_forkserver_exit_when_the_training_process_is_killed(tmp_path: Path,
+                                                                                 reaped: bool) -> None:
     """Their parent is the server, which each worker keeps alive (it holds the end of the pipe by
     which the server sees its clients go): PyTorch's watchdog watched the server, and the
-    workers, the server and their memory stayed for ever."""
-    assert workers_left_after_the_kill(tmp_path, KILLED_UNDER_FORKSERVER, workers=2) == []
+    workers, the server and their memory stayed for ever. A killed training process its parent
+    has not reaped yet (a zombie) is gone too."""
+    assert workers_left_after_the_kill(tmp_path, KILLED_UNDER_FORKSERVER, workers=2, reaped=reaped) == []
