@@ -308,3 +308,5 @@ def test_a_builds_input_or_an_index_table_given_as_a_shard_says_what_to_pass(thr
             else f"is a {given.rsplit('.', 1)[-1]} file, not a shard: build shards from it first")
     with pytest.raises(ValueError, match=re.escape(f"{Path.cwd() / given} {told}")):
         pipeline.make_loader(given)
+    command = f"pipe:cat s/train-000000.tar && : {given}"  # (a command that may take an input and write a shard)
+    assert sum(len(batch["x"]) for batch in pipeline.make_loader([command], num_workers=0)) > 0

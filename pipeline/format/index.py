@@ -151,9 +151,12 @@ class DatasetIndex:
             raise IndexFormatError(f"{where}: not a {FORMAT_NAME} index (format={data.get('format')!r})")
         if data.get("version") != FORMAT_VERSION:
             older = isinstance(data.get("version"), int) and data["version"] < FORMAT_VERSION
-            remedy = ("an earlier version of this library wrote it, whose shards this one cannot read either: build "
-                      "the set again from its inputs (--overwrite), or read it with the version that wrote it"
-                      if older else "a later version of this library wrote it: read it with that version")
+            folder, _, name = where.rpartition("/")
+            again = reindex(folder or ".") if "://" not in where and name == INDEX_NAME else "re-index its shards"
+            remedy = (f"an earlier version of this library wrote it: {again} (where that version's shards are too old "
+                      f"to read, as the first ones are, build the set again from its inputs, or read it with the "
+                      f"version that wrote it)" if older else
+                      "a later version of this library wrote it: read it with that version")
             raise IndexFormatError(f"{where}: index version {data.get('version')!r} is not supported "
                                    f"(this library reads version {FORMAT_VERSION}): {remedy}")
         try:
@@ -182,8 +185,9 @@ class DatasetIndex:
 
 def reindex_advice(where: str, names: ShardNames) -> str:
     """How to write the index at ``where`` again from its shards, whose records say what it
-    should hold (``pipeline index`` reads each shard once, and keeps no build metadata, such as
-    an image folder's classes: copying the build's own index is the better mend where one is at
+    should hold (``pipeline index`` reads each shard once, and keeps the build metadata, such as
+    an image folder's classes, of an index it writes over only where that one can be read and
+    names the same shards: copying the build's own index is the better mend where one is at
     hand). The command is given where it applies: a local ``index.json`` beside its shards."""
     folder, _, name = where.rpartition("/")
     if "://" in where or name != INDEX_NAME or any("/" in run.prefix for run in names.runs):

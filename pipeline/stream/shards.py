@@ -118,7 +118,10 @@ _NOT_SHARDS = (".npy", ".npz", ".pt", ".pth", ".job", ".joblib", ".pkl", ".pickl
 
 
 def _refuse_inputs(url: str) -> None:
-    """Raise for a file given as a shard that is a build's input, or an index's table."""
+    """Raise for a file given as a shard that is a build's input, or an index's table (not for a
+    ``pipe:`` command, which may well take an input and write a shard)."""
+    if scheme(url) == "pipe":
+        return
     name = url.rsplit("/", 1)[-1].lower()
     if name == "index.bin" or (name.endswith(".bin") and not is_remote(url) and os.path.isfile(url[:-4] + ".json")):
         raise ValueError(f"{url} is the shard table of an index: pass the index's folder, or its .json file")

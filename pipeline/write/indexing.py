@@ -12,7 +12,6 @@ byte of them changes: webdataset still reads them as before.
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 from concurrent.futures import Executor
@@ -26,6 +25,7 @@ from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_sc
 from ..format.scan import scan_stream
 from ..storage import is_remote, join, open_stream, parent, redact, scheme
 from ..storage.destination import Destination, destination
+from ..storage.indexes import load_index
 from ..storage.location_hints import SHARD_SUFFIXES
 from ..storage.opener import local_path
 from .engines import check_engine, open_workers
@@ -124,16 +124,18 @@ def relative_name(url: str, folder: str) -> str:
     return posixpath.relpath(path, base)
 
 
-def _metadata_kept(target: Destination, name: str) -> dict:
+def _metadata_kept(target: Destination, name: str, names: list[str]) -> dict:
     """The metadata of the index ``name`` that a re-index replaces (a build's class names, by
     which mixes of sets that number classes differently are refused): the shards' bytes say
-    nothing of it. Nothing from an index that is not there, or cannot be read as JSON."""
-    try:
-        data = json.loads(target.read(name)) if target.exists(name) else {}
-    except (OSError, ValueError):
+    nothing of it. Kept only where that index names one of the shards indexed now (``names``):
+    the folder may hold another set by now. Nothing from an index that cannot be read."""
+    if not target.exists(name):
         return {}
-    metadata = data.get("metadata") if isinstance(data, dict) else None
-    return dict(metadata) if isinstance(metadata, dict) else {}
+    try:
+        old = load_index(target.url(name))
+    except Exception:  # noqa: BLE001 - an index damaged or of another version: nothing to keep
+        return {}
+    return dict(old.metadata) if set(old.shards.names) & set(names) else {}
 
 
 def _pack(rows: list[list[int]], urls: list[str]) -> int:
@@ -207,7 +209,7 @@ def index_shards(
             raise OutputExistsError(f"{target.url(parts[0])}: {target.url('')} holds the partial indexes of a build in "
                                     f"parts; join them with 'pipeline merge-index', which checks that every part is "
                                     f"there, or pass overwrite=True (--overwrite) to index the shards as they are")
-        metadata = _metadata_kept(target, name)  # (read before the index is written over)
+        metadata = _metadata_kept(target, name, names)  # (read before the index is written over)
         progress = BuildProgress(None, f"indexing {len(urls)} shards", quiet, verb="indexed")
         results = []
         with open_workers(engine, workers, scheduler, executor) as pool:

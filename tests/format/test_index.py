@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -103,9 +104,10 @@ def test_missing_index_and_unknown_version_are_named(tmp_path: Path, index_file:
         (tmp_path / "empty").mkdir()
         pipeline.load_index(tmp_path / "empty")
     edit(index_file, lambda d: d.update(version=1))
-    with pytest.raises(IndexFormatError, match="index version 1 is not supported \\(this library reads version 2\\): "
-                                               "an earlier version of this library wrote it, whose shards this one "
-                                               "cannot read either: build the set again from its inputs"):
+    with pytest.raises(IndexFormatError, match=re.escape(
+            f"index version 1 is not supported (this library reads version 2): an earlier version of this library "
+            f"wrote it: re-index the shards: pipeline index {index_file.parent} --overwrite (where that version's "
+            f"shards are too old to read, as the first ones are, build the set again from its inputs")):
         pipeline.load_index(index_file)
     edit(index_file, lambda d: d.update(version=3))
     with pytest.raises(IndexFormatError, match="index version 3 is not supported .*: a later version of this library "

@@ -418,3 +418,7 @@ def test_a_set_indexed_again_in_place_keeps_its_class_names(tmp_path: Path) -> N
     assert pipeline.index_shards(tmp_path / "out" / "train", overwrite=True, quiet=True).metadata == {
         "classes": ["cat", "dog"]}
     assert pipeline.load_index(tmp_path / "out" / "train").metadata == {"classes": ["cat", "dog"]}
+    for shard in (tmp_path / "out" / "train").glob("*.tar"):  # the folder holds another set by now
+        shard.unlink()
+    webdataset_shards(tmp_path / "out" / "train", [5, 7])
+    assert pipeline.index_shards(tmp_path / "out" / "train", overwrite=True, quiet=True).metadata == {}
