@@ -82,8 +82,15 @@ class LoaderWorker:
         self.training: int | None = None  # the training process's pid
         self.training_is_parent = True  # whether it is the workers' parent (not under forkserver)
         self.folders: list[str] = []  # each worker's temporary folder, made by its loader (see socket_folder)
+        self.armed = False  # set while its ShardLoader's iterator starts workers: any other start is refused
 
     def __call__(self, worker_id: int) -> None:
+        if not self.armed:
+            raise RuntimeError(
+                "this DataLoader was made from a ShardLoader's attributes (its worker_init_fn), and its workers would "
+                "send the ShardLoader's unit messages, not batches: iterate the ShardLoader itself. A framework that "
+                "rebuilds the loader it is given (Hugging Face Trainer as it resumes, Accelerate's prepare) needs the "
+                "recipes of the README's section on PyTorch Lightning, Accelerate and Trainer")
         if self.started is not None:
             self.started[worker_id] = 1
         if self.folders:
@@ -151,7 +158,14 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             # (forkserver's workers are the server's children)
             loader.worker_init_fn.training_is_parent = context.get_start_method() in ("fork", "spawn")
         loader._starting = self  # cut in what follows (Ctrl-C pressed twice), it is the loader's to stop
-        super().__init__(loader)
+        armed = isinstance(loader.worker_init_fn, LoaderWorker)
+        if armed:  # (its workers take it armed: forked, or pickled as they start)
+            loader.worker_init_fn.armed = True
+        try:
+            super().__init__(loader)
+        finally:
+            if armed:
+                loader.worker_init_fn.armed = False
         loader._starting = None
         # set here without their lock, which a worker killed at the wrong moment keeps (see shared_events)
         self._workers_done_event = SetHere(self._workers_done_event)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 import pipeline
 from pipeline import ShardError, SourceError
@@ -115,3 +116,19 @@ def test_the_dataset_of_a_loader_still_raises_as_usual_in_a_plain_dataloader(pri
     # stopped here: the error's traceback holds the iterator in a reference cycle, and PyTorch's
     # shutdown run by a garbage collection (in some later test) waits 5 s per worker
     stop_workers(plain)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_dataloader_rebuilt_from_a_shardloaders_attributes_is_refused_not_fed_unit_messages(
+        tmp_path: Path, context: str) -> None:
+    """Hugging Face Trainer, resuming, rebuilds a plain DataLoader from the one it is given, the
+    ShardLoader's worker_init_fn with it: its workers sent unit messages, which it passed on as
+    9 "batches" of 63, and Trainer skipped the rest of the epoch without a word."""
+    pipeline.write_shards(tmp_path / "s", {"y": np.arange(1000)}, shard_samples=100, quiet=True)
+    loader = pipeline.make_loader(tmp_path / "s", num_workers=2, batch_size=16, multiprocessing_context=context)
+    rebuilt = DataLoader(loader.dataset, batch_size=None, num_workers=2, worker_init_fn=loader.worker_init_fn,
+                         collate_fn=loader.collate_fn, multiprocessing_context=context)
+    with pytest.raises(RuntimeError, match="this DataLoader was made from a ShardLoader's attributes .*: iterate the "
+                                           "ShardLoader itself"):
+        next(iter(rebuilt))
+    assert sum(len(batch["y"]) for batch in loader) == 1000  # the ShardLoader's own workers start as ever
