@@ -139,7 +139,9 @@ def test_every_python_and_bash_block_of_the_readme_runs(tmp_path: Path) -> None:
         ran += 1
     skipped = [b for b in blocks if b.skip is not None]
     print(f"README blocks: {ran} run, {len(skipped)} skipped: " + "; ".join(f"line {b.line}: {b.skip}" for b in skipped))
-    assert ran >= 12 and len(skipped) <= 6  # the README is mostly runnable, and this test ran it
+    # the README is mostly runnable, and this test ran it (skipped: the two set-up commands, and what needs
+    # machines, servers or frameworks CI has not: a Dask cluster, S3, 4 nodes, Lightning, transformers)
+    assert ran >= 12 and len(skipped) <= 7
 
 
 def test_skip_markers_sit_on_a_block_and_say_why() -> None:
