@@ -295,25 +295,23 @@ class ShardWriter:
                 self._pending = [block.slice(pos, n)] if pos < n else []
                 self._pending_rows = n - pos
 
-    def _write_records(self, block: RowBlock) -> int:
+    def _write_records(self, block: RowBlock) -> None:
         """Write records of ``block`` to the current shard until it is done or the shard is full
-        by bytes; return the rows written."""
+        by bytes (``_next_index`` counts the rows written)."""
         layout = fixed_layout(block, self.pack)
         if layout is not None:
-            return self._write_fixed_records(block, layout)
-        written = 0
+            self._write_fixed_records(block, layout)
+            return
         for key, parts, rows in encode_records(block, self._next_index, self.pack):
             shard = self._open_shard()
             if (self.shard_bytes and shard.samples
                     and shard.position + member_bytes(sum(map(len, parts))) + len(END_OF_ARCHIVE) > self.shard_bytes):
                 self._commit_shard()
-                return written  # re-cut the rest so that records align with the new shard
+                return  # re-cut the rest so that records align with the new shard
             shard.add_record(key, parts, rows)
-            written += rows
             self._next_index += rows
-        return written
 
-    def _write_fixed_records(self, block: RowBlock, layout: FixedLayout) -> int:
+    def _write_fixed_records(self, block: RowBlock, layout: FixedLayout) -> None:
         """The full records of ``block`` that fit the current shard, laid out at once."""
         shard = self._open_shard()
         fit = len(block) // self.pack
@@ -322,11 +320,10 @@ class ShardWriter:
             fit = min(fit, room if shard.samples else max(room, 1))
         if fit <= 0:  # the shard is full (or past its limit, holding one record bigger than it)
             self._commit_shard()
-            return 0
+            return
         records, rows = build_records(block.slice(0, fit * self.pack), layout, self._next_index, self.pack)
         shard.add_fixed_records(records, self.pack)
         self._next_index += rows
-        return rows
 
     def _open_shard(self) -> ShardFile:
         if self._shard is None:
