@@ -93,7 +93,7 @@ class Task:
                                    f"again")
             if not self.classes:
                 return batch
-        target = y.reshape(len(y), -1).argmax(dim=1) if self.one_hot else y.reshape(-1).long()
+        target = self.targets({"y": y})
         if len(target) and int(target.min()) < 0:  # (-100 a loss would skip)
             raise UnusableData(f"label {int(target.min())} in the {split} split is not one of the {self.classes} "
                                f"classes (0 to {self.classes - 1}) given by --classes {self.classes}: class numbers "
@@ -146,10 +146,11 @@ MAX_GUESSED_CLASSES = 1000
 def choose_task(train: str, validation: str, classes: int | None = None, task: str = "auto") -> Task:
     """The task for the shards at ``train`` and ``validation`` (see the module docstring):
     ``task`` is ``"auto"``, ``"classification"`` or ``"regression"``."""
-    for location in (train, validation):
-        if not load_index(location).samples:
+    indexes = {location: load_index(location) for location in (train, validation)}
+    for location, index in indexes.items():
+        if not index.samples:
             raise UnusableData(f"{location}: no samples; the example needs samples in both splits")
-    fields = load_index(train).fields
+    fields = indexes[train].fields
     for name in ("x", "y"):
         if name not in fields:
             raise UnusableData(f"{train}: no field {name!r} (it has {sorted(fields)}); this example trains "
