@@ -79,7 +79,7 @@ class LoaderWorker:
         self.shutdown: Any = None  # the multiprocessing Event its iterator sets when it stops its workers
         self.started: Any = None  # a shared byte per worker, set as the worker starts (see START_S)
         self.answered: frozenset[str] = frozenset()  # the hosts that answered the training process
-        self.training: int | None = None  # the training process's pid
+        self.training = 0  # the training process's pid
         self.training_is_parent = True  # whether it is the workers' parent (not under forkserver)
         self.folders: list[str] = []  # each worker's temporary folder, made by its loader (see socket_folder)
         self.armed = False  # set while its ShardLoader's iterator starts workers: any other start is refused
@@ -91,22 +91,18 @@ class LoaderWorker:
                 "send the ShardLoader's unit messages, not batches: iterate the ShardLoader itself. A framework that "
                 "rebuilds the loader it is given (Hugging Face Trainer as it resumes, Accelerate's prepare) needs the "
                 "recipes of the README's section on PyTorch Lightning, Accelerate and Trainer")
-        if self.started is not None:
-            self.started[worker_id] = 1
-        if self.folders:
-            take_worker_folder(self.folders[worker_id])
+        # (armed, its iterator has set what follows: see WatchedWorkersIterator.__init__)
+        self.started[worker_id] = 1
+        take_worker_folder(self.folders[worker_id])
         # What the worker inherited from the training process (its model, a labels dict) is
         # left out of the worker's garbage collections: a collection writes to every object it
         # visits, which copies each page of them into the worker (copy-on-write) and costs CPU
         # in a worker that allocates many objects (a request's headers, over S3: 10% of its CPU)
         gc.freeze()
-        if self.shutdown is not None:  # a read that retries when the loader stops its workers gives up
-            abandon_process_reads_when(self.shutdown)
+        abandon_process_reads_when(self.shutdown)  # a read that retries when the loader stops its workers gives up
         take_answered_hosts(self.answered)  # as a forked worker inherits them (a spawned one does not)
-        if self.training is not None:
-            watch_the_training_process(self.training, self.training_is_parent)
-        training = os.getppid() if self.training is None else self.training
-        skip_queue_joins_once_orphaned(training, self.training_is_parent)
+        watch_the_training_process(self.training, self.training_is_parent)
+        skip_queue_joins_once_orphaned(self.training, self.training_is_parent)
         info = get_worker_info()
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]
