@@ -151,8 +151,7 @@ class DatasetIndex:
             raise IndexFormatError(f"{where}: not a {FORMAT_NAME} index (format={data.get('format')!r})")
         if data.get("version") != FORMAT_VERSION:
             older = isinstance(data.get("version"), int) and data["version"] < FORMAT_VERSION
-            folder, _, name = where.rpartition("/")
-            again = reindex(folder or ".") if "://" not in where and name == INDEX_NAME else "re-index its shards"
+            again = reindex_advice(where, ShardNames.of([]))  # (its shard names are not read: unknown)
             remedy = (f"an earlier version of this library wrote it: {again} (where that version's shards are too old "
                       f"to read, as the first ones are, build the set again from its inputs, or read it with the "
                       f"version that wrote it)" if older else
