@@ -13,6 +13,7 @@ import torch
 from ..caller_warning import warn_caller
 from ..format.numbers import is_whole
 from ..format.packing import SAMPLE_KEY
+from .stats import MAX_WORKERS
 
 #: How the errors of damaged records say to skip them (a command with an option for it rewords it).
 SKIP_HINT = "pass on_error='skip'"
@@ -167,6 +168,9 @@ def check_loader_options(num_workers: Any, prefetch_factor: int | None) -> None:
     with an assertion."""
     if not is_whole(num_workers) or num_workers < 0:
         raise ValueError(f"num_workers must be an integer >= 0 (0: read in the training process), got {num_workers!r}")
+    if num_workers > MAX_WORKERS:
+        raise ValueError(f"num_workers={num_workers} is more than the {MAX_WORKERS} workers a loader counts the reads "
+                         f"of (stats()): give fewer")
     if num_workers and prefetch_factor is not None and prefetch_factor < 1:
         raise ValueError(f"prefetch_factor must be >= 1 (messages each worker keeps ready), got {prefetch_factor}")
 

@@ -37,7 +37,10 @@ from torch.utils.data import get_worker_info
 from ..fork_safe import ForkSafeLock
 from .shared_memory import in_shared_memory
 
-_ROWS = 64  # one per worker id (modulo 63), the last one the main process's
+#: DataLoader workers a dataset counts apart: each adds to a row of its own, without a lock
+#: between processes (a shared row would lose additions). 1,025 rows are 66 KB.
+MAX_WORKERS = 1024
+_ROWS = MAX_WORKERS + 1  # one per worker id, the last one the main process's
 
 
 class Count(IntEnum):
@@ -80,7 +83,7 @@ class ReadStats:
         if self._view is None:  # NumPy's view of the shared table: adding to it costs ~100x less than torch's
             self._view = self.table.numpy()
         info = get_worker_info()
-        row = _ROWS - 1 if info is None else info.id % (_ROWS - 1)  # the main process has a row of its own
+        row = MAX_WORKERS if info is None else info.id % MAX_WORKERS  # (more workers: refused by make_loader)
         with _lock:
             self._view[row, column] += count
 

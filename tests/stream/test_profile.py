@@ -3,14 +3,17 @@ training loop."""
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import webdataset as wds
 
 from pipeline import make_loader
+from pipeline.stream.stats import ReadStats
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*suggested max number of worker")
@@ -83,3 +86,26 @@ def test_the_profile_is_kept_apart_per_dataset(shards: Path) -> None:
     validation = make_loader(shards, num_workers=0, batch_size=64)
     play(train, 0)
     assert validation.stats()["decode_s"] == 0 and train.stats()["decode_s"] > 0
+
+
+def _count_requests(stats, worker_id: int, start, count: int) -> None:
+    import pipeline.stream.stats as stats_module
+
+    stats_module.get_worker_info = lambda: SimpleNamespace(id=worker_id)  # what DataLoader tells worker `worker_id`
+    start.wait()
+    for _ in range(count):
+        stats.requested()
+
+
+def test_workers_far_apart_in_number_count_apart_and_lose_no_count() -> None:
+    """Workers 0 and 63 shared a row of the table (64 rows), whose additions are not locked
+    across processes: 352,710 of 400,000 requests were counted."""
+    stats, context, count = ReadStats(), multiprocessing.get_context("fork"), 200_000
+    start = context.Barrier(3)
+    processes = [context.Process(target=_count_requests, args=(stats, worker, start, count)) for worker in (0, 63, 1023)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [process.exitcode for process in processes] == [0, 0, 0]
+    assert stats.totals()["requests"] == 3 * count
