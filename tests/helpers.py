@@ -144,3 +144,12 @@ def run_script(folder: Path, source: str, *args: Any, timeout: float = 120) -> t
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
     return run.returncode, out, err
+
+
+def cached_range(cache: Any, url: str, start: int, stop: int, size: int | None = None) -> bytes:
+    """Bytes ``[start, stop)`` of ``url`` read from ``cache`` (a ``ShardCache``) as the loader
+    reads a cached shard: its copy, held from eviction, mapped."""
+    from pipeline.storage.opener import map_range
+
+    with cache.reading(url, size) as path:
+        return bytes(map_range(str(path), start, stop))

@@ -345,14 +345,6 @@ class ShardCache:
                     yield path
                     return
 
-    def read_range(self, url: str, start: int, stop: int, size: int | None = None,
-                   sha256: str | None = None) -> bytes:
-        """Bytes ``[start, stop)`` of ``url`` from its cached copy."""
-        from .opener import read_range
-
-        with self.reading(url, size, sha256) as path:
-            return read_range(str(path), start, stop)
-
     def evict(self, keep: Path | None = None, room: int = 0) -> None:
         """Delete least recently used shards until the cache fits ``max_bytes`` (with ``room``
         bytes to spare, for a download to come), skipping ``keep`` and any shard a reader holds."""

@@ -174,6 +174,7 @@ def read_range(url: str, start: int, stop: int, policy: RetryPolicy | None = Non
                stats: RetrySink | None = None) -> bytes:
     """Bytes ``[start, stop)`` of ``url``; fewer bytes than asked for is an error. Remote reads
     retry within one budget of ``policy`` and report each retry to ``stats``."""
+    check_range(url, start, stop)
     kind = scheme(url)
     if kind == "file":
         return _local_range(url, start, stop)
@@ -208,15 +209,17 @@ def _check_length(url: str, start: int, stop: int, got: int) -> None:
         raise CutShort(url, start + got, f"ends at byte {start + got}, expected data up to byte {stop}")
 
 
-def _skip(stream: Any, count: int, url: str) -> None:
+def _skip(stream: Any, start: int, url: str) -> None:
+    """Move ``stream`` to byte ``start``: by seeking, or by reading up to it where it cannot."""
     if hasattr(stream, "seek") and getattr(stream, "seekable", lambda: False)():
-        stream.seek(count)
+        stream.seek(start)
         return
-    while count > 0:
-        data = stream.read(min(count, 1 << 20))
+    at = 0
+    while at < start:
+        data = stream.read(min(start - at, 1 << 20))
         if not data:
-            raise SourceError(url, None, f"ends before byte {count}")
-        count -= len(data)
+            raise CutShort(url, at, f"ends at byte {at}, expected data from byte {start}")
+        at += len(data)
 
 
 def _fsspec_open(url: str) -> Any:

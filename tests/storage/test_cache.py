@@ -20,6 +20,7 @@ import pytest
 import pipeline
 from pipeline import ShardError, SourceError, make_loader
 from pipeline.storage.cache import ShardCache
+from tests.helpers import cached_range
 from tests.storage.conftest import all_ids
 from tests.storage.servers import FaultProxy, port_of
 
@@ -62,7 +63,7 @@ def test_a_download_cut_in_a_response_without_a_length_is_resumed_not_taken_whol
 
 
 def _read_in_process(folder: str, url: str, queue) -> None:
-    queue.put(len(ShardCache(folder, 1 << 30).read_range(url, 0, 4096)))
+    queue.put(len(cached_range(ShardCache(folder, 1 << 30), url, 0, 4096)))
 
 
 def test_processes_asking_for_one_shard_at_once_download_it_once(counting_proxy, tmp_path: Path) -> None:
@@ -85,9 +86,9 @@ def test_eviction_spares_shards_being_read_and_limits_smaller_than_a_shard_work(
     cache = ShardCache(tmp_path, max_bytes=min(sizes) // 2)  # smaller than any shard
     with cache.reading(urls[0]) as held:
         for url in urls[1:]:
-            assert cache.read_range(url, 0, 100) == (web_root / "data" / url.rsplit("/", 1)[1]).read_bytes()[:100]
+            assert cached_range(cache, url, 0, 100) == (web_root / "data" / url.rsplit("/", 1)[1]).read_bytes()[:100]
         assert held.exists()  # being read: never evicted
-    assert cache.read_range(urls[3], 10, 20)
+    assert cached_range(cache, urls[3], 10, 20)
     assert [p.name.split("-", 1)[1] for p in tmp_path.glob("*.tar")] == ["part-000003.tar"]  # the rest went
     cache.evict()  # nobody holds it now: over the limit, so it goes too
     assert not list(tmp_path.glob("*.tar"))
@@ -145,7 +146,7 @@ def test_downloads_a_killed_process_left_are_removed_and_those_under_way_kept(ng
     assert not abandoned.exists() and under_way.exists()
     cache = ShardCache(tmp_path, 0)
     abandoned.write_bytes(b"half a shard")  # killed after the cache was opened: eviction takes it
-    cache.read_range(f"{nginx}/data/part-000002.tar", 0, 100)
+    cached_range(cache, f"{nginx}/data/part-000002.tar", 0, 100)
     assert not abandoned.exists() and under_way.exists()
 
 
@@ -195,7 +196,7 @@ def test_lock_files_go_with_their_copies_and_a_lock_on_a_deleted_file_is_taken_a
     cache = ShardCache(tmp_path, max_bytes=max(sizes) * 2)  # two copies at most: the rest evicted
     for _ in range(2):  # two epochs
         for i in range(6):
-            assert cache.read_range(f"{nginx}/data/part-{i:06d}.tar", 0, 512)
+            assert cached_range(cache, f"{nginx}/data/part-{i:06d}.tar", 0, 512)
     copies = sorted(path.name for path in tmp_path.glob("*.tar"))
     assert len(copies) == 2
     assert sorted(path.name for path in tmp_path.glob("*.lock")) == sorted([".evict.lock"] + [c + ".lock" for c in copies])

@@ -210,10 +210,20 @@ def test_a_range_that_ends_before_it_starts_names_the_file(tmp_path: Path) -> No
     """A damaged index.bin can give a record an end before its start: mmap said only 'memory
     mapped length must be positive'."""
     (tmp_path / "f.tar").write_bytes(bytes(4096))
-    for read in (map_range, FileMaps().range):
+    path = str(tmp_path / "f.tar")
+    for read in (map_range, FileMaps().range, read_range, lambda url, *span: read_range(f"file://{url}", *span),
+                 lambda url, *span: read_range(f"pipe:cat {url}", *span)):  # (read_range gave b"", or a bare ValueError)
         with pytest.raises(SourceError, match=r"f\.tar at byte 3000: a range that ends \(at byte 1000\) before it "
                                               r"starts"):
-            read(str(tmp_path / "f.tar"), 3000, 1000)
+            read(path, 3000, 1000)
+
+
+def test_a_pipe_command_that_ends_before_the_range_names_where_it_ends() -> None:
+    """It said "ends before byte 4": the bytes left to skip, not a place in the stream."""
+    with pytest.raises(CutShort, match=r"pipe:printf abcdef at byte 6: ends at byte 6, expected data from byte 10") \
+            as raised:
+        read_range("pipe:printf abcdef", 10, 12)
+    assert raised.value.offset == 6
 
 
 def test_a_units_ranges_of_one_file_share_its_mapping_and_see_it_replaced(tmp_path: Path) -> None:
