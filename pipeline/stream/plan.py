@@ -161,8 +161,6 @@ def material_positions(sequences: list[list[RankSequence]], legs: Sequence[Leg],
     first leg it comes from (a contiguous run of positions, read at once), numbered
     ``rank * 2**32 + unit``."""
     current = sequences[-1][rank]
-    if not units:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     positions = np.concatenate([current.unit_order(u, config, epoch) for u in units])
     if len(sequences) == 1:  # the first leg: its pool is the material, its units are the blocks
         sizes = [current.unit_range(u)[1] - current.unit_range(u)[0] for u in units]

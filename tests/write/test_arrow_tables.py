@@ -4,6 +4,7 @@ same table builds, nulls found from the batch headers, and damaged or empty inpu
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from pathlib import Path
@@ -126,6 +127,19 @@ def test_bytes_pyarrow_reads_as_a_bad_continuation_token_are_named_as_not_arrow(
     with pytest.raises(SampleError, match=rf"^{re.escape(str(tmp_path / 'neg.arrow'))}: not in Arrow IPC format "
                                           r"\(it starts with b'\\x00\\x00\\x00\\x80garb'\): convert it first"):
         pipeline.build_arrow(tmp_path / "neg.arrow", tmp_path / "out", quiet=True)
+
+
+def test_a_file_that_is_not_arrow_is_closed_when_refused(tmp_path: Path) -> None:
+    """The refusal's traceback held the open map of it: errors kept (a notebook keeps the last
+    one) kept a file open each."""
+    (tmp_path / "bad.arrow").write_bytes(b"not arrow at all" * 100)
+    opened = len(os.listdir("/proc/self/fd"))
+    kept = []
+    for _ in range(20):
+        with pytest.raises(SampleError, match=r"bad\.arrow: not in Arrow IPC format") as raised:
+            ArrowSource(tmp_path / "bad.arrow")
+        kept.append(raised.value)
+    assert len(os.listdir("/proc/self/fd")) == opened
 
 
 def test_a_feather_file_of_version_1_is_told_how_to_write_it_again(tmp_path: Path) -> None:

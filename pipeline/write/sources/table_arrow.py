@@ -27,6 +27,7 @@ def _open_ipc(path: Path) -> tuple[Any, Any]:
     try:
         return pa.ipc.open_stream(source), source
     except (pa.ArrowInvalid, OSError) as exc:
+        source.close()  # (the error's traceback holds this frame: kept, say in a notebook, it kept the file open)
         raise unreadable(path, exc, "Arrow IPC") from None
 
 
