@@ -35,6 +35,7 @@ import os
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..storage import is_remote, obstore_ranges, redact, s3_presigned
@@ -56,7 +57,7 @@ from .batching import (
     varied_fields,
 )
 from .fill_values import conformed_fill
-from .foreign import ForeignStream, reference_fields
+from .foreign import ForeignStream, reference_fields, stream_places
 from .idle_trim import idle_trim
 from .images import Images
 from .options import (
@@ -83,6 +84,7 @@ from .shards import ForeignShards
 from .shared_memory import SharedEpoch
 from .sources import SourceSet, open_sources
 from .stats import Count, ReadStats
+from .transform_seeds import BatchSeed, batch_seeds, seeded_generators
 from .unit_images import ImageDecoding, alternatives, check_image_fields
 from .units import UnitReader
 from .worker_failure import WorkerFailure
@@ -324,15 +326,17 @@ class ShardDataset(IterableDataset):
             obstore_ranges.use_in_this_worker()
         units = self._indexed_units(worker, workers) if self.sources is not None else \
             self._foreign_units(worker, workers)
+        epoch = self.epoch
         buffers = message_buffers.installed()
         trim = idle_trim()  # held: a loop closed as the interpreter finalizes finds this module's names gone
         trim.started()
         try:
-            for unit in units:
+            for unit, places in units:
+                seeds = None if self.plain_messages else batch_seeds(self.seed, epoch, places, self.batch_size)
                 if not self.unit_messages:
-                    yield from (self._finish(batch) for batch in split_message(unit, self.batch_size))
+                    yield from self._finished(unit, seeds)
                     continue
-                message = self._finish_unit(unit)
+                message = self._finish_unit(unit, seeds)
                 if buffers is not None:
                     message = buffers.lend(message)
                 unit = None  # hold no unit while this one is handed over and the next one read: a unit's memory each
@@ -344,9 +348,9 @@ class ShardDataset(IterableDataset):
             units = None
             trim.ended()  # the reused buffers given back to the system if no epoch follows soon
 
-    def _indexed_units(self, worker: int, workers: int) -> Iterator[Columns]:
+    def _indexed_units(self, worker: int, workers: int) -> Iterator[tuple[Columns, np.ndarray]]:
         """The units this worker reads, each gathered in emission order (into shared memory in a
-        ShardLoader's worker)."""
+        ShardLoader's worker), with each row's place in the epoch's material."""
         assert self.sources is not None
         epoch, config = self.epoch, self.plan_config
         legs, batches = self.position(epoch)
@@ -364,10 +368,12 @@ class ShardDataset(IterableDataset):
             if self.image_decoding is not None:
                 unit = self.image_decoding.apply(unit, places, epoch, self.unit_messages,
                                                  lambda row, places=places: reader.provenance(material, int(places[row])))
-            yield unit
+            yield unit, places
             unit = None
 
-    def _foreign_units(self, worker: int, workers: int) -> Iterator[Columns]:
+    def _foreign_units(self, worker: int, workers: int) -> Iterator[tuple[Columns, np.ndarray]]:
+        """The units of this worker's share of the shards, each with its rows' places in this
+        consumer's stream."""
         assert isinstance(self.shards, ForeignShards)
         stream = ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer, self._wanted(),
                                self.fill, self.on_error == "skip", self.policy, self.read_stats, self.foreign_fields)
@@ -376,6 +382,7 @@ class ShardDataset(IterableDataset):
         unit_rows = max(self.shuffle_buffer // self.batch_size, 1) * self.batch_size
         units = messages_from_windows(windows, unit_rows, self.unit_messages, lambda: self.read_stats.timing(Count.GATHER))
         units = drop_short_tail(units, self.batch_size) if self.drop_last else units
+        units = stream_places(units, consumer)
         if self.image_decoding is None:
             return units
         return self.image_decoding.stream(units, consumer, self.epoch, self.unit_messages)
@@ -410,13 +417,24 @@ class ShardDataset(IterableDataset):
         """Whether a worker's messages are a unit's columns as gathered (no transform made them)."""
         return self.sample_transform is None and self.batch_transform is None
 
-    def _finish_unit(self, unit: Columns) -> Any:
+    def _finish_unit(self, unit: Columns, seeds: list[BatchSeed] | None) -> Any:
         """What a worker sends of a unit: its columns as one message (the loader cuts batches), or,
         when a transform may make a batch anything, its finished batches."""
         if self.plain_messages:
             out = to_torch(unit)
             return tuple(out[name] for name in self.as_tuple) if self.as_tuple is not None else out
-        return FinishedBatches(self._finish(batch) for batch in split_message(unit, self.batch_size))
+        return FinishedBatches(self._finished(unit, seeds))
+
+    def _finished(self, unit: Columns, seeds: list[BatchSeed] | None) -> Iterator[Any]:
+        """The unit's batches as delivered; a transform's draws from the batch's seed (``seeds``:
+        one a batch, see :mod:`.transform_seeds`; ``None`` without transforms)."""
+        for number, batch in enumerate(split_message(unit, self.batch_size)):
+            if seeds is None:
+                yield self._finish(batch)
+                continue
+            with seeded_generators(seeds[number]):
+                finished = self._finish(batch)
+            yield finished
 
     def _finish(self, batch: Columns) -> Any:
         if self.sample_transform is not None:

@@ -162,3 +162,14 @@ def window_permutation(seed: int, epoch: int, span_start: int, window: int, size
     if not shuffle:
         return np.arange(size)
     return rng_for(Draw.WINDOW, seed, epoch, span_start, window).permutation(size)
+
+
+def stream_places(units: Iterator[Columns], consumer: int) -> Iterator[tuple[Columns, np.ndarray]]:
+    """Each unit of consumer ``consumer``'s stream with its rows' places: their numbers in that
+    stream, above the consumer's number (the same rows, the same places, for the same number
+    of workers)."""
+    done = 0
+    for unit in units:
+        rows = len(next(iter(unit.values())))
+        yield unit, np.arange(done, done + rows, dtype=np.int64) + (consumer << 40)
+        done += rows

@@ -29,7 +29,6 @@ import numpy as np
 
 from ..format.numbers import is_whole
 from .image_decoders import ImageError, decoder
-from .material import Draw, rng_for
 
 CROPS = ("center", "random", "resize")
 BACKENDS = ("auto", "opencv", "pillow")
@@ -182,12 +181,6 @@ def uniforms(seeds: np.ndarray, count: int) -> np.ndarray:
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         x = x ^ (x >> np.uint64(31))
     return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-
-
-def row_seeds(seed: int, epoch: int, places: np.ndarray) -> np.ndarray:
-    """One ``uint64`` per row from the dataset's seed, the epoch and each row's place in it."""
-    base = rng_for(Draw.AUGMENT, seed, epoch).integers(0, 1 << 63, dtype=np.uint64)
-    return places.astype(np.uint64) ^ base
 
 
 def _size(size: Any) -> int | tuple[int, int]:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
-from functools import partial
 from typing import Any, Callable, Iterator, Mapping
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -29,14 +27,6 @@ from .plan import Leg
 from .worker_deaths import WorkerError, exited_workers, is_worker_death, translate_worker_deaths, with_signals
 from .worker_failure import WorkerFailure
 from .workers import LoaderWorker, WatchedWorkersIterator, stop_workers, unit_batches
-
-
-def _seed_numpy_in_worker(worker_id: int, then: Callable[[int], None] | None = None) -> None:
-    """Give each worker's global NumPy RNG its own seed (for user transforms); the dataset's
-    own shuffling never uses global RNGs. Then run ``then``, the user's ``worker_init_fn``."""
-    np.random.seed(torch.initial_seed() % 2**32)
-    if then is not None:
-        then(worker_id)
 
 
 class ShardLoader(DataLoader):
@@ -382,11 +372,11 @@ def make_loader(
     worker_init_fn: Callable[[int], None] | None = None,
     **dataset_options: Any,
 ) -> ShardLoader:
-    """A :class:`ShardLoader` with sensible defaults: persistent workers, prefetching, per-worker
-    NumPy seeds, and pinned memory when CUDA is present. ``dataset`` is a ShardDataset or what
-    ShardDataset takes as source (then ``dataset_options`` are its options). The DataLoader
-    options that make sense over batches that come collated from the workers are passed on
-    (``worker_init_fn`` runs after the NumPy seeding)."""
+    """A :class:`ShardLoader` with sensible defaults: persistent workers, prefetching, and pinned
+    memory when CUDA is present. ``dataset`` is a ShardDataset or what ShardDataset takes as
+    source (then ``dataset_options`` are its options). The DataLoader options that make sense
+    over batches that come collated from the workers are passed on. (Transforms draw from
+    generators seeded for each batch: see :mod:`.transform_seeds`.)"""
     check_loader_options(num_workers, prefetch_factor)
     loader_options = {"in_order": dataset_options.pop("in_order")} if "in_order" in dataset_options else {}
     if not isinstance(dataset, ShardDataset):
@@ -403,5 +393,5 @@ def make_loader(
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
         multiprocessing_context=multiprocessing_context if workers else None,
         timeout=timeout,
-        worker_init_fn=partial(_seed_numpy_in_worker, then=worker_init_fn) if workers else None,
+        worker_init_fn=worker_init_fn if workers else None,
     )

@@ -37,12 +37,22 @@ class Draw(IntEnum):
     WINDOW = 4  # the emission order of a window of a stream without an index
     SHARDS = 5  # the shard order of a stream without an index
     AUGMENT = 6  # the random crops and flips of decoded images
+    TRANSFORM_RANDOM = 7  # the global generators of a batch's transforms: Python's,
+    TRANSFORM_NUMPY = 8  # NumPy's
+    TRANSFORM_TORCH = 9  # and torch's
 
 
 def rng_for(draw: Draw, *key: int) -> np.random.Generator:
     """A generator for one ``draw``, seeded by non-negative ints (seed, epoch, ...)."""
     words = [int(draw), *(k & 0xFFFFFFFFFFFFFFFF for k in key)]
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
+
+
+def row_seeds(seed: int, epoch: int, places: np.ndarray, draw: Draw = Draw.AUGMENT) -> np.ndarray:
+    """One ``uint64`` per row for ``draw``, from the dataset's seed, the epoch and each row's
+    place in it (the same row, the same seed, however the epoch's reads are split)."""
+    base = rng_for(draw, seed, epoch).integers(0, 1 << 63, dtype=np.uint64)
+    return places.astype(np.uint64) ^ base
 
 
 @dataclass(frozen=True)

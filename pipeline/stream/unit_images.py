@@ -24,7 +24,8 @@ from ..format.index import Schema
 from ..format.packing import SAMPLE_KEY
 from .batching import shared_empty
 from .image_decoders import single_threaded
-from .images import MISSING_IMAGE, Images, row_seeds
+from .images import MISSING_IMAGE, Images
+from .material import row_seeds
 from .options import SKIP_HINT
 from .reader import Columns
 from .skip_log import log_skip
@@ -105,21 +106,19 @@ class ImageDecoding:
                 self._bad_rows(unit, failed, where)
         return unit
 
-    def stream(self, units: Iterator[Columns], consumer: int, epoch: int, shared: bool) -> Iterator[Columns]:
-        """Units of shards without an index, decoded; a row's place is its number in consumer
-        ``consumer``'s stream (the same for the same number of workers)."""
-        done = 0
-        for unit in units:
-            rows = len(next(iter(unit.values())))
-            places = np.arange(done, done + rows, dtype=np.int64) + (consumer << 40)
+    def stream(self, units: Iterator[tuple[Columns, np.ndarray]], consumer: int, epoch: int,
+               shared: bool) -> Iterator[tuple[Columns, np.ndarray]]:
+        """Units of shards without an index, with their rows' places (see
+        :func:`~.foreign.stream_places`), decoded."""
+        for unit, places in units:
+            done = int(places[0]) - (consumer << 40)
 
             def where(row: int, first: int = done, keys: Sequence | None = unit.get(SAMPLE_KEY)) -> tuple[str, None, str]:
                 key = f", key {str(keys[row])!r}" if keys is not None else " (fields=[..., '__key__'] names its key)"
                 return (f"the shards of consumer {consumer} (no index)", None,
                         f"sample {first + row} of its stream{key} (index the shards, pipeline index, for errors that "
                         f"name the shard and record)")
-            yield self.apply(unit, places, epoch, shared, where)
-            done += rows
+            yield self.apply(unit, places, epoch, shared, where), places
 
     def _bad_rows(self, unit: Columns, failed: dict[int, str], where: Provenance) -> None:
         rows = len(next(iter(unit.values())))

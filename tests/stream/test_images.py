@@ -16,7 +16,8 @@ from PIL import Image
 import pipeline
 from pipeline import Images, make_loader
 from pipeline.stream.image_decoders import check_jpeg, check_pixels, webp_size
-from pipeline.stream.images import row_seeds, uniforms
+from pipeline.stream.images import uniforms
+from pipeline.stream.material import row_seeds
 from tests.images import encoded, image_folder, photo
 
 BACKENDS = ["opencv", "pillow"]
