@@ -38,8 +38,10 @@ from ..fork_safe import ForkSafeLock
 from .shared_memory import in_shared_memory
 
 #: DataLoader workers a dataset counts apart: each adds to a row of its own, without a lock
-#: between processes (a shared row would lose additions). 1,025 rows are 66 KB.
-MAX_WORKERS = 1024
+#: between processes (a shared row would lose additions). 256 rows are 16 KB: a table of 32 KB
+#: or more is copied into shared memory by OpenMP's threads, which hang in a process forked
+#: from one that used them (a child that makes a loader of its own).
+MAX_WORKERS = 255
 _ROWS = MAX_WORKERS + 1  # one per worker id, the last one the main process's
 
 

@@ -39,8 +39,8 @@ BAD_OPTIONS = [
     ({"batch_size": None}, "batch_size must be an integer >= 1, got None"),
     ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
     ({"num_workers": -1}, "num_workers must be an integer >= 0 (0: read in the training process), got -1"),
-    ({"num_workers": 1025}, "num_workers=1025 is more than the 1024 workers a loader counts the reads of (stats()): "
-                            "give fewer"),
+    ({"num_workers": 256}, "num_workers=256 is more than the 255 workers a loader counts the reads of (stats()): "
+                           "give fewer"),
     ({"prefetch_factor": 0}, "prefetch_factor must be >= 1 (messages each worker keeps ready), got 0"),
     ({"in_order": False}, "in_order=False lets workers' batches come in any order, which no state can resume"),
     ({"seed": -1}, "seed must be an integer from 0 to 2**64 - 1 (it picks the shuffle's orders, from its 64 bits: a "
