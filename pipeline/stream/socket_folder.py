@@ -35,7 +35,7 @@ SOCKET_PATH_MAX = 107
 _LISTENER_NAME = "listener-" + "x" * 8
 _SHORTER_NAME = "sock-" + "x" * 8
 _PREFIX = "pymp-"
-#: Seconds to wait for a worker that PyTorch's shutdown terminated (SIGTERM) to be gone.
+#: Seconds to wait for a worker killed to be gone.
 _END_S = 5.0
 
 
@@ -64,14 +64,13 @@ def take_worker_folder(folder: str) -> None:
 
 def remove_worker_folders(folders: Sequence[str], workers: Sequence[Any], rmtree: Any = shutil.rmtree,
                           end_s: float = _END_S) -> None:
-    """Remove the workers' folders once the workers are gone: one that PyTorch's shutdown
-    terminated (SIGTERM) is waited for a moment, then killed (stopped means gone). What it uses
-    is bound as it is defined: it may run as the interpreter finalizes, module names gone."""
+    """Remove the workers' folders once the workers are gone: one still running after PyTorch's
+    shutdown waited for it (5 s) is killed (stopped means gone; PyTorch's SIGTERM then is one a
+    worker ignores, see :mod:`.job_signals`). What it uses is bound as it is defined: it may run
+    as the interpreter finalizes, module names gone."""
     try:
         for worker in workers:
             try:
-                if worker.exitcode is None:
-                    worker.join(timeout=end_s)
                 if worker.exitcode is None:
                     worker.kill()
                     worker.join(timeout=end_s)

@@ -1,15 +1,16 @@
 """DataLoader workers that die (SIGKILL from the out-of-memory killer, a crash): deaths told
 apart from other errors, and explained.
 
-PyTorch's SIGCHLD handler raises a bare ``RuntimeError`` in whatever the main thread runs, and
-the main process may first see the death as a broken pipe (``ConnectionResetError`` while
-receiving a tensor from the dying worker). :func:`translate_worker_deaths` makes the handler's
-error a :class:`WorkerError`, which says where the loader stood (:data:`DEATH_CONTEXTS`) and
-what to do. The signal cannot be the only watch: it may land on another thread of the process
-(the main thread's wait for a batch then goes on), or raise in code that drops the error (a
-step's ``except Exception``, a ``weakref.finalize`` callback, where the handler leaves it to the
-loader instead of printing it); PyTorch then finds the death when its wait times out, after 5 s,
-which :class:`~.workers.WatchedWorkersIterator` cuts to a fraction of a second.
+PyTorch's SIGCHLD handler raises a bare ``RuntimeError`` in whatever the main thread runs: a
+training step, the ``torch.save`` of a checkpoint (left half written), a ``finally`` block, a
+``weakref.finalize`` callback (where it is printed and dropped). :func:`translate_worker_deaths`
+raises a death only in the loader: one signalled while the main thread waits for a batch is a
+:class:`WorkerError` when the wait ends, which says where the loader stood
+(:data:`DEATH_CONTEXTS`) and what to do; one signalled elsewhere is left to the loader's own
+watch, which finds it when the loader next waits for that worker (PyTorch's after 5 s, cut by
+:class:`~.workers.WatchedWorkersIterator` to a fraction of a second); the batches already
+received are delivered first. The main process may also first see a death as a broken pipe
+(``ConnectionResetError`` while receiving a tensor from the dying worker).
 :func:`exited_workers` tells whether an unexplained error from the loader's queue is a death.
 """
 
@@ -23,8 +24,6 @@ import weakref
 from typing import Any
 
 _TORCH_DEATH = "DataLoader worker (pid"
-#: The code of the frame a ``weakref.finalize`` callback runs in, where a raised error is dropped.
-_FINALIZER = weakref.finalize.__call__.__code__
 
 
 class WorkerError(RuntimeError):
@@ -49,6 +48,10 @@ class WorkerError(RuntimeError):
                     "unpickles the dataset: functions given to it (transforms) must be importable, from a module "
                     "(not a notebook's or python -c's __main__), and the script's own code must run under "
                     "if __name__ == '__main__'.")
+        if any(name in death for name in ("Terminated", "User defined signal", "Hangup")):
+            return ("Another process signalled it (a job's stop or preemption, a kill; workers ignore SIGTERM, "
+                    "SIGUSR1 and SIGUSR2 unless a worker_init_fn undoes that): let the training process take "
+                    "such signals, save a checkpoint and exit (README: Preemption).")
         return ("A worker killed by the system has often run out of memory: fewer workers, a smaller "
                 "prefetch_factor or shuffle_buffer use less.")
 
@@ -82,7 +85,7 @@ held_deaths = _HeldDeaths()
 
 def translate_worker_deaths() -> None:
     """Make the RuntimeError that PyTorch's SIGCHLD handler raises for a dead worker a
-    :class:`WorkerError`, wherever it surfaces (in a training step as often as in the loader).
+    :class:`WorkerError` raised by the loader, never in other code (see the module's docstring).
     Call after a multi-worker iterator started (PyTorch installs its handler then); the
     handler installed before keeps running first."""
     if threading.current_thread() is not threading.main_thread():
@@ -96,18 +99,12 @@ def translate_worker_deaths() -> None:
             previous(signum, frame)
         except RuntimeError as exc:
             if type(exc) is RuntimeError and str(exc).startswith(_TORCH_DEATH):
-                if frame is not None and frame.f_code is _FINALIZER:
-                    return  # the error would be printed and dropped: the loader's watch reports the death
-                message = WorkerError.explaining(str(exc).strip(), _death_context(str(exc)))
                 if held_deaths.depth:  # raised when the wait for a batch ends, its cause without the
                     # traceback of this handler, whose frames (the one it interrupted among them) it would keep
-                    held = WorkerError(message)
+                    held = WorkerError(WorkerError.explaining(str(exc).strip(), _death_context(str(exc))))
                     held.__cause__ = RuntimeError(str(exc))
                     held_deaths.error = held_deaths.error or held
-                    return
-                # (no local holds the error raised: this frame is in its cause's traceback, a cycle that
-                # would keep the loader alive until a collection, maybe in a worker forked later)
-                raise WorkerError(message) from exc
+                return  # (elsewhere: the loader's watch reports it when the loader next waits for the worker)
             raise
 
     handler.translates_worker_deaths = True  # type: ignore[attr-defined]

@@ -49,6 +49,7 @@ from torch.utils.data._utils import signal_handling
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..storage.retry import abandon_process_reads_when, answered_hosts, take_answered_hosts
+from .job_signals import ignore_job_signals
 from .message_buffers import ReleaseTable, WorkerBuffers, install
 from .orphaned_workers import skip_queue_joins_once_orphaned, watch_the_training_process
 from .shared_events import SetHere
@@ -93,6 +94,7 @@ class LoaderWorker:
                 "recipes of the README's section on PyTorch Lightning, Accelerate and Trainer")
         # (armed, its iterator has set what follows: see WatchedWorkersIterator.__init__)
         self.started[worker_id] = 1
+        ignore_job_signals()
         take_worker_folder(self.folders[worker_id])
         # What the worker inherited from the training process (its model, a labels dict) is
         # left out of the worker's garbage collections: a collection writes to every object it

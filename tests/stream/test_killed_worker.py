@@ -108,7 +108,7 @@ def test_a_worker_dead_of_a_bus_error_is_told_of_shards_cut_short_under_it(shard
             pass
 
 
-def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_step(shards: Path) -> None:
+def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch(shards: Path) -> None:
     reference = ids(new_loader(shards))
     loader = new_loader(shards)
     delivered, workers = [], []
@@ -121,12 +121,12 @@ def test_a_worker_killed_while_the_training_loop_runs_fails_the_next_batch_or_st
                 workers = worker_pids(loader)
                 started = time.monotonic()
                 os.kill(workers[0], signal.SIGKILL)
-            time.sleep(0.01)  # a training step: where the error often surfaces
+            time.sleep(0.01)  # a training step: where PyTorch raises the error as often as not
     assert started is not None and time.monotonic() - started < 5, error.value
     assert len(workers) == 2 and still_children(workers) == []  # the other worker is stopped too
     assert worker_pids(loader) == []  # and none started in their place before the next loop
     done = loader.state_dict()["batches"]
-    assert done - len(delivered) in (0, 1)  # the error may come between a batch and its step
+    assert done == len(delivered)  # raised by the loader: never between a batch and its step
     assert delivered == reference[:len(delivered)]
     assert ids(loader) == reference[done:]  # new workers replace the broken ones
 

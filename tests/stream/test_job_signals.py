@@ -1,0 +1,140 @@
+"""A job stopped or preempted by its scheduler: the signal sent to the whole process group is
+the training process's to handle (save a checkpoint, exit), and a worker that dies while the
+training process does something else is reported by the loader, not raised in that code."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline import WorkerError, make_loader
+from tests.helpers import child_pids, start_script, still_children, worker_pids
+from tests.stream.shardsets import random_sizes, uneven_shards
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*suggested max number of worker")
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    return uneven_shards(tmp_path_factory.mktemp("preempted"), random_sizes(6, 300, 700, seed=8), pack=8)
+
+
+def new_loader(shards: Path, **options):
+    return make_loader(shards, num_workers=2, batch_size=32, seed=7, shuffle_buffer=300, **options)
+
+
+def ids(batches) -> list[list[int]]:
+    return [batch["i"].tolist() for batch in batches]
+
+
+PREEMPTED = """
+import os, signal, sys, time
+from pathlib import Path
+sys.path.insert(0, os.getcwd())
+import torch
+from tests.stream.test_job_signals import new_loader
+stop = False
+def on_term(signum, frame):  # the usual handler: a flag, the checkpoint saved after the step
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+signal.signal(signal.SIGUSR1, on_term)  # Slurm's --signal=USR1 warns ahead of the time limit
+if __name__ == "__main__":
+    loader = new_loader(Path(sys.argv[1]), multiprocessing_context=sys.argv[3])
+    seen = []
+    for batch in loader:
+        seen.append(batch["i"].tolist())
+        if len(seen) == 5:
+            print("training", flush=True)
+        time.sleep(0.02)  # the step
+        if stop:
+            torch.save({"loader": loader.state_dict(), "seen": seen}, sys.argv[2])
+            sys.exit(0)
+    sys.exit(3)  # the epoch ended first: the test sends its signal sooner than that
+"""
+
+
+@pytest.mark.parametrize("how, context", [(signal.SIGTERM, "fork"), (signal.SIGTERM, "spawn"), (signal.SIGUSR1, "spawn")])
+def test_a_job_signalled_as_a_group_saves_its_checkpoint_and_resumes_exactly(shards: Path, tmp_path: Path,
+                                                                             how: signal.Signals, context: str) -> None:
+    """Slurm and torchrun signal the whole process group: the workers died of it, and the
+    loader's error was raised in the training step (or in the checkpoint's torch.save) before
+    the loop could save: exit status 1, no checkpoint."""
+    reference = ids(new_loader(shards))
+    checkpoint = tmp_path / "checkpoint.pt"
+    job = start_script(tmp_path, PREEMPTED, shards, checkpoint, context)
+    try:
+        assert job.stdout.readline() == "training\n"
+        workers = child_pids(job.pid)
+        os.killpg(job.pid, how)
+        _, err = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    # (SIGUSR1 also ends the resource tracker that spawn starts, Python's own, whose successor
+    # then prints a KeyError for each name the first one held: not this library's words)
+    assert (job.returncode, err.count("Error") if how == signal.SIGTERM else 0) == (0, 0), err
+    assert still_children(workers) == []
+    saved = torch.load(checkpoint)
+    resumed = new_loader(shards)
+    resumed.load_state_dict(saved["loader"])
+    assert saved["seen"] + ids(resumed) == reference
+
+
+def test_a_worker_that_dies_during_the_step_is_reported_by_the_loader_not_raised_in_the_step(shards: Path,
+                                                                                                tmp_path: Path) -> None:
+    """PyTorch's death signal raised the error in whatever ran: a step, or the torch.save of a
+    checkpoint, left half written."""
+    reference = ids(new_loader(shards))
+    loader = new_loader(shards)
+    loop = iter(loader)
+    head = ids([next(loop) for _ in range(3)])
+    workers = worker_pids(loader)
+    os.kill(workers[0], signal.SIGKILL)
+    ended = time.monotonic() + 1.0
+    while time.monotonic() < ended:  # the step, and a checkpoint, as the death is signalled
+        torch.save({"loader": loader.state_dict(), "weights": torch.zeros(1 << 18)}, tmp_path / "checkpoint.pt")
+    saved = torch.load(tmp_path / "checkpoint.pt")
+    with pytest.raises(WorkerError, match=rf"DataLoader worker \(pid(\(s\))? {workers[0]}\)"):
+        for batch in loop:  # the batches already received come first
+            head.append(batch["i"].tolist())
+    assert still_children(workers) == []
+    assert head == reference[:len(head)]
+    resumed = new_loader(shards)
+    resumed.load_state_dict(saved["loader"])
+    assert reference[:3] + ids(resumed) == reference
+
+
+def test_an_idle_persistent_worker_that_dies_is_replaced_by_the_next_epoch(shards: Path) -> None:
+    """Between epochs nothing waits for the workers: the error was raised in whatever ran."""
+    loader = new_loader(shards)
+    first = ids(loader)
+    workers = worker_pids(loader)
+    os.kill(workers[0], signal.SIGKILL)
+    time.sleep(0.5)  # the end of the epoch's work: a checkpoint, an evaluation
+    second = ids(loader)
+    assert sorted(sum(first, [])) == sorted(sum(second, [])) and first != second
+    assert still_children(workers[:1]) == []
+
+
+def _take_sigterm_again(worker_id: int) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_a_worker_killed_by_another_process_s_sigterm_is_not_said_to_have_run_out_of_memory(shards: Path) -> None:
+    loader = new_loader(shards, worker_init_fn=_take_sigterm_again)
+    loop = iter(loader)
+    next(loop)
+    workers = worker_pids(loader)
+    subprocess.run(["kill", "-TERM", str(workers[0])], check=True)  # (not the parent: it would end quietly)
+    with pytest.raises(WorkerError, match=r"Terminated.* Another process signalled it \(a job's stop or preemption, "
+                                          r"a kill; workers ignore SIGTERM, SIGUSR1 and SIGUSR2 unless a "
+                                          r"worker_init_fn undoes that\)") as error:
+        for _ in loop:
+            pass
+    assert "memory" not in str(error.value)
