@@ -85,6 +85,22 @@ def test_joblib_files_of_pandas_objects_refuse_gaps_naming_the_file(tmp_path: Pa
     assert [int(v) for v in values["y"]] == [0, 1, 1, 0]
 
 
+def test_a_frame_whose_ints_its_floats_would_round_is_refused(tmp_path: Path) -> None:
+    """pandas joins an int64 column beside a float64 one as float64: 2**53 + 1 was stored as
+    2**53 without a word (two files of the same columns were refused)."""
+    folder = tmp_path / "batches"
+    folder.mkdir()
+    joblib.dump(pd.DataFrame({"ts_ns": [1_700_000_000_123_456_789, 2**53 + 1], "v": [0.5, 1.5]}), folder / "x_2.job")
+    joblib.dump(np.array([0, 1]), folder / "y_2.job")
+    with pytest.raises(SampleError, match=re.escape(
+            f"{folder / 'x_2.job'}: a DataFrame whose columns hold arrays of float64, int64 whose values one array "
+            f"would change")):
+        pipeline.build_joblib(folder, tmp_path / "out", quiet=True)
+    joblib.dump(pd.DataFrame({"n": [3, 2**24], "v": [0.5, 1.5]}), folder / "x_2.job")  # held exactly: built
+    pipeline.build_joblib(folder, tmp_path / "out", quiet=True)
+    assert np.array_equal(np.stack(read_back(tmp_path / "out")[1]["x"]), [[3, 0.5], [2**24, 1.5]])
+
+
 def test_frames_that_a_dict_would_change_are_refused(tmp_path: Path) -> None:
     """Two columns of one name kept only the last; Series reordered or filtered were paired with
     other rows by position; a Series given for the mapping made fields named 0, 1, ..."""

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ...format.errors import SampleError
+from ...format.numbers import refuse_inexact_join
 
 #: Rows of a column's gaps an error shows.
 _SHOWN_ROWS = 5
@@ -34,12 +35,14 @@ def pandas_values(value: Any, where: str) -> np.ndarray:
     for (name, column), extension in zip(columns, nullable):
         if extension or column.dtype == object:
             _refuse_gaps(column, name, where)
+    arrays = [_numpy_values(column) for _, column in columns]
+    kinds = {array.dtype.kind for array in arrays}
+    if len(arrays) > 1 and kinds <= set("iuf"):  # (pandas joins an int64 column beside a float one as float64)
+        refuse_inexact_join(arrays, f"{where}: a DataFrame whose columns hold")
     if not any(nullable):
         return value.to_numpy()
-    arrays = [_numpy_values(column) for _, column in columns]
     if not hasattr(value, "columns"):
         return arrays[0]
-    kinds = {array.dtype.kind for array in arrays}
     if kinds <= set("iuf") or kinds == {"b"}:  # (booleans beside numbers: objects, refused as NumPy's columns are)
         return np.stack(arrays, axis=1).astype(np.result_type(*arrays), copy=False)
     return value.to_numpy()  # (text beside numbers: an array of objects, which the caller refuses)
