@@ -95,6 +95,11 @@ class ShardLoader(DataLoader):
         ahead before then is not from where it stands."""
         return self._generation
 
+    @property
+    def loops(self) -> int:
+        """Loops begun over the loader: only the last one begun goes on (see :func:`taken_over`)."""
+        return self._loops
+
     def set_epoch(self, epoch: int) -> None:
         """Play ``epoch`` from its beginning at the next iteration; but the epoch a checkpoint
         loaded by ``load_state_dict`` stands in goes on from there, so that the usual
@@ -227,16 +232,15 @@ class ShardLoader(DataLoader):
                         return
                 asked = time.perf_counter()
         except self._TakenOver:  # (not a worker's death, though the second loop stopped this one's workers)
-            raise RuntimeError("this loader was iterated again while this loop over it ran (a second for loop, "
-                               "zip(loader, loader)): the loops would share, and lose, the epoch's batches; iterate "
-                               "a loader in one loop at a time (break out of this one first), or make two "
-                               "loaders") from None
-        except GeneratorExit:  # the loop stopped early: a break, or an error in its body (a worker's
-            if not self._finalizing():  # death in a training step among them); the next one restarts
-                self._stop_workers(iterator)
+            raise taken_over() from None
+        except GeneratorExit:  # the loop stopped early: a break, or an error in its body; the next one restarts
+            if not self._finalizing() and (self._loops == loop or iterator is not self._iterator):
+                self._stop_workers(iterator)  # (not the persistent workers a later loop took over)
             self._closed_early = self._loops == loop
             raise
         except Exception as exc:
+            if self._loops != loop:  # a later loop, begun in another thread, stopped the workers this one waited on
+                raise taken_over() from None
             death = self._death_after(iterator, exc)
             if death is None:
                 raise
@@ -395,3 +399,11 @@ def make_loader(
         timeout=timeout,
         worker_init_fn=worker_init_fn if workers else None,
     )
+
+
+def taken_over() -> RuntimeError:
+    """The error of a loop whose loader another loop took over."""
+    return RuntimeError("this loader was iterated again while this loop over it ran (a second for loop, "
+                        "zip(loader, loader), or one in another thread): the loops would share, and lose, the "
+                        "epoch's batches; iterate a loader in one loop at a time (break out of this one first), or "
+                        "make two loaders")

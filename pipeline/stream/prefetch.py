@@ -9,6 +9,8 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
+from .loader import taken_over
+
 
 def _close(iterator: Iterator[Any]) -> None:
     """End a loader's loop now (a ShardLoader's stops its workers); a plain DataLoader's iterator
@@ -72,8 +74,9 @@ class DevicePrefetcher:
         self.waited = 0.0
         self.elapsed = 0.0
         self.batches = 0
-        self._upcoming: Any = None
-        self._fetched_at: int | None = None  # the loader's generation when the batch held was fetched
+        self._upcoming: Any = None  # the batch the current loop holds, fetched ahead
+        self._fetched_at: Any = None  # the loader's generation and loops when it was fetched
+        self._loops = 0  # loops begun over it: only the last begun is current (see __iter__)
 
     def __len__(self) -> int:
         """The loader's ``len``: its batches in the epoch."""
@@ -98,25 +101,34 @@ class DevicePrefetcher:
             self.waited += time.perf_counter() - started
 
     def __iter__(self) -> Iterator[Any]:
-        return self._run(iter(self.loader))  # (the loader's loop begun at once, as without a prefetcher: see
-        # ShardLoader.__iter__)
+        """A loop over the loader's batches on the device. One begun while an earlier one is still
+        open (an iterator kept from a look at a batch) takes over: the batch the earlier one
+        holds, fetched ahead, is given back to the loader, so that the new loop delivers it, and
+        the earlier one, stepped again, raises rather than deliver it twice."""
+        if self._held() and hasattr(self.loader, "give_back"):
+            self.loader.give_back(1)
+        self._upcoming, self._loops = None, self._loops + 1
+        return self._run(iter(self.loader), self._loops)  # (the loader's loop begun at once, as without a
+        # prefetcher: see ShardLoader.__iter__)
 
-    def _run(self, iterator: Iterator[Any]) -> Iterator[Any]:
+    def _run(self, iterator: Iterator[Any], loop: int) -> Iterator[Any]:
         start, before = time.perf_counter(), self.elapsed  # stats() sum every loop over this prefetcher
         stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         taken = 0  # batches taken from the loader and not yet handed to the loop: given back if it stops
         left = self._batches_left() or None  # fetched only once the last one was trained on: see below (none
         # left: the loader's loop is asked at once, and runs out, ending its epoch)
+        fetched_at = None  # the loader's generation when this loop last fetched
 
         def fetch() -> Any:
-            nonlocal taken, left
+            nonlocal taken, left, fetched_at
             if left == 0:
                 return None
             try:
                 batch = self._timed_next(iterator)
             except StopIteration:
                 return None
-            taken, self._fetched_at = taken + 1, self._loader_generation()
+            taken, fetched_at = taken + 1, self._loader_place()
+            self._fetched_at = fetched_at
             left = None if left is None else left - 1
             if stream is None:
                 return _to_device(batch, self.device)
@@ -126,12 +138,14 @@ class DevicePrefetcher:
         try:
             self._upcoming = fetch()
             while True:
-                if left == 0 and self._upcoming is None and self._fetched_at == self._loader_generation():
+                if left == 0 and self._upcoming is None and fetched_at == self._loader_place():
                     # the epoch's last batch was trained on: only now may the loader's loop run out and end
                     # its epoch, so that a checkpoint taken in that step stands at the epoch's end, as without
                     # a prefetcher (and not at the next epoch's start, which a resumed run would replay)
                     left = None
                     self._upcoming = fetch()
+                if self._upcoming is not None and fetched_at[1] != self._loader_place()[1]:
+                    raise taken_over()  # (the loader delivered batches past the one held to another loop)
                 if not self._held():
                     break
                 batch = self._upcoming
@@ -143,13 +157,19 @@ class DevicePrefetcher:
                 self.batches, taken = self.batches + 1, taken - 1
                 self.elapsed = before + time.perf_counter() - start
                 yield batch
+                if self._loops != loop:  # a later loop took over, and was given the batch this one held
+                    raise RuntimeError("this prefetcher was iterated again while this loop over it ran (an iterator "
+                                       "kept from a look at a batch, then a for loop): the later loop goes on from "
+                                       "where training stands; iterate a prefetcher in one loop at a time")
         except BaseException:  # the loop stopped early (a break, an error in its body, a worker's or a copy's)
             self._close(iterator)  # holding batches: the loader's loop ends, and the next one delivers them
-            if taken and self._fetched_at == self._loader_generation() and hasattr(self.loader, "give_back"):
+            if taken and self._loops == loop and fetched_at == self._loader_place() and \
+                    hasattr(self.loader, "give_back"):
                 self.loader.give_back(taken)
             raise
         finally:
-            self._upcoming = None  # nothing held; a batch fetched before the loader moved is dropped
+            if self._loops == loop:
+                self._upcoming = None  # nothing held; a batch fetched before the loader moved is dropped
         self._close(iterator)
         self.elapsed = before + time.perf_counter() - start
 
@@ -161,13 +181,15 @@ class DevicePrefetcher:
         except TypeError:
             return None
 
-    def _loader_generation(self) -> int | None:
-        return getattr(self.loader, "generation", None)
+    def _loader_place(self) -> tuple[int | None, int | None]:
+        """The loader's generation (moved by ``set_epoch`` and ``load_state_dict``) and loops
+        begun over it (another loop takes over); ``None`` for a loader that counts neither."""
+        return getattr(self.loader, "generation", None), getattr(self.loader, "loops", None)
 
     def _held(self) -> bool:
         """Whether a batch fetched ahead is held, from where the loader still stands: one fetched
         before ``set_epoch`` or ``load_state_dict`` moved it is not (the loader's loop ends)."""
-        return self._upcoming is not None and self._fetched_at == self._loader_generation()
+        return self._upcoming is not None and self._fetched_at == self._loader_place()
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state as of the last batch handed to the training loop (the batch

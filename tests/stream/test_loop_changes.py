@@ -5,7 +5,9 @@ every batch of the uninterrupted run once, in its order."""
 
 from __future__ import annotations
 
+import queue
 import re
+import threading
 import time
 from itertools import islice
 from pathlib import Path
@@ -332,3 +334,76 @@ def test_a_batch_whose_step_failed_is_delivered_and_given_back_trains_again(shar
             trained.append(batch["i"].tolist())
     loader.give_back(1)
     assert trained + ids(loader) == reference[0]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_prefetchers_kept_iterator_dropped_after_a_later_loop_costs_no_batch(shards: Path, workers: int,
+                                                                             reference) -> None:
+    """An iterator kept from a look at a batch held the next one, fetched ahead; dropped after
+    training went on in a for loop, it gave that batch back into the for loop's position: a batch
+    trained twice, another never, and a checkpoint one batch behind."""
+    loader = loader_of(shards, workers)
+    prefetcher = DevicePrefetcher(loader)
+    kept = iter(prefetcher)
+    seen = ids([next(kept)])
+    seen += first(4, prefetcher)  # the batch the kept iterator held comes first
+    del kept
+    assert loader.state_dict()["batches"] == prefetcher.state_dict()["batches"] == len(seen)
+    seen += ids(prefetcher)
+    assert seen == reference[0]
+
+
+def test_a_prefetchers_loop_stepped_after_a_later_one_took_over_is_refused(shards: Path, reference) -> None:
+    prefetcher = DevicePrefetcher(loader_of(shards, 0))
+    kept = iter(prefetcher)
+    seen = ids([next(kept)])
+    later = iter(prefetcher)
+    seen += ids([next(later)])
+    with pytest.raises(RuntimeError, match=r"this prefetcher was iterated again while this loop over it ran"):
+        next(kept)
+    seen += ids(later)
+    assert seen == reference[0]
+
+
+def test_a_loader_peeked_at_in_a_prefetched_loop_delivers_no_batch_twice(shards: Path, reference) -> None:
+    """The prefetcher's loop, refused after the peek, gave back its batch fetched ahead into
+    the peek's position: the peeked batch came again."""
+    loader = loader_of(shards, 2)
+    seen = []
+    with pytest.raises(RuntimeError, match=r"this loader was iterated again while this loop over it ran"):
+        for batch in DevicePrefetcher(loader):
+            seen.append(batch["i"].tolist())
+            if len(seen) == 3:
+                seen.append(next(iter(loader))["i"].tolist())
+    seen += ids(loader)
+    delivered = sum(seen, [])
+    assert len(set(delivered)) == len(delivered) and loader.state_dict()["batches"] == 0  # (the epoch ended)
+    assert len(seen) == len(reference[0]) - 1  # the batch the refused loop held is the one not trained
+
+
+def _slow(sample: dict) -> dict:
+    time.sleep(0.01)
+    return sample
+
+
+def test_a_loop_begun_in_another_thread_is_refused_not_taken_for_a_workers_death(shards: Path) -> None:
+    """With persistent workers the later loop stops the workers the first one waits on: the
+    first got a WorkerError that blamed memory."""
+    loader = make_loader(shards, num_workers=2, batch_size=16, shuffle_buffer=64, sample_transform=_slow)
+    got: queue.Queue = queue.Queue()
+
+    def train() -> None:
+        try:
+            for batch in loader:
+                got.put(batch)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            got.put(exc)
+
+    threading.Thread(target=train, daemon=True).start()
+    for _ in range(5):
+        got.get(timeout=60)
+    time.sleep(0.05)  # the thread waits for the workers' next unit
+    next(iter(loader))  # the main thread looks at a batch
+    while not isinstance(item := got.get(timeout=60), BaseException):
+        pass
+    assert type(item) is RuntimeError and "iterated again while this loop over it ran" in str(item)
