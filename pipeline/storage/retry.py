@@ -135,6 +135,12 @@ def abandon_process_reads_when(flag: Flag) -> None:
     _process_abandon[:] = [flag]
 
 
+def process_reads_abandoned() -> bool:
+    """Whether this process's loader stopped it (see :func:`abandon_process_reads_when`): work
+    under way (a transform's) may give up too."""
+    return any(flag.is_set() for flag in _process_abandon)
+
+
 def _abandon_flags() -> list[Flag]:
     own = _abandon.get()
     return [_exiting, *_process_abandon, own] if own is not None else [_exiting, *_process_abandon]

@@ -84,6 +84,7 @@ from .shards import ForeignShards
 from .shared_memory import SharedEpoch
 from .sources import SourceSet, open_sources
 from .stats import Count, ReadStats
+from .stopped_transforms import stopped_between_calls
 from .transform_seeds import BatchSeed, batch_seeds, seeded_generators
 from .unit_images import ImageDecoding, alternatives, check_image_fields
 from .units import UnitReader
@@ -437,11 +438,12 @@ class ShardDataset(IterableDataset):
             yield finished
 
     def _finish(self, batch: Columns) -> Any:
+        watched = stopped_between_calls if self.unit_messages else lambda function: function  # (in a worker)
         if self.sample_transform is not None:
-            out = to_torch(per_sample(batch, self.sample_transform, self.varied))
+            out = to_torch(per_sample(batch, watched(self.sample_transform), self.varied))
         else:
             out = listed(to_torch(batch), self.varied)
         if self.batch_transform is not None:
-            out = batch_transformed(self.batch_transform, out)
+            out = batch_transformed(watched(self.batch_transform), out)
         return out if self.as_tuple is None else picked(out, self.as_tuple)
 

@@ -250,6 +250,8 @@ class ShardLoader(DataLoader):
             raise
         if failure is not None:
             self._stop_workers(iterator)
+            if self._loops != loop:  # (the workers a later loop stopped end what they made: that loop's doing)
+                raise taken_over()
             failure.raise_error()
         self.set_epoch(self._epoch + 1)
 

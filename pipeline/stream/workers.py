@@ -85,6 +85,15 @@ class LoaderWorker:
         self.folders: list[str] = []  # each worker's temporary folder, made by its loader (see socket_folder)
         self.armed = False  # set while its ShardLoader's iterator starts workers: any other start is refused
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Handed to workers (armed), all of it; in a copy of its loader (``copy.deepcopy``, a
+        pickle for another process), not what its last iterator shared with its workers, which
+        the copy's first loop makes anew (an Event is copied only to the processes it starts)."""
+        state = dict(self.__dict__)
+        if not self.armed:
+            state.update(shutdown=None, started=None, folders=[])
+        return state
+
     def __call__(self, worker_id: int) -> None:
         if not self.armed:
             raise RuntimeError(
@@ -218,6 +227,9 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             finally:  # not kept in this frame, which its traceback holds: a cycle would keep the
                 del held  # iterator alive until a collection, maybe in a worker forked later
         if not got[0]:
+            if self._shutdown:  # by another thread (a loop begun there): nothing more comes, and PyTorch would wait on
+                raise RuntimeError("the workers of this loop were stopped in another thread while it waited for a "
+                                   "batch")
             self._check_started()
         return got
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -269,3 +272,62 @@ def test_the_socket_room_is_measured_with_the_name_the_python_gives_it(monkeypat
     monkeypatch.setattr(socket_folder.tempfile, "tempdir", None)
     with pytest.raises(RuntimeError, match="leaves no room for one"):
         socket_folder.make_worker_folders(0)  # pymp-XXXXXXXX/listener-XXXXXXXX: 32 bytes
+
+def _slow(sample: dict) -> dict:
+    time.sleep(0.01)
+    return sample
+
+
+def test_a_loop_begun_in_another_thread_is_refused_not_taken_for_a_workers_death(shards: Path) -> None:
+    """With persistent workers the later loop stops the workers the first one waits on: the
+    first got a WorkerError that blamed memory."""
+    loader = pipeline.make_loader(shards, num_workers=2, batch_size=16, shuffle_buffer=64, sample_transform=_slow)
+    got: queue.Queue = queue.Queue()
+
+    def train() -> None:
+        try:
+            for batch in loader:
+                got.put(batch)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            got.put(exc)
+
+    threading.Thread(target=train, daemon=True).start()
+    for _ in range(5):
+        got.get(timeout=60)
+    time.sleep(0.05)  # the thread waits for the workers' next unit
+    next(iter(loader))  # the main thread looks at a batch
+    while not isinstance(item := got.get(timeout=60), BaseException):
+        pass
+    assert type(item) is RuntimeError and "iterated again while this loop over it ran" in str(item)
+
+
+MARKER = Path(os.environ.get("TMPDIR", "/tmp"), f"slow-transform-{os.getpid()}")
+
+
+def _slow_while_marked(sample: dict) -> dict:
+    if MARKER.exists():
+        time.sleep(0.2)  # a heavy sample transform: a unit of 64 samples takes 12.8 s
+    return sample
+
+
+def test_a_loop_broken_off_stops_workers_busy_in_a_transform_at_once_and_the_next_goes_on(shards: Path) -> None:
+    """PyTorch waits for each worker in turn to finish its unit, up to 5 s each: every break
+    (evaluate every N steps, then go on) cost 10 s with 2 workers."""
+    reference = [b["i"].tolist() for b in pipeline.make_loader(shards, num_workers=0, batch_size=16, shuffle_buffer=64,
+                                                                 seed=2)]
+    loader = pipeline.make_loader(shards, num_workers=2, batch_size=16, shuffle_buffer=64, seed=2,
+                                  sample_transform=_slow_while_marked)
+    MARKER.touch()
+    try:
+        seen = []
+        for batch in loader:
+            seen.append(batch["i"].tolist())
+            if len(seen) == 2:
+                started = time.monotonic()
+                break
+        stopped = time.monotonic() - started
+    finally:
+        MARKER.unlink()
+    assert stopped < 3
+    seen += [b["i"].tolist() for b in loader]
+    assert seen == reference

@@ -5,9 +5,7 @@ every batch of the uninterrupted run once, in its order."""
 
 from __future__ import annotations
 
-import queue
 import re
-import threading
 import time
 from itertools import islice
 from pathlib import Path
@@ -380,30 +378,3 @@ def test_a_loader_peeked_at_in_a_prefetched_loop_delivers_no_batch_twice(shards:
     assert len(set(delivered)) == len(delivered) and loader.state_dict()["batches"] == 0  # (the epoch ended)
     assert len(seen) == len(reference[0]) - 1  # the batch the refused loop held is the one not trained
 
-
-def _slow(sample: dict) -> dict:
-    time.sleep(0.01)
-    return sample
-
-
-def test_a_loop_begun_in_another_thread_is_refused_not_taken_for_a_workers_death(shards: Path) -> None:
-    """With persistent workers the later loop stops the workers the first one waits on: the
-    first got a WorkerError that blamed memory."""
-    loader = make_loader(shards, num_workers=2, batch_size=16, shuffle_buffer=64, sample_transform=_slow)
-    got: queue.Queue = queue.Queue()
-
-    def train() -> None:
-        try:
-            for batch in loader:
-                got.put(batch)
-        except BaseException as exc:  # noqa: BLE001 - the test looks at it
-            got.put(exc)
-
-    threading.Thread(target=train, daemon=True).start()
-    for _ in range(5):
-        got.get(timeout=60)
-    time.sleep(0.05)  # the thread waits for the workers' next unit
-    next(iter(loader))  # the main thread looks at a batch
-    while not isinstance(item := got.get(timeout=60), BaseException):
-        pass
-    assert type(item) is RuntimeError and "iterated again while this loop over it ran" in str(item)
