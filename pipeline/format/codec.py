@@ -41,6 +41,7 @@ from .msgpack_walk import (
 )
 from .numbers import outside_int64
 from .tar import DEFAULT_MAX_MEMBER_BYTES
+from .tensors import resolved
 
 _PAYLOAD_VERSION = 2
 _ALIGN = 16
@@ -116,7 +117,7 @@ def array_parts(value: Any) -> tuple[int, bytes, memoryview | bytes]:
     if type(value).__module__ == "torch":
         import torch
 
-        tensor = value.detach().cpu()
+        tensor = resolved(value)
         if tensor.dtype == torch.bfloat16:
             bits = tensor.contiguous().view(torch.int16).numpy()
             return BFLOAT16_EXT, _array_head(bits, "bf16"), _raw_bytes(bits)

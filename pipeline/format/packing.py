@@ -18,6 +18,7 @@ import numpy as np
 
 from .codec import KEYS_FIELD, ROWS_FIELD
 from .errors import SampleError
+from .tensors import resolved
 
 #: A field no record stores: the sample's key (``sample_keys``), in batches when ``fields=`` names
 #: it, as webdataset names a sample's key; field names starting with ``__`` are reserved for it.
@@ -74,7 +75,7 @@ def refuse_unpackable(columns: Mapping[str, Any], key_of: Callable[[int], str]) 
 
 
 def _as_numpy(value: Any) -> Any:
-    return value.detach().cpu().numpy() if _is_tensor(value) else value
+    return resolved(value).numpy() if _is_tensor(value) else value
 
 
 def packed_fields(columns: Mapping[str, Any], rows: int, keys: Sequence[str] | None) -> dict[str, Any]:

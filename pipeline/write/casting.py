@@ -18,6 +18,7 @@ import numpy as np
 
 from ..format.codec import check_dtype
 from ..format.errors import SampleError
+from ..format.tensors import resolved
 from .rows import RowBlock
 from .source import Source
 
@@ -63,7 +64,7 @@ def _as_numpy(value: Any) -> np.ndarray:
     """A sample's value as an array; a torch ``bfloat16`` tensor, which NumPy cannot hold, as the
     float32 array it widens to exactly."""
     if type(value).__module__ == "torch":
-        tensor = value.detach().cpu()
+        tensor = resolved(value)
         return (tensor.float() if str(tensor.dtype) == "torch.bfloat16" else tensor).numpy()
     return np.asarray(value)
 

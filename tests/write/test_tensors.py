@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import joblib
 import numpy as np
 import pytest
 import torch
@@ -72,3 +73,34 @@ def test_bfloat16_cannot_be_packed_and_a_writer_refuses_it_before_taking_it(tmp_
         for value in range(3):
             writer.write({"t": torch.full((2,), float(value))})
     assert [row.tolist() for row in read_back(tmp_path / "writer")[1]["t"]] == [[0.0] * 2, [1.0] * 2, [2.0] * 2]
+
+
+def _negated_view(values: torch.Tensor) -> torch.Tensor:
+    """``-values`` as a lazy view: the imaginary part of a conjugated complex tensor, a float
+    tensor with its negative bit set (``torch.save`` keeps it)."""
+    view = torch.complex(torch.zeros_like(values), values).conj().imag
+    assert view.is_neg() and torch.equal(view, -values)
+    return view
+
+
+def test_a_tensor_with_its_negative_bit_set_is_stored_as_the_values_it_holds(tmp_path: Path) -> None:
+    """.numpy() refuses such a tensor: every converter died with a traceback naming no file."""
+    values = torch.randn(6, 3)
+    files = tmp_path / "files"
+    files.mkdir()
+    for n in range(6):
+        torch.save(_negated_view(values[n]), files / f"s{n}.pt")
+    ids = [f"s{n}" for n in range(6)]
+    pipeline.build_sample_files(files, dict.fromkeys(ids, 0), {"train": ids}, tmp_path / "from-files", quiet=True)
+    batches = tmp_path / "batches"
+    batches.mkdir()
+    joblib.dump([_negated_view(values[:3]), _negated_view(values[3:])], batches / "x_3.job")
+    joblib.dump([np.zeros(3, np.int64)] * 2, batches / "y_3.job")
+    pipeline.build_joblib(batches, tmp_path / "from-joblib", quiet=True)
+    pipeline.write_shards(tmp_path / "written", {"x": _negated_view(values)}, quiet=True)
+    with pipeline.ShardWriter(tmp_path / "one-by-one") as writer:
+        for n in range(6):
+            writer.write({"x": _negated_view(values[n])})
+    for out in ("from-files/train", "from-joblib", "written", "one-by-one"):
+        stored = np.stack(read_back(tmp_path / out)[1]["x"])
+        assert np.array_equal(stored, -values.numpy()), out

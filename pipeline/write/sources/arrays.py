@@ -25,6 +25,7 @@ from ...format import npy
 from ...format.codec import check_dtype, check_field_names
 from ...format.errors import SampleError
 from ...format.numbers import inexact_int
+from ...format.tensors import resolved
 from ..rows import RowBlock, check_key
 from ..source import Source
 from .pandas_values import is_pandas, pandas_values
@@ -143,7 +144,7 @@ def as_column(value: Any, name: str) -> Column:
         # instead of faulting its pages into our RSS
         return FileColumn(Path(value.filename), value.offset, value.dtype, value.shape)
     if type(value).__module__ == "torch":
-        tensor = value.detach().cpu()
+        tensor = resolved(value)
         value = _bfloat16_bits(tensor) if _is_bfloat16(tensor) else tensor.numpy()
     if is_pandas(value):
         value = pandas_values(value, f"field {name!r}")

@@ -23,6 +23,7 @@ import numpy as np
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError, explain, unloadable
 from ...format.numbers import exact_array, refuse_inexact_join
+from ...format.tensors import resolved
 from ..rows import RowBlock, storable
 from ..source import Source, require_folder, span_identity
 from .class_list import sorted_classes
@@ -108,7 +109,7 @@ def _as_array(value: Any, path: Path, position: int | None = None) -> Any:
     if value.dtype == torch.bfloat16:
         raise SampleError(f"{path}: holds bfloat16 tensors, which NumPy cannot hold: convert them (.float()) "
                           f"and dump them again, or write the shards with pipeline.ShardWriter")
-    return value.detach().cpu().numpy()
+    return resolved(value).numpy()
 
 
 def _label_rows(obj: Any, path: Path, reading: str | None, classes: list[str] | None = None) -> np.ndarray:

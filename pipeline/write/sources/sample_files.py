@@ -23,6 +23,7 @@ import numpy as np
 
 from ...format.errors import SampleError, explain, unloadable
 from ...format.numbers import exact_array, refuse_inexact_join
+from ...format.tensors import resolved
 from ..rows import RowBlock, check_key, key_for_name, storable
 from ..source import FileRowsSource, require_folder
 from .class_list import sorted_classes
@@ -58,10 +59,10 @@ def _loaded(path: Path) -> Any:
     except Exception as exc:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError...
         raise _torch_load_failure(path, exc) from None
     if isinstance(value, torch.Tensor):  # bfloat16, which NumPy lacks, is stored as such by the codec
-        value = value.detach().cpu()
         if value.layout != torch.strided:
             raise SampleError(f"{path}: holds a {value.layout} tensor: save it dense (tensor.to_dense()), "
                               f"the layout shards store")
+        value = resolved(value)
         if value.dtype == torch.bfloat16:
             return value
         try:
