@@ -113,10 +113,12 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str,
 
 
 def _common_dtype(a: str, b: str) -> str:
-    """The dtype both hold (``float32`` and ``float64``: ``float64``), to suggest a cast to."""
+    """The dtype both hold (``float32`` and ``float64``: ``float64``), to suggest a cast to; a
+    cast makes NumPy dtypes, so ``bfloat16`` counts as the ``float32`` that holds it exactly."""
+    a, b = ("float32" if dtype == "bfloat16" else dtype for dtype in (a, b))
     try:
         return np.promote_types(a, b).name
-    except TypeError:  # bfloat16, or dtypes that have none in common
+    except TypeError:  # dtypes that have none in common
         return a
 
 

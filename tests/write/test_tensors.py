@@ -104,3 +104,19 @@ def test_a_tensor_with_its_negative_bit_set_is_stored_as_the_values_it_holds(tmp
     for out in ("from-files/train", "from-joblib", "written", "one-by-one"):
         stored = np.stack(read_back(tmp_path / out)[1]["x"])
         assert np.array_equal(stored, -values.numpy()), out
+
+
+def test_bfloat16_beside_float32_files_are_told_the_cast_that_builds_them(tmp_path: Path) -> None:
+    """The advice was --dtype x=bfloat16, which the build then refused (a cast makes NumPy dtypes)."""
+    files = tmp_path / "files"
+    files.mkdir()
+    values = torch.randn(4, 3).bfloat16()
+    for n in range(4):
+        torch.save(values[n] if n < 2 else values[n].float(), files / f"s{n}.pt")
+    ids = [f"s{n}" for n in range(4)]
+    build = dict(labels=dict.fromkeys(ids, 0), partition={"train": ids}, quiet=True)
+    with pytest.raises(SampleError, match=r"field 'x' has dtype float32, earlier samples bfloat16; .* build with "
+                                          r"--dtype x=float32 \(dtypes=\)"):
+        pipeline.build_sample_files(files, out_dir=tmp_path / "out", **build)
+    pipeline.build_sample_files(files, out_dir=tmp_path / "out", dtypes={"x": "float32"}, overwrite=True, **build)
+    assert np.array_equal(np.stack(read_back(tmp_path / "out" / "train")[1]["x"]), values.float().numpy())
