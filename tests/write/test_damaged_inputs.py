@@ -53,6 +53,10 @@ SAMPLE_FILE_DAMAGE = {
     "a .pt of a float8 tensor": (".pt", save_as(torch.zeros(3).to(torch.float8_e4m3fn)),
                                  r"holds a tensor of dtype torch\.float8_e4m3fn, which shards cannot store: save it "
                                  r"as a dtype NumPy has \(tensor\.float\(\), say\)$"),
+    "a .pt of pickle protocol 4": (".pt", lambda path: torch.save(torch.ones(3), path, pickle_protocol=4),
+                                   r"saved with pickle protocol 4 or 5 \(torch\.save\(\.\.\., pickle_protocol=4\)\), "
+                                   r"which torch\.load\(weights_only=True\) cannot read: save it again with the "
+                                   r"default protocol"),
     "a .pt of garbage": (".pt", lambda path: path.write_bytes(b"garbage!" * 20),
                          r"cannot load with torch\.load\(weights_only=True\) \(Unsupported operand 103\); if the file "
                          r"is truncated or damaged, save it again"),

@@ -88,11 +88,18 @@ def _loaded(path: Path) -> Any:
 #: message says what went wrong (its first lines say to load with ``weights_only=False``: unsafe).
 _REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 _UNPICKLER_ERROR = "WeightsUnpickler error:"
+#: What torch's safe unpickler says of an opcode it lacks: those of newer pickle protocols.
+_NEWER_PROTOCOL = re.compile(r"Unsupported operand (\d+)")
 
 
 def _torch_load_failure(path: Path, exc: Exception) -> SampleError:
     """Why ``torch.load(weights_only=True)`` failed on ``path``, and what to do, in a line."""
     text = str(exc)
+    operand = _NEWER_PROTOCOL.search(text)
+    if operand is not None and 140 <= int(operand.group(1)) <= 152:  # (opcodes of pickle protocols 4 and 5)
+        return SampleError(f"{path}: saved with pickle protocol 4 or 5 (torch.save(..., pickle_protocol=4)), which "
+                           f"torch.load(weights_only=True) cannot read: save it again with the default protocol, "
+                           f"then build again with --resume (resume=True)")
     refused = _REFUSED_GLOBAL.search(text)
     if refused is None:
         detail = text.split(_UNPICKLER_ERROR, 1)[1].strip().splitlines()[0] if _UNPICKLER_ERROR in text else \
