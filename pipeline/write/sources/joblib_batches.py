@@ -393,4 +393,13 @@ class JoblibBatchSource(Source):
         x_name, y_name = self.fields
         for parts, paths in ((parts_x, self.x_paths), (parts_y, self.y_paths)):
             refuse_inexact_join(parts, f"{self.folder}: files {paths[first].name} to {paths[i - 1].name} hold")
-        return RowBlock({x_name: np.concatenate(parts_x), y_name: np.concatenate(parts_y)})
+        return RowBlock({x_name: _joined(parts_x), y_name: _joined(parts_y)})
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
+    """The rows of consecutive files' batches: one array, or, where the files' samples differ in
+    shape (batches padded each to its own longest sequence), a list of the samples, as a read
+    within one file gives them to a field whose shape varies."""
+    if len({part.shape[1:] for part in parts}) == 1:
+        return np.concatenate(parts)
+    return [row for part in parts for row in part]
