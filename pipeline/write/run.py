@@ -20,7 +20,6 @@ from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from ..caller_warning import warn_caller
 from ..format.errors import FormatError, SampleError
 from ..format.index import (
     INDEX_NAME,
@@ -68,6 +67,7 @@ from .resume import (
 )
 from .rows import encode_records
 from .shard_file import ShardFile
+from .shard_sizes import warn_of_shard_sizes
 from .source import DEFAULT_SHARD_BYTES, Source, check_limits, read_rows, resolve_pack
 from .unique_keys import ShardKeys, refuse_repeated_keys
 
@@ -337,7 +337,7 @@ def build_shards(
             results = run_tasks(tasks, pool.executor, progress)
         refuse_repeated_keys(((result.info.url, result.key_hashes) for result in results), source.description)
         schema = _merged_schema(results, target, progress, source)
-        _warn_of_large_shards(results, shard_bytes, target)
+        warn_of_shard_sizes([result.info for result in results], shard_bytes, shard_samples, target)
         part_info = None if part is None else PartInfo(part.index, part.count, total, build_plan)
         index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata,
                              plan=plan_digest(plan))
@@ -357,19 +357,6 @@ def build_shards(
         if progress is not None:
             progress.abandon()
         target.close()
-
-
-def _warn_of_large_shards(results: list[ShardResult], shard_bytes: int | None, target: Destination) -> None:
-    """Warn of shards of several records over twice ``shard_bytes``: a source of arrays or a
-    table is cut into shards of as many rows as its first record's size says fit, and rows of
-    values that vary in size (bytes, lists) may then hold far more."""
-    large = [r.info for r in results if shard_bytes and r.info.records > 1 and r.info.bytes > 2 * shard_bytes]
-    if large:
-        worst = max(large, key=lambda info: info.bytes)
-        warn_caller(f"{len(large)} shard(s) hold more than twice shard_bytes={shard_bytes:,} (the largest, "
-                    f"{target.url(worst.url)}, {worst.bytes:,} bytes in {worst.samples:,} samples): shards are cut by "
-                    f"the size of the first record, and these rows vary in size; give shard_samples (--shard-samples) "
-                    f"to bound them")
 
 
 def _merged_schema(results: list[ShardResult], target: Destination, progress: BuildProgress,

@@ -374,19 +374,3 @@ def test_an_id_with_both_a_pt_and_an_npy_file_is_refused_before_anything_is_writ
                                 quiet=True)
     assert read_back(tmp_path / "out" / "train")[1]["x"][1].tolist() == np.full((3, 2, 2), 7.0).tolist()
 
-
-def test_numbered_files_of_samples_padded_to_each_batchs_length_build_as_a_field_that_varies(tmp_path: Path) -> None:
-    """A read across two files joined their batches with np.concatenate: NumPy's own error, no
-    file named, and a build that depended on where shards ended (shard_samples=4: built)."""
-    folder = tmp_path / "batches"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    batches = [rng.standard_normal((4, width)) for width in (3, 4, 5)]
-    for n, batch in enumerate(batches):
-        joblib.dump(batch, folder / f"x_{n}.job")
-        joblib.dump(np.arange(4), folder / f"y_{n}.job")
-    for name, options in (("default", {}), ("by-file", {"shard_samples": 4})):
-        index = pipeline.build_joblib(folder, tmp_path / name, quiet=True, **options)
-        assert index.fields["x"].shape == (None,)
-        stored = read_back(tmp_path / name)[1]["x"]
-        assert [np.asarray(v).tolist() for v in stored] == [row.tolist() for batch in batches for row in batch], name
