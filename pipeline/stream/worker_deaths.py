@@ -49,9 +49,10 @@ class WorkerError(RuntimeError):
                     "(not a notebook's or python -c's __main__), and the script's own code must run under "
                     "if __name__ == '__main__'.")
         if any(name in death for name in ("Terminated", "User defined signal", "Hangup")):
-            return ("Another process signalled it (a job's stop or preemption, a kill; workers ignore SIGTERM, "
-                    "SIGUSR1 and SIGUSR2 unless a worker_init_fn undoes that): let the training process take "
-                    "such signals, save a checkpoint and exit (README: Preemption).")
+            return ("Another process signalled it (a job's stop or preemption, a kill; workers let SIGTERM pass, "
+                    "and SIGUSR1 and SIGUSR2 where the training process handles them, unless a worker_init_fn undoes "
+                    "that): let the training process take such signals, save a checkpoint and exit (README: "
+                    "Preemption).")
         return ("A worker killed by the system has often run out of memory: fewer workers, a smaller "
                 "prefetch_factor or shuffle_buffer use less.")
 

@@ -49,7 +49,7 @@ from torch.utils.data._utils import signal_handling
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..storage.retry import abandon_process_reads_when, answered_hosts, take_answered_hosts
-from .job_signals import ignore_job_signals
+from .job_signals import handled_user_signals, ignore_job_signals, job_signals_held
 from .message_buffers import ReleaseTable, WorkerBuffers, install
 from .orphaned_workers import skip_queue_joins_once_orphaned, watch_the_training_process
 from .shared_events import SetHere
@@ -84,6 +84,7 @@ class LoaderWorker:
         self.training_is_parent = True  # whether it is the workers' parent (not under forkserver)
         self.folders: list[str] = []  # each worker's temporary folder, made by its loader (see socket_folder)
         self.armed = False  # set while its ShardLoader's iterator starts workers: any other start is refused
+        self.handled_signals: tuple[int, ...] = ()  # SIGUSR1 and SIGUSR2 if the training process handles them
 
     def __getstate__(self) -> dict[str, Any]:
         """Handed to workers (armed), all of it; in a copy of its loader (``copy.deepcopy``, a
@@ -103,7 +104,7 @@ class LoaderWorker:
                 "recipes of the README's section on PyTorch Lightning, Accelerate and Trainer")
         # (armed, its iterator has set what follows: see WatchedWorkersIterator.__init__)
         self.started[worker_id] = 1
-        ignore_job_signals()
+        ignore_job_signals(self.handled_signals)
         take_worker_folder(self.folders[worker_id])
         # What the worker inherited from the training process (its model, a labels dict) is
         # left out of the worker's garbage collections: a collection writes to every object it
@@ -162,6 +163,7 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             self._started = loader.worker_init_fn.started = context.Array("b", loader.num_workers, lock=False)
             loader.worker_init_fn.answered = answered_hosts()
             loader.worker_init_fn.training = os.getpid()
+            loader.worker_init_fn.handled_signals = handled_user_signals()
             # (forkserver's workers are the server's children)
             loader.worker_init_fn.training_is_parent = context.get_start_method() in ("fork", "spawn")
         loader._starting = self  # cut in what follows (Ctrl-C pressed twice), it is the loader's to stop
@@ -169,7 +171,8 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         if armed:  # (its workers take it armed: forked, or pickled as they start)
             loader.worker_init_fn.armed = True
         try:
-            super().__init__(loader)
+            with job_signals_held():  # (a worker inherits the block, and lifts it once its handlers are set)
+                super().__init__(loader)
         finally:
             if armed:
                 loader.worker_init_fn.armed = False

@@ -133,8 +133,60 @@ def test_a_worker_killed_by_another_process_s_sigterm_is_not_said_to_have_run_ou
     workers = worker_pids(loader)
     subprocess.run(["kill", "-TERM", str(workers[0])], check=True)  # (not the parent: it would end quietly)
     with pytest.raises(WorkerError, match=r"Terminated.* Another process signalled it \(a job's stop or preemption, "
-                                          r"a kill; workers ignore SIGTERM, SIGUSR1 and SIGUSR2 unless a "
-                                          r"worker_init_fn undoes that\)") as error:
+                                          r"a kill; workers let SIGTERM pass, and SIGUSR1 and SIGUSR2 where the "
+                                          r"training process handles them, unless a worker_init_fn undoes that\)") \
+            as error:
         for _ in loop:
             pass
     assert "memory" not in str(error.value)
+
+
+STARTING = """
+import os, signal, sys, time
+from pathlib import Path
+sys.path.insert(0, os.getcwd())
+import torch
+from tests.stream.test_job_signals import new_loader
+stop = False
+def on_term(signum, frame):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+if __name__ == "__main__":
+    loader = new_loader(Path(sys.argv[1]), multiprocessing_context="spawn")
+    print("starting", flush=True)
+    for batch in loader:
+        if stop:
+            torch.save({"loader": loader.state_dict()}, sys.argv[2])
+            sys.exit(0)
+    sys.exit(3)
+"""
+
+
+def test_a_job_signalled_as_its_workers_start_saves_its_checkpoint(shards: Path, tmp_path: Path) -> None:
+    """A worker took its handler in its worker_init_fn: one signalled before (a spawned worker
+    imports torch and unpickles the dataset first, seconds) died of it."""
+    job = start_script(tmp_path, STARTING, shards, tmp_path / "checkpoint.pt")
+    try:
+        assert job.stdout.readline() == "starting\n"
+        while len(child_pids(job.pid)) < 2:  # the workers (and spawn's resource tracker) are starting
+            time.sleep(0.005)
+        os.killpg(job.pid, signal.SIGTERM)
+        _, err = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode == 0, err
+    assert torch.load(tmp_path / "checkpoint.pt")["loader"]["batches"] == 1
+
+
+def run_a_program(sample: dict) -> dict:
+    program = subprocess.Popen(["sleep", "30"])
+    program.terminate()
+    sample["stopped"] = program.wait(timeout=10) == -signal.SIGTERM
+    return sample
+
+
+def test_a_program_a_transform_runs_in_a_worker_stops_when_told(shards: Path) -> None:
+    """An ignored SIGTERM is ignored after exec too: a worker's own programs could not be stopped."""
+    loader = new_loader(shards, sample_transform=run_a_program)
+    assert next(iter(loader))["stopped"].all()
