@@ -33,9 +33,21 @@ BatchSeed = tuple[int, int, int]
 
 
 def batch_seeds(seed: int, epoch: int, places: np.ndarray, batch_size: int) -> list[BatchSeed]:
-    """The seeds of each batch of a unit whose rows have these ``places`` in the epoch."""
+    """The seeds of each batch of a unit whose rows have these ``places`` in the epoch, each of
+    its 64 bits mixed into the others: torch seeds its generator with the low 32 only, where the
+    place of a row of a stream without an index keeps its consumer's number (every worker and
+    rank drew alike)."""
     firsts = places[::batch_size]
-    return list(zip(*(row_seeds(seed, epoch, firsts, draw).tolist() for draw in _DRAWS)))
+    return list(zip(*(_mixed(row_seeds(seed, epoch, firsts, draw)).tolist() for draw in _DRAWS)))
+
+
+def _mixed(words: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: every bit of a word moves every bit of the result."""
+    with np.errstate(over="ignore"):
+        x = words.astype(np.uint64)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
 
 
 @contextmanager

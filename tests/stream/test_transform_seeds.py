@@ -13,6 +13,7 @@ import torch
 
 from pipeline import make_loader
 from tests.stream.shardsets import random_sizes, uneven_shards
+from tests.stream.test_foreign_breaks import shard
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*suggested max number of worker")
 
@@ -90,3 +91,21 @@ def test_the_training_processs_generators_are_left_as_they_were(shards: Path) ->
         return torch.rand(3).tolist(), np.random.rand(3).tolist(), random.random()
 
     assert after(True) == after(False)
+
+
+def draw_from_torch(sample: dict) -> dict:
+    return {"cls": sample["cls"], "torch": int(torch.randint(1 << 30, ()))}
+
+
+def test_workers_and_ranks_over_shards_without_an_index_draw_apart(tmp_path: Path) -> None:
+    """A row's place there holds its consumer's number above bit 40, and torch seeds its
+    generator with a seed's low 32 bits: every worker and rank drew what the first did."""
+    for n in range(4):
+        shard(tmp_path / f"s-{n}.tar", 40)
+    source = str(tmp_path / "s-{0..3}.tar")
+    options = dict(batch_size=8, seed=0, fields=["cls"], sample_transform=draw_from_torch)
+    workers = [b["torch"].tolist() for b in make_loader(source, num_workers=2, **options)]
+    assert len({tuple(draws) for draws in workers}) == len(workers) == 20
+    ranks = [[b["torch"].tolist() for b in make_loader(source, num_workers=0, rank=rank, world_size=2,
+                                                       allow_uneven=True, **options)] for rank in (0, 1)]
+    assert not {tuple(draws) for draws in ranks[0]} & {tuple(draws) for draws in ranks[1]}
