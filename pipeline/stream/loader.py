@@ -75,6 +75,13 @@ class ShardLoader(DataLoader):
         self._closed_early = False  # whether the last loop was closed (a break) rather than run out
         self._settled_from: tuple[int, list[Leg], int] | None = None  # the position _settle moved on from
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (``copy.deepcopy``, a pickle for another process) without the persistent
+        workers' iterator, which is this loader's: the copy's first loop starts its own."""
+        state = dict(self.__dict__)
+        state["_iterator"] = None
+        return state
+
     def _get_iterator(self) -> Any:
         """DataLoader's iterator, with workers one that checks them while it waits (see
         :class:`WatchedWorkersIterator`)."""
@@ -221,6 +228,8 @@ class ShardLoader(DataLoader):
                     failure = message
                     break
                 for batch in self._batches_of(message):
+                    if self._loops != loop:  # (a loop in another thread took over while this one's workers ran on)
+                        raise self._TakenOver
                     self._batches += 1
                     handed = time.perf_counter()
                     yield batch

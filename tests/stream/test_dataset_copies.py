@@ -48,13 +48,16 @@ def test_a_shallow_copys_epoch_is_its_own(numbered: Path) -> None:
     assert (original.epoch, shallow.epoch) == (0, 7)
 
 
+@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("copied", [copy.deepcopy, lambda d: pickle.loads(pickle.dumps(d))])
-def test_a_loader_that_ran_copies_and_its_copy_plays_on(numbered: Path, copied) -> None:
+def test_a_loader_that_ran_copies_and_its_copy_plays_on(numbered: Path, copied, persistent: bool) -> None:
     """Its workers' start kept the Event and the shared array of its last loop, which only
     processes it starts may get: 'Condition objects should only be shared between processes
     through inheritance' (a config system's deepcopy, a loader sent to another process)."""
     reference = pipeline.make_loader(numbered, num_workers=0, batch_size=100, seed=0)
     expected = [[b["i"].tolist() for b in reference] for _ in range(2)]
-    loader = pipeline.make_loader(numbered, num_workers=2, persistent_workers=False, batch_size=100, seed=0)
+    loader = pipeline.make_loader(numbered, num_workers=2, persistent_workers=persistent, batch_size=100, seed=0)
     assert [b["i"].tolist() for b in loader] == expected[0]
-    assert [b["i"].tolist() for b in copied(loader)] == expected[1]
+    copy_of_it = copied(loader)
+    assert [b["i"].tolist() for b in copy_of_it] == expected[1]
+    assert [b["i"].tolist() for b in loader] == expected[1]  # (its own workers, untouched by the copy's)

@@ -278,27 +278,33 @@ def _slow(sample: dict) -> dict:
     return sample
 
 
-def test_a_loop_begun_in_another_thread_is_refused_not_taken_for_a_workers_death(shards: Path) -> None:
-    """With persistent workers the later loop stops the workers the first one waits on: the
-    first got a WorkerError that blamed memory."""
-    loader = pipeline.make_loader(shards, num_workers=2, batch_size=16, shuffle_buffer=64, sample_transform=_slow)
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_loop_begun_in_another_thread_is_refused_and_the_position_stays_right(shards: Path, persistent: bool) -> None:
+    """With persistent workers the later loop stopped the workers the first one waited on: the
+    first got a WorkerError that blamed memory. Without, the first loop's own workers ran on,
+    and it delivered one more batch, counted: a batch twice, and a checkpoint one batch ahead."""
+    options = dict(batch_size=16, shuffle_buffer=64, seed=2)
+    reference = [b["i"].tolist() for b in pipeline.make_loader(shards, num_workers=0, **options)]
+    loader = pipeline.make_loader(shards, num_workers=2, persistent_workers=persistent, sample_transform=_slow,
+                                  **options)
     got: queue.Queue = queue.Queue()
 
     def train() -> None:
         try:
             for batch in loader:
-                got.put(batch)
+                got.put(batch["i"].tolist())
         except BaseException as exc:  # noqa: BLE001 - the test looks at it
             got.put(exc)
 
     threading.Thread(target=train, daemon=True).start()
-    for _ in range(5):
-        got.get(timeout=60)
+    seen = [got.get(timeout=60) for _ in range(5)]
     time.sleep(0.05)  # the thread waits for the workers' next unit
-    next(iter(loader))  # the main thread looks at a batch
+    main = iter(loader)
+    seen += [next(main)["i"].tolist() for _ in range(3)]  # the main thread takes over
     while not isinstance(item := got.get(timeout=60), BaseException):
-        pass
+        seen.insert(-3, item)  # (delivered by the thread before the main thread's loop began)
     assert type(item) is RuntimeError and "iterated again while this loop over it ran" in str(item)
+    assert seen == reference[:len(seen)] and loader.state_dict()["batches"] == len(seen)
 
 
 MARKER = Path(os.environ.get("TMPDIR", "/tmp"), f"slow-transform-{os.getpid()}")
