@@ -55,6 +55,7 @@ class ShardLoader(DataLoader):
         if kwargs.get("in_order") is False:
             raise ValueError("in_order=False lets workers' batches come in any order, which no state can resume: "
                              "the loader keeps DataLoader's in-order delivery")
+        check_loader_options(num_workers, kwargs.get("prefetch_factor"))
         self._released: ReleaseTable | None = None
         if num_workers:  # workers send a unit a message, and errors as messages, which this loader handles
             self._released = ReleaseTable(num_workers)

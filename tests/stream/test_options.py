@@ -14,7 +14,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import pipeline
-from pipeline import make_loader
+from pipeline import ShardDataset, make_loader
+from pipeline.stream.loader import ShardLoader
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +92,11 @@ def test_a_wrong_option_is_an_error_naming_it_when_the_loader_is_made(shards: Pa
                                                                      message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         make_loader(shards, **options)
+
+
+def test_a_shard_loader_made_directly_checks_its_workers_as_make_loader_does(shards: Path) -> None:
+    with pytest.raises(ValueError, match=re.escape("num_workers=300 is more than the 255 workers a loader counts")):
+        ShardLoader(ShardDataset(shards), num_workers=300)
 
 
 @pytest.mark.parametrize("weight", [float("inf"), float("nan"), -1, "0.7", True])
