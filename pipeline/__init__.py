@@ -52,7 +52,7 @@ from .write.writer import ShardWriter
 __version__ = "0.1.0"
 
 _LAZY = {"ShardDataset": "stream.dataset", "DevicePrefetcher": "stream.prefetch", "ShardLoader": "stream.loader",
-         "make_loader": "stream.loader", "WorkerError": "stream.worker_deaths", "tune": "measure.tune",
+         "make_loader": "stream.loader_defaults", "WorkerError": "stream.worker_deaths", "tune": "measure.tune",
          "Images": "stream.images"}
 
 

@@ -280,7 +280,7 @@ def _measure_here(spec: Mapping[str, Any], options: dict[str, Any], report: Conn
     """The measuring itself: the time to the first batch counts from making the loader (reading
     the index, starting workers) to its arrival; samples and bytes count from the end of the
     warm-up."""
-    from ..stream.loader import make_loader
+    from ..stream.loader_defaults import make_loader
 
     started = time.perf_counter()
     loader = make_loader(spec["data"], num_workers=spec["workers"], prefetch_factor=spec["prefetch"], **options)

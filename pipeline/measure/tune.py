@@ -25,7 +25,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..stream.loader import make_loader
+from ..stream.loader_defaults import make_loader
 from ..stream.shards import resolve_shards
 from .throughput import Measured, Setting, measure, pickled_options
 

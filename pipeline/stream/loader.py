@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
-import torch
 from torch.utils.data import DataLoader
 
 from ..caller_warning import warn_caller
@@ -374,43 +373,6 @@ def _death_text(exc: BaseException) -> str | None:
     if not is_worker_death(exc):
         return None
     return str(exc.__cause__ if isinstance(exc, WorkerError) and exc.__cause__ else exc).strip()
-
-
-def make_loader(
-    dataset: ShardDataset | Any,
-    num_workers: int = 2,
-    *,
-    prefetch_factor: int | None = 2,
-    persistent_workers: bool | None = None,
-    pin_memory: bool | None = None,
-    multiprocessing_context: Any = None,
-    timeout: float = 0,
-    worker_init_fn: Callable[[int], None] | None = None,
-    **dataset_options: Any,
-) -> ShardLoader:
-    """A :class:`ShardLoader` with sensible defaults: persistent workers, prefetching, and pinned
-    memory when CUDA is present. ``dataset`` is a ShardDataset or what ShardDataset takes as
-    source (then ``dataset_options`` are its options). The DataLoader options that make sense
-    over batches that come collated from the workers are passed on. (Transforms draw from
-    generators seeded for each batch: see :mod:`.transform_seeds`.)"""
-    check_loader_options(num_workers, prefetch_factor)
-    loader_options = {"in_order": dataset_options.pop("in_order")} if "in_order" in dataset_options else {}
-    if not isinstance(dataset, ShardDataset):
-        dataset = ShardDataset(dataset, **dataset_options)
-    elif dataset_options:
-        raise TypeError(f"options {sorted(dataset_options)} apply only when a source is given")
-    workers = num_workers > 0
-    return ShardLoader(
-        dataset,
-        **loader_options,
-        num_workers=num_workers,
-        prefetch_factor=prefetch_factor if workers else None,
-        persistent_workers=workers if persistent_workers is None else persistent_workers and workers,
-        pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
-        multiprocessing_context=multiprocessing_context if workers else None,
-        timeout=timeout,
-        worker_init_fn=worker_init_fn if workers else None,
-    )
 
 
 def taken_over() -> RuntimeError:

@@ -164,7 +164,7 @@ def check_read_fields(as_tuple: Sequence[str] | None, fill: Mapping[str, Any], f
 
 
 def check_loader_options(num_workers: Any, prefetch_factor: int | None) -> None:
-    """The options of :func:`~pipeline.stream.loader.make_loader` that PyTorch checks late, or
+    """The options of :func:`~pipeline.stream.loader_defaults.make_loader` that PyTorch checks late, or
     with an assertion."""
     if not is_whole(num_workers) or num_workers < 0:
         raise ValueError(f"num_workers must be an integer >= 0 (0: read in the training process), got {num_workers!r}")

@@ -1,0 +1,48 @@
+"""``make_loader``: a :class:`~.loader.ShardLoader` with the defaults a training loop wants."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .dataset import ShardDataset
+from .loader import ShardLoader
+from .options import check_loader_options
+
+
+def make_loader(
+    dataset: ShardDataset | Any,
+    num_workers: int = 2,
+    *,
+    prefetch_factor: int | None = 2,
+    persistent_workers: bool | None = None,
+    pin_memory: bool | None = None,
+    multiprocessing_context: Any = None,
+    timeout: float = 0,
+    worker_init_fn: Callable[[int], None] | None = None,
+    **dataset_options: Any,
+) -> ShardLoader:
+    """A :class:`ShardLoader` with sensible defaults: persistent workers, prefetching, and pinned
+    memory when CUDA is present. ``dataset`` is a ShardDataset or what ShardDataset takes as
+    source (then ``dataset_options`` are its options). The DataLoader options that make sense
+    over batches that come collated from the workers are passed on. (Transforms draw from
+    generators seeded for each batch: see :mod:`.transform_seeds`.)"""
+    check_loader_options(num_workers, prefetch_factor)
+    loader_options = {"in_order": dataset_options.pop("in_order")} if "in_order" in dataset_options else {}
+    if not isinstance(dataset, ShardDataset):
+        dataset = ShardDataset(dataset, **dataset_options)
+    elif dataset_options:
+        raise TypeError(f"options {sorted(dataset_options)} apply only when a source is given")
+    workers = num_workers > 0
+    return ShardLoader(
+        dataset,
+        **loader_options,
+        num_workers=num_workers,
+        prefetch_factor=prefetch_factor if workers else None,
+        persistent_workers=workers if persistent_workers is None else persistent_workers and workers,
+        pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
+        multiprocessing_context=multiprocessing_context if workers else None,
+        timeout=timeout,
+        worker_init_fn=worker_init_fn if workers else None,
+    )
