@@ -85,7 +85,7 @@ from .shared_memory import SharedEpoch
 from .sources import SourceSet, open_sources
 from .stats import Count, ReadStats
 from .stopped_transforms import stopped_between_calls
-from .transform_seeds import BatchSeed, batch_seeds, seeded_generators
+from .transform_seeds import BatchSeed, batch_seeds, seeded_batches
 from .unit_images import ImageDecoding, alternatives, check_image_fields
 from .units import UnitReader
 from .worker_failure import WorkerFailure
@@ -427,15 +427,8 @@ class ShardDataset(IterableDataset):
         return FinishedBatches(self._finished(unit, seeds))
 
     def _finished(self, unit: Columns, seeds: list[BatchSeed] | None) -> Iterator[Any]:
-        """The unit's batches as delivered; a transform's draws from the batch's seed (``seeds``:
-        one a batch, see :mod:`.transform_seeds`; ``None`` without transforms)."""
-        for number, batch in enumerate(split_message(unit, self.batch_size)):
-            if seeds is None:
-                yield self._finish(batch)
-                continue
-            with seeded_generators(seeds[number]):
-                finished = self._finish(batch)
-            yield finished
+        """The unit's batches as delivered (``seeds``: see :func:`.transform_seeds.seeded_batches`)."""
+        return seeded_batches(split_message(unit, self.batch_size), seeds, self._finish)
 
     def _finish(self, batch: Columns) -> Any:
         watched = stopped_between_calls if self.unit_messages else lambda function: function  # (in a worker)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -68,3 +68,16 @@ def seeded_generators(seeds: BatchSeed) -> Iterator[None]:
             random.setstate(saved[0])
             np.random.set_state(saved[1])
             torch.default_generator.set_state(saved[2])
+
+
+def seeded_batches(batches: Iterable[Any], seeds: list[BatchSeed] | None,
+                   finish: Callable[[Any], Any]) -> Iterator[Any]:
+    """``finish`` of each batch, with the generators seeded by the batch's seeds (``None``: no
+    transform draws, nothing seeded)."""
+    for number, batch in enumerate(batches):
+        if seeds is None:
+            yield finish(batch)
+            continue
+        with seeded_generators(seeds[number]):
+            finished = finish(batch)
+        yield finished
