@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import signal
 from contextlib import contextmanager
+from multiprocessing import forkserver, resource_tracker
 from typing import Any, Iterator
 
 #: Signals whose default action (ending the process) would end a worker.
@@ -33,9 +34,17 @@ JOB_SIGNALS = (signal.SIGTERM, *_USER_SIGNALS)
 
 
 @contextmanager
-def job_signals_held() -> Iterator[None]:
+def job_signals_held(start_method: str) -> Iterator[None]:
     """In the training process, while it starts workers: the job's signals blocked in this
-    thread (pending, and delivered once the block ends)."""
+    thread (pending, and delivered once the block ends). The processes multiprocessing shares
+    with every other user of this one (forkserver's server, the resource tracker) are started
+    first, outside the block: inherited, it would hold for them and all they start (a Pool's
+    workers that its terminate() could not stop). Under forkserver, workers are the server's
+    children, and not covered as they start."""
+    if start_method in ("spawn", "forkserver"):
+        resource_tracker.ensure_running()
+    if start_method == "forkserver":
+        forkserver.ensure_running()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, JOB_SIGNALS)
     try:
         yield

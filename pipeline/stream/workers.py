@@ -167,11 +167,12 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
             # (forkserver's workers are the server's children)
             loader.worker_init_fn.training_is_parent = context.get_start_method() in ("fork", "spawn")
         loader._starting = self  # cut in what follows (Ctrl-C pressed twice), it is the loader's to stop
+        start_method = (loader.multiprocessing_context or multiprocessing.get_context()).get_start_method()
         armed = isinstance(loader.worker_init_fn, LoaderWorker)
         if armed:  # (its workers take it armed: forked, or pickled as they start)
             loader.worker_init_fn.armed = True
         try:
-            with job_signals_held():  # (a worker inherits the block, and lifts it once its handlers are set)
+            with job_signals_held(start_method):  # (a worker inherits it, and lifts it once its handlers are set)
                 super().__init__(loader)
         finally:
             if armed:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from pipeline import WorkerError, make_loader
-from tests.helpers import child_pids, start_script, still_children, worker_pids
+from tests.helpers import child_pids, run_script, start_script, still_children, worker_pids
 from tests.stream.shardsets import random_sizes, uneven_shards
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*suggested max number of worker")
@@ -190,3 +190,28 @@ def test_a_program_a_transform_runs_in_a_worker_stops_when_told(shards: Path) ->
     """An ignored SIGTERM is ignored after exec too: a worker's own programs could not be stopped."""
     loader = new_loader(shards, sample_transform=run_a_program)
     assert next(iter(loader))["stopped"].all()
+
+
+AFTER_FORKSERVER = """
+import multiprocessing, os, sys, threading
+from pathlib import Path
+sys.path.insert(0, os.getcwd())
+from tests.stream.test_job_signals import new_loader
+if __name__ == "__main__":
+    for batch in new_loader(Path(sys.argv[1]), multiprocessing_context="forkserver"):
+        pass
+    pool = multiprocessing.get_context("forkserver").Pool(2)
+    print(pool.map(abs, [-1, -2]))
+    closing = threading.Thread(target=pool.terminate, daemon=True)  # SIGTERM to each of its workers
+    closing.start()
+    closing.join(30)
+    print("terminated" if not closing.is_alive() else "hung", flush=True)
+    os._exit(0)
+"""
+
+
+def test_a_pool_of_the_forkserver_a_loader_started_can_still_be_terminated(shards: Path, tmp_path: Path) -> None:
+    """The server, started while the loader held the job's signals blocked, kept the block for
+    every process it forked later: a Pool's terminate() waited for ever."""
+    status, out, err = run_script(tmp_path, AFTER_FORKSERVER, shards, timeout=120)
+    assert (status, out) == (0, "[1, 2]\nterminated\n"), err
