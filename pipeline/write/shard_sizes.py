@@ -38,7 +38,8 @@ def warn_of_shard_sizes(shards: list[ShardInfo], shard_bytes: int | None, shard_
         records = sum(info.bytes - len(END_OF_ARCHIVE) for info in full)  # (each shard ends with 1 KiB of zeros)
         fitting = max((shard_bytes - len(END_OF_ARCHIVE)) * samples // max(records, 1), 1)
         warn_caller(f"{len(shards)} shards average {average:,} bytes, under a quarter of shard_bytes={shard_bytes:,}: "
-                    f"shards are cut by sizes known before the build reads a sample (the input files' sizes), and "
-                    f"these samples are smaller (a .pt of a view of a larger tensor, torch.save(x[i]), holds all of "
-                    f"it: save x[i].clone()); for shards of about shard_bytes, give shard_samples={fitting} and "
-                    f"shard_bytes=None (--shard-samples {fitting} --shard-bytes 1TB)")
+                    f"shards are cut by sizes known before the build reads them (the input files' sizes, or a "
+                    f"table's or arrays' first record), and these samples are smaller (a .pt of a view of a larger "
+                    f"tensor, torch.save(x[i]), holds all of it: save x[i].clone(); a table sorted longest first); "
+                    f"for shards of about shard_bytes, give shard_samples={fitting} and shard_bytes=None "
+                    f"(--shard-samples {fitting} --shard-bytes 1000GB)")

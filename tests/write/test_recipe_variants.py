@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import pipeline
+from pipeline.cli_values import shard_bytes
 from tests.helpers import read_back
 
 
@@ -49,6 +50,8 @@ def test_sample_files_that_hold_more_than_their_samples_are_told_the_shard_sampl
                                          r"give shard_samples=(\d+) and shard_bytes=None") as caught:
         pipeline.build_sample_files(tmp_path / "views", out_dir=tmp_path / "small", **build)
     fitting = int(re.search(r"shard_samples=(\d+)", str(caught[0].message)).group(1))
+    advised = re.search(r"--shard-samples \d+ --shard-bytes (\w+)\)$", str(caught[0].message)).group(1)
+    assert shard_bytes(advised) > 1 << 30  # (the command line it advises runs: "1TB" was no size it took)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pipeline.build_sample_files(tmp_path / "clones", out_dir=tmp_path / "full", **build)
