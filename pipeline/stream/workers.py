@@ -156,19 +156,19 @@ class WatchedWorkersIterator(_MultiProcessingDataLoaderIter):
         self._owner = os.getpid()
         self._forked = time.monotonic()
         self._folders: list[str] = []
-        if isinstance(loader.worker_init_fn, LoaderWorker):  # handed to the workers it starts
+        context = loader.multiprocessing_context or multiprocessing.get_context()
+        start_method = context.get_start_method()
+        armed = isinstance(loader.worker_init_fn, LoaderWorker)
+        if armed:  # handed to the workers it starts
             self._folders = loader.worker_init_fn.folders = make_worker_folders(loader.num_workers)
-            context = loader.multiprocessing_context or multiprocessing.get_context()
             self._abandon_reads = loader.worker_init_fn.shutdown = context.Event()
             self._started = loader.worker_init_fn.started = context.Array("b", loader.num_workers, lock=False)
             loader.worker_init_fn.answered = answered_hosts()
             loader.worker_init_fn.training = os.getpid()
             loader.worker_init_fn.handled_signals = handled_user_signals()
             # (forkserver's workers are the server's children)
-            loader.worker_init_fn.training_is_parent = context.get_start_method() in ("fork", "spawn")
+            loader.worker_init_fn.training_is_parent = start_method in ("fork", "spawn")
         loader._starting = self  # cut in what follows (Ctrl-C pressed twice), it is the loader's to stop
-        start_method = (loader.multiprocessing_context or multiprocessing.get_context()).get_start_method()
-        armed = isinstance(loader.worker_init_fn, LoaderWorker)
         if armed:  # (its workers take it armed: forked, or pickled as they start)
             loader.worker_init_fn.armed = True
         try:
