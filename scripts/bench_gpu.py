@@ -161,9 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {name}; {args.samples:,} x {args.features} float32, batch {args.batch_size}, "
           f"hidden {args.hidden}\n")
     print("| workers | samples/s | input-bound | copies overlapping steps | stages (s): storage / decode / gather / "
-          "handover |\n|---|---|---|---|---|")
+          "transform / handover |\n|---|---|---|---|---|")
     for r in rows:
-        stages = " / ".join(f"{r['profile'][k]:.2f}" for k in ("storage_s", "decode_s", "gather_s", "handover_s"))
+        stages = " / ".join(f"{r['profile'][k]:.2f}"
+                            for k in ("storage_s", "decode_s", "gather_s", "transform_s", "handover_s"))
         overlapped = "n/a" if r["copy_overlap"] is None else f"{r['copy_overlap']:.0%}"
         print(f"| {r['workers']} | {r['samples_per_s']:,.0f} | {r['input_bound']:.0%} | {overlapped} | {stages} |")
     args.out.mkdir(parents=True, exist_ok=True)

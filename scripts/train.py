@@ -258,8 +258,8 @@ def stopped(batches_run: int, checkpoint: Path, rank: int, world: int) -> int:
 
 def profile_line(profile: dict[str, float]) -> str:
     """An epoch's per-stage profile (``loader.stats()``'s seconds) in a line."""
-    names = {"storage_s": "storage", "decode_s": "decode", "gather_s": "gather", "handover_s": "handover",
-             "wait_s": "loop waited", "step_s": "loop ran"}
+    names = {"storage_s": "storage", "decode_s": "decode", "gather_s": "gather", "transform_s": "transform",
+             "handover_s": "handover", "wait_s": "loop waited", "step_s": "loop ran"}
     return ", ".join(f"{label} {profile[key]:.2f}" for key, label in names.items())
 
 

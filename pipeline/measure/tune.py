@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..stream.loader_defaults import make_loader
 from ..stream.shards import resolve_shards
+from ..stream.stats import STAGES
 from .throughput import Measured, Setting, measure, pickled_options
 
 NEAR = 0.05
@@ -108,7 +109,7 @@ class TuneResult:
         """The settings measured, as a Markdown table, then what was not tried and why."""
         best = self._pick()
         header = ["num_workers", "prefetch_factor", "samples/s", "batch MB/s", "first batch s", "peak PSS MB",
-                  "input-bound", "workers' time: storage / decode / gather / handover", "choice"]
+                  "input-bound", "workers' time: storage / decode / gather / transform / handover", "choice"]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for r in self.rows:
             cells = [str(r.setting.num_workers), str(r.setting.prefetch_factor or "-"), f"{r.samples_per_s:,.0f}",
@@ -193,7 +194,7 @@ def check_plot(path: str | os.PathLike[str]) -> Any:
 
 def stage_shares(profile: Mapping[str, float]) -> str:
     """The workers' time (or, without workers, the loader's) split between the stages, in %."""
-    stages = [profile.get(key, 0.0) for key in ("storage_s", "decode_s", "gather_s", "handover_s")]
+    stages = [profile.get(key, 0.0) for key in STAGES.values()]
     total = sum(stages)
     return " / ".join(f"{s / total:.0%}" for s in stages) if total else "-"
 

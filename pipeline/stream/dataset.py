@@ -428,7 +428,8 @@ class ShardDataset(IterableDataset):
 
     def _finished(self, unit: Columns, seeds: list[BatchSeed] | None) -> Iterator[Any]:
         """The unit's batches as delivered (``seeds``: see :func:`.transform_seeds.seeded_batches`)."""
-        return seeded_batches(split_message(unit, self.batch_size), seeds, self._finish)
+        return seeded_batches(split_message(unit, self.batch_size), seeds, self._finish,
+                              lambda: self.read_stats.timing(Count.TRANSFORM))
 
     def _finish(self, batch: Columns) -> Any:
         watched = stopped_between_calls if self.unit_messages else lambda function: function  # (in a worker)

@@ -44,6 +44,7 @@ class ShardLoader(DataLoader):
     #: module's names may be gone (a class attribute keeps this one), and the exit handlers have
     #: already stopped the workers (multiprocessing's ends daemonic children, as workers are).
     _finalizing = staticmethod(sys.is_finalizing)
+    _clock = staticmethod(time.perf_counter)  # (for a loop closed as the interpreter finalizes: see _TakenOver)
 
     class _TakenOver(Exception):
         """Raised in a loop over a loader that a second loop has begun over meanwhile (a class of
@@ -178,6 +179,7 @@ class ShardLoader(DataLoader):
         return self._loop()
 
     def _loop(self) -> Iterator[Any]:
+        asked = time.perf_counter()  # the loop waits from its first ask: starting the workers is part of it
         dataset: ShardDataset = self.dataset  # type: ignore[assignment]
         if not dataset.ranks_given:  # (before any worker starts)
             check_ranks_unchanged(dataset.rank, dataset.world_size)
@@ -221,7 +223,6 @@ class ShardLoader(DataLoader):
             translate_worker_deaths()
         failure, generation = None, self._generation
         try:
-            asked = time.perf_counter()
             for message in iterator:
                 self._waited += time.perf_counter() - asked
                 if isinstance(message, WorkerFailure):
@@ -240,11 +241,17 @@ class ShardLoader(DataLoader):
                         self._stop_workers(iterator)  # loop stood is no longer where the loader stands
                         return
                 asked = time.perf_counter()
+            else:  # the ask that found the epoch's end (non-persistent workers stop in it)
+                self._waited += time.perf_counter() - asked
         except self._TakenOver:  # (not a worker's death, though the second loop stopped this one's workers)
             raise taken_over() from None
         except GeneratorExit:  # the loop stopped early: a break, or an error in its body; the next one restarts
+            stopped = self._clock()
+            if self._loops == loop:  # (only a yield raises it: a batch was handed)
+                self._stepped += stopped - handed  # the step the loop stopped in
             if not self._finalizing() and (self._loops == loop or iterator is not self._iterator):
                 self._stop_workers(iterator)  # (not the persistent workers a later loop took over)
+                self._waited += self._clock() - stopped  # the loop waits for its workers to stop
             self._closed_early = self._loops == loop
             raise
         except Exception as exc:

@@ -59,6 +59,7 @@ class DevicePrefetcher:
     #: A loop left under way by a script is closed as the interpreter finalizes, when this
     #: module's names may be gone: what that close runs is reached through the class.
     _close = staticmethod(_close)
+    _clock = staticmethod(time.perf_counter)
 
     def __init__(self, loader: Any, device: str | torch.device | None = None) -> None:
         if isinstance(loader, (str, bytes, os.PathLike)) or not hasattr(loader, "__iter__"):
@@ -162,7 +163,9 @@ class DevicePrefetcher:
                                        "kept from a look at a batch, then a for loop): the later loop goes on from "
                                        "where training stands; iterate a prefetcher in one loop at a time")
         except BaseException:  # the loop stopped early (a break, an error in its body, a worker's or a copy's)
+            closing = self._clock()
             self._close(iterator)  # holding batches: the loader's loop ends, and the next one delivers them
+            self.waited += self._clock() - closing  # (its workers stopping)
             if taken and self._loops == loop and fetched_at == self._loader_place() and \
                     hasattr(self.loader, "give_back"):
                 self.loader.give_back(taken)
@@ -170,8 +173,8 @@ class DevicePrefetcher:
         finally:
             if self._loops == loop:
                 self._upcoming = None  # nothing held; a batch fetched before the loader moved is dropped
+                self.elapsed = before + self._clock() - start  # (with the step a stopped loop was in)
         self._close(iterator)
-        self.elapsed = before + time.perf_counter() - start
 
     def _batches_left(self) -> int | None:
         """The batches the loader's next loop delivers, where it knows (``None``: shards without an

@@ -18,6 +18,8 @@ threads of a worker that reads remote pieces several at once):
   (with a remote index, fetching the block of its table that says where they start counts here);
 - ``gather_s``: joining the rows read and gathering a unit's samples in emission order into the
   buffers sent;
+- ``transform_s``: running the ``sample_transform`` and ``batch_transform`` (with the seeding of
+  their random generators and the making of the batches they are given and return);
 - ``handover_s``: from a worker's handing a unit over to the DataLoader until it is asked for the
   next: sending it, and waiting while the loader's prefetch queue is full (time the worker is
   idle because the training loop, not the input, is the bottleneck).
@@ -38,9 +40,9 @@ from ..fork_safe import ForkSafeLock
 from .shared_memory import in_shared_memory
 
 #: DataLoader workers a dataset counts apart: each adds to a row of its own, without a lock
-#: between processes (a shared row would lose additions). 256 rows are 16 KB: a table of 32 KB
-#: or more is copied into shared memory by OpenMP's threads, which hang in a process forked
-#: from one that used them (a child that makes a loader of its own).
+#: between processes (a shared row would lose additions). 256 rows of 9 counts are 18 KB: a
+#: table of 32 KB or more is copied into shared memory by OpenMP's threads, which hang in a
+#: process forked from one that used them (a child that makes a loader of its own).
 MAX_WORKERS = 255
 _ROWS = MAX_WORKERS + 1  # one per worker id, the last one the main process's
 
@@ -56,12 +58,14 @@ class Count(IntEnum):
     DECODE = 5
     GATHER = 6
     HANDOVER = 7
+    TRANSFORM = 8
 
 
 _NAMES = {Count.SKIPPED: "skipped_pieces", Count.REPLACED: "replaced_samples", Count.RETRIES: "retries",
           Count.REQUESTS: "requests"}
+#: The stages of a worker, in the order of a unit's way through it.
 STAGES = {Count.STORAGE: "storage_s", Count.DECODE: "decode_s", Count.GATHER: "gather_s",
-          Count.HANDOVER: "handover_s"}
+          Count.TRANSFORM: "transform_s", Count.HANDOVER: "handover_s"}
 # The reader threads of a process share its row: adding is a read and a write, so they take
 # turns.
 _lock = ForkSafeLock()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, ContextManager, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -70,14 +70,14 @@ def seeded_generators(seeds: BatchSeed) -> Iterator[None]:
             torch.default_generator.set_state(saved[2])
 
 
-def seeded_batches(batches: Iterable[Any], seeds: list[BatchSeed] | None,
-                   finish: Callable[[Any], Any]) -> Iterator[Any]:
+def seeded_batches(batches: Iterable[Any], seeds: list[BatchSeed] | None, finish: Callable[[Any], Any],
+                   timing: Callable[[], ContextManager[None]]) -> Iterator[Any]:
     """``finish`` of each batch, with the generators seeded by the batch's seeds (``None``: no
-    transform draws, nothing seeded)."""
+    transform draws, nothing seeded), the transforms' seeding and run inside ``timing()``."""
     for number, batch in enumerate(batches):
         if seeds is None:
             yield finish(batch)
             continue
-        with seeded_generators(seeds[number]):
+        with timing(), seeded_generators(seeds[number]):
             finished = finish(batch)
         yield finished

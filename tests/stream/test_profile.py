@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import webdataset as wds
 
-from pipeline import make_loader
+from pipeline import DevicePrefetcher, make_loader
 from pipeline.stream.stats import ReadStats
 from tests.stream.shardsets import random_sizes, uneven_shards
 
@@ -79,6 +79,54 @@ def test_shards_without_an_index_are_profiled_too(tmp_path: Path) -> None:
     stats = loader.stats()
     assert stats["storage_s"] > 0 and stats["decode_s"] > 0 and stats["gather_s"] > 0
     assert sum(stats[key] for key in STAGES) <= stats["wait_s"]
+
+
+def sleep_5ms(batch: dict) -> dict:
+    time.sleep(0.005)
+    return batch
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_transforms_time_is_a_stage_of_its_own(shards: Path, workers: int) -> None:
+    """A transform's time was in no stage: tune said a worker decoded most of the time it spent
+    in the user's augmentation."""
+    loader = make_loader(shards, num_workers=workers, batch_size=64, shuffle_buffer=256, batch_transform=sleep_5ms)
+    batches = play(loader, 0)
+    stats = loader.stats()
+    assert stats["transform_s"] >= batches * 0.005
+    assert stats["transform_s"] > stats["decode_s"] + stats["gather_s"]
+    assert make_loader(shards, num_workers=0, batch_size=64).stats()["transform_s"] == 0
+
+
+def timed_loop(loop, stop_after: int, step_s: float) -> float:
+    """Seconds the loop took in all, stopped (``break``) after ``stop_after`` steps."""
+    started = time.perf_counter()
+    for number, _ in enumerate(loop, start=1):
+        time.sleep(step_s)
+        if number == stop_after:
+            break
+    return time.perf_counter() - started
+
+
+def test_a_loop_s_wait_counts_its_workers_start_and_stop_and_its_step_the_one_a_break_leaves(shards: Path) -> None:
+    """The loop waited, uncounted, while its workers started and stopped (input-bound 66% said,
+    78% true, for loops that looked at a few batches), and the step it broke out of was lost."""
+    loader = make_loader(shards, num_workers=2, batch_size=64, shuffle_buffer=256, persistent_workers=False)
+    wall = sum(timed_loop(loader, 3, 0.01) for _ in range(3))
+    stats = loader.stats()
+    assert stats["step_s"] >= 9 * 0.01
+    assert stats["wait_s"] + stats["step_s"] >= 0.9 * wall
+    loader = make_loader(shards, num_workers=2, batch_size=64, shuffle_buffer=256, persistent_workers=False)
+    wall = timed_loop(loader, len(loader), 0)  # to the epoch's end: its last ask stops the workers
+    assert loader.stats()["wait_s"] >= 0.9 * wall
+
+
+def test_a_prefetcher_counts_the_step_a_break_leaves_and_its_loader_stopping(shards: Path) -> None:
+    prefetcher = DevicePrefetcher(make_loader(shards, num_workers=2, batch_size=64, shuffle_buffer=256))
+    wall = timed_loop(prefetcher, 5, 0.02)
+    stats = prefetcher.stats()
+    assert stats["batches"] == 5 and wall >= stats["elapsed_s"] >= 0.9 * wall
+    assert stats["input_bound"] == pytest.approx(stats["waited_s"] / stats["elapsed_s"])
 
 
 def test_the_profile_is_kept_apart_per_dataset(shards: Path) -> None:
