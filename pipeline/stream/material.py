@@ -272,12 +272,14 @@ def mix_counts(sizes: Sequence[int], weights: Sequence[float | None], samples: S
     if shared and rest < 0:
         raise ValueError(f"the sources' samples= add up to {fixed}, more than the epoch's {total}")
     share = [float(sizes[s] if weights[s] is None else weights[s]) for s in shared]
-    if shared and sum(share) <= 0:
-        raise ValueError("the weights of the sources without samples= add up to 0")
-    if not math.isfinite(rest * sum(share)):  # weights near the float limit: as shares of the largest (others as they were)
-        largest = max(share)
+    if shared and sum(share) <= 0 and rest:
+        raise ValueError(f"the sources without samples= have weights (else sizes) adding up to 0, and {rest} of the "
+                         f"epoch's {total} samples are left for them: give epoch_samples={fixed} for an epoch of "
+                         f"the samples= alone, or one of them a weight above 0")
+    if shared and rest and not math.isfinite(rest * sum(share)):
+        largest = max(share)  # weights near the float limit: as shares of the largest (others as they were)
         share = [w / largest for w in share]
-    exact = [rest * w / sum(share) for w in share] if shared else []
+    exact = [rest * w / sum(share) if rest else 0.0 for w in share]
     counts = [int(x) for x in exact]
     for i in np.argsort([c - x for c, x in zip(counts, exact)], kind="stable")[:rest - sum(counts)]:  # largest remainders
         counts[int(i)] += 1

@@ -208,6 +208,8 @@ def mixed_sources(shards: Mapping[str, IndexedShards], weights: Mapping[str, flo
     if epoch_samples is not None and samples and set(samples) == set(names) and sum(samples.values()) != epoch_samples:
         raise ValueError(f"samples= gives every source its count, {sum(samples.values())} in all, and epoch_samples= "
                          f"says {epoch_samples}: give one or the other")
+    samples = None if samples is None else {name: int(value) for name, value in samples.items()}  # (NumPy's
+    epoch_samples = None if epoch_samples is None else int(epoch_samples)  # integers overflow in the plan's seeds)
     _refuse_other_classes(shards)
     sizes = [shards[n].index.samples for n in names]
     if weights is not None:

@@ -157,6 +157,20 @@ def test_absolute_samples_per_epoch_and_clear_errors(mix: dict[str, str], tmp_pa
         mixed_loader(mix, 0, weights={"large": 1, "medium": 1})
 
 
+def test_counts_given_as_numpy_integers_and_a_source_switched_off_beside_them(mix: dict[str, str]) -> None:
+    """samples= as NumPy integers (shares computed with NumPy) passed every check, then the plan's
+    seeds overflowed in the first epoch, and the state was no JSON; a source of weight 0 beside
+    samples= for the others was refused, however consistent."""
+    counts = np.array([1000, 3000])
+    loader = mixed_loader(mix, 0, weights={"medium": 0}, samples={"small": counts[0], "large": counts[1]},
+                          epoch_samples=np.int64(4000))
+    assert per_source(flat(epoch_batches(loader))) == {"large": 3000, "medium": 0, "small": 1000}
+    json.dumps(loader.state_dict())
+    with pytest.raises(ValueError, match=r"samples are left for them: give epoch_samples=4000 for an epoch of the "
+                                         r"samples= alone, or one of them a weight above 0"):
+        mixed_loader(mix, 0, weights={"medium": 0}, samples={"small": 1000, "large": 3000})  # (epoch: the sizes' sum)
+
+
 def test_sources_must_agree_on_their_fields(mix: dict[str, str], tmp_path: Path) -> None:
     extra = source_shards(tmp_path, "tagged", 300, {"tag": np.arange(300, dtype=np.int16)})
     sources = {"large": mix["large"], "tagged": str(extra)}
