@@ -155,7 +155,7 @@ class SourceSet:
                                  f"({sorted(set(have) ^ set(first))} are in one only); choose the fields "
                                  f"every source has with fields=")
             for f in have if stored is None else stored:
-                if f in first and f in have and (have[f].dtype, have[f].shape) != (first[f].dtype, first[f].shape):
+                if f in first and f in have and _batch_type(have[f]) != _batch_type(first[f]):
                     raise ValueError(f"field {f!r} is {have[f].dtype}{list(have[f].shape or [])} in source "
                                      f"{name!r} and {first[f].dtype}{list(first[f].shape or [])} in source "
                                      f"{first_name!r}: the sources of a mix must agree{_dtype_fix(f, have[f], first[f])}")
@@ -314,6 +314,18 @@ def open_sources(source: str | os.PathLike[str] | Sequence[str] | Mapping[str, s
                 f"(DDP join(), say)")
         return shards, None
     return shards, single_source(shards)
+
+
+#: The arrays a batch makes of a field of Python numbers (a ``.cls`` of WebDataset shards indexed
+#: in place, a ShardWriter's ints): what a field of NumPy scalars of that type makes too.
+_NUMBERS_AS_ARRAYS = {"int": "int64", "float": "float64", "bool": "bool"}
+
+
+def _batch_type(spec: FieldSpec) -> tuple[str, tuple[int | None, ...] | None]:
+    """A field's type as its batches have it: Python ints mix with NumPy's int64 scalars."""
+    if spec.shape is None and spec.dtype in _NUMBERS_AS_ARRAYS:
+        return _NUMBERS_AS_ARRAYS[spec.dtype], ()
+    return spec.dtype, spec.shape
 
 
 def _dtype_fix(name: str, one: FieldSpec, other: FieldSpec) -> str:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from pipeline import ShardWriter, make_loader
+from pipeline import ShardWriter, make_loader, write_shards
 from pipeline.stream.material import mix_counts
 from tests.stream.mixes import OFFSET, SIZES, WEIGHTS, mix_folder, per_source, source_of, source_shards
 
@@ -194,6 +195,25 @@ def test_sources_must_agree_on_their_fields(mix: dict[str, str], tmp_path: Path)
     with pytest.raises(ValueError, match=r"field 'x' is bytes\[\] in source 'raw' and str\[\] in source 'text': the "
                                          r"sources of a mix must agree$"):
         make_loader({"text": str(text), "raw": str(raw)}, num_workers=0)
+
+
+def test_python_numbers_mix_with_numpy_scalars_of_their_batch_type(tmp_path: Path) -> None:
+    """A ShardWriter's (or indexed WebDataset shards') ints, floats and bools make the batches
+    NumPy's int64, float64 and bool scalars make, yet a mix of them was refused, with no way out."""
+    n = 60
+    write_shards(tmp_path / "arrays", {"y": np.arange(n), "w": np.arange(n) / 4, "b": np.arange(n) % 2 == 0},
+                 quiet=True)
+    with ShardWriter(tmp_path / "written", quiet=True) as sink:
+        for i in range(n):
+            sink.write({"y": 100 + i, "w": 100 + i / 4, "b": i % 2 == 1})
+    for names in (("arrays", "written"), ("written", "arrays")):
+        batches = list(make_loader({name: tmp_path / name for name in names}, num_workers=0, batch_size=8))
+        assert {(key, value.dtype) for key, value in batches[0].items()} == \
+            {("y", torch.int64), ("w", torch.float64), ("b", torch.bool)}
+        values = {key: torch.cat([batch[key] for batch in batches]) for key in ("y", "w", "b")}
+        assert sorted(values["y"].tolist()) == [*range(n), *range(100, 100 + n)]
+        assert values["w"].sum().item() == pytest.approx(2 * sum(range(n)) / 4 + 100 * n)
+        assert values["b"].sum().item() == n
 
 
 def test_an_empty_source_is_left_out_by_weight_0_wherever_it_stands_and_refused_a_share(mix: dict[str, str],
