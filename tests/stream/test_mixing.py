@@ -343,3 +343,30 @@ def test_a_small_source_drawn_many_times_reads_with_few_files_open(tmp_path: Pat
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert sorted(ids[ids < 10**6].tolist()) == list(range(20_000))
     assert Counter(ids[ids >= 10**6].tolist()) == {10**6 + n: 40 for n in range(100)}
+
+
+def test_a_small_source_drawn_many_times_reads_each_piece_once_a_block_and_counts_each_damaged_draw(
+        tmp_path: Path, monkeypatch) -> None:
+    """Each draw of a small source's sample was a read of its own (a 10-sample set at half the
+    weight: 50x slower than the rest of the epoch); a repeat is now the same rows again, except
+    where its read lost a damaged record: that is read, counted and stood in for at each draw."""
+    import pipeline.stream.units as units
+
+    write_shards(tmp_path / "big", {"i": np.arange(4000), "x": np.zeros((4000, 16), np.float32)}, quiet=True)
+    x = np.arange(10, dtype=np.float32)[:, None].repeat(16, 1) + 0.5
+    write_shards(tmp_path / "small", {"i": 10**6 + np.arange(10), "x": x}, pack=1, quiet=True)
+    shard = next((tmp_path / "small").glob("*.tar"))
+    data = bytearray(shard.read_bytes())
+    data[data.index(x[3].tobytes()) + 5] ^= 0x08  # sample 3 fails its checksum
+    shard.write_bytes(bytes(data))
+    reads = Counter()
+    read_rows = units.read_rows
+    monkeypatch.setattr(units, "read_rows", lambda url, *args, **kwargs: (reads.update([Path(url).parent.name]),
+                                                                          read_rows(url, *args, **kwargs))[1])
+    loader = make_loader({"big": tmp_path / "big", "small": tmp_path / "small"}, samples={"big": 4000, "small": 2000},
+                         num_workers=0, batch_size=250, on_error="skip", seed=1)
+    ids = np.concatenate([batch["i"].numpy() for batch in loader])
+    drawn = Counter(ids[ids >= 10**6].tolist())
+    assert len(ids) == 6000 and 10**6 + 3 not in drawn
+    assert loader.stats()["skipped_pieces"] == loader.stats()["replaced_samples"] == 200  # each of its 200 draws
+    assert reads["small"] < 200 + 10 * 20  # the damaged one's draws, and each sample once a block
