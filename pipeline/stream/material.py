@@ -132,20 +132,26 @@ def stream_pieces(chunks: ChunkTable, seed: int, source: int, start: int, count:
     total = chunks.samples
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     position, stop = start, start + count
+    rows_of: dict[int, np.ndarray] = {}  # of each cut (a small source repeated gives thousands of passes of one)
     while position < stop and total:
         number, within = divmod(position, total)
         cut = next((h.chunks for h in held if h.number == number), chunks)
-        rows = cut.rows()
+        rows = rows_of.get(id(cut))
+        if rows is None:
+            rows = rows_of[id(cut)] = cut.rows()
         order = pass_order(cut, seed, source, number, shuffle)
-        ends = np.cumsum(rows[order])
         last = min(stop - number * total, total)  # where this pass's part ends, within the pass
-        first_piece = int(np.searchsorted(ends, within, side="right"))
-        last_piece = int(np.searchsorted(ends, last, side="left"))
-        taken = order[first_piece:last_piece + 1]
-        begins = ends[first_piece:last_piece + 1] - rows[taken]
-        lo = np.maximum(within - begins, 0)
-        hi = np.minimum(last - begins, rows[taken])
-        piece = (taken, lo.astype(np.int32), hi.astype(np.int32))
+        if within == 0 and last == total:  # a whole pass: every chunk, whole
+            piece = (order, np.zeros(len(order), np.int32), rows[order])
+        else:
+            ends = np.cumsum(rows[order])
+            first_piece = int(np.searchsorted(ends, within, side="right"))
+            last_piece = int(np.searchsorted(ends, last, side="left"))
+            taken = order[first_piece:last_piece + 1]
+            begins = ends[first_piece:last_piece + 1] - rows[taken]
+            lo = np.maximum(within - begins, 0)
+            hi = np.minimum(last - begins, rows[taken])
+            piece = (taken, lo.astype(np.int32), hi.astype(np.int32))
         parts.append(piece if cut is chunks else rechunked(*piece, cut, chunks)[:3])
         position = number * total + last
     if not parts:
