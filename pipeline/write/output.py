@@ -75,14 +75,19 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
     return _remove_index(destination, index_name)
 
 
+def indexed_shards(destination: Destination, name: str) -> list[str]:
+    """The shards the index ``name`` names (none where there is none, where it is gone meanwhile,
+    taken away by another part of a build started at once, or where it cannot be read)."""
+    try:
+        return list(index_shard_names(destination.read(name), destination.url(name)))
+    except (IndexFormatError, FileNotFoundError, SourceError):
+        return []
+
+
 def _remove_index(destination: Destination, name: str) -> list[str]:
     """Delete the index ``name`` and its shard table (else a failed build would leave the table);
-    return the shards it named (none where it is gone meanwhile, taken away by another part of
-    a build started at once, or unreadable)."""
-    try:
-        named = list(index_shard_names(destination.read(name), destination.url(name)))
-    except (IndexFormatError, FileNotFoundError, SourceError):
-        named = []
+    return the shards it named."""
+    named = indexed_shards(destination, name)
     destination.delete(name)
     destination.delete(table_name_for(name))
     return named
@@ -223,8 +228,14 @@ def remove_stale_shards(destination: Destination, old_shards: list[str], written
     """Delete shards of a replaced build that the new one did not write (``written``)."""
     keep = set(written)
     for name in old_shards:
-        if name not in keep and "/" not in name and not name.startswith(".."):
+        if name not in keep and in_folder(name):
             destination.delete(name)
+
+
+def in_folder(name: str) -> bool:
+    """Whether the shard an index names ``name`` lies in the index's folder (an index written
+    with ``--output`` names shards elsewhere: not a build's to delete)."""
+    return "/" not in name and not name.startswith("..")
 
 
 def clear_planned_shards(destination: Destination, prefix: str, planned: Iterable[str] | None, overwrite: bool,

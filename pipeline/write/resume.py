@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Iterable
 
 from ..format.errors import FormatError, ShardError
 from ..format.index import DatasetIndex, Schema, ShardInfo, sum_digests
@@ -31,7 +32,7 @@ from ..format.scan import scan_shard
 from ..storage.destination import Destination, write_atomic
 from ..storage.indexes import load_index
 from ..storage.opener import map_range
-from .output import OutputExistsError
+from .output import OutputExistsError, in_folder, indexed_shards, remove_stale_shards, remove_temporary_files
 from .source import Source
 
 
@@ -156,9 +157,10 @@ def _plan_path(target: Destination, index_name: str) -> Path:
 
 def record_plan(target: Destination, index_name: str, plan: dict[str, str]) -> None:
     """Keep the plan of a build that starts, beside where its index will be, until that index is
-    written (:func:`forget_plan`). An empty plan marks every file under the shard names as no
-    shard of this build: a build that replaces another records it before it deletes anything,
-    so that a resume after a kill part way through writes them all again."""
+    written (:func:`forget_plan`). A shard name the plan lacks is no shard of this build: a build
+    that replaces another records a plan of none of its shards before it deletes anything, so that
+    a resume after a kill part way through writes them all again. A name whose digest is empty is
+    a file the build deletes once its index is written (see :func:`leftover_files`)."""
     write_atomic(_plan_path(target, index_name), lambda out: out.write(json.dumps(plan).encode()))
 
 
@@ -172,23 +174,55 @@ def forget_plan(target: Destination, index_name: str) -> None:
         left.unlink(missing_ok=True)
 
 
+def stopped_plan(target: Destination, index_name: str) -> dict[str, str] | None:
+    """The plan a stopped build left beside where its index would be; ``None`` where there is
+    none (or one that cannot be read)."""
+    try:
+        plan = json.loads(_plan_path(target, index_name).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) else None
+
+
+def leftover_files(target: Destination, index_name: str, overwrite: bool, ours: Iterable[str]) -> dict[str, str]:
+    """The files a resumed or overwriting build deletes once its index is written, though it
+    writes no shard under their names (``ours``): those the plan of a stopped build names (its
+    shards, whatever their prefix, and those of a set it was replacing), and with ``overwrite`` the
+    shards the index there names. Given as a plan gives them (an empty digest: no shard of this
+    build), for the build to keep them in its own plan from before it deletes anything until
+    they are gone, so that a kill on the way leaves them named for the next run. A file that no
+    plan or index names is never one of them."""
+    named = [*(stopped_plan(target, index_name) or {}), *(indexed_shards(target, index_name) if overwrite else ())]
+    keep = set(ours)
+    return {name: "" for name in named if name not in keep and in_folder(name)}
+
+
 def drop_changed_shards(target: Destination, index_name: str, plan: dict[str, str]) -> str | None:
     """Delete the finished shards a stopped build planned other rows for than ``plan`` does (its
     source changed since: a file removed shifts every row after it; or it was replacing another
     build, and recorded no rows yet), so that they are written again, not kept; say which, or
     ``None`` when none. (A stopped build of an older version kept no plan: its shards are kept
     as before, by their structure alone.)"""
-    try:
-        stopped = json.loads(_plan_path(target, index_name).read_text())
-    except (FileNotFoundError, ValueError):
+    stopped = stopped_plan(target, index_name)
+    if stopped is None:
         return None
     changed = [name for name, rows in plan.items() if stopped.get(name) != rows and (target.staging / name).exists()]
     for name in changed:
         (target.staging / name).unlink()
     if not changed:
         return None
-    if not stopped:
+    if not any(stopped.get(name) for name in changed):
         return (f"writing again {len(changed)} shards ({changed[0]}, ...) of the build that the stopped run was "
                 f"replacing")
     return (f"writing again {len(changed)} finished shards whose rows changed since the stopped run "
             f"({changed[0]}, ...): its source changed")
+
+
+def remove_leftovers(target: Destination, names: list[str], every_name: list[str], index_name: str,
+                     leftovers: dict[str, str]) -> None:
+    """Once the index is written: delete the ``leftovers`` (see :func:`leftover_files`; none of
+    the build's shards, ``every_name``, all parts' included) and the temporary files a killed run
+    left for them and for this build's shards (``names``), then the plan, which named them until now."""
+    remove_stale_shards(target, list(leftovers), every_name)
+    remove_temporary_files(target, [*names, *leftovers], index_name)
+    forget_plan(target, index_name)

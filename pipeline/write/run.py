@@ -47,7 +47,6 @@ from .output import (
     prepare_output,
     refuse_foreign_shards,
     remove_stale_shards,
-    remove_temporary_files,
     remove_unplanned_shards,
     save_index,
     shard_name,
@@ -58,11 +57,12 @@ from .progress import BuildProgress
 from .resume import (
     drop_changed_shards,
     finished_index,
-    forget_plan,
     kept_shard,
+    leftover_files,
     plan_digest,
     record_plan,
     reference_schema,
+    remove_leftovers,
     shard_plan,
 )
 from .rows import encode_records
@@ -305,17 +305,18 @@ def build_shards(
             whole = shard_plan(source, bounds, range(total), every_name)
             plan, build_plan = {name: whole[name] for name in names}, plan_digest(whole)
         hold_output(target, part is not None)
+        resumable = scheme(os.fspath(out_dir)) == "file"  # (a remote build cannot resume: no plan to keep)
+        leftovers = leftover_files(target, index_name, overwrite, every_name) if resumable and (overwrite or resume) \
+            else {}
         if resume:
             planned = [(name, bounds[n + 1] - bounds[n]) for name, n in zip(names, numbers)]
             done = finished_index(target, index_name, planned, pack, metadata, plan)
             if done is not None:  # a run killed after its index still leaves temporary files
-                remove_temporary_files(target, names, index_name)
-                forget_plan(target, index_name)
+                remove_leftovers(target, names, every_name, index_name, leftovers)
                 _say(quiet, f"{target.url(index_name)} is already complete ({len(planned)} shards); nothing to resume")
                 return done
-        resumable = scheme(os.fspath(out_dir)) == "file"  # (a remote build cannot resume: no plan to keep)
         if overwrite and resumable:  # before anything goes: what a kill leaves is then no finished shard of ours
-            record_plan(target, index_name, {})  # (hold_output made the folder)
+            record_plan(target, index_name, leftovers)  # (hold_output made the folder)
         clear_child_sets(target, overwrite)
         old_shards = prepare_output(target, overwrite, index_name, resumable=resumable)
         replaced = clear_other_indexes(target, index_name, overwrite, resuming=resume)
@@ -327,7 +328,7 @@ def build_shards(
         else:
             clear_planned_shards(target, prefix, names, overwrite, resumable=resumable)
         if resumable:
-            record_plan(target, index_name, plan)
+            record_plan(target, index_name, {**leftovers, **plan})
         rows = bounds[numbers.stop] - bounds[numbers.start] if numbers else 0
         progress = BuildProgress(rows, f"{source.description} -> {target}", quiet)
         keep = reference_schema(source, pack) if resume else None
@@ -342,11 +343,8 @@ def build_shards(
         index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata,
                              plan=plan_digest(plan))
         where = save_index(target, index, index_name)
-        if resumable:
-            forget_plan(target, index_name)
-        remove_stale_shards(target, old_shards, index.shards.names)
-        remove_stale_shards(target, replaced, every_name)
-        remove_temporary_files(target, names, index_name)
+        remove_stale_shards(target, old_shards + replaced, every_name)
+        remove_leftovers(target, names, every_name, index_name, leftovers)
         # what a killed run (under other options) wrote beyond this build's shards: not part of the set
         stale = remove_unplanned_shards(target, prefix, names) if (resume or overwrite) and part is None else []
         if stale:

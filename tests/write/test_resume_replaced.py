@@ -10,6 +10,7 @@ import pytest
 
 import pipeline
 from pipeline.storage.destination import Destination
+from pipeline.write import run as run_module
 from tests.helpers import read_back
 from tests.images import image_folder
 
@@ -127,3 +128,32 @@ def test_a_finished_part_of_a_split_build_resumed_under_another_seed_is_refused(
         pipeline.merge_index_files([tmp_path / "out" / split])
         rows[split] = {int(sample["x"]) for _, sample in pipeline.iter_samples(tmp_path / "out" / split)}
     assert not rows["train"] & rows["validation"] and len(rows["train"] | rows["validation"]) == 1000
+
+
+def _killed_at_shard(monkeypatch, out: Path, prefix: str, at: int) -> None:
+    """A build of 600 samples in ``out`` under ``prefix``, killed while it writes shard ``at``
+    (its temporary file left, as a SIGKILL leaves it)."""
+    write_shard = run_module.write_shard
+
+    def killed(run, i, on_rows=None):
+        if run.first_number + i == at:
+            (out / f".{prefix}-{at:06d}.tar.tmp-99999").write_bytes(b"half a shard")
+            raise KeyboardInterrupt
+        return write_shard(run, i, on_rows)
+    monkeypatch.setattr(run_module, "write_shard", killed)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.write_shards(out, {"x": np.zeros(600, np.float32)}, prefix=prefix, **OPTIONS)
+    monkeypatch.setattr(run_module, "write_shard", write_shard)
+
+
+@pytest.mark.parametrize("how", ["overwrite", "resume"])
+def test_a_killed_build_run_again_under_another_prefix_leaves_none_of_its_files(tmp_path: Path, monkeypatch,
+                                                                               how: str) -> None:
+    """The killed run's shards (week1-*.tar) and temporary file stayed beside the new ones, which a
+    later pipeline index of the folder took for data; a file its plan did not name stays."""
+    out = tmp_path / "out"
+    _killed_at_shard(monkeypatch, out, "week1", at=3)
+    (out / "notes-000000.tar").write_bytes(b"not the plan's")
+    pipeline.write_shards(out, {"x": np.ones(600, np.float32)}, prefix="week2", **{how: True}, **OPTIONS)
+    assert sorted(p.name for p in out.iterdir()) == ["index.bin", "index.json", "notes-000000.tar",
+                                                      *(f"week2-{n:06d}.tar" for n in range(6))]
