@@ -18,8 +18,9 @@ from ..format.index import INDEX_NAME, DatasetIndex, part_index_name
 from ..format.numbers import is_whole
 from ..storage import join
 from ..storage.destination import destination
-from .output import clear_child_sets, clear_split_parent, hold_output
-from .resume import FinishedOtherRows
+from ..storage.opener import scheme
+from .output import clear_child_sets, clear_split_parent, hold_output, prepare_output, remove_stale_shards
+from .resume import FinishedOtherRows, leftover_files, record_plan
 from .rows import RowBlock
 from .run import build_shards
 from .source import Source, advise_pack, greedy_bounds
@@ -168,6 +169,8 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
         clear_split_parent(parent, list(sources), bool(options.get("overwrite")))
         clear_child_sets(parent, bool(options.get("overwrite")), list(sources))
         index = INDEX_NAME if part is None else part_index_name(part.index, part.count)  # (a part's own index)
+        if options.get("overwrite"):
+            _retire_splits(os.fspath(out_dir), list(sources), index, part is not None)
         stopped = bool(options.get("resume")) and not all(parent.exists(f"{name}/{index}") for name in sources)
         indexes = {name: _build_split(source, join(os.fspath(out_dir), name), name, stopped, options)
                    for name, source in sources.items()}
@@ -175,6 +178,27 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
         parent.close()
     advise_pack(options, [(sources[name], index) for name, index in indexes.items()])
     return indexes
+
+
+def _retire_splits(out_dir: str, splits: list[str], index: str, part: bool) -> None:
+    """For an overwrite, before any split is written: each split's old index goes, so that a
+    build that stops in one split leaves no finished set of the old build beside the new splits
+    (a loader would read both, and a resume keep the old one). In a local folder a plan first
+    names the old set's shards as none of the new build's: they go once the split's new index is
+    written, or with the resume of a build killed before; elsewhere (no plan there) they go now."""
+    for name in splits:
+        target = destination(join(out_dir, name))
+        try:
+            if not target.exists(index):
+                continue
+            hold_output(target, part)
+            if scheme(out_dir) == "file":
+                record_plan(target, index, leftover_files(target, index, True, ()))
+                prepare_output(target, True, index)
+            else:
+                remove_stale_shards(target, prepare_output(target, True, index), ())
+        finally:
+            target.close()
 
 
 def _build_split(source: Source, out_dir: str, name: str, stopped: bool, options: dict[str, Any]) -> DatasetIndex:

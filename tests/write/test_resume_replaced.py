@@ -157,3 +157,21 @@ def test_a_killed_build_run_again_under_another_prefix_leaves_none_of_its_files(
     pipeline.write_shards(out, {"x": np.ones(600, np.float32)}, prefix="week2", **{how: True}, **OPTIONS)
     assert sorted(p.name for p in out.iterdir()) == ["index.bin", "index.json", "notes-000000.tar",
                                                       *(f"week2-{n:06d}.tar" for n in range(6))]
+
+
+def test_a_split_build_replaced_with_overwrite_that_stops_in_one_split_leaves_no_old_split(tmp_path: Path) -> None:
+    """A typo in a validation label stopped the overwrite once train was written: the old
+    validation set stayed beside the new train (rows in both), and the resume kept it."""
+    out, n = tmp_path / "out", 1000
+    options = dict(validation=0.2, seed=0, dtypes={"y": "int64"}, **OPTIONS)
+    pipeline.write_shards(out, {"x": np.arange(n), "y": np.zeros(n)}, **options)
+    labels = np.ones(n)
+    labels[pipeline.validation_rows(n, 0.2, seed=0)[0]] = 1.5
+    with pytest.raises(pipeline.SampleError):
+        pipeline.write_shards(out, {"x": np.arange(n), "y": labels}, overwrite=True, **options)
+    assert not (out / "validation" / "index.json").exists()
+    pipeline.write_shards(out, {"x": np.arange(n), "y": np.ones(n)}, resume=True, **options)
+    assert {split: set(read_back(out / split)[1]["y"]) for split in ("train", "validation")} == \
+        {"train": {1}, "validation": {1}}
+    assert sorted(p.name for p in (out / "validation").iterdir()) == ["index.bin", "index.json", "validation-000000.tar",
+                                                                     "validation-000001.tar"]
