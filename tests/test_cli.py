@@ -77,9 +77,27 @@ def test_verify_reports_a_truncated_shard_and_a_missing_one(built: Path) -> None
 def test_building_over_an_existing_index_needs_overwrite(built: Path, tmp_path: Path) -> None:
     args = ["build", "arrays", str(built), "--array", f"x={tmp_path / 'x.npy'}", "--quiet"]
     result = run_cli(*args)
-    assert result.returncode == 1 and "already exists; pass --overwrite (overwrite=True in Python)" in result.stderr
+    assert result.returncode == 1 and "; pass --overwrite (overwrite=True in Python)" in result.stderr
     assert "--resume (resume=True in Python) to keep what it wrote" in result.stderr and "Traceback" not in result.stderr
     assert run_cli(*args, "--overwrite").returncode == 0
+
+
+def test_a_second_build_into_a_set_says_what_overwrite_deletes_and_how_to_keep_both(tmp_path: Path) -> None:
+    """Week 2 added into week 1's folder: the refusal said only "pass --overwrite to replace it",
+    and --overwrite deleted week 1's shards without a word."""
+    np.save(tmp_path / "x.npy", np.zeros((500, 4), np.float32))
+    week = ["build", "arrays", str(tmp_path / "set"), "--array", f"x={tmp_path / 'x.npy'}", "--shard-samples", "100"]
+    assert run_cli(*week, "--prefix", "week1", "--quiet").returncode == 0
+    refused = run_cli(*week, "--prefix", "week2")
+    assert refused.returncode == 1 and (
+        "set/index.json already exists, the index of a set of 5 shards (500 samples: week1-000000.tar, ...); pass "
+        "--overwrite (overwrite=True in Python) to replace it, which deletes the shards it names") in refused.stderr
+    assert (f"to keep them, build into another folder and read both sets as one: make_loader({{'old': "
+            f"'{tmp_path / 'set'}', 'new': 'OTHER_FOLDER'}}) (README: Mixing shard sets)") in refused.stderr
+    replaced = run_cli(*week, "--prefix", "week2", "--overwrite")
+    assert replaced.returncode == 0
+    assert "-> " + str(tmp_path / "set" / "index.json") + "; deleted 5 shards of the build it replaced " \
+        "(week1-000000.tar, ...)" in replaced.stderr
 
 
 def test_bad_input_is_one_line_error_not_a_traceback(tmp_path: Path) -> None:

@@ -109,8 +109,13 @@ class Destination:
     def publish(self, name: str) -> None:
         """Make the finished shard ``staging/name`` part of the destination."""
 
-    def delete(self, name: str) -> None:
-        (self.folder / name).unlink(missing_ok=True)
+    def delete(self, name: str) -> bool:
+        """Delete the file ``name``; return whether it was there (for what a build says it deleted)."""
+        try:
+            (self.folder / name).unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def list(self, prefix: str) -> list[str]:
         """Names in the destination that start with ``prefix``."""
@@ -230,8 +235,9 @@ class S3Destination(Destination):
         s3.upload_file(str(path), self.url(name), self.policy)
         path.unlink()
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str) -> bool:
         s3.delete(self.url(name), self.policy)
+        return True  # (S3 does not say whether the key was there)
 
     def list(self, prefix: str) -> list[str]:
         return s3.list_names(self.prefix + "/", prefix, self.policy)

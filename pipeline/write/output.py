@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from pathlib import Path
@@ -70,9 +71,24 @@ def prepare_output(destination: Destination, overwrite: bool, index_name: str = 
     if not overwrite:
         resume = (", or, to finish a local build that stopped part way (one split of several, say), resume=True "
                   "(--resume) to keep what it wrote") if resumable else ""
-        raise OutputExistsError(f"{destination.url(index_name)} already exists; pass overwrite=True (--overwrite) "
-                                f"to replace it{resume}")
+        raise OutputExistsError(f"{destination.url(index_name)} already exists{_set_size(destination, index_name)}; "
+                                f"pass overwrite=True (--overwrite) to replace it, which deletes the shards it names{resume}; "
+                                f"to keep them, build into another folder and read both sets as one: "
+                                f"make_loader({{'old': '{destination}', 'new': 'OTHER_FOLDER'}}) (README: Mixing "
+                                f"shard sets)")
     return _remove_index(destination, index_name)
+
+
+def _set_size(destination: Destination, name: str) -> str:
+    """How many shards and samples the index ``name`` names, in words ("" where it cannot be
+    read): what replacing it deletes."""
+    try:
+        data = destination.read(name)
+        samples, shards = int(json.loads(data)["samples"]), index_shard_names(data, destination.url(name))
+    except (IndexFormatError, OSError, ValueError, KeyError, TypeError):  # (unreadable, or of another version)
+        return ""
+    first = f": {shards[0]}, ..." if len(shards) else ""
+    return f", the index of a set of {len(shards)} shards ({samples:,} samples{first})"
 
 
 def indexed_shards(destination: Destination, name: str) -> list[str]:
@@ -224,12 +240,16 @@ def _remove_set(target: Destination) -> None:
     remove_stale_shards(target, prepare_output(target, overwrite=True), written=())
 
 
-def remove_stale_shards(destination: Destination, old_shards: list[str], written: Iterable[str]) -> None:
-    """Delete shards of a replaced build that the new one did not write (``written``)."""
+def remove_stale_shards(destination: Destination, old_shards: list[str], written: Iterable[str]) -> list[str]:
+    """Delete shards of a replaced build that the new one did not write (``written``); return
+    those that were there, for the build's summary to say."""
     keep = set(written)
-    for name in old_shards:
-        if name not in keep and in_folder(name):
-            destination.delete(name)
+    return [name for name in old_shards if name not in keep and in_folder(name) and destination.delete(name)]
+
+
+def deleted_note(deleted: list[str]) -> str:
+    """What a build's summary says of the shards of the build it replaced that it deleted."""
+    return f"; deleted {len(deleted)} shards of the build it replaced ({deleted[0]}, ...)" if deleted else ""
 
 
 def in_folder(name: str) -> bool:

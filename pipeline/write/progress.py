@@ -79,10 +79,11 @@ class BuildProgress:
         elif not self.quiet:
             print(line, file=self.stream)
 
-    def close(self, destination: str, whole: bool = True) -> str:
+    def close(self, destination: str, whole: bool = True, note: str = "") -> str:
         """End the bar (so that what is printed next starts a line of its own); return (and
-        unless quiet, print) a one-line summary, after a warning if there were no samples in a
-        ``whole`` build (a part of one may fall on no shard)."""
+        unless quiet, print) a one-line summary ending with ``note`` (what else the build did),
+        after a warning if there were no samples in a ``whole`` build (a part of one may fall on
+        no shard)."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -95,6 +96,7 @@ class BuildProgress:
         if self.kept_shards and not self.shards:  # (rates of nothing written say nothing)
             line = (f"kept {self.kept_shards} shards ({self.kept_samples} samples) that an earlier run finished; "
                     f"{self.verb} none -> {destination}")
+        line += note
         if not self.quiet:
             if not self.samples + self.kept_samples and whole:  # (a part of a build may fall on no shard)
                 print(f"warning: {self.verb} 0 samples ({self.description}): the set is empty, and a loader reading "

@@ -219,10 +219,12 @@ def drop_changed_shards(target: Destination, index_name: str, plan: dict[str, st
 
 
 def remove_leftovers(target: Destination, names: list[str], every_name: list[str], index_name: str,
-                     leftovers: dict[str, str]) -> None:
+                     leftovers: dict[str, str]) -> list[str]:
     """Once the index is written: delete the ``leftovers`` (see :func:`leftover_files`; none of
     the build's shards, ``every_name``, all parts' included) and the temporary files a killed run
-    left for them and for this build's shards (``names``), then the plan, which named them until now."""
-    remove_stale_shards(target, list(leftovers), every_name)
+    left for them and for this build's shards (``names``), then the plan, which named them until now;
+    return the leftovers that were there."""
+    deleted = remove_stale_shards(target, list(leftovers), every_name)
     remove_temporary_files(target, [*names, *leftovers], index_name)
     forget_plan(target, index_name)
+    return deleted

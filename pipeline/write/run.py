@@ -43,6 +43,7 @@ from .output import (
     clear_child_sets,
     clear_other_indexes,
     clear_planned_shards,
+    deleted_note,
     hold_output,
     prepare_output,
     refuse_foreign_shards,
@@ -343,13 +344,13 @@ def build_shards(
         index = DatasetIndex(schema or {}, [result.info for result in results], pack, part_info, metadata=metadata,
                              plan=plan_digest(plan))
         where = save_index(target, index, index_name)
-        remove_stale_shards(target, old_shards + replaced, every_name)
-        remove_leftovers(target, names, every_name, index_name, leftovers)
+        deleted = remove_stale_shards(target, old_shards + replaced, every_name)
+        deleted += remove_leftovers(target, names, every_name, index_name, leftovers)
         # what a killed run (under other options) wrote beyond this build's shards: not part of the set
         stale = remove_unplanned_shards(target, prefix, names) if (resume or overwrite) and part is None else []
         if stale:
             _say(quiet, f"removed {len(stale)} shards an earlier run wrote beyond this build's ({stale[0]}, ...)")
-        progress.close(where, whole=part is None or total == 0)
+        progress.close(where, whole=part is None or total == 0, note=deleted_note(deleted))
         return index
     finally:
         if progress is not None:

@@ -33,6 +33,7 @@ from .output import (
     clear_child_sets,
     clear_other_indexes,
     clear_planned_shards,
+    deleted_note,
     hold_output,
     prepare_output,
     remove_stale_shards,
@@ -128,12 +129,12 @@ class ShardWriter:
             self._commit_shard()
             index = DatasetIndex(self._schema or {}, self._shards, self.pack)
             where = save_index(self.destination, index)
-            self._remove_replaced()
+            deleted = self._remove_replaced()
         except OSError as exc:
             raise self._stop(exc) from None
         finally:
             self.destination.close()
-        self.progress.close(where)
+        self.progress.close(where, note=deleted_note(deleted))
         if dropped:  # (raised once the set is whole: the samples before and after them are in it)
             raise SampleError(f"{self.destination}: {left_out(dropped, self.pack)}; the set is written with the others")
         return index
@@ -160,14 +161,15 @@ class ShardWriter:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _remove_replaced(self) -> None:
+    def _remove_replaced(self) -> list[str]:
         """With ``overwrite``: delete the old set's shards and a killed writer's (of this library,
-        under this prefix) that this one did not write over."""
+        under this prefix) that this one did not write over; return the old set's that it deleted."""
         if not self.overwrite:
-            return
+            return []
         written = [shard.url for shard in self._shards]
-        remove_stale_shards(self.destination, self._old_shards, written)
+        deleted = remove_stale_shards(self.destination, self._old_shards, written)
         remove_unplanned_shards(self.destination, self.prefix, written)
+        return deleted
 
     def _add(self, block: RowBlock) -> None:
         """Take ``block``; one refused (other fields, a bad or duplicate key) leaves the writer as

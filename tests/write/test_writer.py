@@ -168,8 +168,10 @@ def test_an_existing_index_is_refused_unless_overwrite_and_stale_shards_go(tmp_p
     pipeline.write_shards(tmp_path, {"v": np.arange(100)}, shard_samples=10, quiet=True)
     with pytest.raises(OutputExistsError, match="index.json already exists"):
         pipeline.write_shards(tmp_path, {"v": np.arange(100)}, quiet=True)
-    with pytest.raises(OutputExistsError, match=r"index\.json already exists; pass overwrite=True \(--overwrite\) "
-                                                r"to replace it$"):  # a ShardWriter has nothing to resume
+    with pytest.raises(OutputExistsError, match=r"index\.json already exists, the index of a set of 10 shards \(100 "
+                                                r"samples: shard-000000\.tar, \.\.\.\); pass overwrite=True "
+                                                r"\(--overwrite\) to replace it, which deletes the shards it names; "
+                                                r"to keep them"):  # a ShardWriter has nothing to resume
         with pipeline.ShardWriter(tmp_path, "shard"):
             pass
     pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
@@ -288,8 +290,8 @@ def test_overwriting_a_version_1_index_deletes_the_shards_it_named(tmp_path: Pat
     for shard in old:
         (tmp_path / shard["url"]).write_bytes(b"old")
     with pytest.raises(OutputExistsError, match=r"index\.json already exists; pass overwrite=True \(--overwrite\) "
-                                                r"to replace it$"):  # a ShardWriter has nothing to resume
-        with pipeline.ShardWriter(tmp_path, "shard"):
+                                                r"to replace it, which deletes the shards it names; to keep"):
+        with pipeline.ShardWriter(tmp_path, "shard"):  # (nothing to resume; no count of samples in it)
             pass
     pipeline.write_shards(tmp_path, {"v": np.arange(30)}, shard_samples=10, overwrite=True, quiet=True)
     assert sorted(p.name for p in tmp_path.glob("*.tar")) == [f"shard-{i:06d}.tar" for i in range(3)]
