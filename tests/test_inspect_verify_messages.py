@@ -18,6 +18,8 @@ import pytest
 import pipeline
 from pipeline.cli import main
 from pipeline.format.errors import IndexFormatError
+from pipeline.storage import folder_lock
+from pipeline.storage.indexes import NoIndexError
 from tests.images import image_folder
 
 
@@ -310,3 +312,32 @@ def test_a_builds_input_or_an_index_table_given_as_a_shard_says_what_to_pass(thr
         pipeline.make_loader(given)
     command = f"pipe:cat s/train-000000.tar && : {given}"  # (a command that may take an input and write a shard)
     assert sum(len(batch["x"]) for batch in pipeline.make_loader([command], num_workers=0)) > 0
+
+
+def test_a_folder_a_build_stopped_in_says_to_resume_it_not_to_index_it(tmp_path: Path, capsys) -> None:
+    """A build stopped part way left its plan and 3 of 5 shards: the advice was 'pipeline index
+    DIR', which made a set of the 3 (and the build's --resume then refused it)."""
+    labels = np.zeros(500)
+    labels[400] = 1.5  # (an input error in the last shards, as a kill would leave them)
+    out = tmp_path / "out"
+    with pytest.raises(pipeline.SampleError):
+        pipeline.write_shards(out, {"y": labels}, dtypes={"y": "int64"}, shard_samples=100, quiet=True)
+    stopped = (f"a build of this library stopped part way in {out}: it left its plan, .index.plan.json, and no index; "
+               f"run the same build command with --resume to finish it, or with --overwrite to build it again. To "
+               f"index the shards it finished as they are (a part of the set), delete {out / '.index.plan.json'} "
+               f"first, then 'pipeline index {out}'")
+    for command in ("inspect", "index"):
+        code, _, err = run(capsys, command, str(out))
+        assert code == 1 and stopped in err and "pipeline index' " not in err
+    with pytest.raises(NoIndexError, match=re.escape(stopped)):
+        pipeline.make_loader(out, batch_size=10)
+    held = folder_lock.take_folder_lock(out, shared=False)  # (as a build writing it now holds it)
+    try:
+        with pytest.raises(NoIndexError, match=re.escape(
+                f"{out} is being written by a build now (its plan, .index.plan.json, is there; its index is written "
+                f"last): wait for the build to end")):
+            pipeline.load_index(out)
+    finally:
+        held.release()
+    (out / ".index.plan.json").unlink()
+    assert run(capsys, "index", str(out))[0] == 0 and pipeline.load_index(out).samples == 400

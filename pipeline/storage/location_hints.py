@@ -5,14 +5,17 @@ listing and remotely by asking for each split name."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
 from ..format.index import INDEX_NAME, PART_INDEX_NAME
 from .errors import SourceError, redact
+from .folder_lock import folder_held
 from .opener import join, parent, read_range
 from .retry import RetryPolicy
 
@@ -22,6 +25,9 @@ SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 #: a mistyped path that holds sets of these names is one of splits, whose names are worth offering.
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "dev", "test", "testing", "eval",
                           "evaluation", "holdout"})
+
+#: The plan a build keeps beside its shards until it writes its index (see pipeline.write.resume).
+_PLAN = re.compile(r"\.(?P<index>index(\.part-\d+-of-\d+)?)\.plan\.json")
 
 
 def shard_sets_in(folder: str) -> list[str]:
@@ -44,6 +50,9 @@ def location_hint(path: str, patterns: bool = False) -> str:
       misspelt), not any sets that happen to lie there."""
     given_folder = os.path.isdir(path)
     if given_folder:
+        stopped = stopped_build(path)
+        if stopped:  # (its shards are part of a set: neither a set to index, nor to pass by their paths)
+            return f"; {stopped}"
         entries = [entry.name for entry in os.scandir(path)]
         shards = sum(1 for name in entries if name.endswith(SHARD_SUFFIXES))
         parts = sorted(name for name in entries if PART_INDEX_NAME.match(name))
@@ -68,6 +77,29 @@ def location_hint(path: str, patterns: bool = False) -> str:
     if not names or not (given_folder or splits):
         return ""
     return _sets_hint(folder, names, splits, os.path.join)
+
+
+def stopped_build(folder: str) -> str:
+    """For a local folder that holds a build's plan without the index it plans, what that build is
+    and what finishes it: one that stopped part way (killed, or at an input error), or one
+    writing the folder now (which holds its lock); ``""`` for any other folder. Indexing its
+    shards as they are makes a set of those it finished, and the build's resume then refuses it."""
+    try:
+        plans = sorted(name for name in os.listdir(folder) if (match := _PLAN.fullmatch(name))
+                       and not os.path.exists(os.path.join(folder, f"{match['index']}.json")))
+    except OSError:
+        return ""
+    if not plans:
+        return ""
+    held = folder_held(Path(folder))
+    if held:
+        return (f"{folder} is being written by a build now (its plan, {plans[0]}, is there; its index is written "
+                f"last): wait for the build to end")
+    unless = "" if held is False else " (unless a build is writing it now)"
+    return (f"a build of this library stopped part way in {folder}{unless}: it left its plan, {plans[0]}, and no "
+            f"index; run the same build command with --resume to finish it, or with --overwrite to build it again. "
+            f"To index the shards it finished as they are (a part of the set), delete "
+            f"{shlex.quote(os.path.join(folder, plans[0]))} first, then 'pipeline index {shlex.quote(folder)}'")
 
 
 def _sets_hint(folder: str, names: list[str], splits: bool, join_name: Callable[[str, str], str]) -> str:

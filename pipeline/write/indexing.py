@@ -26,7 +26,7 @@ from ..format.scan import scan_stream
 from ..storage import is_remote, join, open_stream, parent, redact, scheme
 from ..storage.destination import Destination, destination
 from ..storage.indexes import load_index
-from ..storage.location_hints import SHARD_SUFFIXES
+from ..storage.location_hints import SHARD_SUFFIXES, stopped_build
 from ..storage.opener import local_path
 from .engines import check_engine, open_workers
 from .output import OutputExistsError, hold_output, part_index_names, save_index
@@ -124,6 +124,16 @@ def relative_name(url: str, folder: str) -> str:
     return posixpath.relpath(path, base)
 
 
+def _refuse_stopped_builds(urls: list[str]) -> None:
+    """Refuse to index the shards of a build of this library that stopped part way (or is
+    writing them now), found by the plan it keeps in their folder (or in that of the index):
+    indexed, the shards it finished pass for a whole set, and its resume then refuses that set."""
+    for folder in sorted({parent(url) for url in urls if not is_remote(url)}):
+        stopped = stopped_build(folder or ".")
+        if stopped:
+            raise OutputExistsError(stopped)
+
+
 def _metadata_kept(target: Destination, name: str, names: list[str]) -> dict:
     """The metadata of the index ``name`` that a re-index replaces (a build's class names, by
     which mixes of sets that number classes differently are refused): the shards' bytes say
@@ -201,6 +211,7 @@ def index_shards(
     names = [relative_name(url, folder) for url in urls]  # (before the shards are read: a name may be refused)
     target = destination(folder)
     try:
+        _refuse_stopped_builds([*urls, join(folder, name)])  # (before the lock is taken: this one's is no build's)
         hold_output(target)
         if target.exists(name) and not overwrite:
             raise OutputExistsError(f"{target.url(name)} already exists; pass overwrite=True (--overwrite) to replace it")
