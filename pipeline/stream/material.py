@@ -279,9 +279,9 @@ def mix_counts(sizes: Sequence[int], weights: Sequence[float | None], samples: S
         raise ValueError(f"the sources' samples= add up to {fixed}, more than the epoch's {total}")
     share = [float(sizes[s] if weights[s] is None else weights[s]) for s in shared]
     if shared and sum(share) <= 0 and rest:
+        alone = f"give epoch_samples={fixed} for an epoch of the samples= alone, or " if fixed else "give "
         raise ValueError(f"the sources without samples= have weights (else sizes) adding up to 0, and {rest} of the "
-                         f"epoch's {total} samples are left for them: give epoch_samples={fixed} for an epoch of "
-                         f"the samples= alone, or one of them a weight above 0")
+                         f"epoch's {total} samples are left for them: {alone}one of them a weight above 0")
     if shared and rest and not math.isfinite(rest * sum(share)):
         largest = max(share)  # weights near the float limit: as shares of the largest (others as they were)
         share = [w / largest for w in share]

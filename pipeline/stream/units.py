@@ -153,20 +153,19 @@ class UnitReader:
         """The rows of each piece ``wanted``, each distinct piece read once: a small source drawn
         many times in an epoch (a curated set of 10 samples at half the weight) gives a block
         the same pieces hundreds of times, each of which was read, 50x slower than the block's
-        other rows. A repeat of a piece that lost rows under skip is read again, so that its
-        losses are counted (and stood in for) as often as it is drawn."""
+        other rows. A repeat gets copies of the first read's arrays (rows of a field of varied
+        shapes stay views of them, which a transform may change in place); one whose read holds
+        values in lists or lost records under skip (each draw's loss counted and stood in for)
+        is read again."""
         keys = [_piece_key(n, piece) for n, piece in enumerate(wanted)]
         first: dict[tuple, int] = {}
         for n, key in enumerate(keys):
             first.setdefault(key, n)
-        reads = dict(zip(first.values(), self._read_pieces([wanted[n] for n in first.values()])))
-        results = []
-        for n, key in enumerate(keys):
-            read = reads[first[key]]
-            if n != first[key] and (read is None or any(isinstance(part, int) for part in read)):
-                read = self._read_rows(*wanted[n])
-            results.append(read)
-        return results
+        results: dict[int, list[Columns | int] | None] = dict(zip(first.values(), self._read_pieces(
+            [wanted[n] for n in first.values()])))
+        again = [n for n, key in enumerate(keys) if n != first[key] and not _shareable(results[first[key]])]
+        results.update(zip(again, self._read_pieces([wanted[n] for n in again])))
+        return [results[n] if n in results else _copy_of(results[first[key]]) for n, key in enumerate(keys)]
 
     def _read_pieces(self, pieces: list[tuple]) -> list[list[Columns | int] | None]:
         if len(pieces) > 1 and self._over_network(pieces):  # requests wait on the network: keep several in flight
@@ -384,6 +383,17 @@ def _named_by_source(parts: list[Columns | int], source: str) -> list[Columns | 
     a mix, sources number their samples alike."""
     return [part if isinstance(part, int) or SAMPLE_KEY not in part else
             {**part, SAMPLE_KEY: [f"{source}/{key}" for key in part[SAMPLE_KEY]]} for part in parts]
+
+
+def _shareable(read: list[Columns | int] | None) -> bool:
+    """Whether a piece's rows may stand for a repeat of it too: all of them read, in arrays of
+    numbers (an array of objects holds the samples' own values)."""
+    return read is not None and all(isinstance(part, dict) and all(
+        isinstance(value, np.ndarray) and value.dtype != object for value in part.values()) for part in read)
+
+
+def _copy_of(read: list[Columns | int] | None) -> list[Columns | int]:
+    return [{name: value.copy() for name, value in part.items()} for part in read]  # type: ignore[union-attr]
 
 
 def _piece_key(number: int, piece: tuple) -> tuple:

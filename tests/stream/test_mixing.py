@@ -170,6 +170,8 @@ def test_counts_given_as_numpy_integers_and_a_source_switched_off_beside_them(mi
     with pytest.raises(ValueError, match=r"samples are left for them: give epoch_samples=4000 for an epoch of the "
                                          r"samples= alone, or one of them a weight above 0"):
         mixed_loader(mix, 0, weights={"medium": 0}, samples={"small": 1000, "large": 3000})  # (epoch: the sizes' sum)
+    with pytest.raises(ValueError, match=r"are left for them: give one of them a weight above 0$"):
+        mixed_loader(mix, 0, weights={"large": 0, "medium": 0, "small": 0})
 
 
 def test_sources_must_agree_on_their_fields(mix: dict[str, str], tmp_path: Path) -> None:
@@ -370,3 +372,21 @@ def test_a_small_source_drawn_many_times_reads_each_piece_once_a_block_and_count
     assert len(ids) == 6000 and 10**6 + 3 not in drawn
     assert loader.stats()["skipped_pieces"] == loader.stats()["replaced_samples"] == 200  # each of its 200 draws
     assert reads["small"] < 200 + 10 * 20  # the damaged one's draws, and each sample once a block
+
+
+def bump(sample: dict) -> dict:
+    sample["x"] += 1  # an augmentation in place
+    return sample
+
+
+def test_each_draw_of_a_repeated_sample_is_its_own_to_change_in_place(tmp_path: Path) -> None:
+    """Repeats of a piece read once shared its rows: a field of varied shapes is a list of views of
+    them, so an in-place transform added 1 to a sample 2 to 4 times."""
+    for name, n, offset in (("big", 400, 0), ("small", 5, 10**6)):
+        with ShardWriter(tmp_path / name, quiet=True) as sink:
+            for i in range(n):
+                sink.write({"i": offset + i, "x": np.zeros(3 + i % 2, np.float32)})
+    loader = make_loader({"big": tmp_path / "big", "small": tmp_path / "small"}, samples={"big": 400, "small": 200},
+                         num_workers=0, batch_size=50, seed=1, sample_transform=bump)
+    bumped = Counter(float(x.max()) for batch in loader for x in batch["x"])
+    assert bumped == {1.0: 600}
