@@ -40,6 +40,7 @@ from .material import Material, locate
 from .options import SKIP_HINT
 from .plan import RankSequence, block_range
 from .reader import Columns, read_rows, repeat_rows, stand_in
+from .repeated_pieces import read_distinct
 from .skip_log import log_skip
 from .sources import SourceSet
 from .stats import Count, ReadStats
@@ -139,7 +140,7 @@ class UnitReader:
                 if len(rows):  # read from the first row needed to the last, keep the rows needed
                     wanted.append((source, shard, lo + int(rows[0]), lo + int(rows[-1]) + 1, rows - rows[0]))
             first += hi - lo
-        results = self._read_distinct(wanted)
+        results = read_distinct(wanted, self._read_pieces)
         parts: list[Columns | int] = []
         for piece, read in zip(wanted, results):
             if read is None:
@@ -148,24 +149,6 @@ class UnitReader:
                 parts.extend(read)
         with self.stats.timing(Count.GATHER):  # joining the records' rows is a copy: the only one before the gather
             return stand_in(parts)
-
-    def _read_distinct(self, wanted: list[tuple]) -> list[list[Columns | int] | None]:
-        """The rows of each piece ``wanted``, each distinct piece read once: a small source drawn
-        many times in an epoch (a curated set of 10 samples at half the weight) gives a block
-        the same pieces hundreds of times, each of which was read, 50x slower than the block's
-        other rows. A repeat gets copies of the first read's arrays (rows of a field of varied
-        shapes stay views of them, which a transform may change in place); one whose read holds
-        values in lists or lost records under skip (each draw's loss counted and stood in for)
-        is read again."""
-        keys = [_piece_key(n, piece) for n, piece in enumerate(wanted)]
-        first: dict[tuple, int] = {}
-        for n, key in enumerate(keys):
-            first.setdefault(key, n)
-        results: dict[int, list[Columns | int] | None] = dict(zip(first.values(), self._read_pieces(
-            [wanted[n] for n in first.values()])))
-        again = [n for n, key in enumerate(keys) if n != first[key] and not _shareable(results[first[key]])]
-        results.update(zip(again, self._read_pieces([wanted[n] for n in again])))
-        return [results[n] if n in results else _copy_of(results[first[key]]) for n, key in enumerate(keys)]
 
     def _read_pieces(self, pieces: list[tuple]) -> list[list[Columns | int] | None]:
         if len(pieces) > 1 and self._over_network(pieces):  # requests wait on the network: keep several in flight
@@ -383,24 +366,6 @@ def _named_by_source(parts: list[Columns | int], source: str) -> list[Columns | 
     a mix, sources number their samples alike."""
     return [part if isinstance(part, int) or SAMPLE_KEY not in part else
             {**part, SAMPLE_KEY: [f"{source}/{key}" for key in part[SAMPLE_KEY]]} for part in parts]
-
-
-def _shareable(read: list[Columns | int] | None) -> bool:
-    """Whether a piece's rows may stand for a repeat of it too: all of them read, in arrays of
-    numbers (an array of objects holds the samples' own values)."""
-    return read is not None and all(isinstance(part, dict) and all(
-        isinstance(value, np.ndarray) and value.dtype != object for value in part.values()) for part in read)
-
-
-def _copy_of(read: list[Columns | int] | None) -> list[Columns | int]:
-    return [{name: value.copy() for name, value in part.items()} for part in read]  # type: ignore[union-attr]
-
-
-def _piece_key(number: int, piece: tuple) -> tuple:
-    """What a piece (``source, shard, start, stop, rows``) of a block is read as: its range, where
-    it keeps all of it (a repeat reads the same), else its place among the pieces (its own)."""
-    source, shard, start, stop, rows = piece
-    return (source, shard, start, stop) if rows is None or len(rows) == stop - start else (number,)
 
 
 def _blocks_of(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
