@@ -151,6 +151,7 @@ class UnitReader:
             return stand_in(parts)
 
     def _read_pieces(self, pieces: list[tuple]) -> list[list[Columns | int] | None]:
+        """The rows of each piece, read in turn, or over the network several at once."""
         if len(pieces) > 1 and self._over_network(pieces):  # requests wait on the network: keep several in flight
             # each request in a copy of this thread's context: it gives up when this read is abandoned
             futures = [_request_pool().submit(copy_context().run, self._read_rows, *piece) for piece in pieces]
