@@ -211,7 +211,8 @@ def opencv_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarr
     if size is not None:
         _, _, box_w, box_h = box_of(*size)
         reduce = next((r for r in (8, 4, 2) if min(box_w / width, box_h / height) >= r), 1)
-    flags = _REDUCED[reduce] if reduce > 1 else cv2.IMREAD_COLOR_RGB
+    rgb = getattr(cv2, "IMREAD_COLOR_RGB", None) if reduce == 1 else None  # (OpenCV 4.11 on; else read as BGR)
+    flags = _REDUCED[reduce] if reduce > 1 else cv2.IMREAD_COLOR if rgb is None else rgb
     try:  # EXIF orientation is ignored, as Pillow (and so torchvision's ImageFolder) ignores it
         image = cv2.imdecode(np.frombuffer(data, np.uint8), flags | cv2.IMREAD_IGNORE_ORIENTATION) if len(data) else None
     except cv2.error as exc:
@@ -230,7 +231,7 @@ def opencv_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarr
     # 3x the cost: measured 550 against 165 us an image from 375 to 224 pixels)
     shrink = min(box_w / width, box_h / height)
     out = cv2.resize(box, (width, height), interpolation=cv2.INTER_AREA if shrink >= 2 else cv2.INTER_LINEAR)
-    return out if reduce == 1 else cv2.cvtColor(out, cv2.COLOR_BGR2RGB)  # the reduced reads give BGR only
+    return out if rgb is not None else cv2.cvtColor(out, cv2.COLOR_BGR2RGB)  # the reduced reads give BGR only
 
 
 def pillow_decode(data: Any, box_of: BoxOf, width: int, height: int) -> np.ndarray:

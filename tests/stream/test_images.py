@@ -41,6 +41,20 @@ def test_a_center_crop_matches_pillow_cropping_and_resizing_the_same_box(backend
     assert not failed and np.abs(out[0].astype(int) - reference).mean() < 3
 
 
+def test_opencv_before_4_11_decodes_full_scale_images_in_rgb_too(monkeypatch) -> None:
+    """OpenCV 4.10, which the images extra allows, has no IMREAD_COLOR_RGB: every image decoded at
+    full scale was an AttributeError."""
+    import cv2
+
+    pictures = [encoded(photo(60, 80), "PNG"), encoded(photo(70, 50), "JPEG")]
+    spec = Images(32, backend="opencv")
+    expected, failed = decode(spec, pictures)
+    assert not failed
+    monkeypatch.delattr(cv2, "IMREAD_COLOR_RGB")
+    out, failed = decode(spec, pictures)
+    assert not failed and np.array_equal(out, expected)
+
+
 def test_random_boxes_keep_their_area_and_aspect_within_bounds_and_fall_back_to_a_centred_box() -> None:
     spec = Images(32, crop="random", scale=(0.25, 0.5), ratio=(0.5, 2.0))
     draws = uniforms(np.arange(500, dtype=np.uint64), 41)
