@@ -5,8 +5,8 @@ or a URL of fsspec's (``gs://``, ``hf://``) that names no shard (``.tar``, ``.ta
 ``http(s)`` URL whose last name has no suffix, finds the ``index.json`` under it), a
 brace pattern (``shards/train/train-{000000..000031}.tar``, local or URLs) or a list of shard
 URLs. A pattern or list whose
-shards are all named by the ``index.json`` beside them is read through that index (exact
-epochs); otherwise the shards are *foreign* and stream without one.
+shards are all named by the ``index.json`` beside them is read through that index, in its
+order (exact epochs); otherwise the shards are *foreign* and stream without one.
 """
 
 from __future__ import annotations
@@ -182,7 +182,10 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
         position = {_shard_key(indexed.url(i)): i for i in range(len(indexed.shards))}
         wanted = [position.get(_shard_key(u)) for u in urls]
         if all(i is not None for i in wanted):
-            subset = DatasetIndex(indexed.index.fields, indexed.shards.take(wanted), indexed.index.pack,
+            # in the index's order: the plan is the same whatever order the list came in (nodes that each
+            # glob their own copy list it in their file system's order, and their ranks' samples overlapped)
+            chosen = sorted(i for i in wanted if i is not None)
+            subset = DatasetIndex(indexed.index.fields, indexed.shards.take(chosen), indexed.index.pack,
                                   metadata=indexed.index.metadata)  # type: ignore[arg-type]
             return IndexedShards(subset, indexed.base, indexed.index_url)
     for url in urls:

@@ -285,6 +285,26 @@ def test_a_checkpoint_of_other_data_or_of_a_mix_says_so(shards: Path, tmp_path: 
         loader.load_state_dict(mixed.state_dict())
 
 
+def test_a_list_of_indexed_shards_in_any_order_gives_the_epochs_of_the_index_s_order(shards: Path) -> None:
+    """Nodes that glob their own copies list the shards in their file systems' orders: the plans
+    differed, so under DDP a quarter of the epoch came twice and another never, and a checkpoint
+    was refused on the other node as other data."""
+    listed = sorted(str(path) for path in shards.glob("*.tar"))
+    def loader(source):
+        return make_loader(source, num_workers=0, batch_size=16, seed=3, world_size=2, rank=1)
+
+    epochs = [[batch["y"].tolist() for batch in loader(order)]
+              for order in (shards, listed, listed[::-1], listed[1::2] + listed[::2])]
+    assert epochs[0] == epochs[1] == epochs[2] == epochs[3]
+    stopped = loader(listed[::-1])
+    for number, _ in enumerate(stopped):
+        if number == 1:
+            break
+    resumed = loader(listed)
+    resumed.load_state_dict(stopped.state_dict())  # (mid-epoch: on the same data only)
+    assert [batch["y"].tolist() for batch in resumed] == epochs[0][2:]
+
+
 def test_a_pattern_with_a_shard_the_index_lacks_warns_that_it_streams_without_the_index(shards: Path,
                                                                                           tmp_path: Path) -> None:
     folder = Path(shutil.copytree(shards, tmp_path / "more"))
