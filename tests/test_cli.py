@@ -96,7 +96,7 @@ def test_a_second_build_into_a_set_says_what_overwrite_deletes_and_how_to_keep_b
             f"'{tmp_path / 'set'}', 'new': 'OTHER_FOLDER'}}) (README: Mixing shard sets)") in refused.stderr
     replaced = run_cli(*week, "--prefix", "week2", "--overwrite")
     assert replaced.returncode == 0
-    assert "-> " + str(tmp_path / "set" / "index.json") + "; deleted 5 shards of the build it replaced " \
+    assert "-> " + str(tmp_path / "set" / "index.json") + "; deleted 5 shards of an earlier build " \
         "(week1-000000.tar, ...)" in replaced.stderr
 
 

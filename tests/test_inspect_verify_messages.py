@@ -322,7 +322,8 @@ def test_a_folder_a_build_stopped_in_says_to_resume_it_not_to_index_it(tmp_path:
     out = tmp_path / "out"
     with pytest.raises(pipeline.SampleError):
         pipeline.write_shards(out, {"y": labels}, dtypes={"y": "int64"}, shard_samples=100, quiet=True)
-    stopped = (f"a build of this library stopped part way in {out}: it left its plan, .index.plan.json, and no index; "
+    stopped = (f"a build of this library stopped part way in {out} (unless a build is writing it now, on another "
+               f"machine or one whose lock this system cannot see): it left its plan, .index.plan.json, and no index; "
                f"run the same build command with --resume to finish it, or with --overwrite to build it again. To "
                f"index the shards it finished as they are (a part of the set), delete {out / '.index.plan.json'} "
                f"first, then 'pipeline index {out}'")

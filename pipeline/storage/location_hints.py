@@ -27,7 +27,7 @@ SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "dev
                           "evaluation", "holdout"})
 
 #: The plan a build keeps beside its shards until it writes its index (see pipeline.write.resume).
-_PLAN = re.compile(r"\.(?P<index>index(\.part-\d+-of-\d+)?)\.plan\.json")
+_PLAN = re.compile(r"\.(?P<index>index(?P<part>\.part-\d+-of-\d+)?)\.plan\.json")
 
 
 def shard_sets_in(folder: str) -> list[str]:
@@ -84,9 +84,11 @@ def stopped_build(folder: str) -> str:
     and what finishes it: one that stopped part way (killed, or at an input error), or one
     writing the folder now (which holds its lock); ``""`` for any other folder. Indexing its
     shards as they are makes a set of those it finished, and the build's resume then refuses it."""
+    whole = os.path.exists(os.path.join(folder, "index.json"))  # (a part's plan beside it: of a build it replaced)
     try:
         plans = sorted(name for name in os.listdir(folder) if (match := _PLAN.fullmatch(name))
-                       and not os.path.exists(os.path.join(folder, f"{match['index']}.json")))
+                       and not os.path.exists(os.path.join(folder, f"{match['index']}.json"))
+                       and not (whole and match["part"]))
     except OSError:
         return ""
     if not plans:
@@ -95,7 +97,7 @@ def stopped_build(folder: str) -> str:
     if held:
         return (f"{folder} is being written by a build now (its plan, {plans[0]}, is there; its index is written "
                 f"last): wait for the build to end")
-    unless = "" if held is False else " (unless a build is writing it now)"
+    unless = " (unless a build is writing it now, on another machine or one whose lock this system cannot see)"
     return (f"a build of this library stopped part way in {folder}{unless}: it left its plan, {plans[0]}, and no "
             f"index; run the same build command with --resume to finish it, or with --overwrite to build it again. "
             f"To index the shards it finished as they are (a part of the set), delete "

@@ -88,7 +88,7 @@ def _set_size(destination: Destination, name: str) -> str:
     except (IndexFormatError, OSError, ValueError, KeyError, TypeError):  # (unreadable, or of another version)
         return ""
     first = f": {shards[0]}, ..." if len(shards) else ""
-    return f", the index of a set of {len(shards)} shards ({samples:,} samples{first})"
+    return f", the index of a set of {_shards(len(shards))} ({samples:,} samples{first})"
 
 
 def indexed_shards(destination: Destination, name: str) -> list[str]:
@@ -248,8 +248,13 @@ def remove_stale_shards(destination: Destination, old_shards: list[str], written
 
 
 def deleted_note(deleted: list[str]) -> str:
-    """What a build's summary says of the shards of the build it replaced that it deleted."""
-    return f"; deleted {len(deleted)} shards of the build it replaced ({deleted[0]}, ...)" if deleted else ""
+    """What a build's summary says of the shards of an earlier build (one it replaced, or a
+    stopped run's) that it deleted."""
+    return f"; deleted {_shards(len(deleted))} of an earlier build ({deleted[0]}, ...)" if deleted else ""
+
+
+def _shards(count: int) -> str:
+    return f"{count} shard{'' if count == 1 else 's'}"
 
 
 def in_folder(name: str) -> bool:

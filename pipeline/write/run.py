@@ -35,11 +35,11 @@ from ..interrupts import held_ctrl_c
 from ..storage.destination import Destination, destination
 from ..storage.errors import RetriesSpent, SourceError
 from ..storage.opener import scheme
+from .build_options import check_build_options
 from .casting import CastSource
-from .engines import check_engine, open_workers
+from .engines import open_workers
 from .fixed_records import build_records, fixed_layout
 from .output import (
-    check_prefix,
     clear_child_sets,
     clear_other_indexes,
     clear_planned_shards,
@@ -69,7 +69,7 @@ from .resume import (
 from .rows import encode_records
 from .shard_file import ShardFile
 from .shard_sizes import warn_of_shard_sizes
-from .source import DEFAULT_SHARD_BYTES, Source, check_limits, read_rows, resolve_pack
+from .source import DEFAULT_SHARD_BYTES, Source, read_rows, resolve_pack
 from .unique_keys import ShardKeys, refuse_repeated_keys
 
 _CHUNK_BYTES = 16 << 20
@@ -277,16 +277,9 @@ def build_shards(
     ``workers`` processes, in ``executor``, or on Dask (``engine="dask"``: a cluster of
     ``workers`` local processes, or the one at ``scheduler``).
     """
-    check_prefix(prefix)
-    if part is not None and not isinstance(part, Part):
-        raise TypeError(f"part takes pipeline.Part(I, N), part I of N counting from 0, e.g. Part(0, 4); got {part!r}")
-    check_limits(shard_samples, shard_bytes, workers)
-    check_engine(engine, scheduler, executor)
-    if resume and overwrite:
-        raise ValueError("resume keeps what a killed build wrote, overwrite replaces it: give one of them")
-    if resume and scheme(os.fspath(out_dir)) != "file":
-        raise ValueError(f"{os.fspath(out_dir)}: resume works on local folders; build again with "
-                         f"overwrite=True (--overwrite) instead, which writes every shard")
+    check_build_options(out_dir, prefix, shard_samples=shard_samples, shard_bytes=shard_bytes, pack=pack, dtypes=dtypes,
+                        workers=workers, part=part, overwrite=overwrite, resume=resume, executor=executor,
+                        engine=engine, scheduler=scheduler)
     metadata = dict(source.metadata or {})
     if dtypes:
         source = CastSource(source, dtypes)

@@ -113,11 +113,15 @@ def resolve_pack(pack: int | str, source: Source) -> int:
     fill about :data:`AUTO_RECORD_BYTES`, but no more than give the set :data:`AUTO_MIN_RECORDS`
     records (1 for larger samples, and for samples whose shapes may differ, which cannot share
     a record)."""
+    check_pack(pack)
     if pack != "auto":
-        if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
-            raise ValueError(f"pack must be 'auto' or an integer >= 1, got {pack!r}")
-        return pack
+        return pack  # type: ignore[return-value]
     return auto_pack(source) if source.fixed_shape else 1
+
+
+def check_pack(pack: int | str) -> None:
+    if pack != "auto" and (isinstance(pack, bool) or not isinstance(pack, int) or pack < 1):
+        raise ValueError(f"pack must be 'auto' or an integer >= 1, got {pack!r}")
 
 
 def auto_pack(source: Source) -> int:

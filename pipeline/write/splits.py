@@ -19,7 +19,8 @@ from ..format.numbers import is_whole
 from ..storage import join
 from ..storage.destination import destination
 from ..storage.opener import scheme
-from .output import clear_child_sets, clear_split_parent, hold_output, prepare_output, remove_stale_shards
+from .build_options import check_build_options
+from .output import clear_child_sets, clear_split_parent, hold_output, prepare_output
 from .resume import FinishedOtherRows, leftover_files, record_plan
 from .rows import RowBlock
 from .run import build_shards
@@ -170,6 +171,8 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
         clear_child_sets(parent, bool(options.get("overwrite")), list(sources))
         index = INDEX_NAME if part is None else part_index_name(part.index, part.count)  # (a part's own index)
         if options.get("overwrite"):
+            for name in sources:  # (before the old splits go: an option refused then would have lost them)
+                check_build_options(join(os.fspath(out_dir), name), name, **options)
             _retire_splits(os.fspath(out_dir), list(sources), index, part is not None)
         stopped = bool(options.get("resume")) and not all(parent.exists(f"{name}/{index}") for name in sources)
         indexes = {name: _build_split(source, join(os.fspath(out_dir), name), name, stopped, options)
@@ -185,7 +188,8 @@ def _retire_splits(out_dir: str, splits: list[str], index: str, part: bool) -> N
     build that stops in one split leaves no finished set of the old build beside the new splits
     (a loader would read both, and a resume keep the old one). In a local folder a plan first
     names the old set's shards as none of the new build's: they go once the split's new index is
-    written, or with the resume of a build killed before; elsewhere (no plan there) they go now."""
+    written, or with the resume of a build killed before; elsewhere (no plan there) the split's
+    build deletes them once its index is written (its prefix's shards it does not write)."""
     for name in splits:
         target = destination(join(out_dir, name))
         try:
@@ -194,9 +198,7 @@ def _retire_splits(out_dir: str, splits: list[str], index: str, part: bool) -> N
             hold_output(target, part)
             if scheme(out_dir) == "file":
                 record_plan(target, index, leftover_files(target, index, True, ()))
-                prepare_output(target, True, index)
-            else:
-                remove_stale_shards(target, prepare_output(target, True, index), ())
+            prepare_output(target, True, index)
         finally:
             target.close()
 

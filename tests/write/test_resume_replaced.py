@@ -175,3 +175,30 @@ def test_a_split_build_replaced_with_overwrite_that_stops_in_one_split_leaves_no
         {"train": {1}, "validation": {1}}
     assert sorted(p.name for p in (out / "validation").iterdir()) == ["index.bin", "index.json", "validation-000000.tar",
                                                                      "validation-000001.tar"]
+
+
+@pytest.mark.parametrize("bad", [{"dtypes": {"y": "notatype"}}, {"engine": "nope"}, {"workers": 0}])
+def test_a_split_overwrite_refused_for_its_options_keeps_the_old_splits(tmp_path: Path, bad: dict) -> None:
+    """The old splits were retired before the options were checked: a mistyped --dtype lost the
+    set it was to replace (on S3, every shard of it)."""
+    out, options = tmp_path / "out", dict(validation=0.2, seed=0, **OPTIONS)
+    pipeline.write_shards(out, {"y": np.arange(500)}, **options)
+    with pytest.raises((ValueError, TypeError)):
+        pipeline.write_shards(out, {"y": np.arange(500)}, overwrite=True, **{**options, **bad})
+    assert {split: len(read_back(out / split)[0]) for split in ("train", "validation")} == \
+        {"train": 400, "validation": 100}
+
+
+def test_a_stopped_plan_deletes_shards_only_and_a_parts_plan_beside_a_whole_index_is_stale(tmp_path: Path,
+                                                                                           capsys) -> None:
+    """A plan naming index.json (hand-edited, damaged) had the build delete its own new index;
+    a killed part's plan beside the index of a whole build made of the folder a stopped build."""
+    from pipeline.cli import main
+
+    out = tmp_path / "out"
+    pipeline.write_shards(out, {"y": np.arange(300)}, **OPTIONS)
+    (out / ".index.plan.json").write_text('{"index.json": "", "index.bin": "", "shard-000002.tar": ""}')
+    pipeline.write_shards(out, {"y": np.arange(200)}, overwrite=True, **OPTIONS)
+    assert sorted(p.name for p in out.iterdir()) == ["index.bin", "index.json", "shard-000000.tar", "shard-000001.tar"]
+    (out / ".index.part-00001-of-00002.plan.json").write_text("{}")
+    assert main(["index", str(out), "--overwrite", "--quiet"]) == 0 and pipeline.load_index(out).samples == 200
