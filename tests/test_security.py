@@ -192,6 +192,10 @@ def test_merge_index_writes_only_its_output(tmp_path: Path) -> None:
     pipeline.merge_index_files([tmp_path / "parts"], tmp_path / "merged" / "all.json")
     assert {p.parent for p in files_under(tmp_path) - before} == {tmp_path / "merged"}
     assert pipeline.load_index(tmp_path / "merged" / "all.json").samples == 40
+    assert not list((tmp_path / "parts").glob("index.part-*"))  # merged: removed
+    for i in range(2):
+        pipeline.write_shards(tmp_path / "parts", {"x": np.arange(40)}, shard_samples=10, part=Part(i, 2), quiet=True,
+                              overwrite=True)
     marker = tmp_path / "marker"
     for part in (tmp_path / "parts").glob("index.part-*.json"):
         part.write_text(part.read_text().replace("shard-", f"pipe:touch {marker} #://"))

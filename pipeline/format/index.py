@@ -302,7 +302,8 @@ def merge_indexes(parts: Iterable[DatasetIndex]) -> DatasetIndex:
         assert info is not None
         if info.total_shards != total:
             raise IndexFormatError(f"part {info.index} belongs to a build of {info.total_shards} shards, part 0 "
-                                   f"to one of {total}: parts of different builds")
+                                   f"to one of {total}: parts of different builds; build the parts of the one you "
+                                   f"do not mean again as the others were, with --overwrite")
         expected = len(part_shard_range(total, info.index, count))
         if len(p.shards) != expected:
             raise IndexFormatError(f"part {info.index} holds {len(p.shards)} shards, its share of the build "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..format.errors import IndexFormatError
-from ..format.index import INDEX_NAME, PART_INDEX_NAME, DatasetIndex, merge_indexes
+from ..format.index import INDEX_NAME, PART_INDEX_NAME, DatasetIndex, merge_indexes, table_name_for
 from ..storage import join, scheme
 from ..storage.destination import Destination, destination
 from ..storage.indexes import open_index
@@ -30,8 +30,16 @@ def find_part_indexes(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[Des
         found.extend((place, name) for name in part_index_names(place))
     if not found:
         places = ", ".join(map(os.fspath, paths))
-        raise IndexFormatError(f"no partial indexes (index.part-*-of-*.json) in {places}{_splits_hint(paths)}")
+        raise IndexFormatError(f"no partial indexes (index.part-*-of-*.json) in {places}{_merged_hint(paths)}"
+                               f"{_splits_hint(paths)}")
     return found
+
+
+def _merged_hint(paths: Sequence[str | os.PathLike[str]]) -> str:
+    """Why a folder merged before holds no partial indexes now: merging removed them."""
+    merged = [Path(location) / INDEX_NAME for location in map(os.fspath, paths)
+              if scheme(location) == "file" and (Path(location) / INDEX_NAME).is_file()]
+    return f"; {merged[0]} is there: merge-index removes the partial indexes it joins" if merged else ""
 
 
 def _splits_hint(paths: Sequence[str | os.PathLike[str]]) -> str:
@@ -80,15 +88,48 @@ def merge_index_files(paths: Sequence[str | os.PathLike[str]],
     if target.exists(name) and not overwrite:
         raise OutputExistsError(f"{target.url(name)} already exists; pass overwrite=True (--overwrite) to replace it")
     out_folder = str(target).rstrip("/")
-    parts: dict[str, DatasetIndex] = {}
-    for place, part_name in parts_found:
-        part = open_index(place.url(part_name)).index
-        part.shards = part.shards.renamed(lambda folder, place=place: relative_name(join(str(place), folder), out_folder))
-        parts[place.url(part_name)] = part
-    _refuse_other_builds(parts)
-    index = merge_indexes(parts.values())
-    target.prepare()
+    held = _hold_part_folders(parts_found)
     try:
-        return index, save_index(target, index, name)
+        parts: dict[str, DatasetIndex] = {}
+        for place, part_name in parts_found:
+            part = open_index(place.url(part_name)).index
+            part.shards = part.shards.renamed(
+                lambda folder, place=place: relative_name(join(str(place), folder), out_folder))
+            parts[place.url(part_name)] = part
+        _refuse_other_builds(parts)
+        index = merge_indexes(parts.values())
+        target.prepare()
+        saved = save_index(target, index, name)
+        _retire_parts(parts_found)
+        return index, saved
     finally:
         target.close()  # an S3 prefix's staging folder: the table passed through it
+        for place in held:
+            place.close()
+
+
+def _hold_part_folders(parts: list[tuple[Destination, str]]) -> list[Destination]:
+    """Lock each local folder of ``parts`` against builds until the merge ends: a part being built
+    again could save its index after the merge read its old one, and the merge would then join the
+    old one and remove the new one with those it joined. Returns the folders held."""
+    held: dict[str, Destination] = {}
+    for place, _ in parts:
+        key = os.path.realpath(place.folder) if scheme(str(place)) == "file" else str(place)
+        if key in held:
+            continue
+        if not place.hold():
+            for other in held.values():
+                other.close()
+            raise OutputExistsError(f"{place} is being written by a build now (a part still running?): merge its "
+                                    f"parts once they have all ended")
+        held[key] = place
+    return list(held.values())
+
+
+def _retire_parts(parts: list[tuple[Destination, str]]) -> None:
+    """Delete the partial indexes (and their shard tables) merged into the index just saved, which
+    holds all they held: left, a later build in parts whose part did not run (a failed job) would
+    be merged with this build's part, of older data, where the part must be reported missing."""
+    for place, name in parts:
+        place.delete(name)
+        place.delete(table_name_for(name))

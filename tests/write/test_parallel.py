@@ -70,7 +70,9 @@ def test_parts_of_different_builds_are_not_merged(tmp_path: Path, npy_inputs) ->
     for i in (0, 1):
         pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(i, 3), **OPTIONS)
     pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(2, 3), **dict(OPTIONS, shard_bytes=20 << 10))
-    with pytest.raises(IndexFormatError, match=r"part 2 belongs to a build of \d+ shards, part 0 to one of \d+"):
+    with pytest.raises(IndexFormatError, match=r"part 2 belongs to a build of \d+ shards, part 0 to one of \d+: "
+                       r"parts of different builds; build the parts of the one you do not mean again as the others "
+                       r"were, with --overwrite"):
         pipeline.merge_index_files([tmp_path / "p"])
 
 

@@ -102,3 +102,46 @@ def test_an_index_another_part_took_away_meanwhile_is_no_error(tmp_path: Path) -
     (tmp_path / "index.json").write_text("{}")
     assert clear_other_indexes(GoneWhenRead(tmp_path), part_index_name(0, 2), overwrite=True) == []
     assert not (tmp_path / "index.json").exists()
+
+
+def test_merge_index_removes_the_parts_it_joined_so_a_part_not_built_again_is_missing(tmp_path: Path) -> None:
+    """A set built in 4 parts and merged every week: this week part 2's job failed, and
+    merge-index joined last week's part 2 (old labels) with the other parts, exit status 0."""
+    out = tmp_path / "out"
+
+    def week(label: int, parts: tuple[int, ...], overwrite: bool) -> None:
+        arrays = {"x": np.arange(400), "y": np.full(400, label)}
+        for i in parts:
+            pipeline.write_shards(out, arrays, part=Part(i, 4), shard_samples=50, overwrite=overwrite, **OPTIONS)
+
+    week(0, (0, 1, 2, 3), overwrite=False)
+    pipeline.merge_index_files([out])
+    assert not list(out.glob("index.part-*")) and pipeline.load_index(out).samples == 400
+    with pytest.raises(IndexFormatError, match=re.escape(
+            f"no partial indexes (index.part-*-of-*.json) in {out}; {out / 'index.json'} is there: merge-index "
+            f"removes the partial indexes it joins")):
+        pipeline.merge_index_files([out], overwrite=True)
+    week(1, (0, 1, 3), overwrite=True)
+    with pytest.raises(IndexFormatError, match=re.escape("missing parts [2], found [0, 1, 3]")):
+        pipeline.merge_index_files([out])
+    week(1, (2,), overwrite=True)  # (last week's part 2 shards are there, named by no index)
+    pipeline.merge_index_files([out])
+    assert {int(y) for y in read_back(out)[1]["y"]} == {1}
+
+
+def test_merge_index_is_refused_while_a_part_is_being_built(arrays, tmp_path: Path) -> None:
+    """A part still writing could save its index after merge-index read the folder: merging then
+    would join it half-built, and removing the merged parts could take away its fresh index."""
+    from pipeline.storage.folder_lock import take_folder_lock
+
+    out = tmp_path / "out"
+    for i in range(2):
+        pipeline.write_shards(out, arrays, part=Part(i, 2), shard_samples=500, **OPTIONS)
+    lock = take_folder_lock(out, shared=True)  # (a part build's lock)
+    with pytest.raises(OutputExistsError, match=re.escape(
+            f"{out} is being written by a build now (a part still running?): merge its parts once they have all "
+            f"ended")):
+        pipeline.merge_index_files([out])
+    lock.release()
+    assert len(list(out.glob("index.part-*.json"))) == 2 and not (out / "index.json").exists()
+    pipeline.merge_index_files([out])
