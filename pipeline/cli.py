@@ -89,11 +89,11 @@ def _cmd_joblib(args: argparse.Namespace) -> None:
     if len(fields) != 2 or not all(fields) or fields[0] == fields[1]:
         raise SystemExit(f"error: --fields takes two different names, e.g. x,y, got {args.fields!r}")
     build_joblib(args.folder, args.out, fields=fields, batch_size=args.batch_size,  # type: ignore[arg-type]
-                 lists=args.lists, **_options(args))
+                 lists=args.lists, classes=_classes(args), **_options(args))
 
 
 def _cmd_files(args: argparse.Namespace) -> None:
-    build_sample_files(args.root, args.labels, args.partition, args.out, **_options(args))
+    build_sample_files(args.root, args.labels, args.partition, args.out, classes=_classes(args), **_options(args))
 
 
 def _cmd_folder(args: argparse.Namespace) -> None:
@@ -104,9 +104,21 @@ def _cmd_imagefolder(args: argparse.Namespace) -> None:
     if args.quality is not None and args.max_side is None:  # (told in the options' own names)
         raise ValueError(f"--quality {args.quality} is the JPEG quality of the images --max-side shrinks: give "
                          f"--max-side too (without it, images are stored as they are)")
-    build_imagefolder(args.root, args.out, max_side=args.max_side, quality=args.quality,
-                      classes=None if args.classes is None else [name.strip() for name in args.classes.split(",")],
+    build_imagefolder(args.root, args.out, max_side=args.max_side, quality=args.quality, classes=_classes(args),
                       **_options(args))
+
+
+def _classes_option(command: argparse.ArgumentParser, found: str) -> None:
+    """``--classes A,B,C``: the class list labels that are names number, in place of the ``found``
+    names sorted, so that a later set (a test folder lacking a class, a week adding one) is
+    numbered as the first was."""
+    command.add_argument("--classes", metavar="A,B,C", help=f"the class list labels number (default: {found}, "
+                                                            f"sorted), e.g. the training set's metadata['classes']")
+
+
+def _classes(args: argparse.Namespace) -> list[str] | None:
+    """The names ``--classes`` lists (``None`` where it was not given)."""
+    return None if args.classes is None else [name.strip() for name in args.classes.split(",")]
 
 
 def _table_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -208,6 +220,7 @@ def _add_build_commands(commands: Any) -> None:
     joblib.add_argument("--lists", choices=LISTS,
                         help="how a list of arrays that are not batches of B rows is read: each array a batch of "
                              "samples, or one sample (labels that are arrays: one-hot rows, a sequence's tags)")
+    _classes_option(joblib, "the class names found in the y files")
     joblib.set_defaults(run=_cmd_joblib)
     files = _command(layouts, "files", "from one <root>/<ID>.pt or .npy file per sample, with labels and a partition",
                      "  pipeline build files data/ shards --labels labels.json --partition partition.json\n"
@@ -218,6 +231,7 @@ def _add_build_commands(commands: Any) -> None:
     files.add_argument("--labels", required=True, metavar="JSON", help='JSON file {"ID": label}')
     files.add_argument("--partition", required=True, metavar="JSON",
                        help='JSON file {"train": [IDs], "validation": [IDs]} (any split names)')
+    _classes_option(files, "the class names the labels hold")
     files.set_defaults(run=_cmd_files)
     folder = _command(layouts, "folder", "from files grouped by stem (0001.jpg + 0001.json -> one sample)",
                       "  pipeline build folder images/ shards --validation 0.05\n"
@@ -236,8 +250,7 @@ def _add_build_commands(commands: Any) -> None:
                         help="shrink images whose longer side is larger, re-encoded as JPEG (default: bytes kept)")
     images.add_argument("--quality", type=values.percent,
                         help="JPEG quality of the images --max-side shrinks (default 90)")
-    images.add_argument("--classes", metavar="A,B,C", help="the class list labels number (default: the class folders "
-                                                          "found, sorted), e.g. the training set's for a test folder")
+    _classes_option(images, "the class folders found")
     images.set_defaults(run=_cmd_imagefolder)
     parquet = _command(layouts, "parquet", "from Parquet files: a row is a sample, a column a field (needs pyarrow)",
                        "  pipeline build parquet table.parquet shards --validation 0.1\n"

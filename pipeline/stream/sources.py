@@ -243,8 +243,9 @@ def _refuse_other_classes(shards: Mapping[str, IndexedShards]) -> None:
                         f"sources {first!r} and {name!r} number their classes differently: {field}label {label} "
                         f"is {first_classes[label]!r} in {first!r} and {classes[label]!r} in {name!r} ({first!r}: "
                         f"{first_classes}, {name!r}: {classes}); build them with one class list "
-                        f"(build_imagefolder(..., classes=[...]), pipeline build imagefolder --classes a,b,c; a "
-                        f"datasets ClassLabel column: Dataset.align_labels_with_mapping before saving)")
+                        f"(classes=[...] of build_imagefolder, build_sample_files or build_joblib; --classes a,b,c "
+                        f"of pipeline build imagefolder, files or joblib; a datasets ClassLabel column: "
+                        f"Dataset.align_labels_with_mapping before saving)")
 
 
 def _class_lists(classes: Any) -> dict[str, list]:

@@ -17,6 +17,7 @@ from ..format.index import DatasetIndex
 from .run import build_shards
 from .source import Source, advise_pack
 from .sources.arrays import ArraySource, open_npz
+from .sources.class_list import given_classes
 from .sources.folder import FolderSource
 from .sources.image_folder import ImageFolderSource, split_folders
 from .sources.joblib_batches import JoblibBatchSource
@@ -64,27 +65,30 @@ def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], pre
 
 def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
                  fields: tuple[str, str] = ("x", "y"), batch_size: int | None = None, lists: str | None = None,
-                 **options: Any) -> BuildResult:
+                 classes: Sequence[str] | None = None, **options: Any) -> BuildResult:
     """Convert ``x_<B>.job``/``y_<B>.job`` files (trusted input only: they are pickles);
     ``batch_size=B`` picks the pair of one run of the batch recipe; ``lists="batches"`` or
     ``"samples"`` reads lists of arrays that are no batches of ``B`` (see
-    :class:`~pipeline.write.sources.joblib_batches.JoblibBatchSource`)."""
-    return build_dataset(JoblibBatchSource(folder, fields, batch_size, lists), out_dir, prefix, **options)
+    :class:`~pipeline.write.sources.joblib_batches.JoblibBatchSource`); ``classes`` numbers
+    labels that are class names by that list, not the names found sorted."""
+    return build_dataset(JoblibBatchSource(folder, fields, batch_size, lists, classes), out_dir, prefix, **options)
 
 
 def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any,
-                       out_dir: str | os.PathLike[str], **options: Any) -> dict[str, DatasetIndex]:
+                       out_dir: str | os.PathLike[str], classes: Sequence[str] | None = None,
+                       **options: Any) -> dict[str, DatasetIndex]:
     """One shard set per split, in ``out_dir/<split>/`` with shards ``<split>-000000.tar``.
 
     ``labels`` (``{ID: label}``) and ``partition`` (``{split: [IDs]}``) are mappings or paths
     of JSON files. Every split is checked before the first shard is written. Labels that are
-    class names are stored as their positions in the sorted names, kept in each index's
-    ``metadata["classes"]``.
+    class names are stored as their positions in the sorted names, or in ``classes`` where it is
+    given (a later week's set, with a new class, numbered as the first week's), kept in each
+    index's ``metadata["classes"]``.
     """
     if "validation" in options:
         raise TypeError("build_sample_files takes its splits from the partition: there is no validation=; "
                         "list the validation IDs under a split of the partition")
-    return build_split_sets(partition_sources(root, labels, partition), out_dir, **options)
+    return build_split_sets(partition_sources(root, labels, partition, classes), out_dir, **options)
 
 
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
@@ -104,9 +108,7 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
     labels by that list rather than by the folders found: a test folder that lacks a class, or
     a set to mix with another, labelled as the training set is."""
     root = os.fspath(root)
-    if isinstance(classes, str):
-        raise TypeError(f"classes is a list of class names, e.g. classes=['cat', 'dog'], got the string {classes!r}")
-    classes = None if classes is None else list(classes)
+    classes = given_classes(classes)  # (once: a generator of names would be spent by the first split)
     folders = split_folders(Path(root))
     if folders is None:
         return build_dataset(ImageFolderSource(root, classes, max_side, quality), out_dir, prefix, validation, seed,

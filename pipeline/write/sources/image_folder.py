@@ -20,7 +20,7 @@ import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ...caller_warning import warn_caller
 from ...format.errors import SampleError
@@ -30,7 +30,7 @@ from ...format.numbers import is_whole
 from ...stream.image_decoders import check_whole
 from ..rows import RowBlock, key_for_name
 from ..source import FileRowsSource
-from .class_list import warn_of_renumbered_numbers
+from .class_list import given_classes, warn_of_renumbered_numbers
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 #: the subfolders of ROOT read as two sets (``ROOT/train`` + ``ROOT/val``), and the set each makes
@@ -157,7 +157,7 @@ class ImageFolderSource(FileRowsSource):
 
     fields = ("image", "label")
 
-    def __init__(self, root: str | os.PathLike[str], classes: list[str] | None = None,
+    def __init__(self, root: str | os.PathLike[str], classes: Sequence[str] | None = None,
                  max_side: int | None = None, quality: int | None = None) -> None:
         self.root = Path(root)
         found = class_folders(self.root)
@@ -166,14 +166,11 @@ class ImageFolderSource(FileRowsSource):
             raise SampleError(f"{self.root}: {splits} look like split folders of class folders, not classes; "
                               f"build_imagefolder (build imagefolder) reads a ROOT of train/ and val/ (or validation/) "
                               f"as two sets, else build each split folder on its own")
+        classes = given_classes(classes)
         self.classes = list(found if classes is None else classes)
         if classes is None:
             warn_of_renumbered_numbers(self.classes, str(self.root), "give the classes in the order of their numbers "
                                        "(classes=[...], --classes 0,1,2,...) to store those numbers")
-        twice = sorted(name for name, count in Counter(self.classes).items() if count > 1)
-        if twice or not all(isinstance(name, str) and name for name in self.classes):
-            raise ValueError(f"classes must be distinct, non-empty names, got {self.classes}"
-                             f"{f' ({twice} more than once)' if twice else ''}")
         _warn_of_a_root_one_level_too_deep(self.root, found, classes)
         unknown = sorted(set(found) - set(self.classes))
         if unknown:

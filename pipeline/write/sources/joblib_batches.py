@@ -16,7 +16,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from ...format.numbers import exact_array, refuse_inexact_join
 from ...format.tensors import resolved
 from ..rows import RowBlock, storable
 from ..source import Source, require_folder, span_identity
-from .class_list import sorted_classes
+from .class_list import class_numbers, given_classes, label_file_classes
 from .joblib_lists import (
     LISTS,
     LabelBatches,
@@ -123,12 +123,11 @@ def _label_rows(obj: Any, path: Path, reading: str | None, classes: list[str] | 
         return storable(rows, path, _CONVERT)
     if classes is None:
         return rows
-    positions = np.searchsorted(np.array(classes, dtype=object), rows)  # (objects: NumPy strings drop a last NUL)
-    unknown = np.flatnonzero(np.asarray(classes + [None], dtype=object)[positions] != rows)
+    positions, unknown = class_numbers(rows, classes)
     if len(unknown):
         raise SampleError(f"{path} changed while building: label {unknown[0]} ({rows[unknown[0]]!r}) is no class "
                           f"it had ({', '.join(map(repr, classes[:5]))}...)")
-    return positions.astype(np.int64)
+    return positions
 
 
 def _class_names(rows: np.ndarray, path: Path) -> bool:
@@ -147,20 +146,6 @@ def _class_names(rows: np.ndarray, path: Path) -> bool:
         raise SampleError(f"{path}: labels of shape {list(rows.shape)} are strings: give one class name a sample, "
                           f"or {_CONVERT}")
     return True
-
-
-def _classes_of(rows: list[np.ndarray], paths: list[Path]) -> list[str] | None:
-    """The sorted class names of labels that are names (each stored as its position in them, as
-    torchvision's ImageFolder numbers its class folders), or ``None`` for labels that are
-    numbers; files of names beside files of numbers are refused, naming one of each."""
-    named = [r.dtype.kind in "UO" for r in rows]
-    if not any(named):
-        return None
-    if not all(named):
-        raise SampleError(f"{paths[named.index(True)]} holds class names, {paths[named.index(False)]} numbers: "
-                          f"give every label file the same kind of labels")
-    return sorted_classes(set().union(*(r.tolist() for r in rows)), str(paths[0].parent),
-                          "save the labels as numbers (y.astype(int)) to store those numbers")
 
 
 def _not_arrays(obj: Any, path: Path) -> np.ndarray:
@@ -233,7 +218,7 @@ class JoblibBatchSource(Source):
     naming them; other pairs are batches, converted in numeric order of ``B``, unless two of
     them hold the same samples (the recipe's pairs holding one array each: refused alike).
     ``lists`` says how a list of arrays whose lengths are no batches of ``B`` is read (see
-    :func:`list_reading`).
+    :func:`list_reading`); ``classes`` numbers labels that are class names (see :func:`.given_classes`).
 
     Opening the source loads every ``y`` file once to count rows (labels are small); a build
     then loads each ``x`` file in the task that needs it, keeping the last pair loaded.
@@ -242,7 +227,7 @@ class JoblibBatchSource(Source):
     fixed_shape = True
 
     def __init__(self, folder: str | os.PathLike[str], fields: tuple[str, str] = ("x", "y"),
-                 batch_size: int | None = None, lists: str | None = None) -> None:
+                 batch_size: int | None = None, lists: str | None = None, classes: Sequence[str] | None = None) -> None:
         if lists not in (None, *LISTS):
             raise ValueError(f"lists must be one of {', '.join(LISTS)}, got {lists!r}")
         if isinstance(fields, str) or len(fields) != 2 or not all(isinstance(name, str) and name for name in fields) \
@@ -253,6 +238,7 @@ class JoblibBatchSource(Source):
                                        or batch_size < 1):
             raise ValueError(f"batch_size is the B of the x_<B>.job files to read, a whole number >= 1, got "
                              f"{batch_size!r}")
+        given = given_classes(classes)
         self.folder = Path(folder)
         require_folder(self.folder)
         found = _numbered_files(self.folder)
@@ -314,7 +300,7 @@ class JoblibBatchSource(Source):
         self.label_batches = [LabelBatches([len(v) for v in labels[b]], found["y"][b]) if reading == "batches"
                               else None for b, reading in zip(numbers, self.readings)]
         rows = [_label_rows(labels[b], found["y"][b], reading) for b, reading in zip(numbers, self.readings)]
-        self.classes = _classes_of(rows, self.y_paths)
+        self.classes = label_file_classes(rows, self.y_paths, given)
         if self.classes is not None:
             self.metadata = {"classes": self.classes}
             rows = [_label_rows(r, p, None, self.classes) for r, p in zip(rows, self.y_paths)]

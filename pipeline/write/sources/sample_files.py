@@ -26,7 +26,7 @@ from ...format.numbers import exact_array, refuse_inexact_join
 from ...format.tensors import resolved
 from ..rows import RowBlock, check_key, key_for_name, storable
 from ..source import FileRowsSource, require_folder
-from .class_list import sorted_classes
+from .class_list import given_classes, sorted_classes
 
 SAMPLE_SUFFIXES = (".pt", ".npy")
 
@@ -325,18 +325,36 @@ def _finite(label: Any) -> bool:
         return True
 
 
-def class_positions(labels: Mapping[str, Any], ids: Sequence[str], where: str) -> list[str] | None:
-    """The sorted class names when the labels of ``ids`` are names (``"cat"``): each is stored
-    as its position in that list (see :mod:`.class_list`); ``None`` when they are numbers."""
+def class_positions(labels: Mapping[str, Any], splits: Mapping[str, Sequence[str]], where: str,
+                    given: list[str] | None = None) -> list[str] | None:
+    """The class list when the labels of the partition's IDs are names (``"cat"``), each stored as
+    its position in it: ``given``, where every label must be, else the sorted names (see
+    :mod:`.class_list`); ``None`` when they are numbers."""
+    ids = [str(i) for split_ids in splits.values() for i in split_ids]
     if not ids or not isinstance(labels[ids[0]], str):
+        if given is not None:
+            raise SampleError(f"{where}: the labels are numbers, and classes= (--classes) numbers labels that are "
+                              f"class names: leave it out")
         return None
-    return sorted_classes((labels[i] for i in ids), where, "give the labels as numbers (2, not \"2\") to store "
-                                                           "those numbers")
+    if given is None:
+        return sorted_classes((labels[i] for i in ids), where, "give the labels as numbers (2, not \"2\") to store "
+                                                               "those numbers")
+    known = set(given)
+    unknown = next(((split, i) for split, split_ids in splits.items() for i in map(str, split_ids)
+                    if labels[i] not in known), None)
+    if unknown is not None:
+        split, i = unknown
+        raise SampleError(f"{where}: the label of ID {i!r} (split {split!r}), {labels[i]!r}, is not among the "
+                          f"classes {given}")
+    return given
 
 
 def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[str] | Mapping[str, Any],
-                      partition: str | os.PathLike[str] | Mapping[str, Sequence[str]]) -> dict[str, SampleFileSource]:
-    """One source per split of the partition, all checked before any is built."""
+                      partition: str | os.PathLike[str] | Mapping[str, Sequence[str]],
+                      classes: Sequence[str] | None = None) -> dict[str, SampleFileSource]:
+    """One source per split of the partition, all checked before any is built; ``classes``
+    numbers labels that are class names (see :func:`.given_classes`)."""
+    pinned = given_classes(classes)
     given = load_mapping(labels, "labels")
     label_map = {str(k): v for k, v in given.items()}
     if len(label_map) < len(given):  # 1 and "1" name one ID, whose label would be whichever came last
@@ -351,7 +369,7 @@ def partition_sources(root: str | os.PathLike[str], labels: str | os.PathLike[st
     check_partition(splits, label_map, partition_name, labels_name)
     listed = [str(i) for ids in splits.values() for i in ids]
     label_map = _lists_beside_lists(_floats_beside_floats(label_map, listed, labels_name), listed, labels_name)
-    classes = class_positions(label_map, listed, labels_name)
+    classes = class_positions(label_map, splits, labels_name, pinned)
     if classes is not None:
         position = {name: n for n, name in enumerate(classes)}
         label_map = {i: position[label_map[i]] for i in listed}  # (labels of IDs outside the partition: unused)
