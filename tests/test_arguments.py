@@ -57,6 +57,16 @@ CASES: dict[str, tuple[Callable[[Path, Path], Any], type, str]] = {
                                                                               batch_size="4"),
                                      ValueError, "batch_size is the B of the x_<B>.job files to read, a whole number "
                                                  ">= 1, got '4'"),
+    # a misspelt option or one another converter takes was build_shards()'s error, named by no function called
+    "an option misspelt": (lambda out, built: pipeline.write_shards(out, {"x": np.arange(10)}, shard_sample=5),
+                           TypeError, "write_shards() got an unexpected keyword argument 'shard_sample' (did you mean "
+                                      "shard_samples=?); it takes out_dir, arrays, prefix, keys, validation, seed, "
+                                      "shard_samples, shard_bytes, pack, dtypes, workers, part, overwrite, resume, "
+                                      "quiet, executor, engine, scheduler"),
+    "a seed for sample files": (lambda out, built: pipeline.build_sample_files(out, {"a": 1}, {"train": ["a"]}, out,
+                                                                               seed=3),
+                                TypeError, "build_sample_files() got an unexpected keyword argument 'seed'; it takes "
+                                           "root, labels, partition, out_dir, classes, shard_samples,"),
 }
 
 

@@ -9,9 +9,11 @@ Every converter takes the options of :func:`~pipeline.write.run.build_shards` (`
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 from ..format.index import DatasetIndex
 from .run import build_shards
@@ -28,6 +30,26 @@ from .splits import build_split_sets, build_splits
 
 #: One index, or one per split (``{"train": ..., "validation": ...}``) when a split was asked for.
 BuildResult = Union[DatasetIndex, dict[str, DatasetIndex]]
+
+#: The options every converter passes on to :func:`build_shards`.
+BUILD_OPTIONS = tuple(name for name, parameter in inspect.signature(build_shards).parameters.items()
+                      if parameter.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def refuse_unknown_options(function: Callable[..., Any], options: Mapping[str, Any], splits: bool = True) -> None:
+    """Refuse, naming ``function`` (the converter called) and what it takes, an option none of
+    the functions it passes ``options`` on to takes: Python's own error named the internal
+    ``build_shards()``, and came only once the inputs were read. ``splits``: ``options`` reach
+    :func:`build_dataset`, which takes ``validation`` and ``seed``."""
+    own = [name for name, parameter in inspect.signature(function).parameters.items()
+           if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    accepted = own + [name for name in ("validation", "seed") if splits and name not in own] + list(BUILD_OPTIONS)
+    unknown = next((name for name in options if name not in accepted), None)
+    if unknown is not None:
+        close = difflib.get_close_matches(unknown, accepted, n=1)
+        hint = f" (did you mean {close[0]}=?)" if close else ""
+        raise TypeError(f"{function.__name__}() got an unexpected keyword argument {unknown!r}{hint}; it takes "
+                        f"{', '.join(accepted)}")
 
 
 def build_dataset(source: Source, out_dir: str | os.PathLike[str], prefix: str = "shard",
@@ -53,6 +75,7 @@ def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], pre
                         f"write_shards('shards', {{'x': features, 'y': labels}}), got {given}")
     if isinstance(keys, (str, bytes)):  # (a str is a sequence, of its letters)
         raise TypeError(f"keys= takes one key a sample, a list of str, got the str {keys[:40]!r}")
+    refuse_unknown_options(write_shards, options)
     columns = pandas_columns(arrays, "write_shards")
     return build_dataset(ArraySource(columns, None if keys is None else list(keys)), out_dir, prefix, **options)
 
@@ -60,6 +83,7 @@ def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], pre
 def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
               **options: Any) -> BuildResult:
     """Every array of an ``.npz`` becomes a field."""
+    refuse_unknown_options(build_npz, options)
     return build_dataset(ArraySource(open_npz(path), description=str(path)), out_dir, prefix, **options)
 
 
@@ -71,6 +95,7 @@ def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     ``"samples"`` reads lists of arrays that are no batches of ``B`` (see
     :class:`~pipeline.write.sources.joblib_batches.JoblibBatchSource`); ``classes`` numbers
     labels that are class names by that list, not the names found sorted."""
+    refuse_unknown_options(build_joblib, options)
     return build_dataset(JoblibBatchSource(folder, fields, batch_size, lists, classes), out_dir, prefix, **options)
 
 
@@ -88,12 +113,14 @@ def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any
     if "validation" in options:
         raise TypeError("build_sample_files takes its splits from the partition: there is no validation=; "
                         "list the validation IDs under a split of the partition")
+    refuse_unknown_options(build_sample_files, options, splits=False)
     return build_split_sets(partition_sources(root, labels, partition, classes), out_dir, **options)
 
 
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
                  recursive: bool = False, **options: Any) -> BuildResult:
     """Files grouped by stem (``0001.jpg`` + ``0001.json``), bytes kept as they are."""
+    refuse_unknown_options(build_folder, options)
     return build_dataset(FolderSource(folder, recursive), out_dir, prefix, **options)
 
 
@@ -107,6 +134,7 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
     photos (JPEG of ``quality``, 90 by default), in the build's workers. ``classes`` numbers the
     labels by that list rather than by the folders found: a test folder that lacks a class, or
     a set to mix with another, labelled as the training set is."""
+    refuse_unknown_options(build_imagefolder, options)
     root = os.fspath(root)
     classes = given_classes(classes)  # (once: a generator of names would be spent by the first split)
     folders = split_folders(Path(root))
@@ -131,6 +159,7 @@ def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str =
     them (all by default), ``fill`` (``{"col": value}``) replaces nulls, which are otherwise an
     error. Needs pyarrow (``pip install 'pipeline[parquet]'``), imported on the first call so
     that the rest of the package works without it."""
+    refuse_unknown_options(build_parquet, options)
     from .sources.tables import ParquetSource
 
     return build_dataset(ParquetSource(inputs, columns, fill), out_dir, prefix, **options)
@@ -141,6 +170,7 @@ def build_arrow(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "
                 **options: Any) -> BuildResult:
     """Rows of Arrow IPC files or streams, or of a ``datasets`` ``save_to_disk`` folder; options
     as :func:`build_parquet`."""
+    refuse_unknown_options(build_arrow, options)
     from .sources.table_arrow import ArrowSource
 
     return build_dataset(ArrowSource(inputs, columns, fill), out_dir, prefix, **options)
