@@ -334,5 +334,7 @@ def _refuse_other_plans(parts: list[DatasetIndex]) -> None:
         if None not in (info.build_plan, first.build_plan) and info.build_plan != first.build_plan:
             raise IndexFormatError(f"part {info.index} was built from other inputs or with other options than part "
                                    f"{first.index} (another --seed or --validation, --shard-samples, --shard-bytes "
-                                   f"or --prefix, or inputs that changed between them): its rows would come twice, "
-                                   f"others never; build it again as the other parts were, with --overwrite")
+                                   f"or --prefix, or inputs that changed between them; a table's files count by "
+                                   f"their sizes and modification times, which a copy keeps with cp -p or rsync -t): "
+                                   f"its rows would come twice, others never; build it again as the other parts "
+                                   f"were, with --overwrite")

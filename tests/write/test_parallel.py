@@ -86,7 +86,8 @@ def test_parts_that_planned_other_rows_are_not_merged(tmp_path: Path, npy_inputs
     pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(1, 3), **dict(options, **other))
     with pytest.raises(IndexFormatError, match=re.escape(
             "part 1 was built from other inputs or with other options than part 0 (another --seed or --validation, "
-            "--shard-samples, --shard-bytes or --prefix, or inputs that changed between them): its rows would come "
+            "--shard-samples, --shard-bytes or --prefix, or inputs that changed between them; a table's files count "
+            "by their sizes and modification times, which a copy keeps with cp -p or rsync -t): its rows would come "
             "twice, others never; build it again as the other parts were, with --overwrite")):
         pipeline.merge_index_files([tmp_path / "p" / "train"])
     pipeline.write_shards(tmp_path / "p", npy_inputs, part=Part(1, 3), overwrite=True, **options)
