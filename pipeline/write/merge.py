@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
+from ..caller_warning import warn_caller
 from ..format.errors import IndexFormatError
 from ..format.index import INDEX_NAME, PART_INDEX_NAME, DatasetIndex, merge_indexes, table_name_for
 from ..storage import join, scheme
@@ -85,12 +86,16 @@ def merge_index_files(paths: Sequence[str | os.PathLike[str]],
         folder, name = (text.rpartition("/")[0] or ".", text.rpartition("/")[2]) if text.endswith(".json") \
             else (text, INDEX_NAME)
         target = destination(folder)
+    if PART_INDEX_NAME.match(name):  # (the parts merged are removed after: this one would go with them)
+        raise ValueError(f"{name}: the merged index cannot be named as a partial one; name it index.json, or "
+                         f"another name")
     if target.exists(name) and not overwrite:
         raise OutputExistsError(f"{target.url(name)} already exists; pass overwrite=True (--overwrite) to replace it")
     out_folder = str(target).rstrip("/")
     held = _hold_part_folders(parts_found)
     try:
         parts: dict[str, DatasetIndex] = {}
+        merged = {place.url(part_name): place.read(part_name) for place, part_name in parts_found}
         for place, part_name in parts_found:
             part = open_index(place.url(part_name)).index
             part.shards = part.shards.renamed(
@@ -100,7 +105,7 @@ def merge_index_files(paths: Sequence[str | os.PathLike[str]],
         index = merge_indexes(parts.values())
         target.prepare()
         saved = save_index(target, index, name)
-        _retire_parts(parts_found)
+        _retire_parts(parts_found, merged)
         return index, saved
     finally:
         target.close()  # an S3 prefix's staging folder: the table passed through it
@@ -126,10 +131,22 @@ def _hold_part_folders(parts: list[tuple[Destination, str]]) -> list[Destination
     return list(held.values())
 
 
-def _retire_parts(parts: list[tuple[Destination, str]]) -> None:
+def _retire_parts(parts: list[tuple[Destination, str]], merged: dict[str, bytes]) -> None:
     """Delete the partial indexes (and their shard tables) merged into the index just saved, which
     holds all they held: left, a later build in parts whose part did not run (a failed job) would
-    be merged with this build's part, of older data, where the part must be reported missing."""
+    be merged with this build's part, of older data, where the part must be reported missing. A
+    part that is no longer the one merged (built again meanwhile, where its folder's lock is not
+    seen: NFS, S3) is left, and so is one that cannot be deleted (a folder read-only to you): the
+    merge is done, and a warning says so."""
     for place, name in parts:
-        place.delete(name)
-        place.delete(table_name_for(name))
+        url = place.url(name)
+        try:
+            if place.read(name) != merged[url]:
+                warn_caller(f"{url} changed during the merge (a part built again?): it is left, and the merged "
+                            f"index holds the part as it was; merge again with --overwrite once every part has ended")
+                continue
+            place.delete(name)
+            place.delete(table_name_for(name))
+        except OSError as exc:
+            warn_caller(f"the merged index is saved, but the partial index {url} it joined could not be removed "
+                        f"({exc}): remove it, or a later merge there may take it for a part of that build")

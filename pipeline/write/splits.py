@@ -20,6 +20,7 @@ from ..storage import join
 from ..storage.destination import destination
 from ..storage.opener import scheme
 from .build_options import check_build_options
+from .casting import CastSource
 from .output import clear_child_sets, clear_split_parent, hold_output, prepare_output
 from .resume import FinishedOtherRows, leftover_files, record_plan
 from .rows import RowBlock
@@ -171,8 +172,9 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
         clear_child_sets(parent, bool(options.get("overwrite")), list(sources))
         index = INDEX_NAME if part is None else part_index_name(part.index, part.count)  # (a part's own index)
         if options.get("overwrite"):
-            for name in sources:  # (before the old splits go: an option refused then would have lost them)
+            for name, source in sources.items():  # (before the old splits go: a refusal then would lose them)
                 check_build_options(join(os.fspath(out_dir), name), name, **options)
+                _check_casts(source, options.get("dtypes"))
             _retire_splits(os.fspath(out_dir), list(sources), index, part is not None)
         stopped = bool(options.get("resume")) and not all(parent.exists(f"{name}/{index}") for name in sources)
         indexes = {name: _build_split(source, join(os.fspath(out_dir), name), name, stopped, options)
@@ -181,6 +183,13 @@ def build_split_sets(sources: Mapping[str, Source], out_dir: str | os.PathLike[s
         parent.close()
     advise_pack(options, [(sources[name], index) for name, index in indexes.items()])
     return indexes
+
+
+def _check_casts(source: Source, dtypes: Mapping[str, str] | None) -> None:
+    """Cast the first row as the build will: a ``--dtype`` of a field the source does not have, or
+    of a type its values cannot take, is refused here, before the old splits go."""
+    if dtypes and len(source):
+        CastSource(source, dtypes).read(0, 1)
 
 
 def _retire_splits(out_dir: str, splits: list[str], index: str, part: bool) -> None:

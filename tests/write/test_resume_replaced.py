@@ -166,7 +166,7 @@ def test_a_split_build_replaced_with_overwrite_that_stops_in_one_split_leaves_no
     options = dict(validation=0.2, seed=0, dtypes={"y": "int64"}, **OPTIONS)
     pipeline.write_shards(out, {"x": np.arange(n), "y": np.zeros(n)}, **options)
     labels = np.ones(n)
-    labels[pipeline.validation_rows(n, 0.2, seed=0)[0]] = 1.5
+    labels[pipeline.validation_rows(n, 0.2, seed=0).max()] = 1.5  # (its last row: found once train is written)
     with pytest.raises(pipeline.SampleError):
         pipeline.write_shards(out, {"x": np.arange(n), "y": labels}, overwrite=True, **options)
     assert not (out / "validation" / "index.json").exists()
@@ -177,7 +177,8 @@ def test_a_split_build_replaced_with_overwrite_that_stops_in_one_split_leaves_no
                                                                      "validation-000001.tar"]
 
 
-@pytest.mark.parametrize("bad", [{"dtypes": {"y": "notatype"}}, {"engine": "nope"}, {"workers": 0}])
+@pytest.mark.parametrize("bad", [{"dtypes": {"y": "notatype"}}, {"dtypes": {"yy": "int32"}}, {"engine": "nope"},
+                                 {"workers": 0}])
 def test_a_split_overwrite_refused_for_its_options_keeps_the_old_splits(tmp_path: Path, bad: dict) -> None:
     """The old splits were retired before the options were checked: a mistyped --dtype lost the
     set it was to replace (on S3, every shard of it)."""

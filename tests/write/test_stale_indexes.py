@@ -145,3 +145,36 @@ def test_merge_index_is_refused_while_a_part_is_being_built(arrays, tmp_path: Pa
     lock.release()
     assert len(list(out.glob("index.part-*.json"))) == 2 and not (out / "index.json").exists()
     pipeline.merge_index_files([out])
+
+
+def test_a_merge_leaves_a_part_built_again_meanwhile_one_it_cannot_delete_and_never_its_own_output(
+        tmp_path: Path, monkeypatch) -> None:
+    """Where a folder's lock is not seen (NFS, S3), a part built again during the merge had its
+    fresh index deleted with the parts joined; parts in a folder read-only to the user failed the
+    merge after its index was saved; an output named as a part was deleted with them."""
+    import pipeline.write.merge as merge
+
+    out = tmp_path / "out"
+    for i in (0, 1):
+        pipeline.write_shards(out, {"y": np.arange(200)}, part=Part(i, 2), shard_samples=50, **OPTIONS)
+    fresh = out / "index.part-00001-of-00002.json"
+    joined = merge.merge_indexes
+
+    def built_again_meanwhile(parts):
+        index = joined(parts)
+        fresh.write_text(fresh.read_text() + " ")
+        return index
+
+    monkeypatch.setattr(merge, "merge_indexes", built_again_meanwhile)
+    with pytest.warns(UserWarning, match=re.escape(f"{fresh} changed during the merge (a part built again?): it is "
+                                                   f"left")):
+        pipeline.merge_index_files([out])
+    assert sorted(p.name for p in out.glob("index.part-*")) == ["index.part-00001-of-00002.bin", fresh.name]
+    monkeypatch.undo()
+    pipeline.write_shards(out, {"y": np.arange(200)}, part=Part(0, 2), shard_samples=50, overwrite=True, **OPTIONS)
+    monkeypatch.setattr(merge.Destination, "delete", lambda self, name: (_ for _ in ()).throw(PermissionError(13, "no")))
+    with pytest.warns(UserWarning, match="the merged index is saved, but the partial index .* could not be removed"):
+        pipeline.merge_index_files([out], overwrite=True)
+    assert pipeline.load_index(out).samples == 200
+    with pytest.raises(ValueError, match="the merged index cannot be named as a partial one"):
+        pipeline.merge_index_files([out], tmp_path / "index.part-00000-of-00002.json")
