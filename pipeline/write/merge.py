@@ -95,7 +95,7 @@ def merge_index_files(paths: Sequence[str | os.PathLike[str]],
     held = _hold_part_folders(parts_found)
     try:
         parts: dict[str, DatasetIndex] = {}
-        merged = {place.url(part_name): place.read(part_name) for place, part_name in parts_found}
+        merged = {place.url(part_name): _part_bytes(place, part_name) for place, part_name in parts_found}
         for place, part_name in parts_found:
             part = open_index(place.url(part_name)).index
             part.shards = part.shards.renamed(
@@ -131,17 +131,26 @@ def _hold_part_folders(parts: list[tuple[Destination, str]]) -> list[Destination
     return list(held.values())
 
 
-def _retire_parts(parts: list[tuple[Destination, str]], merged: dict[str, bytes]) -> None:
+def _part_bytes(place: Destination, name: str) -> tuple[bytes, bytes]:
+    """A partial index as the merge read it: its file's and its shard table's bytes (a part built
+    again writes its table first, its index last; an index of an older version has no table)."""
+    try:
+        table = place.read(table_name_for(name))
+    except OSError:
+        table = b""
+    return place.read(name), table
+
+
+def _retire_parts(parts: list[tuple[Destination, str]], merged: dict[str, tuple[bytes, bytes]]) -> None:
     """Delete the partial indexes (and their shard tables) merged into the index just saved, which
     holds all they held: left, a later build in parts whose part did not run (a failed job) would
     be merged with this build's part, of older data, where the part must be reported missing. A
     part that is no longer the one merged (built again meanwhile, where its folder's lock is not
     seen: NFS, S3) is left, and so is one that cannot be deleted (a folder read-only to you): the
     merge is done, and a warning says so."""
-    for place, name in parts:
-        url = place.url(name)
+    for url, (place, name) in {place.url(name): (place, name) for place, name in parts}.items():  # (each once)
         try:
-            if place.read(name) != merged[url]:
+            if _part_bytes(place, name) != merged[url]:
                 warn_caller(f"{url} changed during the merge (a part built again?): it is left, and the merged "
                             f"index holds the part as it was; merge again with --overwrite once every part has ended")
                 continue

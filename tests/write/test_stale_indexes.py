@@ -6,6 +6,7 @@ sound shards corrupt, and ``merge-index`` joins stale parts with exit status 0).
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,11 @@ def test_a_merge_leaves_a_part_built_again_meanwhile_one_it_cannot_delete_and_ne
     assert sorted(p.name for p in out.glob("index.part-*")) == ["index.part-00001-of-00002.bin", fresh.name]
     monkeypatch.undo()
     pipeline.write_shards(out, {"y": np.arange(200)}, part=Part(0, 2), shard_samples=50, overwrite=True, **OPTIONS)
+    with warnings.catch_warnings():  # (a part given twice is removed once, without a word)
+        warnings.simplefilter("error")
+        pipeline.merge_index_files([out, out])
+    pipeline.write_shards(out, {"y": np.arange(200)}, part=Part(0, 2), shard_samples=50, overwrite=True, **OPTIONS)
+    pipeline.write_shards(out, {"y": np.arange(200)}, part=Part(1, 2), shard_samples=50, overwrite=True, **OPTIONS)
     monkeypatch.setattr(merge.Destination, "delete", lambda self, name: (_ for _ in ()).throw(PermissionError(13, "no")))
     with pytest.warns(UserWarning, match="the merged index is saved, but the partial index .* could not be removed"):
         pipeline.merge_index_files([out], overwrite=True)
