@@ -72,6 +72,17 @@ def table_name_for(index_name: str) -> str:
     return index_name.removesuffix(".json") + ".bin"
 
 
+def plan_name_for(index_name: str) -> str:
+    """``index.json`` -> ``.index.plan.json``: the plan a build keeps beside its shards until it
+    writes that index (see :mod:`pipeline.write.resume`)."""
+    return f".{index_name.removesuffix('.json')}.plan.json"
+
+
+#: What every :func:`plan_name_for` matches: ``index`` the index's name (without ``.json``),
+#: ``part`` set for a part's.
+PLAN_NAME = re.compile(r"\.(?P<index>index(?P<part>\.part-\d+-of-\d+)?)\.plan\.json")
+
+
 #: ``read(start, stop)``: bytes ``[start, stop)`` of a file, wherever it lives.
 RangeReader = Callable[[int, int], bytes]
 

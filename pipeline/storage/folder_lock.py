@@ -45,16 +45,16 @@ def take_folder_lock(folder: Path, shared: bool) -> FolderLock | None:
     return FolderLock(descriptor)
 
 
-def folder_held(folder: Path) -> bool | None:
+def folder_held(folder: Path) -> bool:
     """Whether a process holds the lock of ``folder`` now (a build is writing it), found in the
     kernel's list of locks (``/proc/locks``) without taking it: a reader that took it, even for an
-    instant, could make a build starting then refuse the folder. ``None`` where that cannot be told
-    (no ``/proc/locks``: not Linux)."""
+    instant, could make a build starting then refuse the folder. ``False`` says only that no lock
+    is seen: not one off Linux (no ``/proc/locks``), nor one of another machine or PID namespace."""
     try:
         status = os.stat(folder)
         locks = Path("/proc/locks").read_text()
     except OSError:
-        return None
+        return False
     lock = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
     return any("FLOCK" in line and lock in line.split() for line in locks.splitlines())
 

@@ -5,7 +5,6 @@ listing and remotely by asking for each split name."""
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
-from ..format.index import INDEX_NAME, PART_INDEX_NAME
+from ..format.index import INDEX_NAME, PART_INDEX_NAME, PLAN_NAME
 from .errors import SourceError, redact
 from .folder_lock import folder_held
 from .opener import join, parent, read_range
@@ -25,9 +24,6 @@ SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 #: a mistyped path that holds sets of these names is one of splits, whose names are worth offering.
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "dev", "test", "testing", "eval",
                           "evaluation", "holdout"})
-
-#: The plan a build keeps beside its shards until it writes its index (see pipeline.write.resume).
-_PLAN = re.compile(r"\.(?P<index>index(?P<part>\.part-\d+-of-\d+)?)\.plan\.json")
 
 
 def shard_sets_in(folder: str) -> list[str]:
@@ -86,15 +82,14 @@ def stopped_build(folder: str) -> str:
     shards as they are makes a set of those it finished, and the build's resume then refuses it."""
     whole = os.path.exists(os.path.join(folder, "index.json"))  # (a part's plan beside it: of a build it replaced)
     try:
-        plans = sorted(name for name in os.listdir(folder) if (match := _PLAN.fullmatch(name))
+        plans = sorted(name for name in os.listdir(folder) if (match := PLAN_NAME.fullmatch(name))
                        and not os.path.exists(os.path.join(folder, f"{match['index']}.json"))
                        and not (whole and match["part"]))
     except OSError:
         return ""
     if not plans:
         return ""
-    held = folder_held(Path(folder))
-    if held:
+    if folder_held(Path(folder)):
         return (f"{folder} is being written by a build now (its plan, {plans[0]}, is there; its index is written "
                 f"last): wait for the build to end")
     unless = " (unless a build is writing it now, on another machine or one whose lock this system cannot see)"

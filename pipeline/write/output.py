@@ -41,6 +41,11 @@ def shard_name(prefix: str, number: int) -> str:
     return f"{check_prefix(prefix)}-{number:06d}.tar"
 
 
+#: Any :func:`shard_name` (what a stopped build's plan may name for deletion: never an index, a
+#: plan or another file a damaged or edited plan might hold).
+ANY_SHARD_NAME = re.compile(r"[^/.][^/]*-\d{6}\.tar")
+
+
 def _shard_names(prefix: str) -> re.Pattern[str]:
     """What every :func:`shard_name` of ``prefix`` matches."""
     return re.compile(rf"{re.escape(prefix)}-\d{{6}}\.tar")

@@ -23,22 +23,24 @@ import glob
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
 from typing import Iterable
 
 from ..format.errors import FormatError, ShardError
-from ..format.index import DatasetIndex, Schema, ShardInfo, sum_digests
+from ..format.index import DatasetIndex, Schema, ShardInfo, plan_name_for, sum_digests
 from ..format.scan import scan_shard
 from ..storage.destination import Destination, write_atomic
 from ..storage.indexes import load_index
 from ..storage.opener import map_range
-from .output import OutputExistsError, in_folder, indexed_shards, remove_stale_shards, remove_temporary_files
+from .output import (
+    ANY_SHARD_NAME,
+    OutputExistsError,
+    in_folder,
+    indexed_shards,
+    remove_stale_shards,
+    remove_temporary_files,
+)
 from .source import Source
-
-#: What a stopped build's plan may name for deletion: a shard of this library's naming, never an
-#: index, a plan or another file a damaged or edited plan might hold.
-_SHARD_NAME = re.compile(r"[^/.][^/]*-\d{6}\.tar")
 
 
 def reference_schema(source: Source, pack: int) -> Schema:
@@ -157,7 +159,7 @@ def plan_digest(plan: dict[str, str]) -> str:
 
 
 def _plan_path(target: Destination, index_name: str) -> Path:
-    return target.staging / f".{Path(index_name).stem}.plan.json"
+    return target.staging / plan_name_for(index_name)
 
 
 def record_plan(target: Destination, index_name: str, plan: dict[str, str]) -> None:
@@ -197,7 +199,7 @@ def leftover_files(target: Destination, index_name: str, overwrite: bool, ours: 
     build), for the build to keep them in its own plan from before it deletes anything until
     they are gone, so that a kill on the way leaves them named for the next run. A file that no
     plan or index names is never one of them."""
-    planned = [name for name in stopped_plan(target, index_name) or {} if _SHARD_NAME.fullmatch(name)]
+    planned = [name for name in stopped_plan(target, index_name) or {} if ANY_SHARD_NAME.fullmatch(name)]
     named = [*planned, *(indexed_shards(target, index_name) if overwrite else ())]
     keep = set(ours)
     return {name: "" for name in named if name not in keep and in_folder(name)}
