@@ -43,20 +43,9 @@ from ..storage.cache import ShardCache
 from ..storage.retry import RetryPolicy
 from . import message_buffers
 from .allocator import fix_mmap_threshold
-from .batching import (
-    FinishedBatches,
-    batch_transformed,
-    drop_short_tail,
-    gather,
-    listed,
-    messages_from_windows,
-    per_sample,
-    picked,
-    split_message,
-    to_torch,
-    varied_fields,
-)
+from .batching import drop_short_tail, gather, messages_from_windows, varied_fields
 from .fill_values import conformed_fill
+from .finishing import Finishing
 from .foreign import ForeignStream, reference_fields, stream_places
 from .idle_trim import idle_trim
 from .images import Images
@@ -84,8 +73,7 @@ from .shards import ForeignShards
 from .shared_memory import SharedEpoch
 from .sources import SourceSet, open_sources
 from .stats import Count, ReadStats
-from .stopped_transforms import stopped_between_calls
-from .transform_seeds import BatchSeed, batch_seeds, seeded_batches
+from .transform_seeds import batch_seeds
 from .unit_images import ImageDecoding, alternatives, check_image_fields
 from .units import UnitReader
 from .worker_failure import WorkerFailure
@@ -136,9 +124,9 @@ class ShardDataset(IterableDataset):
     ) -> None:
         super().__init__()
         decoded = list(images) if isinstance(images, Mapping) else []  # (anything else: refused below)
-        check_dataset_options(batch_size, on_error, remainder, read_ahead, fields, as_tuple,
-                              sample_transform is not None or batch_transform is not None, seed, shuffle_buffer,
-                              chunks_per_buffer, decoded)
+        transformed = sample_transform is not None or batch_transform is not None
+        check_dataset_options(batch_size, on_error, remainder, read_ahead, fields, as_tuple, transformed, seed,
+                              shuffle_buffer, chunks_per_buffer, decoded)
         check_flags(shuffle=shuffle, drop_last=drop_last, check_records=check_records, allow_uneven=allow_uneven)
         check_callables(sample_transform=sample_transform, batch_transform=batch_transform)
         check_fill(fill)
@@ -150,7 +138,6 @@ class ShardDataset(IterableDataset):
         self.remainder: Remainder = remainder
         self.fields = None if fields is None else list(fields)
         self.as_tuple = None if as_tuple is None else list(as_tuple)
-        self.sample_transform, self.batch_transform = sample_transform, batch_transform
         self.on_error = on_error
         self.check_records = check_records  # each record read against its checksum in the index
         self.read_ahead = read_ahead  # units read ahead in a thread (None: see _read_ahead)
@@ -158,7 +145,8 @@ class ShardDataset(IterableDataset):
         folder = check_cache_options(cache_dir, cache_bytes, verify)
         obstore_ranges.check_setting()  # (else its first read, the shard table's maybe, would be said to fail)
         s3_presigned.check_setting()
-        self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven, decoded)
+        self.shards, self.sources = self._open(source, weights, samples, epoch_samples, allow_uneven, decoded,
+                                                transformed)
         schema = None if self.sources is None else self.sources.schema(self.fields)  # (None: no index)
         if schema is not None:
             self.fill = conformed_fill(self.fill, schema)
@@ -166,6 +154,8 @@ class ShardDataset(IterableDataset):
         # are decoded into one tensor a batch, whatever the bytes they came from
         images_from = {field for key in decoded for field in (key, *alternatives(key))}
         self.varied = frozenset() if schema is None else varied_fields(schema, self.fill) - images_from
+        self.finishing = Finishing(self.batch_size, sample_transform, batch_transform, self.varied, self.as_tuple,
+                                   self.read_stats)
         # (local shards are read in place: no cache, nor a folder made for one, for a set that has none remote)
         cached = folder is not None and self._remote()
         warn_of_cache_use(folder if cached else None, cache_bytes, self.sources)
@@ -176,7 +166,7 @@ class ShardDataset(IterableDataset):
         self.foreign_fields = None if self.sources is not None else reference_fields(
             self.shards.urls, self._wanted(), self.fill, on_error == "skip", self.policy, self.read_stats)
         if self.foreign_fields is not None:
-            check_read_fields(self.as_tuple, self.fill, self.foreign_fields, not self.plain_messages,
+            check_read_fields(self.as_tuple, self.fill, self.foreign_fields, transformed,
                               "the fields read (those of the shards' first record, or fields=)", decoded)
         self.shuffle_buffer = shuffle_buffer or self._default_buffer()
         if self.sources is not None:
@@ -190,13 +180,15 @@ class ShardDataset(IterableDataset):
         check_ranks_agree(self)
 
     def _open(self, source: Sources, weights: Mapping[str, float] | None, samples: Mapping[str, int] | None,
-              epoch_samples: int | None, allow_uneven: bool, decoded: list[str]) -> tuple[Any, SourceSet | None]:
+              epoch_samples: int | None, allow_uneven: bool, decoded: list[str],
+              transformed: bool) -> tuple[Any, SourceSet | None]:
         """The shards to read, and the indexed sources of the plan (``None`` without an index);
-        ``decoded``: the fields images decode into (``"jpg;png"``), which batches hold too."""
+        ``decoded``: the fields images decode into (``"jpg;png"``), which batches hold too;
+        ``transformed``: whether transforms make the batches (which may then hold other fields)."""
         shards, sources = open_sources(source, weights, samples, epoch_samples, self.world_size, allow_uneven,
                                        self.policy, self.read_stats)
         if sources is not None:
-            check_read_fields(self.as_tuple, self.fill, sources.schema(self.fields), not self.plain_messages,
+            check_read_fields(self.as_tuple, self.fill, sources.schema(self.fields), transformed,
                               "the index" if self.fields is None else "the fields read (fields=)", decoded)
         return shards, sources
 
@@ -333,11 +325,11 @@ class ShardDataset(IterableDataset):
         trim.started()
         try:
             for unit, places in units:
-                seeds = None if self.plain_messages else batch_seeds(self.seed, epoch, places, self.batch_size)
+                seeds = None if self.finishing.plain else batch_seeds(self.seed, epoch, places, self.batch_size)
                 if not self.unit_messages:
-                    yield from self._finished(unit, seeds)
+                    yield from self.finishing.batches(unit, seeds, in_worker=False)
                     continue
-                message = self._finish_unit(unit, seeds)
+                message = self.finishing.unit_message(unit, seeds)
                 if buffers is not None:
                     message = buffers.lend(message)
                 unit = None  # hold no unit while this one is handed over and the next one read: a unit's memory each
@@ -412,32 +404,3 @@ class ShardDataset(IterableDataset):
         the samples that stood in for them, the requests and retries of remote reads, and the
         seconds spent in each stage of reading (see :mod:`.stats`)."""
         return self.read_stats.totals()
-
-    @property
-    def plain_messages(self) -> bool:
-        """Whether a worker's messages are a unit's columns as gathered (no transform made them)."""
-        return self.sample_transform is None and self.batch_transform is None
-
-    def _finish_unit(self, unit: Columns, seeds: list[BatchSeed] | None) -> Any:
-        """What a worker sends of a unit: its columns as one message (the loader cuts batches), or,
-        when a transform may make a batch anything, its finished batches."""
-        if self.plain_messages:
-            out = to_torch(unit)
-            return tuple(out[name] for name in self.as_tuple) if self.as_tuple is not None else out
-        return FinishedBatches(self._finished(unit, seeds))
-
-    def _finished(self, unit: Columns, seeds: list[BatchSeed] | None) -> Iterator[Any]:
-        """The unit's batches as delivered (``seeds``: see :func:`.transform_seeds.seeded_batches`)."""
-        return seeded_batches(split_message(unit, self.batch_size), seeds, self._finish,
-                              lambda: self.read_stats.timing(Count.TRANSFORM))
-
-    def _finish(self, batch: Columns) -> Any:
-        watched = stopped_between_calls if self.unit_messages else lambda function: function  # (in a worker)
-        if self.sample_transform is not None:
-            out = to_torch(per_sample(batch, watched(self.sample_transform), self.varied))
-        else:
-            out = listed(to_torch(batch), self.varied)
-        if self.batch_transform is not None:
-            out = batch_transformed(watched(self.batch_transform), out)
-        return out if self.as_tuple is None else picked(out, self.as_tuple)
-

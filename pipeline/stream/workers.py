@@ -119,7 +119,7 @@ class LoaderWorker:
         if info is not None:
             info.dataset.relay_errors = True  # type: ignore[union-attr]
             info.dataset.unit_messages = True  # type: ignore[union-attr]
-            if info.dataset.plain_messages:  # type: ignore[union-attr]
+            if info.dataset.finishing.plain:  # type: ignore[union-attr]
                 # not under transforms: a transform may hide a buffer in an object of its own,
                 # which no walk finds and DataLoader's pinning does not copy
                 install(WorkerBuffers(self.released, worker_id))
