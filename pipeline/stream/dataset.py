@@ -140,7 +140,7 @@ class ShardDataset(IterableDataset):
         self.as_tuple = None if as_tuple is None else list(as_tuple)
         self.on_error = on_error
         self.check_records = check_records  # each record read against its checksum in the index
-        self.read_ahead = read_ahead  # units read ahead in a thread (None: see _read_ahead)
+        self.read_ahead = None if read_ahead is None else int(read_ahead)  # units read ahead in a thread (None: see _read_ahead)
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         folder = check_cache_options(cache_dir, cache_bytes, verify)
         obstore_ranges.check_setting()  # (else its first read, the shard table's maybe, would be said to fail)
@@ -159,7 +159,7 @@ class ShardDataset(IterableDataset):
         # (local shards are read in place: no cache, nor a folder made for one, for a set that has none remote)
         cached = folder is not None and self._remote()
         warn_of_cache_use(folder if cached else None, cache_bytes, self.sources)
-        self.cache = ShardCache(folder, cache_bytes, verify, self.policy, self.read_stats) \
+        self.cache = ShardCache(folder, int(cache_bytes), verify, self.policy, self.read_stats) \
             if cached and self.sources is not None else None
         self.image_decoding = None if not images else ImageDecoding(
             check_image_fields(images, schema, self.fields), seed, on_error == "skip", self.read_stats)
@@ -168,10 +168,10 @@ class ShardDataset(IterableDataset):
         if self.foreign_fields is not None:
             check_read_fields(self.as_tuple, self.fill, self.foreign_fields, transformed,
                               "the fields read (those of the shards' first record, or fields=)", decoded)
-        self.shuffle_buffer = shuffle_buffer or self._default_buffer()
+        self.shuffle_buffer = int(shuffle_buffer or self._default_buffer())  # (a NumPy uint would wrap in the plan)
         if self.sources is not None:
             default = REMOTE_CHUNKS_PER_BUFFER if self._remote() else CHUNKS_PER_BUFFER
-            self.sources.cut(self.shuffle_buffer, max(default if chunks_per_buffer is None else chunks_per_buffer, 1),
+            self.sources.cut(self.shuffle_buffer, max(default if chunks_per_buffer is None else int(chunks_per_buffer), 1),
                              self.world_size)
         self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
         self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers

@@ -115,10 +115,12 @@ class ShardLoader(DataLoader):
         (its next step stops it) rather than going on from where the loader no longer stands."""
         epoch = check_epoch(epoch)
         self._generation += 1
-        if epoch != self._epoch and self._loaded and (self._legs or self._batches) and self.batches_left():
-            warn_caller(f"set_epoch({epoch}) leaves the position load_state_dict loaded (epoch {self._epoch}, "
-                        f"{self._batches} batches in): epoch {epoch} plays from its start. To go on from the "
-                        f"checkpoint, count epochs from its epoch (set_epoch({self._epoch})), or leave set_epoch out")
+        if epoch != self._epoch and self._loaded and (not self.dataset.exact or self.batches_left()):
+            where = f"epoch {self._epoch}, {self._batches} batches in" if self._legs or self._batches else \
+                f"the start of epoch {self._epoch}"
+            warn_caller(f"set_epoch({epoch}) leaves the position load_state_dict loaded ({where}): epoch {epoch} "
+                        f"plays from its start. To go on from the checkpoint, count epochs from its epoch "
+                        f"(set_epoch({self._epoch})), or leave set_epoch out")
         if epoch != self._epoch or not self._loaded:
             self._epoch, self._legs, self._batches, self._short_last_unit = epoch, [], 0, None
         self._settled_from = None

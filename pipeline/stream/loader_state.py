@@ -230,6 +230,10 @@ def _difference(dataset: ShardDataset, key: str, theirs: Any, mine: Any) -> str:
     if key == "samples":
         return f"the checkpoint's epoch holds {theirs} samples (of all its sources), this loader's {mine}"
     if key == "sources":
+        if theirs is None or mine is None:
+            return (f"the checkpoint was taken on {'shards without an index' if theirs is None else 'an indexed set'}, "
+                    f"this loader reads {'shards without one' if mine is None else 'an indexed set'}: resume on the "
+                    f"shards the checkpoint was taken on, indexed as they were then")
         names = dataset.sources.names if dataset.sources else []
         if names == [""]:  # one source, unnamed
             where = dataset.shards.base if isinstance(dataset.shards, IndexedShards) else "the shards"

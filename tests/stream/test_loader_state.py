@@ -137,6 +137,13 @@ def test_set_epoch_that_leaves_a_loaded_position_warns(shards) -> None:
                                                    "(epoch 0, 5 batches in): epoch 1 plays from its start")) as caught:
         loader.set_epoch(1)
     assert caught[0].filename == __file__ and loader.batches_left() == 20
+    between = loader_of(shards["a"])
+    whole_loop = loader_of(shards["a"])
+    list(whole_loop)
+    between.load_state_dict(whole_loop.state_dict())  # after the loop: epoch 1 from its start
+    with pytest.warns(UserWarning, match=re.escape("set_epoch(0) leaves the position load_state_dict loaded "
+                                                   "(the start of epoch 1): epoch 0 plays from its start")):
+        between.set_epoch(0)  # (a loop whose epoch counter was not restored would replay epoch 0)
     at_the_end = loader_of(shards["a"])
     at_the_end.load_state_dict(state_after(loader_of(shards["a"]), 20))  # the epoch's last batch: nothing left
     with warnings.catch_warnings():
@@ -249,3 +256,39 @@ def test_len_is_an_epochs_batches_on_this_world_size_after_a_resume_from_another
     assert len(resumed) == whole and left == whole - 6  # (3 batches on each of 2 ranks delivered)
     assert sum(1 for _ in resumed) == left  # the resumed epoch runs out, which ends it
     assert len(resumed) == resumed.batches_left() == whole
+
+
+def test_numpy_numbers_given_as_options_leave_a_plain_state_and_the_same_plan(shards) -> None:
+    """A ``shuffle_buffer`` of NumPy's, unsigned at that, plays the epoch an int does, and the
+    state holds plain ints: a JSON file or ``torch.load``'s default (weights only) reads it."""
+    import numpy as np
+    import torch
+
+    whole = [batch["i"].tolist() for batch in loader_of(shards["a"])]
+    given = make_loader(shards["a"], num_workers=0, batch_size=32, seed=1, shuffle_buffer=np.uint32(128),
+                        chunks_per_buffer=np.int64(2))
+    assert [batch["i"].tolist() for batch in given] == [batch["i"].tolist() for batch in
+                                                         loader_of(shards["a"], chunks_per_buffer=2)]
+    state = state_after(make_loader(shards["a"], num_workers=0, batch_size=32, seed=1,
+                                    shuffle_buffer=np.uint32(128)), 5)
+    assert json.loads(json.dumps(state)) == state
+    (saved := Path(shards["a"]).parent / "numpy_state.pt").unlink(missing_ok=True)
+    torch.save(state, saved)
+    resumed = loader_of(shards["a"])
+    resumed.load_state_dict(torch.load(saved))
+    assert [batch["i"].tolist() for batch in resumed] == whole[5:]
+
+
+def test_a_state_of_an_indexed_set_and_one_of_shards_without_an_index_are_told_apart(shards, tmp_path: Path) -> None:
+    import shutil
+
+    copies = []
+    for shard in sorted(Path(shards["a"]).glob("*.tar")):
+        copies.append(str(shutil.copy(shard, tmp_path)))  # the same shards, without their index
+    with pytest.raises(ValueError, match=re.escape("cannot resume: the checkpoint was taken on an indexed set, this "
+                                                   "loader reads shards without one: resume on the shards the "
+                                                   "checkpoint was taken on, indexed as they were then")):
+        loader_of(copies).load_state_dict(state_after(loader_of(shards["a"]), 5))
+    with pytest.raises(ValueError, match=re.escape("the checkpoint was taken on shards without an index, this loader "
+                                                   "reads an indexed set")):
+        loader_of(shards["a"]).load_state_dict(state_after(loader_of(copies), 1))
