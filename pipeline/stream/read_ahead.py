@@ -77,8 +77,8 @@ _readers: list[_Reader] = []  # started ones the main thread has not yet seen en
 
 def _started(reader: _Reader) -> None:
     _readers[:] = [r for r in _readers if r.thread.is_alive()]  # the ended ones are freed here
+    reader.thread.start()  # (a thread that cannot start, under a limit of threads, is not one to stop at exit)
     _readers.append(reader)
-    reader.thread.start()
 
 
 @atexit.register

@@ -117,6 +117,17 @@ def test_a_script_that_exits_while_a_read_is_under_way_exits_cleanly(stop: str) 
     assert (run.returncode, run.stderr) == (0, "")
 
 
+def test_a_reading_thread_that_cannot_start_is_an_error_of_the_loop_only() -> None:
+    """Under a limit of threads (a container's), the thread's start fails: the loop gets the error,
+    and the exit no second one about a thread that never ran."""
+    script = ("import threading\nfrom pipeline.stream.read_ahead import read_ahead\n"
+              "threading.stack_size(1 << 40)\n"  # a stack no system gives: the next thread cannot start
+              "try:\n    list(read_ahead(iter(range(3)), lambda n: n, depth=1))\n"
+              "except RuntimeError as exc:\n    print(exc)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "can't start new thread\n", "")
+
+
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> Path:
     return uneven_shards(tmp_path_factory.mktemp("ahead"), random_sizes(6, 200, 900, seed=8), pack=8)
