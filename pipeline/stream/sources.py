@@ -127,11 +127,14 @@ class SourceSet:
         source too small for several windows on each of the ``world`` ranks): what a rank's unit
         mixes. A unit holds at most an eighth of a rank's span (see :func:`~.plan.unit_size`):
         chunks cut for one rank would leave the units of ``W`` ranks ``W`` times fewer of them.
-        Independent of the workers; an epoch resumed in its middle on another world size keeps
-        the chunks it began on (:meth:`resume_cut`)."""
+        A source read several times over in an epoch spans its samples of the epoch: cut by its
+        own size, a source of 100 samples read 1,000 times was read a sample a piece, 7 times
+        slower than the epoch of one source. Independent of the workers; an epoch resumed in its
+        middle on another world size keeps the chunks it began on (:meth:`resume_cut`)."""
         self.chunks, self._material = [], None
-        for s, shards in enumerate(self.shards):
-            self.chunks.append(self._cut(s, max(min(window, shards.index.samples // (8 * world)) // chunks_per_window, 1)))
+        for s, (shards, count) in enumerate(zip(self.shards, self.counts)):
+            span = max(shards.index.samples, count)
+            self.chunks.append(self._cut(s, max(min(window, span // (8 * world)) // chunks_per_window, 1)))
 
     def schema(self, fields: Sequence[str] | None) -> Schema:
         """The fields read (``fields``, or all), the same in every source: a field a source lacks,

@@ -390,3 +390,18 @@ def test_each_draw_of_a_repeated_sample_is_its_own_to_change_in_place(tmp_path: 
                          num_workers=0, batch_size=50, seed=1, sample_transform=bump)
     bumped = Counter(float(x.max()) for batch in loader for x in batch["x"])
     assert bumped == {1.0: 600}
+
+
+def test_a_small_source_drawn_many_times_is_cut_as_a_source_of_the_samples_it_gives(tmp_path: Path) -> None:
+    """A source of 100 samples drawn 200 times an epoch was cut by its own size: into chunks of
+    one sample, each a piece of the plan to place and read, which made the epoch 7 times slower
+    than one of a single source as large. It is cut as a source of the samples it gives an epoch."""
+    write_shards(tmp_path / "big", {"i": np.arange(20_000), "x": np.zeros((20_000, 4), np.float32)}, quiet=True)
+    write_shards(tmp_path / "small", {"i": 10**6 + np.arange(100), "x": np.ones((100, 4), np.float32)}, quiet=True)
+    loader = make_loader({"big": tmp_path / "big", "small": tmp_path / "small"}, samples={"big": 20_000, "small": 20_000},
+                         num_workers=0, batch_size=256, seed=0)
+    chunks = loader.state_dict()["chunk_samples"]
+    assert chunks[0] == chunks[1] > 1
+    ids = np.concatenate([batch["i"].numpy() for batch in loader])
+    assert sorted(ids[ids < 10**6].tolist()) == list(range(20_000))
+    assert Counter(ids[ids >= 10**6].tolist()) == {10**6 + n: 200 for n in range(100)}
