@@ -27,6 +27,7 @@ from ..storage.buffers import pooled_concatenate, pooled_stack
 from ..storage.errors import CutShort
 from ..storage.opener import open_stream, read_range
 from ..storage.retry import RetryPolicy, RetrySink
+from .first_time import first_time
 
 Columns = dict[str, Any]
 _RESERVED = frozenset((ROWS_FIELD, KEYS_FIELD))
@@ -338,18 +339,27 @@ def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str]
 
     with open_stream(url, policy, stats=stats) as raw:
         stream = open_archive(raw if on_wait is None else _TimedReads(raw, on_wait), url)  # type: ignore[arg-type]
-        unread = wanted is None  # fields not chosen: warn once of a record's fields that are not read
+        unread = wanted is None  # fields not chosen: tell of a record's fields that are not read (once a shard)
         for walked in walk_shard(stream, url, on_bad_record=lost):
             if fields is None:
                 fields = _first_fields(walked, wanted, fill or {}, url)
             if unread and walked.fields.keys() - fields - _RESERVED:
                 unread = False
-                log.warning("%s: record %r has fields %s that are not read (the fields read are %s, those of the "
-                            "shards' first record): pass fields= naming every field, and fill= a value for the "
-                            "records without one, to read them", redact(url), walked.key,
-                            sorted(walked.fields.keys() - fields - _RESERVED), sorted(fields))
+                _log_unread(url, walked.key, sorted(walked.fields.keys() - fields - _RESERVED), sorted(fields))
             yield _record_columns(walked, fields, fill or {})  # (the walk reads to the end, where a gzip-compressed
             # shard checks its checksum)
+
+
+def _log_unread(url: str, key: str, unread: list[str], fields: list[str]) -> None:
+    """Tell that record ``key`` of the shard at ``url`` has fields that are not read: a warning the
+    first time a process meets those fields unread beside those read, DEBUG after that (every
+    shard of a set, read every epoch, would tell it again, for ever)."""
+    first = first_time(("unread", tuple(unread), tuple(fields)))
+    log.log(logging.WARNING if first else logging.DEBUG,
+            "%s: record %r has fields %s that are not read (the fields read are %s, those of the shards' first "
+            "record): pass fields= naming every field, and fill= a value for the records without one, to read "
+            "them%s", redact(url), key, unread, fields,
+            "; other shards' records with these fields are logged at DEBUG level" if first else "")
 
 
 def _first_fields(walked: WalkedRecord, wanted: set[str] | None, fill: Mapping[str, Any], url: str) -> set[str]:
