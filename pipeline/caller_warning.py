@@ -3,7 +3,10 @@
 A warning's ``stacklevel`` counts frames, and the library's own frames between the user's call
 and the warning change with every refactoring (``make_loader`` → ``ShardDataset`` → ...): a fixed
 level shows some library line, which tells the user nothing and is shown once for every
-caller alike. Here the level is found: the first frame outside this package.
+caller alike. Here the level is found: the first frame outside this package and outside the
+code that runs a DataLoader's loop (torch's data loading, and the multiprocessing that starts
+its workers), which a user's line calls into: in a forked worker, the stack still holds the
+parent's frames at the fork, the user's loop among them, beneath torch's worker loop.
 """
 
 from __future__ import annotations
@@ -16,9 +19,14 @@ from types import FrameType
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+#: Modules whose frames run a DataLoader's loop between the user's line and this package's.
+_LOOP_RUNNERS = ("torch.utils.data", "multiprocessing")
+
+
 def warn_caller(message: str, category: type[Warning] = UserWarning) -> None:
     """Issue ``message`` as a warning of ``category`` from the nearest frame outside this package
-    (the caller's, where all of the stack is the package's, as in a DataLoader worker's loop)."""
+    and the loop's runners (the caller's, where there is none: a spawned worker's stack holds no
+    user's line)."""
     level, frame = _user_frame(sys._getframe(1))
     warnings.warn(message, category, stacklevel=level + 1 if frame is not None else 2)
 
@@ -31,9 +39,11 @@ def user_line() -> str:
 
 
 def _user_frame(frame: FrameType | None) -> tuple[int, FrameType | None]:
-    """The nearest frame from ``frame`` outside this package, and how many frames up it is (1:
-    ``frame`` itself)."""
+    """The nearest frame from ``frame`` outside this package and the loop's runners, and how many
+    frames up it is (1: ``frame`` itself)."""
+    skipped = (_PACKAGE, *(os.path.dirname(module.__file__) + os.sep for module in map(sys.modules.get, _LOOP_RUNNERS)
+                           if module is not None and module.__file__))  # (not imported: none of its frames)
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+    while frame is not None and frame.f_code.co_filename.startswith(skipped):
         level, frame = level + 1, frame.f_back
     return level, frame

@@ -46,7 +46,7 @@ from .allocator import fix_mmap_threshold
 from .batching import drop_short_tail, gather, messages_from_windows, varied_fields
 from .fill_values import conformed_fill
 from .finishing import Finishing
-from .foreign import ForeignStream, reference_fields, stream_places
+from .foreign import ForeignStream, reference_fields, stream_places, warn_of_idle_consumers
 from .idle_trim import idle_trim
 from .images import Images
 from .options import (
@@ -175,6 +175,7 @@ class ShardDataset(IterableDataset):
                              self.world_size)
         self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
         self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers
+        self.consumers_told = False  # whether idle consumers were warned of (see tell_idle_consumers)
         self._epoch = SharedEpoch()  # (persistent DataLoader workers see set_epoch())
         self._position: tuple[int, tuple[Leg, ...], int, bool] | None = None  # resumed: legs, batches, layout
         check_ranks_agree(self)
@@ -295,6 +296,15 @@ class ShardDataset(IterableDataset):
                                       self._sequences(legs, batches), all_legs, self.plan_config, epoch)
         return dict(zip(self.sources.names, counts.tolist()))
 
+    def tell_idle_consumers(self, workers: int, worker: int = 0) -> None:
+        """Warn once (on rank 0) where shards without an index are fewer than the consumers of
+        ``workers`` a rank: a ShardLoader tells as it is made, in the main process (a worker's
+        warning pointed at torch's code, and non-persistent workers gave it every epoch); a
+        plain DataLoader's worker ``worker``, or a loop over the dataset itself, as it begins."""
+        if self.sources is None and not self.consumers_told and self.rank == 0 and worker == 0:
+            warn_of_idle_consumers(len(self.shards.urls), self.world_size * max(workers, 1))
+        self.consumers_told = True
+
     # -- iteration -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
@@ -370,6 +380,7 @@ class ShardDataset(IterableDataset):
         assert isinstance(self.shards, ForeignShards)
         stream = ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer, self._wanted(),
                                self.fill, self.on_error == "skip", self.policy, self.read_stats, self.foreign_fields)
+        self.tell_idle_consumers(workers, worker)
         consumer = self.rank * workers + worker
         windows = stream.windows(self.epoch, consumer, self.world_size * workers)
         unit_rows = max(self.shuffle_buffer // self.batch_size, 1) * self.batch_size

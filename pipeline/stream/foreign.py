@@ -51,6 +51,14 @@ def reference_fields(urls: tuple[str, ...], wanted: set[str] | None, fill: Mappi
     return None
 
 
+def warn_of_idle_consumers(shards: int, consumers: int) -> None:
+    """Warn, from the user's line, that ``shards`` without an index are fewer than their
+    ``consumers`` (ranks x workers), some of which so read nothing."""
+    if shards < consumers:
+        warn_caller(f"{shards} shards without an index for {consumers} consumers (ranks x workers): some read "
+                    f"nothing; index them with `pipeline index` for exact epochs")
+
+
 @dataclass
 class ForeignStream:
     """How one dataset streams its shards without an index (picklable, for workers)."""
@@ -72,9 +80,6 @@ class ForeignStream:
         urls = list(self.urls)
         if self.shuffle:
             urls = [urls[i] for i in rng_for(Draw.SHARDS, self.seed, epoch).permutation(len(urls))]
-        if len(urls) < consumers and consumer == 0:
-            warn_caller(f"{len(urls)} shards without an index for {consumers} consumers (ranks x workers): some "
-                          f"read nothing; index them with `pipeline index` for exact epochs")
         pending: list[Columns] = []
         rows = window = 0
         fields = self.fields  # or, when unknown, those of this consumer's first record

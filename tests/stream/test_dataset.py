@@ -6,6 +6,7 @@ import functools
 import gc
 import math
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -329,6 +330,26 @@ def test_foreign_shards_under_ddp_are_refused_unless_uneven_ranks_are_allowed(tm
     dataset = ShardDataset(urls, batch_size=4, rank=0, world_size=2, allow_uneven=True)
     with pytest.warns(UserWarning, match="1 shards without an index for 2 consumers") as caught:
         assert sum(len(b["cls"]) for b in dataset) == 10
+    assert caught[0].filename == __file__
+
+
+def test_fewer_shards_than_consumers_is_told_once_at_the_users_line_not_by_workers_every_epoch(tmp_path: Path) -> None:
+    """Warned in a worker, it pointed at torch's fetch.py, and non-persistent workers gave it every
+    epoch; the loader knows its workers, and tells as it is made. A plain DataLoader's loop over the
+    dataset tells it from the user's line too, not from torch's."""
+    urls = webdataset_shards(tmp_path / "wds", count=1, per_shard=10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = make_loader(urls, num_workers=2, batch_size=4, persistent_workers=False)
+        for _ in range(2):
+            assert sum(len(batch["cls"]) for batch in loader) == 10
+    told = [w for w in caught if "shards without an index" in str(w.message)]
+    assert [str(w.message) for w in told] == ["1 shards without an index for 2 consumers (ranks x workers): some read "
+                                              "nothing; index them with `pipeline index` for exact epochs"]
+    assert told[0].filename == __file__
+    dataset = ShardDataset(urls, batch_size=4, rank=0, world_size=2, allow_uneven=True)
+    with pytest.warns(UserWarning, match="1 shards without an index for 2 consumers") as caught:
+        assert sum(len(b["cls"]) for b in torch.utils.data.DataLoader(dataset, batch_size=None)) == 10
     assert caught[0].filename == __file__
 
 
