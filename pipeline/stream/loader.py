@@ -76,6 +76,7 @@ class ShardLoader(DataLoader):
         self._loops = 0  # loops begun over it: a loop that is not the last begun is stale (see __iter__)
         self._closed_early = False  # whether the last loop was closed (a break) rather than run out
         self._settled_from: tuple[int, list[Leg], int] | None = None  # the position _settle moved on from
+        self._told_no_batch = False  # whether an epoch without a batch on this rank was warned of
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (``copy.deepcopy``, a pickle for another process) without the persistent
@@ -199,8 +200,9 @@ class ShardLoader(DataLoader):
                              f"index the shards in place (pipeline index) so that loops and checkpoints go on exactly")
         dataset.resume(self._epoch, self._legs, self._batches, self._short_last_unit == self._epoch) if resumed \
             else dataset.set_epoch(self._epoch)
-        if not resumed and dataset.exact and not len(self):
-            warn_caller(f"epoch {self._epoch} has no batch for rank {dataset.rank}: {dataset.samples} samples on "
+        if not resumed and dataset.exact and not len(self) and not self._told_no_batch:
+            self._told_no_batch = True  # (what makes it so is the same every epoch: told once)
+            warn_caller(f"no epoch has a batch for rank {dataset.rank}: {dataset.samples} samples on "
                         f"{dataset.world_size} rank(s), batch_size={dataset.batch_size}, drop_last={dataset.drop_last}, "
                         f"remainder={dataset.remainder!r}")
         if self._iterator is not None and not self._iterator.owned_here():  # a forked child's copy of the loader:
