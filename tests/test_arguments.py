@@ -67,6 +67,22 @@ CASES: dict[str, tuple[Callable[[Path, Path], Any], type, str]] = {
                                                                                seed=3),
                                 TypeError, "build_sample_files() got an unexpected keyword argument 'seed'; it takes "
                                            "root, labels, partition, out_dir, classes, shard_samples,"),
+    # a misspelt make_loader option was ShardDataset.__init__()'s error, which suggested nothing
+    "a loader option misspelt": (lambda out, built: pipeline.make_loader(built, num_workers=0, batchsize=32),
+                                 TypeError, "make_loader() got an unexpected keyword argument 'batchsize' (did you "
+                                            "mean batch_size=?); it takes num_workers, prefetch_factor, "
+                                            "persistent_workers, pin_memory, multiprocessing_context, timeout, "
+                                            "worker_init_fn, batch_size, shuffle, seed,"),
+    "a DataLoader's collate_fn": (lambda out, built: pipeline.make_loader(built, collate_fn=None), TypeError,
+                                  "make_loader() got an unexpected keyword argument 'collate_fn' (a DataLoader's "
+                                  "option: batches come collated from the workers; batch_transform= changes each "
+                                  "batch); it takes num_workers,"),
+    "a DataLoader's sampler, beside a dataset": (lambda out, built: pipeline.make_loader(pipeline.ShardDataset(built),
+                                                                                         sampler=None), TypeError,
+                                                 "make_loader() got an unexpected keyword argument 'sampler' (a "
+                                                 "DataLoader's option: the dataset draws each epoch's order from "
+                                                 "shuffle= and seed=, and shares it between ranks by rank= and "
+                                                 "world_size=); it takes"),
 }
 
 

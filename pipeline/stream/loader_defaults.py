@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
 
+from ..unknown_options import refuse_unknown
 from .dataset import ShardDataset
 from .loader import ShardLoader
 from .options import check_loader_options
+
+#: DataLoader's options that make_loader does not take, and why (a loop written for a DataLoader
+#: may pass them on).
+_NOT_TAKEN = {
+    "collate_fn": "a DataLoader's option: batches come collated from the workers; batch_transform= changes each batch",
+    "sampler": "a DataLoader's option: the dataset draws each epoch's order from shuffle= and seed=, and shares it "
+               "between ranks by rank= and world_size=",
+    "generator": "a DataLoader's option: the order is drawn from seed= and the epoch, the same on any number of "
+                 "workers",
+}
+_NOT_TAKEN["batch_sampler"] = _NOT_TAKEN["sampler"]
 
 
 def make_loader(
@@ -28,6 +41,7 @@ def make_loader(
     source (then ``dataset_options`` are its options). The DataLoader options that make sense
     over batches that come collated from the workers are passed on. (Transforms draw from
     generators seeded for each batch: see :mod:`.transform_seeds`.)"""
+    refuse_unknown("make_loader", dataset_options, _ACCEPTED, _NOT_TAKEN)
     check_loader_options(num_workers, prefetch_factor)
     loader_options = {"in_order": dataset_options.pop("in_order")} if "in_order" in dataset_options else {}
     if not isinstance(dataset, ShardDataset):
@@ -46,3 +60,10 @@ def make_loader(
         timeout=timeout,
         worker_init_fn=worker_init_fn if workers else None,
     )
+
+
+#: The names make_loader takes: its own, ShardDataset's options, and DataLoader's ``in_order``.
+_ACCEPTED = [name for function in (make_loader, ShardDataset.__init__)
+             for name, parameter in inspect.signature(function).parameters.items()
+             if parameter.kind is not inspect.Parameter.VAR_KEYWORD and name not in ("dataset", "self", "source")] + \
+    ["in_order"]

@@ -9,13 +9,13 @@ Every converter takes the options of :func:`~pipeline.write.run.build_shards` (`
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
 
 from ..format.index import DatasetIndex
+from ..unknown_options import refuse_unknown
 from .run import build_shards
 from .source import Source, advise_pack
 from .sources.arrays import ArraySource, open_npz
@@ -44,12 +44,7 @@ def refuse_unknown_options(function: Callable[..., Any], options: Mapping[str, A
     own = [name for name, parameter in inspect.signature(function).parameters.items()
            if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
     accepted = own + [name for name in ("validation", "seed") if splits and name not in own] + list(BUILD_OPTIONS)
-    unknown = next((name for name in options if name not in accepted), None)
-    if unknown is not None:
-        close = difflib.get_close_matches(unknown, accepted, n=1)
-        hint = f" (did you mean {close[0]}=?)" if close else ""
-        raise TypeError(f"{function.__name__}() got an unexpected keyword argument {unknown!r}{hint}; it takes "
-                        f"{', '.join(accepted)}")
+    refuse_unknown(function.__name__, options, accepted)
 
 
 def build_dataset(source: Source, out_dir: str | os.PathLike[str], prefix: str = "shard",
