@@ -19,13 +19,14 @@ T = TypeVar("T")
 
 _TRANSIENT_CODES = {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "RequestTimeTooSkewed",
                     "Throttling", "ThrottlingException", "500", "502", "503", "504"}
+_CREDENTIALS = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"  # where boto3 finds them
 _DESCRIBED = {"NoSuchKey": "no such key", "NoSuchBucket": "no such bucket", "AccessDenied": "access denied",
               "InvalidAccessKeyId": "invalid access key (bad credentials)",
               "SignatureDoesNotMatch": "signature does not match (bad credentials)",
               "InvalidRange": "range not satisfiable (the object is shorter than expected)",
               "404": "not found",
-              "403": "forbidden (the credentials are wrong, or may not do this here: check AWS_ACCESS_KEY_ID and "
-                     "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, and the bucket's permissions)"}
+              "403": f"forbidden (the credentials are wrong, or may not do this here: check {_CREDENTIALS}, and the "
+                     f"bucket's permissions)"}
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 _clients: dict[tuple, Any] = {}
 _lock = ForkSafeLock()
@@ -137,7 +138,7 @@ def map_error(url: str, offset: int, exc: BaseException) -> SourceError:
         return described_error(url, offset, str(error.get("Code", "")), status if isinstance(status, int) else None,
                                error.get("Message"))
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return SourceError(url, offset, f"no usable AWS credentials: {exc}")
+        return SourceError(url, offset, f"no usable AWS credentials: {exc}; set {_CREDENTIALS}")
     if isinstance(exc, ClientSetupError):
         return SourceError(url, offset, str(exc))
     return TransientError(url, offset, f"{type(exc).__name__}: {exc}")

@@ -105,6 +105,21 @@ def test_a_profile_set_empty_is_named_as_the_setting_refused(monkeypatch, tmp_pa
         read_range("s3://shards/train/part-000000.tar", 0, 10)
 
 
+def test_no_credentials_at_all_says_where_to_give_them(monkeypatch, tmp_path: Path) -> None:
+    """The error said only "no usable AWS credentials: Unable to locate credentials", no next step."""
+    pytest.importorskip("boto3")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # (no instance to ask either)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # (never reached: nothing signs the request)
+    with pytest.raises(SourceError) as caught:
+        read_range("s3://nobucket/train/index.json", 0, 10)
+    assert str(caught.value) == ("s3://nobucket/train/index.json at byte 0: no usable AWS credentials: Unable to "
+                                 "locate credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
+
+
 def test_ignoring_configured_endpoints_ignores_the_environments_as_boto3_does(monkeypatch) -> None:
     """AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true sent boto3 to AWS, and this library to the endpoint."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
