@@ -53,7 +53,10 @@ _NOT_THERE = ("not found", "no such key", "no such bucket", "gone", "access deni
 class IndexSourceError(IndexFormatError, SourceError):
     """An index or its shard table cannot be read from where it should be. Both an index error
     (what opening a bad index raises) and a source error (what a URL that cannot be read raises),
-    so that callers catching either see it."""
+    so that callers catching either see it. ``cause``: the store's answer, for a remote index
+    file (``HTTP 403 forbidden``)."""
+
+    cause = ""
 
 
 class NoIndexError(IndexSourceError):
@@ -246,6 +249,26 @@ def nothing_at(exc: SourceError) -> bool:
     return any(word in reason for word in _NOT_THERE)
 
 
+def no_shard_either(index_error: IndexSourceError, url: str, policy: RetryPolicy | None = None,
+                    stats: RetrySink | None = None) -> IndexSourceError | None:
+    """The error of a remote ``url`` given as a folder, whose index file ``index_error`` says
+    cannot be read, where ``url`` cannot be read as a shard either (its first byte asked for):
+    ``index_error`` itself where nothing is there; where the server forbids it, an error that
+    says both (a bucket served over HTTP forbids a file that is not there: a folder's URL
+    misspelt without its "/", whose index error alone was replaced by the shard's bare 403).
+    ``None`` where ``url`` may be a shard (or why it cannot be read is for reading it to tell)."""
+    try:
+        read_range(url, 0, 1, policy, stats=stats)
+    except SourceError as exc:
+        if nothing_at(exc):
+            return index_error
+        if http_forbidden(exc):
+            return UnansweredIndexError(index_error.url, None, f"cannot read index file ({index_error.cause}), nor "
+                                                               f"{url} as a shard ({exc.reason or exc}); "
+                                                               f"{_forbidden_advice(both=True)}")
+    return None
+
+
 def nothing_there(url: str, policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> bool:
     """Whether the store says that nothing is at the remote ``url``, asked for its first byte
     (``False`` where something is, or where the answer says only why it cannot be read)."""
@@ -262,6 +285,14 @@ def http_forbidden(exc: Exception) -> bool:
     return "HTTP 403 " in str(getattr(exc, "reason", None) or exc)
 
 
+def _forbidden_advice(both: bool = False) -> str:
+    """What a 403 for an index file (and, ``both``, for the URL beside it read as a shard) may
+    mean, and what to pass."""
+    it, none = ("them", "neither is there") if both else ("it", "there is none")
+    return f"the server may not let {it} be read, or {none} (a bucket served over HTTP forbids a file that does " \
+           f"not exist): {_WHAT_TO_PASS}"
+
+
 def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | None, patterns: bool,
                      hint: bool) -> bytes:
     """The bytes of the index file ``url``; a missing one is a :class:`NoIndexError` saying what
@@ -271,16 +302,16 @@ def _read_index_file(url: str, policy: RetryPolicy | None, stats: RetrySink | No
         try:
             return read_bytes(url, policy, stats=stats, limit=INDEX_FILE_LIMIT)
         except SourceError as exc:
+            cause = str(exc.reason or exc)
             if not nothing_at(exc):  # not "no index here", which callers may take for shards without one: the
                 # reason says what to do (credentials, a server that does not answer...)
-                forbidden = ("; the server may not let it be read, or there is none (a bucket served over HTTP "
-                             "forbids a file that does not exist): " + _WHAT_TO_PASS) if http_forbidden(exc) else ""
-                raise UnansweredIndexError(url, None, f"cannot read index file ({exc.reason or exc}){forbidden}"
-                                           ) from None
+                forbidden = "; " + _forbidden_advice() if http_forbidden(exc) else ""
+                unanswered = UnansweredIndexError(url, None, f"cannot read index file ({cause}){forbidden}")
+                unanswered.cause = cause
+                raise unanswered from None
             splits = remote_sets_hint(url, policy) if hint else ""
-            missing = NoIndexError(url, None,
-                                   f"cannot read index file ({exc.reason or exc}){splits or '; ' + _WHAT_TO_PASS}")
-            missing.splits_beside = bool(splits)
+            missing = NoIndexError(url, None, f"cannot read index file ({cause}){splits or '; ' + _WHAT_TO_PASS}")
+            missing.splits_beside, missing.cause = bool(splits), cause
             raise missing from None
     try:
         with open(url, "rb") as file:

@@ -28,7 +28,7 @@ from ..storage.indexes import (
     UnansweredIndexError,
     http_forbidden,
     index_url,
-    nothing_there,
+    no_shard_either,
     open_index,
     strays,
 )
@@ -164,9 +164,11 @@ def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: Retry
             try:
                 indexed = open_index(_from_here(text), policy, stats, patterns=True)
             except (NoIndexError, UnansweredIndexError) as exc:
-                if not _maybe_a_shard(text, exc) or (scheme(text) in ("http", "https")
-                                                     and nothing_there(text, policy, stats)):
-                    raise  # (no shard either: a folder's URL misspelt, whose error says what to pass)
+                if not _maybe_a_shard(text, exc):
+                    raise
+                neither = no_shard_either(exc, text, policy, stats) if scheme(text) in ("http", "https") else None
+                if neither is not None:
+                    raise neither from None  # (a folder's URL misspelt, whose error says what to pass)
             else:
                 _warn_of_strays(indexed)
                 return indexed

@@ -99,6 +99,18 @@ def test_a_shard_forbidden_by_the_server_is_named_as_refused_or_missing(nginx: s
         f"index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)")
 
 
+def test_a_folders_url_without_its_slash_forbidden_by_the_server_says_no_index_nor_shard(nginx: str) -> None:
+    """Without the "/", the URL may be a shard: read as one, its 403 was the error, bare
+    ("... at byte 0: HTTP 403 forbidden"), and the index's, which says what to pass, was lost."""
+    url = f"{nginx}/private/no-such-set"
+    with pytest.raises(pipeline.SourceError) as caught:
+        pipeline.make_loader(url)
+    assert str(caught.value) == (
+        f"{url}/index.json: cannot read index file (HTTP 403 forbidden), nor {url} as a shard (HTTP 403 forbidden); "
+        f"the server may not let them be read, or neither is there (a bucket served over HTTP forbids a file that "
+        f"does not exist): pass an index.json, its folder, or a URL of either (https://..., s3://bucket/prefix)")
+
+
 class Counts:
     """A RetrySink that counts."""
 
