@@ -17,6 +17,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..interrupts import held_ctrl_c
 from .pool_workers import pool_context, start_worker
 from .portable import AbsolutePathsExecutor
 
@@ -107,13 +108,17 @@ def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
     from distributed import Client, LocalCluster
 
     with ExitStack() as stack:
-        if scheduler is None:
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=max(workers, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=":0"))  # any free port: 8787 may be another cluster's
-            client = stack.enter_context(Client(cluster))
-        else:
-            client = stack.enter_context(Client(scheduler))
+        # cut while it starts, a cluster is left half-started, which distributed's exit handler then fails to
+        # close, printing its traceback after the build's "interrupted" line: Ctrl-C waits for the start (twice,
+        # it cuts at once), then closes what started
+        with held_ctrl_c(second_at_once=True):
+            if scheduler is None:
+                cluster = stack.enter_context(LocalCluster(
+                    n_workers=max(workers, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
+                    dashboard_address=":0"))  # any free port: 8787 may be another cluster's
+                client = stack.enter_context(Client(cluster))
+            else:
+                client = stack.enter_context(Client(scheduler))
         slots = sum(client.nthreads().values())
         executor = client.get_executor(retries=DASK_RETRIES, pure=False)
         # a running cluster's workers work in folders of their own: relative paths would name other files

@@ -135,6 +135,34 @@ def test_cli_engine_dask_starts_a_local_cluster(tmp_path: Path, npy_inputs) -> N
     assert files(tmp_path / "dask") == files(tmp_path / "one")
 
 
+CUT_AS_WORKERS_START = """
+import os, signal, sys
+if __name__ == "__main__":  # (not again in the cluster's processes, which import this file)
+    from distributed.nanny import Nanny
+    start = Nanny.start_unsafe
+
+    async def cut(self):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C as the cluster starts its workers
+        return await start(self)
+
+    Nanny.start_unsafe = cut
+    from pipeline.cli import main
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_while_the_local_cluster_starts_is_one_line_not_distributeds_tracebacks(tmp_path: Path,
+                                                                                      npy_inputs) -> None:
+    """Cut as it started, the cluster was left half-started, which distributed's exit handler failed
+    to close: some 30 lines of its traceback ("AssertionError: Status.init") after the build's."""
+    (tmp_path / "cut.py").write_text(CUT_AS_WORKERS_START)
+    result = subprocess.run([sys.executable, str(tmp_path / "cut.py"), "build", "arrays", str(tmp_path / "out"),
+                             "--array", f"x={npy_inputs['x']}", "--engine", "dask", "--workers", "1", "--quiet"],
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (130, "interrupted: run the same command with --resume to finish "
+                                                       "the build, keeping the shards it finished\n")
+
+
 def test_without_distributed_the_error_says_what_to_install(tmp_path: Path, npy_inputs, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # import fails as if not installed
     with pytest.raises(ImportError, match=r"pip install 'pipeline\[dask\]'"):
