@@ -14,6 +14,8 @@ The public API, documented in README.md:
 - choosing a loader's settings on the machine at hand: :func:`tune`
 """
 
+from typing import TYPE_CHECKING
+
 from .check.describe import describe, iter_samples
 from .check.verify import verify
 from .format.codec import decode_record, encode_sample
@@ -55,15 +57,23 @@ _LAZY = {"ShardDataset": "stream.dataset", "DevicePrefetcher": "stream.prefetch"
          "make_loader": "stream.loader_defaults", "WorkerError": "stream.worker_deaths", "tune": "measure.tune",
          "Images": "stream.images"}
 
+if TYPE_CHECKING:  # (a type checker sees the names _LAZY imports on first use: tests/test_package.py keeps them alike)
+    from .measure.tune import tune
+    from .stream.dataset import ShardDataset
+    from .stream.images import Images
+    from .stream.loader import ShardLoader
+    from .stream.loader_defaults import make_loader
+    from .stream.prefetch import DevicePrefetcher
+    from .stream.worker_deaths import WorkerError
+else:
+    def __getattr__(name: str) -> object:
+        """Import the torch-based reader on first use, so that building shards (and the CLI) does
+        not pay for importing torch."""
+        if name in _LAZY:
+            from importlib import import_module
 
-def __getattr__(name: str):
-    """Import the torch-based reader on first use, so that building shards (and the CLI) does
-    not pay for importing torch."""
-    if name in _LAZY:
-        from importlib import import_module
-
-        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+            return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
 
 __all__ = [
     "ArraySource", "DatasetIndex", "DevicePrefetcher", "ShardDataset", "ShardLoader", "SourceError",

@@ -1,0 +1,44 @@
+"""The package as a user's project sees it: marked as typed (PEP 561), so that mypy or pyright
+read its hints rather than refuse it ("missing library stubs or py.typed marker"), and with the
+names it imports only on first use (the torch-based reader) visible to them too."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import zipfile
+from importlib import resources
+from pathlib import Path
+
+import pipeline
+
+ROOT = Path(pipeline.__file__).parent.parent
+
+
+def test_the_built_wheel_holds_the_py_typed_marker(tmp_path: Path) -> None:
+    assert (resources.files("pipeline") / "py.typed").is_file()
+    tree = tmp_path / "tree"  # (a copy: the build writes its build/ and egg-info beside the sources)
+    shutil.copytree(ROOT / "pipeline", tree / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    code = f"from setuptools import build_meta; print(build_meta.build_wheel({str(tmp_path / 'dist')!r}))"
+    built = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=60)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = tmp_path / "dist" / built.stdout.split()[-1]
+    assert "pipeline/py.typed" in zipfile.ZipFile(wheel).namelist()
+
+
+def test_a_type_checker_sees_every_lazily_imported_name() -> None:
+    """The ``if TYPE_CHECKING:`` block of ``__init__.py`` imports what ``__getattr__`` imports on
+    first use, each from the same module: a name added to one and not the other would reach a
+    user's checker as an error, or as ``Any``."""
+    module = ast.parse((ROOT / "pipeline" / "__init__.py").read_text())
+    block = next(node for node in module.body
+                 if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+    seen = {alias.name: statement.module for statement in block.body if isinstance(statement, ast.ImportFrom)
+            for alias in statement.names}
+    assert seen == pipeline._LAZY
+    assert [name for name in pipeline.__all__ if name not in vars(pipeline) and name not in seen] == []
+    assert set(seen) <= set(pipeline.__all__)
