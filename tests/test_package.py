@@ -5,12 +5,17 @@ names it imports only on first use (the torch-based reader) visible to them too.
 from __future__ import annotations
 
 import ast
+import inspect
 import shutil
 import subprocess
 import sys
+import typing
 import zipfile
 from importlib import resources
 from pathlib import Path
+from typing import Any, Callable
+
+import pytest
 
 import pipeline
 
@@ -42,3 +47,23 @@ def test_a_type_checker_sees_every_lazily_imported_name() -> None:
     assert seen == pipeline._LAZY
     assert [name for name in pipeline.__all__ if name not in vars(pipeline) and name not in seen] == []
     assert set(seen) <= set(pipeline.__all__)
+
+
+SPLITTING = [pipeline.write_shards, pipeline.build_npz, pipeline.build_joblib, pipeline.build_folder,
+             pipeline.build_parquet, pipeline.build_arrow]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="typing.get_overloads is new in Python 3.11")
+@pytest.mark.parametrize("build", SPLITTING, ids=lambda build: build.__name__)
+def test_a_type_checker_is_told_a_split_build_returns_a_dict_of_indexes(build: Callable[..., Any]) -> None:
+    """``validation`` left out: one index; given: ``{"train": ..., "validation": ...}``, which a
+    union of the two made every caller narrow (``splits.items()`` was a checker's error). Each
+    overload takes what the function takes, ``validation`` apart."""
+    def shape(function: Callable[..., Any]) -> list[tuple[str, Any, str, bool]]:
+        return [(p.name, p.kind, p.annotation, p.default is not p.empty)
+                for p in inspect.signature(function).parameters.values() if p.name != "validation"]
+
+    told = {inspect.signature(overload).parameters["validation"].annotation:
+            inspect.signature(overload).return_annotation for overload in typing.get_overloads(build)}
+    assert told == {"None": "DatasetIndex", "float | int": "dict[str, DatasetIndex]"}
+    assert all(shape(overload) == shape(build) for overload in typing.get_overloads(build))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union, overload
 
 from ..format.index import DatasetIndex
 from ..unknown_options import refuse_unknown
@@ -28,7 +28,8 @@ from .sources.sample_files import partition_sources
 from .sources.table_files import Inputs
 from .splits import build_split_sets, build_splits
 
-#: One index, or one per split (``{"train": ..., "validation": ...}``) when a split was asked for.
+#: One index, or one per split (``{"train": ..., "validation": ...}``) when a split was asked for:
+#: the converters' overloads tell a type checker which, by whether ``validation`` is given.
 BuildResult = Union[DatasetIndex, dict[str, DatasetIndex]]
 
 #: The options every converter passes on to :func:`build_shards`.
@@ -60,8 +61,17 @@ def build_dataset(source: Source, out_dir: str | os.PathLike[str], prefix: str =
     return build_splits(source, out_dir, validation, seed, **options)
 
 
+@overload
+def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], prefix: str = ...,
+                 keys: Sequence[str] | None = ..., *, validation: None = ..., seed: int = ...,
+                 **options: Any) -> DatasetIndex: ...
+@overload
+def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], prefix: str = ...,
+                 keys: Sequence[str] | None = ..., *, validation: float | int, seed: int = ...,
+                 **options: Any) -> dict[str, DatasetIndex]: ...
 def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], prefix: str = "shard",
-                 keys: Sequence[str] | None = None, **options: Any) -> BuildResult:
+                 keys: Sequence[str] | None = None, *, validation: float | int | None = None, seed: int = 0,
+                 **options: Any) -> BuildResult:
     """Write equally long arrays (one per field: ndarrays, memmaps, torch tensors or ``.npy``
     paths) as shards."""
     if isinstance(out_dir, Mapping) or not hasattr(arrays, "items"):  # (a pandas DataFrame is columns too)
@@ -72,26 +82,46 @@ def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], pre
         raise TypeError(f"keys= takes one key a sample, a list of str, got the str {keys[:40]!r}")
     refuse_unknown_options(write_shards, options)
     columns = pandas_columns(arrays, "write_shards")
-    return build_dataset(ArraySource(columns, None if keys is None else list(keys)), out_dir, prefix, **options)
+    return build_dataset(ArraySource(columns, None if keys is None else list(keys)), out_dir, prefix, validation, seed,
+                         **options)
 
 
-def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
-              **options: Any) -> BuildResult:
+@overload
+def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ..., *,
+              validation: None = ..., seed: int = ..., **options: Any) -> DatasetIndex: ...
+@overload
+def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ..., *,
+              validation: float | int, seed: int = ..., **options: Any) -> dict[str, DatasetIndex]: ...
+def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard", *,
+              validation: float | int | None = None, seed: int = 0, **options: Any) -> BuildResult:
     """Every array of an ``.npz`` becomes a field."""
     refuse_unknown_options(build_npz, options)
-    return build_dataset(ArraySource(open_npz(path), description=str(path)), out_dir, prefix, **options)
+    return build_dataset(ArraySource(open_npz(path), description=str(path)), out_dir, prefix, validation, seed,
+                         **options)
 
 
+@overload
+def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
+                 fields: tuple[str, str] = ..., batch_size: int | None = ..., lists: str | None = ...,
+                 classes: Sequence[str] | None = ..., *, validation: None = ..., seed: int = ...,
+                 **options: Any) -> DatasetIndex: ...
+@overload
+def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
+                 fields: tuple[str, str] = ..., batch_size: int | None = ..., lists: str | None = ...,
+                 classes: Sequence[str] | None = ..., *, validation: float | int, seed: int = ...,
+                 **options: Any) -> dict[str, DatasetIndex]: ...
 def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
                  fields: tuple[str, str] = ("x", "y"), batch_size: int | None = None, lists: str | None = None,
-                 classes: Sequence[str] | None = None, **options: Any) -> BuildResult:
+                 classes: Sequence[str] | None = None, *, validation: float | int | None = None, seed: int = 0,
+                 **options: Any) -> BuildResult:
     """Convert ``x_<B>.job``/``y_<B>.job`` files (trusted input only: they are pickles);
     ``batch_size=B`` picks the pair of one run of the batch recipe; ``lists="batches"`` or
     ``"samples"`` reads lists of arrays that are no batches of ``B`` (see
     :class:`~pipeline.write.sources.joblib_batches.JoblibBatchSource`); ``classes`` numbers
     labels that are class names by that list, not the names found sorted."""
     refuse_unknown_options(build_joblib, options)
-    return build_dataset(JoblibBatchSource(folder, fields, batch_size, lists, classes), out_dir, prefix, **options)
+    return build_dataset(JoblibBatchSource(folder, fields, batch_size, lists, classes), out_dir, prefix, validation,
+                         seed, **options)
 
 
 def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any,
@@ -112,11 +142,19 @@ def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any
     return build_split_sets(partition_sources(root, labels, partition, classes), out_dir, **options)
 
 
+@overload
+def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
+                 recursive: bool = ..., *, validation: None = ..., seed: int = ..., **options: Any) -> DatasetIndex: ...
+@overload
+def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
+                 recursive: bool = ..., *, validation: float | int, seed: int = ...,
+                 **options: Any) -> dict[str, DatasetIndex]: ...
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
-                 recursive: bool = False, **options: Any) -> BuildResult:
+                 recursive: bool = False, *, validation: float | int | None = None, seed: int = 0,
+                 **options: Any) -> BuildResult:
     """Files grouped by stem (``0001.jpg`` + ``0001.json``), bytes kept as they are."""
     refuse_unknown_options(build_folder, options)
-    return build_dataset(FolderSource(folder, recursive), out_dir, prefix, **options)
+    return build_dataset(FolderSource(folder, recursive), out_dir, prefix, validation, seed, **options)
 
 
 def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
@@ -147,9 +185,17 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
     return build_split_sets({"train": train, "validation": validation_set}, out_dir, **options)
 
 
+@overload
+def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = ...,
+                  columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: None = ...,
+                  seed: int = ..., **options: Any) -> DatasetIndex: ...
+@overload
+def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = ...,
+                  columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: float | int,
+                  seed: int = ..., **options: Any) -> dict[str, DatasetIndex]: ...
 def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "shard",
-                  columns: Sequence[str] | None = None, fill: Mapping[str, Any] | None = None,
-                  **options: Any) -> BuildResult:
+                  columns: Sequence[str] | None = None, fill: Mapping[str, Any] | None = None, *,
+                  validation: float | int | None = None, seed: int = 0, **options: Any) -> BuildResult:
     """Rows of Parquet files (or folders of ``*.parquet``), a column a field: ``columns`` picks
     them (all by default), ``fill`` (``{"col": value}``) replaces nulls, which are otherwise an
     error. Needs pyarrow (``pip install 'pipeline[parquet]'``), imported on the first call so
@@ -157,15 +203,23 @@ def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str =
     refuse_unknown_options(build_parquet, options)
     from .sources.tables import ParquetSource
 
-    return build_dataset(ParquetSource(inputs, columns, fill), out_dir, prefix, **options)
+    return build_dataset(ParquetSource(inputs, columns, fill), out_dir, prefix, validation, seed, **options)
 
 
+@overload
+def build_arrow(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = ...,
+                columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: None = ...,
+                seed: int = ..., **options: Any) -> DatasetIndex: ...
+@overload
+def build_arrow(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = ...,
+                columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: float | int,
+                seed: int = ..., **options: Any) -> dict[str, DatasetIndex]: ...
 def build_arrow(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "shard",
-                columns: Sequence[str] | None = None, fill: Mapping[str, Any] | None = None,
-                **options: Any) -> BuildResult:
+                columns: Sequence[str] | None = None, fill: Mapping[str, Any] | None = None, *,
+                validation: float | int | None = None, seed: int = 0, **options: Any) -> BuildResult:
     """Rows of Arrow IPC files or streams, or of a ``datasets`` ``save_to_disk`` folder; options
     as :func:`build_parquet`."""
     refuse_unknown_options(build_arrow, options)
     from .sources.table_arrow import ArrowSource
 
-    return build_dataset(ArrowSource(inputs, columns, fill), out_dir, prefix, **options)
+    return build_dataset(ArrowSource(inputs, columns, fill), out_dir, prefix, validation, seed, **options)
