@@ -49,8 +49,8 @@ def test_a_type_checker_sees_every_lazily_imported_name() -> None:
     assert set(seen) <= set(pipeline.__all__)
 
 
-SPLITTING = [pipeline.write_shards, pipeline.build_npz, pipeline.build_joblib, pipeline.build_folder,
-             pipeline.build_parquet, pipeline.build_arrow]
+SPLITTING = [pipeline.build_shards, pipeline.write_shards, pipeline.build_npz, pipeline.build_joblib,
+             pipeline.build_folder, pipeline.build_parquet, pipeline.build_arrow]
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="typing.get_overloads is new in Python 3.11")

@@ -26,15 +26,18 @@ from .sources.joblib_batches import JoblibBatchSource
 from .sources.pandas_values import pandas_columns
 from .sources.sample_files import partition_sources
 from .sources.table_files import Inputs
-from .splits import build_split_sets, build_splits
+from .splits import build_split_sets
 
 #: One index, or one per split (``{"train": ..., "validation": ...}``) when a split was asked for:
 #: the converters' overloads tell a type checker which, by whether ``validation`` is given.
 BuildResult = Union[DatasetIndex, dict[str, DatasetIndex]]
 
+#: The options of a split, which :func:`build_sample_files` (split by its partition) does not take.
+SPLIT_OPTIONS = ("validation", "seed")
+
 #: The options every converter passes on to :func:`build_shards`.
 BUILD_OPTIONS = tuple(name for name, parameter in inspect.signature(build_shards).parameters.items()
-                      if parameter.kind is inspect.Parameter.KEYWORD_ONLY)
+                      if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in SPLIT_OPTIONS)
 
 
 def refuse_unknown_options(function: Callable[..., Any], options: Mapping[str, Any], splits: bool = True) -> None:
@@ -44,21 +47,19 @@ def refuse_unknown_options(function: Callable[..., Any], options: Mapping[str, A
     :func:`build_dataset`, which takes ``validation`` and ``seed``."""
     own = [name for name, parameter in inspect.signature(function).parameters.items()
            if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
-    accepted = own + [name for name in ("validation", "seed") if splits and name not in own] + list(BUILD_OPTIONS)
+    accepted = own + [name for name in SPLIT_OPTIONS if splits and name not in own] + list(BUILD_OPTIONS)
     refuse_unknown(function.__name__, options, accepted)
 
 
 def build_dataset(source: Source, out_dir: str | os.PathLike[str], prefix: str = "shard",
                   validation: float | int | None = None, seed: int = 0, **options: Any) -> BuildResult:
     """``source`` as one shard set in ``out_dir``, or split into ``out_dir/train`` and
-    ``out_dir/validation`` when ``validation`` is given (rows chosen at random by ``seed``)."""
-    if validation is None:
-        index = build_shards(source, out_dir, prefix, **options)
-        advise_pack(options, [(source, index)])
-        return index
-    if prefix != "shard":
-        raise ValueError("a split build names shards after each split (train-000000.tar); a prefix does not apply")
-    return build_splits(source, out_dir, validation, seed, **options)
+    ``out_dir/validation`` when ``validation`` is given (rows chosen at random by ``seed``);
+    then the note on ``pack`` that a converter's input may call for (a split build's is its own)."""
+    built = build_shards(source, out_dir, prefix, validation=validation, seed=seed, **options)
+    if isinstance(built, DatasetIndex):
+        advise_pack(options, [(source, built)])
+    return built
 
 
 @overload

@@ -16,7 +16,7 @@ import sys
 from concurrent.futures import Executor, Future, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, overload
 
 import numpy as np
 
@@ -246,11 +246,25 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
             future.cancel()
 
 
+@overload
+def build_shards(source: Source, out_dir: str | os.PathLike[str], prefix: str = ..., *, validation: None = ...,
+                 seed: int = ..., shard_samples: int | None = ..., shard_bytes: int | None = ..., pack: int | str = ...,
+                 dtypes: Mapping[str, str] | None = ..., workers: int = ..., part: Part | None = ...,
+                 overwrite: bool = ..., resume: bool = ..., quiet: bool = ..., executor: Executor | None = ...,
+                 engine: str = ..., scheduler: str | None = ...) -> DatasetIndex: ...
+@overload
+def build_shards(source: Source, out_dir: str | os.PathLike[str], prefix: str = ..., *, validation: float | int,
+                 seed: int = ..., shard_samples: int | None = ..., shard_bytes: int | None = ..., pack: int | str = ...,
+                 dtypes: Mapping[str, str] | None = ..., workers: int = ..., part: Part | None = ...,
+                 overwrite: bool = ..., resume: bool = ..., quiet: bool = ..., executor: Executor | None = ...,
+                 engine: str = ..., scheduler: str | None = ...) -> dict[str, DatasetIndex]: ...
 def build_shards(
     source: Source,
     out_dir: str | os.PathLike[str],
     prefix: str = "shard",
     *,
+    validation: float | int | None = None,
+    seed: int = 0,
     shard_samples: int | None = None,
     shard_bytes: int | None = DEFAULT_SHARD_BYTES,
     pack: int | str = "auto",
@@ -263,9 +277,11 @@ def build_shards(
     executor: Executor | None = None,
     engine: str = "local",
     scheduler: str | None = None,
-) -> DatasetIndex:
+) -> DatasetIndex | dict[str, DatasetIndex]:
     """Write ``source`` as shards in ``out_dir`` (a folder or an ``s3://`` prefix) and return
-    the index (also saved there).
+    the index (also saved there); with ``validation`` (a fraction, or a number of rows chosen
+    by ``seed``), split into ``out_dir/train`` and ``out_dir/validation``, both indexes returned
+    by split name (see :mod:`.splits`).
 
     ``pack="auto"`` stores samples of fixed shape in records of about 64 KiB (smaller in a set
     under 32 MiB: see :func:`resolve_pack`; one sample per record when a sample is larger, or
@@ -277,9 +293,16 @@ def build_shards(
     ``workers`` processes, in ``executor``, or on Dask (``engine="dask"``: a cluster of
     ``workers`` local processes, or the one at ``scheduler``).
     """
-    check_build_options(out_dir, prefix, shard_samples=shard_samples, shard_bytes=shard_bytes, pack=pack, dtypes=dtypes,
-                        workers=workers, part=part, overwrite=overwrite, resume=resume, executor=executor,
-                        engine=engine, scheduler=scheduler)
+    options: dict[str, Any] = dict(shard_samples=shard_samples, shard_bytes=shard_bytes, pack=pack, dtypes=dtypes,
+                                   workers=workers, part=part, overwrite=overwrite, resume=resume, quiet=quiet,
+                                   executor=executor, engine=engine, scheduler=scheduler)
+    if validation is not None:
+        from .splits import build_splits  # (which builds each split with this function: imported on use)
+
+        if prefix != "shard":
+            raise ValueError("a split build names shards after each split (train-000000.tar); a prefix does not apply")
+        return build_splits(source, out_dir, validation, seed, **options)
+    check_build_options(out_dir, prefix, **options)
     metadata = dict(source.metadata or {})
     if dtypes:
         source = CastSource(source, dtypes)

@@ -118,6 +118,32 @@ def test_a_split_built_by_workers_is_the_split_built_in_one_process(tmp_path: Pa
     assert rows == list(range(30_000))
 
 
+class Squares(pipeline.Source):
+    """A user's own source, as README's "Building shards" writes one."""
+
+    fixed_shape = True
+
+    def __len__(self) -> int:
+        return 100
+
+    def read(self, start: int, stop: int) -> pipeline.RowBlock:
+        i = np.arange(start, stop)
+        return pipeline.RowBlock({"i": i, "square": i * i})
+
+
+def test_a_source_of_ones_own_is_split_by_build_shards_as_a_converter_splits_its_input(tmp_path: Path) -> None:
+    """build_shards took no validation= (a TypeError), though README lists it among the options
+    of every build: a source of one's own had no split."""
+    splits = pipeline.build_shards(Squares(), tmp_path / "own", validation=0.1, seed=3, quiet=True)
+    i = np.arange(100)
+    pipeline.write_shards(tmp_path / "arrays", {"i": i, "square": i * i}, validation=0.1, seed=3, quiet=True)
+    assert {name: index.samples for name, index in splits.items()} == {"train": 90, "validation": 10}
+    for name in ("train", "validation"):
+        assert read_back(tmp_path / "own" / name) == read_back(tmp_path / "arrays" / name)
+    with pytest.raises(ValueError, match=re.escape("a split build names shards after each split (train-000000.tar)")):
+        pipeline.build_shards(Squares(), tmp_path / "prefixed", "sq", validation=0.1, quiet=True)
+
+
 def test_a_split_of_per_file_samples_reads_each_file_once(tmp_path: Path) -> None:
     folder = tmp_path / "files"
     folder.mkdir()
