@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import shutil
 import subprocess
 import sys
@@ -15,9 +16,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 
 import pipeline
+from pipeline.stream.shards import Location
+from pipeline.stream.sources import Sources
 
 ROOT = Path(pipeline.__file__).parent.parent
 
@@ -67,3 +71,16 @@ def test_a_type_checker_is_told_a_split_build_returns_a_dict_of_indexes(build: C
             inspect.signature(overload).return_annotation for overload in typing.get_overloads(build)}
     assert told == {"None": "DatasetIndex", "float | int": "dict[str, DatasetIndex]"}
     assert all(shape(overload) == shape(build) for overload in typing.get_overloads(build))
+
+
+def test_the_hints_of_what_a_loader_reads_take_paths_where_the_loader_does(tmp_path: Path) -> None:
+    """``tune(Path(...))``, ``ShardDataset([Path(...)])`` and a mix of a list of shards worked, but
+    their hints said ``str``: a checker refused them."""
+    location = typing.get_args(Sources)
+    assert typing.Sequence[str | os.PathLike[str]] in location and typing.Mapping[str, Location] in location
+    assert typing.get_type_hints(pipeline.tune)["data"] == Sources
+    assert typing.get_type_hints(pipeline.ShardDataset.__init__)["source"] == Sources
+    pipeline.write_shards(tmp_path, {"x": np.arange(20)}, shard_samples=10, quiet=True)
+    listed = sorted(tmp_path.glob("*.tar"))
+    assert len(pipeline.ShardDataset(listed, batch_size=5)) == 4
+    assert len(pipeline.ShardDataset({"a": listed[:1], "b": tmp_path}, batch_size=5)) == 6

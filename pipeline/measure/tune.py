@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..stream.loader_defaults import make_loader
 from ..stream.shards import resolve_shards
+from ..stream.sources import Sources
 from ..stream.stats import STAGES
 from .throughput import Measured, Setting, measure, pickled_options
 
@@ -55,7 +56,7 @@ class TuneResult:
     """The settings measured, in the order they ran, which is recommended, and what was not
     tried and why (``skipped``)."""
 
-    data: str
+    data: Sources  # (paths as their text)
     options: dict[str, Any]
     rows: list[Measured]
     memory_mb: float | None = None
@@ -199,7 +200,7 @@ def stage_shares(profile: Mapping[str, float]) -> str:
     return " / ".join(f"{s / total:.0%}" for s in stages) if total else "-"
 
 
-def tune(data: str | Mapping[str, Any], *, batch_size: int = 256, workers: Sequence[int] | None = None,
+def tune(data: Sources, *, batch_size: int = 256, workers: Sequence[int] | None = None,
          prefetch: Sequence[int] | None = None, step_ms: float = 0.0, seconds: float = 3.0, warmup: float = 0.5,
          memory_mb: float | None = None, options: Mapping[str, Any] | None = None,
          progress: Callable[[str], None] | None = None) -> TuneResult:
@@ -289,5 +290,9 @@ def _check_grid(name: str, what: str, values: Any, least: int) -> None:
 
 
 def _text(data: Any) -> Any:
-    """``data`` as the call shows it (a path as its text)."""
+    """``data`` as the call shows it: a path as its text, in a list or a mix too."""
+    if isinstance(data, Mapping):
+        return {name: _text(location) for name, location in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_text(url) for url in data]
     return os.fspath(data) if isinstance(data, os.PathLike) else data

@@ -71,7 +71,7 @@ from .read_ahead import read_ahead
 from .reader import LARGE_SAMPLE_BYTES, Columns
 from .shards import ForeignShards
 from .shared_memory import SharedEpoch
-from .sources import SourceSet, open_sources
+from .sources import Sources, SourceSet, open_sources
 from .stats import Count, ReadStats
 from .transform_seeds import batch_seeds
 from .unit_images import ImageDecoding, alternatives, check_image_fields
@@ -79,7 +79,6 @@ from .units import UnitReader
 from .worker_failure import WorkerFailure
 
 DEFAULT_BUFFER_BYTES = 32 << 20
-Sources = str | os.PathLike[str] | Sequence[str] | Mapping[str, str | os.PathLike[str]]
 
 
 class ShardDataset(IterableDataset):

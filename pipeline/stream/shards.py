@@ -52,6 +52,8 @@ class ForeignShards:
 
 
 ShardSource = IndexedShards | ForeignShards
+#: What ``resolve_shards`` takes: an index or its folder (or URL), a brace pattern, or a list of shards.
+Location = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 def _index_beside(urls: list[str], policy: RetryPolicy | None, stats: RetrySink | None) -> IndexedShards | None:
@@ -154,7 +156,7 @@ def _maybe_a_shard(text: str, exc: Exception) -> bool:
     return scheme(text) not in ("http", "https") or isinstance(exc, NoIndexError) or http_forbidden(exc)
 
 
-def resolve_shards(source: str | os.PathLike[str] | Sequence[str], policy: RetryPolicy | None = None,
+def resolve_shards(source: Location, policy: RetryPolicy | None = None,
                    stats: RetrySink | None = None) -> ShardSource:
     """Interpret what the user passed to the dataset (see the module docstring); remote reads
     of an index follow ``policy`` and report their retries to ``stats``."""

@@ -25,8 +25,11 @@ from ..format.packing import SAMPLE_KEY
 from ..storage.indexes import IndexedShards
 from ..storage.retry import RetryPolicy
 from .material import ChunkTable, HeldPass, Material, chunk_table, epoch_material, in_chunks, mix_counts
-from .shards import ForeignShards, resolve_shards
+from .shards import ForeignShards, Location, resolve_shards
 from .stats import ReadStats
+
+#: What a dataset reads: one location, or a mix's, by name.
+Sources = Location | Mapping[str, Location]
 
 
 @dataclass
@@ -282,10 +285,9 @@ def _check_location(location: Any, what: str, mix: bool = True) -> None:
                     f"paths{mixes}; got {type(location).__name__} {shown}")
 
 
-def open_sources(source: str | os.PathLike[str] | Sequence[str] | Mapping[str, str | os.PathLike[str]],
-                 weights: Mapping[str, float] | None, samples: Mapping[str, int] | None, epoch_samples: int | None,
-                 world_size: int, allow_uneven: bool, policy: RetryPolicy, stats: ReadStats,
-                 ) -> tuple[IndexedShards | ForeignShards, SourceSet | None]:
+def open_sources(source: Sources, weights: Mapping[str, float] | None, samples: Mapping[str, int] | None,
+                 epoch_samples: int | None, world_size: int, allow_uneven: bool, policy: RetryPolicy,
+                 stats: ReadStats) -> tuple[IndexedShards | ForeignShards, SourceSet | None]:
     """The shards a dataset reads first, and the indexed sources of its plan (``None`` for shards
     without an index, which only a single source may be, and under DDP only when ranks may differ)."""
     if isinstance(source, Mapping):
