@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from pipeline import SampleError, ShardError, decode_record, encode_sample
+from pipeline.format.numbers import outside_int64
 from pipeline.format.records import decode_fields, iter_records
 from pipeline.format.tar import BLOCK, iter_members
 from tests.format.crafted import FUZZ, small_shard, with_checksum
@@ -49,6 +50,7 @@ def same(a, b) -> bool:
 @settings(FUZZ, max_examples=150)
 @given(samples)
 def test_samples_round_trip_and_re_encode_byte_exact(sample: dict) -> None:
+    assume(not any(outside_int64(value) for value in sample.values()))  # refused by encode_sample (test_codec checks it)
     payload = encode_sample(sample, "k")
     decoded = decode_record(payload)
     assert same(sample, decoded)
