@@ -77,6 +77,11 @@ CASES: dict[str, tuple[Callable[[Path, Path], Any], type, str]] = {
                                   "make_loader() got an unexpected keyword argument 'collate_fn' (a DataLoader's "
                                   "option: batches come collated from the workers; batch_transform= changes each "
                                   "batch); it takes num_workers,"),
+    # taken, and given a worker's unit of batches as one batch (a TypeError naming an internal type)
+    "a DataLoader's collate_fn to a ShardLoader": (lambda out, built: pipeline.ShardLoader(
+        pipeline.ShardDataset(built), num_workers=2, collate_fn=lambda batch: batch), TypeError,
+        "ShardLoader() got an unexpected keyword argument 'collate_fn' (a DataLoader's option: batches come collated "
+        "from the workers; batch_transform= changes each batch)"),
     "a DataLoader's sampler, beside a dataset": (lambda out, built: pipeline.make_loader(pipeline.ShardDataset(built),
                                                                                          sampler=None), TypeError,
                                                  "make_loader() got an unexpected keyword argument 'sampler' (a "

@@ -27,6 +27,9 @@ from .worker_deaths import WorkerError, exited_workers, is_worker_death, transla
 from .worker_failure import WorkerFailure
 from .workers import LoaderWorker, WatchedWorkersIterator, stop_workers, unit_batches
 
+#: Why a loader takes no ``collate_fn`` (``make_loader``'s error says it too).
+COLLATE_FN_NOT_TAKEN = "a DataLoader's option: batches come collated from the workers; batch_transform= changes each batch"
+
 
 class ShardLoader(DataLoader):
     """A DataLoader over a :class:`ShardDataset` (``batch_size=None``: batches come collated
@@ -55,12 +58,14 @@ class ShardLoader(DataLoader):
         if kwargs.get("in_order") is False:
             raise ValueError("in_order=False lets workers' batches come in any order, which no state can resume: "
                              "the loader keeps DataLoader's in-order delivery")
+        if "collate_fn" in kwargs:  # (a worker's message, a unit of batches, would reach it)
+            raise TypeError(f"ShardLoader() got an unexpected keyword argument 'collate_fn' ({COLLATE_FN_NOT_TAKEN})")
         check_loader_options(num_workers, kwargs.get("prefetch_factor"))
         self._released: ReleaseTable | None = None
         if num_workers:  # workers send a unit a message, and errors as messages, which this loader handles
             self._released = ReleaseTable(num_workers)
             kwargs["worker_init_fn"] = LoaderWorker(kwargs.get("worker_init_fn"), self._released)
-        kwargs.setdefault("collate_fn", convert_keeping_tuples)
+        kwargs["collate_fn"] = convert_keeping_tuples
         if num_workers and kwargs.get("timeout"):  # a batch's, as DataLoader's; a worker sends a unit's at once
             kwargs["timeout"] = kwargs["timeout"] * unit_batches(dataset)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)

@@ -9,13 +9,13 @@ import torch
 
 from ..unknown_options import refuse_unknown
 from .dataset import ShardDataset
-from .loader import ShardLoader
+from .loader import COLLATE_FN_NOT_TAKEN, ShardLoader
 from .options import check_loader_options
 
 #: DataLoader's options that make_loader does not take, and why (a loop written for a DataLoader
 #: may pass them on).
 _NOT_TAKEN = {
-    "collate_fn": "a DataLoader's option: batches come collated from the workers; batch_transform= changes each batch",
+    "collate_fn": COLLATE_FN_NOT_TAKEN,
     "sampler": "a DataLoader's option: the dataset draws each epoch's order from shuffle= and seed=, and shares it "
                "between ranks by rank= and world_size=",
     "generator": "a DataLoader's option: the order is drawn from seed= and the epoch, the same on any number of "
