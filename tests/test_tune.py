@@ -122,6 +122,25 @@ def test_the_call_names_an_object_of_the_users_by_its_option_where_no_python_wri
                                                        "batch_transform=Steps.scale, weights=weights)")
 
 
+def test_the_call_and_the_chart_leave_a_urls_password_out_and_say_so(tmp_path: Path, monkeypatch) -> None:
+    """They showed ``http://user:s3cret@...``, which every message of the project leaves out."""
+    rows = [row(0, 900, 200)]
+    url = "http://user:s3cret@127.0.0.1:8000/shards/train/"
+    told = "  # credentials (user, password, query) left out of the URL: put them back"
+    assert TuneResult(url, {}, rows).call() == f"pipeline.make_loader('http://127.0.0.1:8000/shards/train/', " \
+                                               f"num_workers=0){told}"
+    assert TuneResult({"a": url, "b": "local/set"}, {}, rows).call() == (
+        f"pipeline.make_loader({{'a': 'http://127.0.0.1:8000/shards/train/', 'b': 'local/set'}}, num_workers=0){told}")
+    assert TuneResult("https://host/set/", {}, rows).call() == "pipeline.make_loader('https://host/set/', num_workers=0)"
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    monkeypatch.setitem(matplotlib.rcParams, "svg.fonttype", "none")  # (the title as text, not as paths)
+    TuneResult(url, {}, rows).plot(tmp_path / "tune.svg")
+    chart = (tmp_path / "tune.svg").read_text()
+    assert "http://127.0.0.1:8000/shards/train/: recommended" in chart and "s3cret" not in chart
+
+
 class Steps:
     @staticmethod
     def scale(batch: dict) -> dict:

@@ -25,6 +25,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..storage import redact
 from ..stream.loader_defaults import make_loader
 from ..stream.shards import resolve_shards
 from ..stream.sources import Sources
@@ -85,11 +86,16 @@ class TuneResult:
         return best
 
     def call(self) -> str:
-        """The ``make_loader(...)`` call that the recommendation comes down to."""
+        """The ``make_loader(...)`` call that the recommendation comes down to. A URL is shown
+        without its user, password and query (which may hold a signature), as in every message;
+        a comment then says that they were left out, to be put back."""
         setting = self.best.setting
         options = "".join(f", {key}={_source(key, value)}" for key, value in self.options.items())
         prefetch = f", prefetch_factor={setting.prefetch_factor}" if setting.num_workers else ""
-        return f"pipeline.make_loader({self.data!r}, num_workers={setting.num_workers}{prefetch}{options})"
+        shown = _redacted(self.data)
+        left_out = "  # credentials (user, password, query) left out of the URL: put them back" \
+            if shown != self.data else ""
+        return f"pipeline.make_loader({shown!r}, num_workers={setting.num_workers}{prefetch}{options}){left_out}"
 
     def note(self, row: Measured, best: Measured | None) -> str:
         """Why a row is or is not the recommended one, where the table would not say."""
@@ -141,8 +147,8 @@ class TuneResult:
             memory_axis.axhline(self.memory_mb, linestyle="--", color="tab:red")
         memory_axis.set_ylabel("peak PSS MB", color="tab:red")
         memory_axis.set_ylim(bottom=0)
-        rate_axis.set_title(f"{self.data}: " + (f"recommended {best.setting}" if best else
-                                                 f"none within {self.memory_mb:,.0f} MB"))
+        rate_axis.set_title(f"{_redacted(self.data)}: " + (f"recommended {best.setting}" if best else
+                                                            f"none within {self.memory_mb:,.0f} MB"))
         figure.tight_layout()
         figure.savefig(path)
         plt.close(figure)
@@ -287,6 +293,13 @@ def _check_grid(name: str, what: str, values: Any, least: int) -> None:
                          "out for 0, 1, 2, 4, ... up to the cores you may use")
     if any(isinstance(n, bool) or not isinstance(n, Integral) or n < least for n in values):
         raise ValueError(f"{what} must be whole numbers >= {least}, got {list(values)}")
+
+
+def _redacted(data: Any) -> Any:
+    """``data`` (a location, or a mix's mapping of them) with each URL redacted."""
+    if isinstance(data, Mapping):
+        return {name: _redacted(location) for name, location in data.items()}
+    return redact(data) if isinstance(data, str) else data
 
 
 def _text(data: Any) -> Any:
