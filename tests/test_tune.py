@@ -141,6 +141,16 @@ def test_the_call_and_the_chart_leave_a_urls_password_out_and_say_so(tmp_path: P
     assert "http://127.0.0.1:8000/shards/train/: recommended" in chart and "s3cret" not in chart
 
 
+def test_the_call_writes_paths_as_text_in_a_mix_and_in_options() -> None:
+    """A mix of Paths, or a Path option, was written ``PosixPath('...')``: a NameError when pasted."""
+    rows = [row(0, 900, 200)]
+    call = TuneResult({"a": Path("one/set"), "b": "two"}, {"cache_dir": Path("/tmp/cache"),
+                                                           "fill": {"w": [Path("p"), (Path("q"),)]}}, rows).call()
+    assert call == ("pipeline.make_loader({'a': 'one/set', 'b': 'two'}, num_workers=0, cache_dir='/tmp/cache', "
+                    "fill={'w': ['p', ('q',)]})")
+    assert eval(call.replace("pipeline.make_loader", "dict"))["cache_dir"] == "/tmp/cache"  # (Python, as pasted)
+
+
 class Steps:
     @staticmethod
     def scale(batch: dict) -> dict:

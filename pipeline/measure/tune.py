@@ -92,9 +92,9 @@ class TuneResult:
         setting = self.best.setting
         options = "".join(f", {key}={_source(key, value)}" for key, value in self.options.items())
         prefetch = f", prefetch_factor={setting.prefetch_factor}" if setting.num_workers else ""
-        shown = _redacted(self.data)
-        left_out = "  # credentials (user, password, query) left out of the URL: put them back" \
-            if shown != self.data else ""
+        data = _plain(self.data)
+        shown = _redacted(data)
+        left_out = "  # credentials (user, password, query) left out of the URL: put them back" if shown != data else ""
         return f"pipeline.make_loader({shown!r}, num_workers={setting.num_workers}{prefetch}{options}){left_out}"
 
     def note(self, row: Measured, best: Measured | None) -> str:
@@ -147,8 +147,9 @@ class TuneResult:
             memory_axis.axhline(self.memory_mb, linestyle="--", color="tab:red")
         memory_axis.set_ylabel("peak PSS MB", color="tab:red")
         memory_axis.set_ylim(bottom=0)
-        rate_axis.set_title(f"{_redacted(self.data)}: " + (f"recommended {best.setting}" if best else
-                                                            f"none within {self.memory_mb:,.0f} MB"))
+        shown = _redacted(_plain(self.data))
+        rate_axis.set_title(f"{shown}: " + (f"recommended {best.setting}" if best else
+                                            f"none within {self.memory_mb:,.0f} MB"))
         figure.tight_layout()
         figure.savefig(path)
         plt.close(figure)
@@ -161,13 +162,14 @@ def _preference(row: Measured) -> tuple[float, int, int]:
 
 def _source(key: str, value: Any) -> str:
     """Option ``key``'s value as the call would be written: a function by its name, else its
-    repr where that is Python; else (an object of the user's, a ``functools.partial``) the
-    option's name, as the name of the user's variable that holds it."""
+    repr where that is Python (a path's text: see :func:`_plain`); else (an object of the user's,
+    a ``functools.partial``) the option's name, as the name of the user's variable that holds it."""
     name = getattr(value, "__qualname__", None)
     bound = not isinstance(getattr(value, "__self__", None), (type(None), types.ModuleType))  # (``d.get`` too)
     if callable(value) and not bound and isinstance(name, str) and \
             all(part.isidentifier() for part in name.split(".")):  # a function, or a class's (``Steps.scale``)
         return name
+    value = _plain(value)
     try:
         tree = ast.parse(repr(value), mode="eval")
     except SyntaxError:
@@ -243,7 +245,7 @@ def tune(data: Sources, *, batch_size: int = 256, workers: Sequence[int] | None 
     options = {"batch_size": batch_size, **(options or {})}
     pickled_options(options)  # one that cannot reach the measuring process is named before any starts
     make_loader(data, num_workers=0, **options)  # (bad options are told here, each as itself, not by each setting)
-    result = TuneResult(_text(data), dict(options), [], memory_mb, step_ms)
+    result = TuneResult(_plain(data), dict(options), [], memory_mb, step_ms)
     rows = result.rows
 
     def run(setting: Setting) -> Measured:
@@ -302,10 +304,13 @@ def _redacted(data: Any) -> Any:
     return redact(data) if isinstance(data, str) else data
 
 
-def _text(data: Any) -> Any:
-    """``data`` as the call shows it: a path as its text, in a list or a mix too."""
-    if isinstance(data, Mapping):
-        return {name: _text(location) for name, location in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_text(url) for url in data]
-    return os.fspath(data) if isinstance(data, os.PathLike) else data
+def _plain(value: Any) -> Any:
+    """``value`` as a call writes it: a path as its text, also in a dict, list or tuple (its repr,
+    ``PosixPath('...')``, names nothing after ``import pipeline``)."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list) or type(value) is tuple:
+        return type(value)(_plain(item) for item in value)
+    return value
