@@ -13,8 +13,7 @@ from typing import Any, Callable, Sequence
 from . import build_arrow, build_parquet
 from . import cli_values as values
 from .check.describe import describe_parts
-from .check.set_locations import sets_named
-from .check.verify import NOTE, check_set
+from .check.verify import NOTE, check_sets
 from .cli_build_end import BuildEnd
 from .cli_tune import add_tune_arguments
 from .format.errors import FormatError, InputChanged
@@ -147,12 +146,8 @@ _INDEX_HELP = "index.json, its folder, or a URL (https://..., s3://bucket/prefix
 
 
 def _cmd_inspect(args: argparse.Namespace) -> None:
-    sets = sets_named(args.index)
-    for location in sets:
-        if len(sets) > 1:
-            print(f"== {location}", flush=True)
-        for part in describe_parts(location, args.samples):  # the index's summary, even if the samples fail
-            print(part, flush=True)
+    for part in describe_parts(args.index, args.samples):  # the index's summary, even if the samples fail
+        print(part, flush=True)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -162,12 +157,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if problem is not None or not args.quiet or status == NOTE:
             print(f"{status:<4} {problem or shown}", flush=True)
 
-    sets = sets_named(args.index)
     failed = 0
-    for location in sets:
-        if len(sets) > 1:
-            print(f"== {location}", flush=True)
-        outcome = check_set(location, report, images=args.images)
+    for outcome in check_sets(args.index, report, args.images, on_set=lambda shown: print(f"== {shown}", flush=True)):
         print(outcome, flush=True)
         failed += bool(outcome.problems)
     return 1 if failed else 0

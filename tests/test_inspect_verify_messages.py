@@ -128,6 +128,22 @@ def test_inspect_and_verify_of_a_folder_of_splits_take_each_split(tmp_path: Path
     assert err.startswith("error: out/validation/index.json: no such index file")
 
 
+def test_verify_and_describe_of_a_folder_of_splits_take_each_split_as_the_commands_do(tmp_path: Path, capsys,
+                                                                                      monkeypatch) -> None:
+    """pipeline.verify and pipeline.describe refused the folder (NoIndexError) that the commands took."""
+    monkeypatch.chdir(tmp_path)
+    pipeline.write_shards("out", {"x": np.arange(40, dtype=np.float32).reshape(20, 2)}, validation=5, pack=5,
+                          quiet=True)
+    told: list[str] = []
+    assert pipeline.verify(Path("out"), on_file=lambda status, shown, problem: told.append(shown)) == []
+    assert told == ["out/train/train-000000.tar", "out/validation/validation-000000.tar"]
+    code, out, _ = run(capsys, "inspect", "out", "--samples", "1")
+    assert code == 0 and pipeline.describe("out", samples=1) + "\n" == out and out.count("\n== ") == 1
+    shard = Path("out/validation/validation-000000.tar")
+    shard.write_bytes(shard.read_bytes()[:-1024])
+    assert [problem.shard for problem in pipeline.verify("out")] == [str(shard)]  # each split's problems, named
+
+
 def test_inspect_rejects_a_negative_number_of_samples(three: Path, capsys) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["inspect", "s", "--samples", "-1"])

@@ -12,6 +12,7 @@ from ..format.index import DatasetIndex, index_fix
 from ..format.summary import describe_index, describe_samples, stream_samples
 from ..storage import join, open_stream, parent, redact
 from ..storage.indexes import index_url, open_index
+from .set_locations import sets_named
 
 
 def iter_samples(location: str | os.PathLike[str],
@@ -35,21 +36,27 @@ def iter_samples(location: str | os.PathLike[str],
 
 
 def describe_parts(location: str | os.PathLike[str], samples: int = 3) -> Iterator[str]:
-    """:func:`describe`'s text in its two parts: the summary of the index, then its first
-    ``samples`` samples (none when 0). The summary comes first, from the index alone, so that a
-    caller can show it even when reading the samples fails (a shard missing or damaged)."""
+    """:func:`describe`'s text in parts: of each set, the summary of its index, then its first
+    ``samples`` samples (none when 0); of the output folder of a split build, each split's, after
+    a ``== OUT/train`` line. A summary comes first, from the index alone, so that a caller can
+    show it even when reading the samples fails (a shard missing or damaged)."""
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
         raise ValueError(f"samples is how many samples to show, a whole number >= 0, got {samples!r}")
-    url = index_url(location)
-    index = open_index(url).index
-    yield describe_index(index, redact(url))
-    with closing(iter_samples(url, index)) as each:  # closes the shard being read
-        first = list(islice(each, samples))
-    if first:
-        yield describe_samples(first)
+    sets = sets_named(os.fspath(location))
+    for each in sets:
+        if len(sets) > 1:
+            yield f"== {redact(each)}"
+        url = index_url(each)
+        index = open_index(url).index
+        yield describe_index(index, redact(url))
+        with closing(iter_samples(url, index)) as shown:  # closes the shard being read
+            first = list(islice(shown, samples))
+        if first:
+            yield describe_samples(first)
 
 
 def describe(location: str | os.PathLike[str], samples: int = 3) -> str:
     """The text ``python -m pipeline inspect`` prints: schema, counts, sizes and the first
-    ``samples`` samples of the index at ``location`` (a path or URL, as for ``load_index``)."""
+    ``samples`` samples of the index at ``location`` (a path or URL, as for ``load_index``), or
+    of each split of a build given its output folder (``OUT/train``, ``OUT/validation``)."""
     return "\n".join(describe_parts(location, samples))

@@ -25,13 +25,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterator
 
 from ..format.index import DatasetIndex, index_fix
 from ..format.verify import IndexProblem, PackProblem, Problem, ValueProblem, verify_stream, verify_table_stream
 from ..storage import SourceError, is_remote, join, open_stream, redact
 from ..storage.indexes import index_url, open_index, strays
 from .images import image_check
+from .set_locations import sets_named
 
 #: The word ``pipeline verify`` prints before each file: sound, failed, or in doubt (it disagrees
 #: with a damaged shard table); and before a ``.tar`` beside the shards that the index does not name.
@@ -175,13 +176,27 @@ def check_set(location: str | os.PathLike[str], on_file: FileReport | None = Non
     return outcome
 
 
+def check_sets(location: str | os.PathLike[str], on_file: FileReport | None = None, images: bool = False,
+               on_set: Callable[[str], None] | None = None) -> Iterator[Outcome]:
+    """:func:`check_set` of each set ``location`` names, one by one: itself, or each split of a
+    build given its output folder (see :func:`~.set_locations.sets_named`), ``on_set`` told of
+    each split (as shown: a URL redacted) as its check begins."""
+    sets = sets_named(os.fspath(location))
+    for each in sets:
+        if on_set is not None and len(sets) > 1:
+            on_set(redact(each))
+        yield check_set(each, on_file, images)
+
+
 def verify(location: str | os.PathLike[str], on_file: FileReport | None = None, images: bool = False) -> list[Problem]:
     """The problems of the shards named by the index at ``location`` (an index file, its
     folder, or a URL of either: ``https://...``, ``s3://bucket/prefix``), and of its shard table;
-    ``[]`` when every one matches. ``on_file(status, shown, problem)`` is told of each file once
-    checked. ``images``: also decode every image (see :mod:`.images`). An index that cannot be
-    opened raises :class:`~pipeline.IndexFormatError` (there is nothing to check the shards
-    against)."""
+    ``[]`` when every one matches. The output folder of a split build (``OUT/train``,
+    ``OUT/validation``) has each split checked in turn: the problems of them all, each naming its
+    file. ``on_file(status, shown, problem)`` is told of each file once checked. ``images``: also
+    decode every image (see :mod:`.images`). An index that cannot be opened (a split's too, once
+    the splits before it are checked) raises :class:`~pipeline.IndexFormatError` (there is nothing
+    to check the shards against)."""
     if not isinstance(images, bool):
         raise TypeError(f"images is True (decode every image too) or False, got {images!r}")
-    return check_set(location, on_file, images).problems
+    return [problem for outcome in check_sets(location, on_file, images) for problem in outcome.problems]
