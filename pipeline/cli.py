@@ -30,7 +30,7 @@ from .write.sources.joblib_lists import LISTS
 
 def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None:
     parser.add_argument("--shard-bytes", type=values.shard_bytes, default=DEFAULT_SHARD_BYTES, metavar="SIZE",
-                        help="largest shard size, e.g. 256MiB, 1GB (default 256MiB)")
+                        help="largest shard size, e.g. 256MiB, 1GB, or none for no size limit (default 256MiB)")
     parser.add_argument("--shard-samples", type=values.positive, metavar="N", help="most samples per shard")
     parser.add_argument("--pack", type=values.pack, default="auto", metavar="K",
                         help="samples per record; 'auto' (default) fills records of about 64 KiB with "

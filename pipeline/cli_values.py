@@ -69,7 +69,10 @@ def finite_number(positive: bool) -> Callable[[str], float]:
     return parse
 
 
-def shard_bytes(text: str) -> int:
+def shard_bytes(text: str) -> int | None:
+    """A size (``256MiB``), or ``none`` for no size limit (``shard_bytes=None``)."""
+    if text.strip().lower() == "none":
+        return None
     value = parse_size(text)
     if value < MIN_SHARD_BYTES:
         raise argparse.ArgumentTypeError(f"{text!r} is smaller than a shard can be ({MIN_SHARD_BYTES} bytes)")

@@ -37,6 +37,20 @@ def built(tmp_path: Path) -> Path:
     return tmp_path / "out"
 
 
+def test_shard_bytes_none_is_no_size_limit_as_in_python(tmp_path: Path, capsys) -> None:
+    """--shard-bytes took sizes only: no command line built what shard_bytes=None builds."""
+    np.save(tmp_path / "x.npy", np.zeros((40, 1024), np.float32))  # 4 KiB a sample
+    command = ["build", "arrays", "", "--array", f"x={tmp_path / 'x.npy'}", "--pack", "1", "--quiet"]
+    shards = {}
+    for size in ("40KiB", "none", "None"):
+        command[2] = str(tmp_path / size)
+        assert main([*command, "--shard-bytes", size]) == 0, capsys.readouterr().err
+        shards[size] = len(pipeline.load_index(tmp_path / size).shards)
+    assert shards["40KiB"] > 1 and shards["none"] == shards["None"] == 1
+    usage = " ".join(run_cli("build", "arrays", "--help").stdout.split())
+    assert "largest shard size, e.g. 256MiB, 1GB, or none for no size limit (default 256MiB)" in usage
+
+
 def test_inspect_prints_schema_counts_and_samples(built: Path) -> None:
     result = run_cli("inspect", str(built), "--samples", "2")
     assert result.returncode == 0, result.stderr

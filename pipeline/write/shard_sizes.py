@@ -42,4 +42,4 @@ def warn_of_shard_sizes(shards: list[ShardInfo], shard_bytes: int | None, shard_
                     f"table's or arrays' first record), and these samples are smaller (a .pt of a view of a larger "
                     f"tensor, torch.save(x[i]), holds all of it: save x[i].clone(); a table sorted longest first); "
                     f"for shards of about shard_bytes, give shard_samples={fitting} and shard_bytes=None "
-                    f"(--shard-samples {fitting} --shard-bytes 1000GB)")
+                    f"(--shard-samples {fitting} --shard-bytes none)")

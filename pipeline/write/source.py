@@ -168,7 +168,7 @@ def check_limits(shard_samples: int | None, shard_bytes: int | None, workers: in
         if value is None and name != "workers":  # (no limit; a number of workers there must be)
             continue
         if not is_whole(value) or value < least:
-            hint = "; leave it out for no size limit" if name == "shard_bytes" else ""
+            hint = "; pass shard_bytes=None for no size limit" if name == "shard_bytes" else ""
             raise ValueError(f"{name} must be a whole number >= {least}{what}, got {value!r}{hint}")
 
 

@@ -51,7 +51,7 @@ def test_sample_files_that_hold_more_than_their_samples_are_told_the_shard_sampl
         pipeline.build_sample_files(tmp_path / "views", out_dir=tmp_path / "small", **build)
     fitting = int(re.search(r"shard_samples=(\d+)", str(caught[0].message)).group(1))
     advised = re.search(r"--shard-samples \d+ --shard-bytes (\w+)\)$", str(caught[0].message)).group(1)
-    assert shard_bytes(advised) > 1 << 30  # (the command line it advises runs: "1TB" was no size it took)
+    assert shard_bytes(advised) is None  # (the command line it advises runs, with no size limit, as in Python)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pipeline.build_sample_files(tmp_path / "clones", out_dir=tmp_path / "full", **build)

@@ -234,7 +234,7 @@ def test_the_default_pack_keeps_small_samples_close_to_their_size_and_large_ones
 def test_limits_that_make_no_sense_are_refused(tmp_path: Path, recipe_data) -> None:
     x, y = recipe_data
     for options, message in (({"shard_bytes": 0}, r"shard_bytes must be a whole number >= 4096 \(a tar header "
-                                                  r"and a record\), got 0; leave it out for no size limit"),
+                                                  r"and a record\), got 0; pass shard_bytes=None for no size limit"),
                              ({"shard_bytes": "1MB"}, r"shard_bytes must be a whole number >= 4096 .*, got '1MB'"),
                              ({"workers": 0}, r"workers must be a whole number >= 1 \(1 writes in this process\), "
                                               r"got 0"),
