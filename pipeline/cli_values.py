@@ -87,7 +87,8 @@ def part(text: str) -> Part:
 
 
 def pack(text: str) -> int | str:
-    if text.strip().lower() == "auto":
+    """A whole number >= 1, or ``auto``, spelt as Python's ``pack="auto"`` is."""
+    if text == "auto":
         return "auto"
     try:
         return positive(text)

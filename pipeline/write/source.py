@@ -115,12 +115,13 @@ def resolve_pack(pack: int | str, source: Source) -> int:
     a record)."""
     check_pack(pack)
     if pack != "auto":
-        return pack  # type: ignore[return-value]
+        return int(pack)  # (a NumPy integer too: the index stores it)
     return auto_pack(source) if source.fixed_shape else 1
 
 
 def check_pack(pack: int | str) -> None:
-    if pack != "auto" and (isinstance(pack, bool) or not isinstance(pack, int) or pack < 1):
+    """``"auto"`` (spelt so, as ``--pack auto`` takes it) or a whole number >= 1, Python's or NumPy's."""
+    if pack != "auto" and (not is_whole(pack) or pack < 1):
         raise ValueError(f"pack must be 'auto' or an integer >= 1, got {pack!r}")
 
 

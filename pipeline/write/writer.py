@@ -24,6 +24,7 @@ import numpy as np
 
 from ..format.errors import FormatError, SampleError
 from ..format.index import INDEX_NAME, DatasetIndex, Schema, ShardInfo, merge_schema
+from ..format.numbers import is_whole
 from ..format.packing import refuse_unpackable
 from ..format.tar import END_OF_ARCHIVE, member_bytes
 from ..storage.destination import destination, write_error
@@ -68,7 +69,7 @@ class ShardWriter:
         overwrite: bool = False,
         quiet: bool = True,
     ) -> None:
-        if isinstance(pack, bool) or not isinstance(pack, int) or pack < 1:
+        if not is_whole(pack) or pack < 1:
             auto = " ('auto' is a build's, which sees the samples' shapes before it writes)" if pack == "auto" else ""
             raise ValueError(f"ShardWriter's pack is the samples a record holds, an integer >= 1, got {pack!r}{auto}")
         check_limits(shard_samples, shard_bytes)
@@ -76,7 +77,7 @@ class ShardWriter:
         self.prefix = check_prefix(prefix)
         self.shard_samples = shard_samples
         self.shard_bytes = shard_bytes
-        self.pack = pack
+        self.pack = int(pack)
         self.overwrite = overwrite
         try:
             hold_output(self.destination)

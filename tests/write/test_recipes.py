@@ -231,6 +231,25 @@ def test_the_default_pack_keeps_small_samples_close_to_their_size_and_large_ones
             pipeline.write_shards(tmp_path / "bad", small, pack=bad, quiet=True)
 
 
+def test_pack_takes_numpy_integers_and_auto_spelt_one_way_in_python_and_on_the_command_line(tmp_path: Path) -> None:
+    """pack=np.int64(4) was refused, as no other count is; --pack Auto was taken, pack="Auto" refused."""
+    data = {"x": np.arange(40, dtype=np.float32)}
+    assert pipeline.write_shards(tmp_path / "numpy", data, pack=np.int64(4), quiet=True).pack == 4
+    assert json.loads((tmp_path / "numpy" / "index.json").read_text())["pack"] == 4
+    with pipeline.ShardWriter(tmp_path / "writer", pack=np.int32(8)) as writer:
+        writer.write_columns(data)
+    assert pipeline.load_index(tmp_path / "writer").pack == 8
+    with pytest.raises(ValueError, match=re.escape("pack must be 'auto' or an integer >= 1, got 'Auto'")):
+        pipeline.write_shards(tmp_path / "auto", data, pack="Auto", quiet=True)
+    np.save(tmp_path / "x.npy", data["x"])
+    command = [sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "cli"), "--array",
+               f"x={tmp_path / 'x.npy'}", "--quiet", "--pack"]
+    run = subprocess.run([*command, "Auto"], capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr.endswith("argument --pack: not a whole number: 'Auto': give samples "
+                                                       "per record (1 or more), or auto\n")
+    assert subprocess.run([*command, "auto"], capture_output=True, text=True).returncode == 0
+
+
 def test_limits_that_make_no_sense_are_refused(tmp_path: Path, recipe_data) -> None:
     x, y = recipe_data
     for options, message in (({"shard_bytes": 0}, r"shard_bytes must be a whole number >= 4096 \(a tar header "
