@@ -107,6 +107,31 @@ def test_labels_of_mixed_or_unusable_kinds_are_refused_before_anything_is_writte
     assert not (tmp_path / "out").exists()
 
 
+def test_numpy_labels_keep_their_dtype_and_dtypes_makes_them_int64_as_json_labels_are(tmp_path: Path) -> None:
+    """As the README says: np.int32 labels (a pandas int32 column's) are batched as torch.int32,
+    which cross_entropy refuses, and do not mix with the same labels from JSON; dtypes= makes them
+    int64."""
+    ids = ["a", "b", "c", "d"]
+    make_sample_files(tmp_path / "data", ids)
+    (tmp_path / "labels.json").write_text(json.dumps({sample_id: n % 2 for n, sample_id in enumerate(ids)}))
+    labels = {sample_id: np.int32(n % 2) for n, sample_id in enumerate(ids)}
+    built = {"json": {"labels": tmp_path / "labels.json"}, "int32": {"labels": labels},
+             "int64": {"labels": labels, "dtypes": {"y": "int64"}}}
+    batches = {}
+    for name, options in built.items():
+        pipeline.build_sample_files(tmp_path / "data", partition={"train": ids}, out_dir=tmp_path / name, quiet=True,
+                                    **options)
+        batches[name] = next(iter(pipeline.make_loader(tmp_path / name / "train", 0, batch_size=4, shuffle=False)))
+    assert {name: batch["y"].dtype for name, batch in batches.items()} == {
+        "json": torch.int64, "int32": torch.int32, "int64": torch.int64}
+    assert all(batch["y"].tolist() == [0, 1, 0, 1] for batch in batches.values())
+    with pytest.raises(RuntimeError, match="expected target dtype to be Long"):
+        torch.nn.functional.cross_entropy(torch.zeros(4, 2), batches["int32"]["y"])
+    with pytest.raises(ValueError, match=r"field 'y' is int32\[\] in source 'b' and int\[\] in source 'a'"):
+        pipeline.make_loader({"a": tmp_path / "json" / "train", "b": tmp_path / "int32" / "train"}, 0)
+    pipeline.make_loader({"a": tmp_path / "json" / "train", "b": tmp_path / "int64" / "train"}, 0)
+
+
 def test_arrays_of_numbers_are_labels_and_files_may_hold_lists_of_numbers(tmp_path: Path) -> None:
     make_sample_files(tmp_path / "data", ["a", "b"])
     torch.save([1.5, 2.5, 3.5], tmp_path / "data" / "b.pt")
