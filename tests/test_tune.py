@@ -132,6 +132,11 @@ def test_the_call_and_the_chart_leave_a_urls_password_out_and_say_so(tmp_path: P
     assert TuneResult({"a": url, "b": "local/set"}, {}, rows).call() == (
         f"pipeline.make_loader({{'a': 'http://127.0.0.1:8000/shards/train/', 'b': 'local/set'}}, num_workers=0){told}")
     assert TuneResult("https://host/set/", {}, rows).call() == "pipeline.make_loader('https://host/set/', num_workers=0)"
+    shards = [url + "shard-000000.tar", "local/shard-000001.tar"]  # a list of shards: each URL too
+    assert TuneResult(shards, {}, rows).call() == (
+        f"pipeline.make_loader(['http://127.0.0.1:8000/shards/train/shard-000000.tar', 'local/shard-000001.tar'], "
+        f"num_workers=0){told}")
+    assert TuneResult(("a.tar", "b.tar"), {}, rows).call() == "pipeline.make_loader(('a.tar', 'b.tar'), num_workers=0)"
     pytest.importorskip("matplotlib")
     import matplotlib
 

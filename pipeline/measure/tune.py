@@ -298,9 +298,11 @@ def _check_grid(name: str, what: str, values: Any, least: int) -> None:
 
 
 def _redacted(data: Any) -> Any:
-    """``data`` (a location, or a mix's mapping of them) with each URL redacted."""
+    """``data`` (a location, a list of them, or a mix's mapping of them) with each URL redacted."""
     if isinstance(data, Mapping):
         return {name: _redacted(location) for name, location in data.items()}
+    if isinstance(data, list) or type(data) is tuple:
+        return type(data)(_redacted(url) for url in data)
     return redact(data) if isinstance(data, str) else data
 
 
