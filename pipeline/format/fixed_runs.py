@@ -12,6 +12,10 @@ comparison, the keys (plain ASCII, distinct) and header
 checksums computed as arrays, each record's data against the index's checksum, and the arrays
 handed out as strided views of the bytes read.
 
+A run of a few records is checked one record at a time instead, the same checks as byte
+comparisons: NumPy's cost tens of microseconds however few the records, and a set whose pieces
+hold a record or two (many small sets mixed, many small shards) paid them for every record.
+
 A run that differs from the layout in any byte it must share, or fails any check, is not read
 here at all: the caller walks it one record at a time, so every error, and what the skip policy
 keeps, is exactly what the walk says.
@@ -38,6 +42,11 @@ for _allowed in (b"0123456789", b"abcdefghijklmnopqrstuvwxyz", b"ABCDEFGHIJKLMNO
 _OCTAL_VALUE = np.full(256, -1, dtype=np.int64)
 _OCTAL_VALUE[np.frombuffer(b"01234567", np.uint8)] = np.arange(8)
 _OCTAL_POWERS = 8 ** np.arange(5, -1, -1, dtype=np.int64)
+_KEY_CHARACTERS = bytes(np.flatnonzero(_KEY_BYTES).astype(np.uint8))
+_OCTAL_DIGITS = b"01234567"
+#: Runs of up to this many records are checked record by record (each a few byte comparisons):
+#: past it, the NumPy checks of the whole run cost less.
+FEW_RECORDS = 8
 #: Layouts kept per reader: one per record size seen (a mix of a few shapes), then all forgotten.
 KEEP_LAYOUTS = 8
 
@@ -61,6 +70,7 @@ class RunLayout:
     record_bytes: int  # header, member and padding
     shared: np.ndarray  # the positions of the bytes every record must share with it
     expected: np.ndarray  # its bytes there
+    spans: tuple[tuple[int, bytes], ...]  # the same bytes: each run of them, and where it starts
     key_bytes: int  # the key is the first ``key_bytes`` of the tar name
     checksum_base: int  # the header's checksum less its key's bytes
     member: tuple[int, int]  # the byte range of the member's data (what the index checksums)
@@ -101,17 +111,19 @@ def run_layout(walked: WalkedRecord, record: memoryview) -> RunLayout | None:
             return None
         arrays.append(ArrayPlace(field, start, value.dtype, value.shape, value.strides, value.nbytes))
     holes = sorted([(0, len(key)), _CHECKSUM_DIGITS] + [(place.offset, place.offset + place.nbytes) for place in arrays])
-    shared, position = [], 0
+    shared, spans, position = [], [], 0
     for start, stop in holes + [(len(record), len(record))]:
         if start < position:
             return None  # arrays that overlap (a hostile record can claim so): walk each
         shared.append(np.arange(position, start))
+        if start > position:
+            spans.append((position, bytes(record[position:start])))
         position = stop
     sums = np.frombuffer(header, np.uint8).astype(np.int64)
     checksum_base = int(sums.sum() - sums[148:156].sum() + 8 * ord(" ") - sums[:len(key)].sum())
     positions = np.concatenate(shared)
-    return RunLayout(len(record), positions, np.frombuffer(record, np.uint8)[positions], len(key), checksum_base,
-                     (member_start, member_start + len(data)), tuple(arrays), walked.rows,
+    return RunLayout(len(record), positions, np.frombuffer(record, np.uint8)[positions], tuple(spans), len(key),
+                     checksum_base, (member_start, member_start + len(data)), tuple(arrays), walked.rows,
                      ROWS_FIELD in walked.fields)
 
 
@@ -127,27 +139,62 @@ def read_run(layout: RunLayout, data: memoryview, starts: np.ndarray, checksums:
     record is laid out as ``layout`` says, with distinct keys and sound header checksums, and,
     given the index's ``checksums``, member data that matches them."""
     size, count = layout.record_bytes, len(starts)
-    if not count or len(data) < count * size or not np.array_equal(starts, np.arange(count) * size):
+    if not count or len(data) < count * size:
         return None
+    sound = _few_sound if count <= FEW_RECORDS else _many_sound
+    if not sound(layout, data, starts, checksums):
+        return None
+    return {place.name: np.ndarray((count, *place.shape), place.dtype, data, place.offset, (size, *place.strides))
+            for place in layout.arrays}
+
+
+def _many_sound(layout: RunLayout, data: memoryview, starts: np.ndarray, checksums: np.ndarray | None) -> bool:
+    """:func:`read_run`'s checks of a run, as NumPy's on every record at once."""
+    size, count = layout.record_bytes, len(starts)
+    if not np.array_equal(starts, np.arange(count) * size):
+        return False
     records = np.frombuffer(data, np.uint8, count * size).reshape(count, size)
     if not (records[:, layout.shared] == layout.expected).all():
-        return None
+        return False
     keys = records[:, :layout.key_bytes]
     if not _KEY_BYTES[keys].all():
-        return None
-    if count > 1 and len(set(np.ascontiguousarray(keys).view(f"S{layout.key_bytes}").ravel().tolist())) < count:
-        return None  # (no key byte is NUL, so none is lost to the bytes dtype)
+        return False
+    if len(set(np.ascontiguousarray(keys).view(f"S{layout.key_bytes}").ravel().tolist())) < count:
+        return False  # (no key byte is NUL, so none is lost to the bytes dtype)
     digits = _OCTAL_VALUE[records[:, 148:154]]
     if (digits < 0).any() or not np.array_equal(digits @ _OCTAL_POWERS,
                                                   layout.checksum_base + keys.sum(axis=1, dtype=np.int64)):
-        return None
+        return False
     if checksums is not None:
         first, last = layout.member
         found = [xxhash.xxh3_64_intdigest(row) & 0xFFFFFFFF for row in records[:, first:last]]
         if not np.array_equal(np.asarray(found, np.int64), checksums.astype(np.int64)):
-            return None
-    return {place.name: np.ndarray((count, *place.shape), place.dtype, data, place.offset, (size, *place.strides))
-            for place in layout.arrays}
+            return False
+    return True
+
+
+def _few_sound(layout: RunLayout, data: memoryview, starts: np.ndarray, checksums: np.ndarray | None) -> bool:
+    """:func:`read_run`'s checks of a run, record by record: the same, as byte comparisons."""
+    size, count = layout.record_bytes, len(starts)
+    if starts.tolist() != list(range(0, count * size, size)) or (checksums is not None and len(checksums) != count):
+        return False
+    first, last = layout.member
+    keys = set()
+    for i, at in enumerate(range(0, count * size, size)):
+        for start, expected in layout.spans:
+            if bytes(data[at + start:at + start + len(expected)]) != expected:
+                return False
+        key = bytes(data[at:at + layout.key_bytes])
+        digits = bytes(data[at + 148:at + 154])
+        if key.translate(None, _KEY_CHARACTERS) or digits.translate(None, _OCTAL_DIGITS) or key in keys:
+            return False
+        keys.add(key)
+        if int(digits, 8) != layout.checksum_base + sum(key):
+            return False
+        if checksums is not None and xxhash.xxh3_64_intdigest(data[at + first:at + last]) & 0xFFFFFFFF != int(
+                checksums[i]):
+            return False
+    return True
 
 
 class RunLayouts:

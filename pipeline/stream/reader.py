@@ -295,8 +295,8 @@ def _fixed_run(layouts: RunLayouts, view: memoryview, shard: ShardInfo, pack: in
     if run is None or (wanted is not None and not wanted <= run[1].keys()):
         return None
     layout, found = run
-    if not (np.minimum(pack, shard.samples - np.arange(first, last) * pack) == layout.rows).all():
-        return None  # records of other rows than the index says: the walk says which
+    if {min(pack, shard.samples - number * pack) for number in (first, last - 1)} != {layout.rows}:
+        return None  # records of other rows than the index says (fewer from one on: the ends tell): the walk says which
     fields = {name: column for name, column in found.items() if wanted is None or name in wanted}
     if pack == 1:  # one part: large samples as views each, until their batch is gathered
         fields = {name: column[:, 0] for name, column in fields.items()} if layout.packed else fields

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import pipeline
 from pipeline import ShardError
+from pipeline.format import fixed_runs
 from pipeline.format.fixed_runs import RunLayouts
 from pipeline.format.tar import BLOCK
 from pipeline.storage.opener import map_range
@@ -46,6 +47,12 @@ def pristine(request, tmp_path_factory) -> Path:
 @pytest.fixture
 def shards(pristine: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(pristine, tmp_path / "set"))
+
+
+@pytest.fixture(params=["record by record", "with NumPy"])
+def checked(request, monkeypatch) -> None:
+    """Runs of any length checked as a few records are, or as many are: each check either way."""
+    monkeypatch.setattr(fixed_runs, "FEW_RECORDS", SAMPLES if request.param == "record by record" else 0)
 
 
 def read(folder: Path, shard: int, start: int, stop: int, layouts: RunLayouts | None, skip: bool = False,
@@ -113,7 +120,7 @@ def test_large_fields_stay_views_of_the_bytes_read_and_small_ones_are_arrays(tmp
 
 @settings(FUZZ, max_examples=120)
 @given(st.data())
-def test_a_byte_changed_anywhere_reads_as_walking_says(shards: Path, data) -> None:
+def test_a_byte_changed_anywhere_reads_as_walking_says(shards: Path, checked: None, data) -> None:
     """The bulk check takes nothing that the walk refuses, and refuses only by leaving it to the
     walk: the error, or under skip the rows and losses, are the walk's."""
     layouts = learnt(shards)
@@ -141,7 +148,7 @@ def test_a_byte_changed_anywhere_reads_as_walking_says(shards: Path, data) -> No
         shard.write_bytes(whole)
 
 
-def test_a_key_that_appears_twice_is_the_walks_error(shards: Path) -> None:
+def test_a_key_that_appears_twice_is_the_walks_error(shards: Path, checked: None) -> None:
     """Record 2 given record 0's whole header: a sound header checksum, a key seen before."""
     index = pipeline.load_index(shards)
     info = index.shards[1]
@@ -156,7 +163,7 @@ def test_a_key_that_appears_twice_is_the_walks_error(shards: Path) -> None:
 
 
 @pytest.mark.parametrize("byte", [b"7", b".", b"/", b"\0", b"\xd0"])
-def test_a_key_rewritten_with_a_sound_header_checksum_reads_as_walking_says(shards: Path, byte: bytes) -> None:
+def test_a_key_rewritten_with_a_sound_header_checksum_reads_as_walking_says(shards: Path, byte: bytes, checked: None) -> None:
     """A header made on purpose: a key byte changed and the checksum made to fit. Another digit
     is another key, a ``/`` a folder in it (both read the record, the walk only for ``/``); the
     others break the key's form or its text."""
@@ -176,7 +183,7 @@ def test_a_key_rewritten_with_a_sound_header_checksum_reads_as_walking_says(shar
 
 
 @pytest.mark.parametrize("moved", [BLOCK, -BLOCK, 1])
-def test_an_index_whose_offsets_disagree_is_the_walks_error(pristine: Path, moved: int) -> None:
+def test_an_index_whose_offsets_disagree_is_the_walks_error(pristine: Path, moved: int, checked: None) -> None:
     offsets = [int(o) for o in pipeline.load_index(pristine).shards[1].offsets]
     offsets[1] += moved
     layouts = learnt(pristine)
@@ -197,7 +204,7 @@ def test_an_index_that_counts_fewer_samples_is_the_walks_error(pristine: Path) -
 
 @pytest.mark.parametrize("keys", [[f"ключ-{i:02d}" for i in range(SAMPLES)],  # not ASCII
                                   [f"k{i}" for i in range(SAMPLES)]])  # of two lengths
-def test_records_of_other_keys_are_walked(tmp_path: Path, keys: list[str]) -> None:
+def test_records_of_other_keys_are_walked(tmp_path: Path, keys: list[str], checked: None) -> None:
     folder = build(tmp_path / "set", keys=keys)
     layouts = RunLayouts()
     for shard in (0, 1):  # in the second, keys of "k10" on are longer than the first's
