@@ -75,7 +75,8 @@ def shard_bytes(text: str) -> int | None:
         return None
     value = parse_size(text)
     if value < MIN_SHARD_BYTES:
-        raise argparse.ArgumentTypeError(f"{text!r} is smaller than a shard can be ({MIN_SHARD_BYTES} bytes)")
+        raise argparse.ArgumentTypeError(f"{text!r} is smaller than a shard can be ({MIN_SHARD_BYTES} bytes); "
+                                         f"--shard-bytes none for no size limit")
     return value
 
 
@@ -87,8 +88,8 @@ def part(text: str) -> Part:
 
 
 def pack(text: str) -> int | str:
-    """A whole number >= 1, or ``auto``, spelt as Python's ``pack="auto"`` is."""
-    if text == "auto":
+    """A whole number >= 1, or ``auto`` (in any case, as ``none`` of ``--shard-bytes``)."""
+    if text.strip().lower() == "auto":
         return "auto"
     try:
         return positive(text)

@@ -137,6 +137,8 @@ def test_the_call_and_the_chart_leave_a_urls_password_out_and_say_so(tmp_path: P
         f"pipeline.make_loader(['http://127.0.0.1:8000/shards/train/shard-000000.tar', 'local/shard-000001.tar'], "
         f"num_workers=0){told}")
     assert TuneResult(("a.tar", "b.tar"), {}, rows).call() == "pipeline.make_loader(('a.tar', 'b.tar'), num_workers=0)"
+    assert repr(TuneResult(shards, {}, rows)).startswith(
+        "TuneResult(data=['http://127.0.0.1:8000/shards/train/shard-000000.tar', 'local/shard-000001.tar'], options={}, ")
     pytest.importorskip("matplotlib")
     import matplotlib
 

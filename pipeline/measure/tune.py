@@ -20,7 +20,7 @@ import ast
 import math
 import os
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from numbers import Integral
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -63,6 +63,12 @@ class TuneResult:
     memory_mb: float | None = None
     step_ms: float = 0.0  # the simulated step: without one, the loop only waits, and input-bound says nothing
     skipped: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """A dataclass's, but with each URL's credentials left out: a notebook shows it."""
+        shown = (f"{item.name}={_redacted(self.data) if item.name == 'data' else getattr(self, item.name)!r}"
+                 for item in fields(self))
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     def fits(self, row: Measured) -> bool:
         """Whether ``row`` may be recommended: it ran its full time, within the memory budget."""

@@ -120,7 +120,7 @@ def resolve_pack(pack: int | str, source: Source) -> int:
 
 
 def check_pack(pack: int | str) -> None:
-    """``"auto"`` (spelt so, as ``--pack auto`` takes it) or a whole number >= 1, Python's or NumPy's."""
+    """``"auto"`` or a whole number >= 1, Python's or NumPy's."""
     if pack != "auto" and (not is_whole(pack) or pack < 1):
         raise ValueError(f"pack must be 'auto' or an integer >= 1, got {pack!r}")
 

@@ -231,8 +231,10 @@ def test_the_default_pack_keeps_small_samples_close_to_their_size_and_large_ones
             pipeline.write_shards(tmp_path / "bad", small, pack=bad, quiet=True)
 
 
-def test_pack_takes_numpy_integers_and_auto_spelt_one_way_in_python_and_on_the_command_line(tmp_path: Path) -> None:
-    """pack=np.int64(4) was refused, as no other count is; --pack Auto was taken, pack="Auto" refused."""
+def test_pack_takes_numpy_integers_and_the_command_line_auto_and_none_in_any_case(tmp_path: Path) -> None:
+    """pack=np.int64(4) was refused, as no other count is. Python takes "auto" as spelt (another
+    spelling is refused, saying so); the command line, typed, takes --pack and --shard-bytes' words
+    in any case, and says how to ask for no size limit where a size is too small."""
     data = {"x": np.arange(40, dtype=np.float32)}
     assert pipeline.write_shards(tmp_path / "numpy", data, pack=np.int64(4), quiet=True).pack == 4
     assert json.loads((tmp_path / "numpy" / "index.json").read_text())["pack"] == 4
@@ -243,11 +245,13 @@ def test_pack_takes_numpy_integers_and_auto_spelt_one_way_in_python_and_on_the_c
         pipeline.write_shards(tmp_path / "auto", data, pack="Auto", quiet=True)
     np.save(tmp_path / "x.npy", data["x"])
     command = [sys.executable, "-m", "pipeline", "build", "arrays", str(tmp_path / "cli"), "--array",
-               f"x={tmp_path / 'x.npy'}", "--quiet", "--pack"]
-    run = subprocess.run([*command, "Auto"], capture_output=True, text=True)
-    assert run.returncode == 2 and run.stderr.endswith("argument --pack: not a whole number: 'Auto': give samples "
-                                                       "per record (1 or more), or auto\n")
-    assert subprocess.run([*command, "auto"], capture_output=True, text=True).returncode == 0
+               f"x={tmp_path / 'x.npy'}", "--quiet", "--overwrite"]
+    run = subprocess.run([*command, "--shard-bytes", "0"], capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr.endswith("argument --shard-bytes: '0' is smaller than a shard can be "
+                                                       "(4096 bytes); --shard-bytes none for no size limit\n")
+    run = subprocess.run([*command, "--pack", "Auto", "--shard-bytes", "None"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert pipeline.load_index(tmp_path / "cli").pack != "auto"  # (auto's choice is stored: a number)
 
 
 def test_limits_that_make_no_sense_are_refused(tmp_path: Path, recipe_data) -> None:
