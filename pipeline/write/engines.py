@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..interrupts import held_ctrl_c
-from .pool_workers import pool_context, start_worker
+from .pool_workers import ctrl_c_blocked, pool_context, start_worker
 from .portable import AbsolutePathsExecutor
 
 ENGINES = ("local", "dask")
@@ -106,8 +106,18 @@ def open_workers(engine: str = "local", workers: int = 1, scheduler: str | None 
 @contextmanager
 def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
     from distributed import Client, LocalCluster
+    from distributed.utils import LoopRunner
 
     with ExitStack() as stack:
+        if scheduler is None:
+            # a terminal's Ctrl-C reaches the local cluster's worker processes too, which print pages of
+            # tracebacks (cut while importing, or waiting for work): they are started from the cluster's loop
+            # thread, and inherit its mask, so that thread starts with SIGINT blocked. The build alone takes
+            # Ctrl-C, and closes the cluster, which stops its workers
+            loop = LoopRunner()
+            with ctrl_c_blocked():
+                loop.start()
+            stack.callback(loop.stop)
         # cut while it starts, a cluster is left half-started, which distributed's exit handler then fails to
         # close, printing its traceback after the build's "interrupted" line: Ctrl-C waits for the start (twice,
         # it cuts at once), then closes what started
@@ -115,7 +125,7 @@ def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
             if scheduler is None:
                 cluster = stack.enter_context(LocalCluster(
                     n_workers=max(workers, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
-                    dashboard_address=":0"))  # any free port: 8787 may be another cluster's
+                    dashboard_address=":0", loop=loop.loop))  # any free port: 8787 may be another cluster's
                 client = stack.enter_context(Client(cluster))
             else:
                 client = stack.enter_context(Client(scheduler))

@@ -27,16 +27,25 @@ from typing import Iterator
 from ..interrupts import interrupt
 
 
+@contextmanager
+def ctrl_c_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread while the block runs: the processes it starts (spawned or
+    forked) and the threads it starts keep it blocked, a signal mask surviving exec. A press in
+    the meantime goes to a thread that takes it (the main thread, once it unblocks)."""
+    resource_tracker.ensure_running()  # its own first start unblocks SIGINT: that comes first
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 class _QuietStartProcess(SpawnProcess):
     """A spawned process that starts with SIGINT blocked, until :func:`start_worker` runs."""
 
     def start(self) -> None:
-        resource_tracker.ensure_running()  # its own first start unblocks SIGINT: that comes first
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
+        with ctrl_c_blocked():
             super().start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 class _QuietStartContext(SpawnContext):

@@ -4,8 +4,10 @@ fails or its worker dies on the way."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -137,15 +139,9 @@ def test_cli_engine_dask_starts_a_local_cluster(tmp_path: Path, npy_inputs) -> N
 
 CUT_AS_WORKERS_START = """
 import os, signal, sys
-if __name__ == "__main__":  # (not again in the cluster's processes, which import this file)
-    from distributed.nanny import Nanny
-    start = Nanny.start_unsafe
-
-    async def cut(self):
-        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C as the cluster starts its workers
-        return await start(self)
-
-    Nanny.start_unsafe = cut
+if __name__ == "__mp_main__":  # a worker process of the cluster, importing this file as it starts
+    os.killpg(0, signal.SIGINT)  # a terminal's Ctrl-C: to the build and every process of its group
+if __name__ == "__main__":
     from pipeline.cli import main
     sys.exit(main(sys.argv[1:]))
 """
@@ -154,13 +150,33 @@ if __name__ == "__main__":  # (not again in the cluster's processes, which impor
 def test_ctrl_c_while_the_local_cluster_starts_is_one_line_not_distributeds_tracebacks(tmp_path: Path,
                                                                                       npy_inputs) -> None:
     """Cut as it started, the cluster was left half-started, which distributed's exit handler failed
-    to close: some 30 lines of its traceback ("AssertionError: Status.init") after the build's."""
+    to close: some 30 lines of its traceback ("AssertionError: Status.init") after the build's. And
+    the worker processes, which a terminal's Ctrl-C reaches too, printed tracebacks of their own
+    (KeyboardInterrupt in multiprocessing's spawn_main). The workers are stopped with the build."""
     (tmp_path / "cut.py").write_text(CUT_AS_WORKERS_START)
-    result = subprocess.run([sys.executable, str(tmp_path / "cut.py"), "build", "arrays", str(tmp_path / "out"),
-                             "--array", f"x={npy_inputs['x']}", "--engine", "dask", "--workers", "1", "--quiet"],
-                            capture_output=True, text=True, timeout=60)
-    assert (result.returncode, result.stderr) == (130, "interrupted: run the same command with --resume to finish "
-                                                       "the build, keeping the shards it finished\n")
+    build = subprocess.Popen([sys.executable, str(tmp_path / "cut.py"), "build", "arrays", str(tmp_path / "out"),
+                              "--array", f"x={npy_inputs['x']}", "--engine", "dask", "--workers", "1", "--quiet"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = build.communicate(timeout=60)
+    finally:
+        left = _left_in_group(build.pid)
+        if left:
+            os.killpg(build.pid, signal.SIGKILL)
+    assert (build.returncode, err) == (130, "interrupted: run the same command with --resume to finish "
+                                            "the build, keeping the shards it finished\n")
+    assert left == []
+
+
+def _left_in_group(group: int, wait_s: float = 5) -> list[str]:
+    """The processes of ``group`` still running ``wait_s`` after its leader ended (multiprocessing's
+    resource tracker ends as it sees the build gone: a moment later)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 def test_without_distributed_the_error_says_what_to_install(tmp_path: Path, npy_inputs, monkeypatch) -> None:
