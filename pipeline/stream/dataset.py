@@ -70,7 +70,7 @@ from .rank_agreement import check_ranks_agree
 from .read_ahead import read_ahead
 from .reader import LARGE_SAMPLE_BYTES, Columns
 from .shards import ForeignShards
-from .shared_memory import SharedEpoch
+from .shared_memory import SharedNumber
 from .sources import Sources, SourceSet, open_sources
 from .stats import Count, ReadStats
 from .transform_seeds import batch_seeds
@@ -174,8 +174,8 @@ class ShardDataset(IterableDataset):
                              self.world_size)
         self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
         self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers
-        self.consumers_told = False  # whether idle consumers were warned of (see tell_idle_consumers)
-        self._epoch = SharedEpoch()  # (persistent DataLoader workers see set_epoch())
+        self._epoch = SharedNumber()  # (persistent DataLoader workers see set_epoch())
+        self._consumers_told = SharedNumber()  # the most consumers checked for idle ones (see tell_idle_consumers)
         self._position: tuple[int, tuple[Leg, ...], int, bool] | None = None  # resumed: legs, batches, layout
         check_ranks_agree(self)
 
@@ -295,14 +295,19 @@ class ShardDataset(IterableDataset):
                                       self._sequences(legs, batches), all_legs, self.plan_config, epoch)
         return dict(zip(self.sources.names, counts.tolist()))
 
-    def tell_idle_consumers(self, workers: int, worker: int = 0) -> None:
-        """Warn once (on rank 0) where shards without an index are fewer than the consumers of
-        ``workers`` a rank: a ShardLoader tells as it is made, in the main process (a worker's
-        warning pointed at torch's code, and non-persistent workers gave it every epoch); a
-        plain DataLoader's worker ``worker``, or a loop over the dataset itself, as it begins."""
-        if self.sources is None and not self.consumers_told and self.rank == 0 and worker == 0:
-            warn_of_idle_consumers(len(self.shards.urls), self.world_size * max(workers, 1))
-        self.consumers_told = True
+    def tell_idle_consumers(self, workers: int, worker: int = 0, loader: bool = False) -> None:
+        """Warn (on rank 0) where shards without an index are fewer than the consumers of
+        ``workers`` a rank. A ShardLoader (``loader``) tells as it is made, in the main process (a
+        worker's warning pointed at torch's code); a plain DataLoader's worker ``worker``, or a loop
+        over the dataset itself, as it begins, unless a loader, or the workers of an earlier epoch
+        (non-persistent ones start anew each epoch), checked as many consumers already."""
+        consumers = self.world_size * max(workers, 1)
+        if self.sources is not None or self.rank != 0 or worker != 0:
+            return
+        checked = self._consumers_told.get()
+        if loader or consumers > checked:
+            warn_of_idle_consumers(len(self.shards.urls), consumers)
+        self._consumers_told.set(max(consumers, checked))
 
     # -- iteration -----------------------------------------------------------------------------
 

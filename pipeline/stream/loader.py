@@ -69,7 +69,7 @@ class ShardLoader(DataLoader):
         if num_workers and kwargs.get("timeout"):  # a batch's, as DataLoader's; a worker sends a unit's at once
             kwargs["timeout"] = kwargs["timeout"] * unit_batches(dataset)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
-        dataset.tell_idle_consumers(num_workers)  # (here, at the user's line, rather than in a worker every epoch)
+        dataset.tell_idle_consumers(num_workers, loader=True)  # (here, at the user's line, not in a worker)
         self._epoch = dataset.epoch
         self._legs: list[Leg] = []  # stretches of this epoch run on other world sizes
         self._batches = 0  # batches of this rank delivered in the current stretch

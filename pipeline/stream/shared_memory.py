@@ -2,7 +2,8 @@
 
 A dataset's epoch and counts live in tensors in shared memory, so that persistent workers
 (started once, before a ``set_epoch``) see the epoch change, and the training process sees the
-workers' counts. A copy of the dataset (``copy.deepcopy``, ``pickle.loads``: a validation
+workers' counts; so do the marks of what its warnings told already, which workers started anew
+each epoch would otherwise give again. A copy of the dataset (``copy.deepcopy``, ``pickle.loads``: a validation
 variant of a training set, say) made such a tensor private: workers forked from the copy played
 epoch 0's order at every epoch, and a checkpoint of the copy resumed another order than the one
 played, losing samples. Whatever makes a tensor from a pickled state gets it in shared memory
@@ -19,21 +20,24 @@ def in_shared_memory(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if tensor.is_shared() else tensor.clone().share_memory_()
 
 
-class SharedEpoch:
-    """An epoch number that persistent DataLoader workers see change; each copy has its own
-    (``copy.copy`` too: a copy's ``set_epoch`` moved the original's)."""
+class SharedNumber:
+    """A number that a dataset's DataLoader workers see change, and change for each other:
+    persistent ones (started before a ``set_epoch``) and those started anew each epoch, forked
+    or spawned. Each copy has its own (``copy.copy`` too: a copy's ``set_epoch`` moved the
+    original's). Not a lock: two processes that change it at the same moment may each miss the
+    other's change."""
 
-    def __init__(self, epoch: int = 0) -> None:
-        self._value = torch.full((), epoch, dtype=torch.int64).share_memory_()
+    def __init__(self, value: int = 0) -> None:
+        self._value = torch.full((), value, dtype=torch.int64).share_memory_()
 
     def get(self) -> int:
         return int(self._value.item())
 
-    def set(self, epoch: int) -> None:
-        self._value.fill_(epoch)
+    def set(self, value: int) -> None:
+        self._value.fill_(value)
 
-    def __copy__(self) -> "SharedEpoch":
-        return SharedEpoch(self.get())
+    def __copy__(self) -> "SharedNumber":
+        return SharedNumber(self.get())
 
     def __getstate__(self) -> dict:
         return {"value": self._value}
