@@ -176,6 +176,7 @@ class ShardDataset(IterableDataset):
         self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers
         self._epoch = SharedNumber()  # (persistent DataLoader workers see set_epoch())
         self._consumers_told = SharedNumber()  # the most consumers checked for idle ones (see tell_idle_consumers)
+        self._unread_told = SharedNumber()  # 1 once a record's fields not read were warned of (see ForeignStream)
         self._position: tuple[int, tuple[Leg, ...], int, bool] | None = None  # resumed: legs, batches, layout
         check_ranks_agree(self)
 
@@ -383,7 +384,8 @@ class ShardDataset(IterableDataset):
         consumer's stream."""
         assert isinstance(self.shards, ForeignShards)
         stream = ForeignStream(self.shards.urls, self.seed, self.shuffle, self.shuffle_buffer, self._wanted(),
-                               self.fill, self.on_error == "skip", self.policy, self.read_stats, self.foreign_fields)
+                               self.fill, self.on_error == "skip", self.policy, self.read_stats, self.foreign_fields,
+                               self._unread_told)
         self.tell_idle_consumers(workers, worker)
         consumer = self.rank * workers + worker
         windows = stream.windows(self.epoch, consumer, self.world_size * workers)

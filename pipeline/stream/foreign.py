@@ -25,6 +25,7 @@ from ..storage.retry import RetryPolicy
 from .material import Draw, rng_for
 from .options import SKIP_HINT
 from .reader import Columns, concat_columns, iter_foreign_rows, stack_values
+from .shared_memory import SharedNumber
 from .skip_log import log_skip
 from .stats import Count, ReadStats
 
@@ -73,6 +74,7 @@ class ForeignStream:
     policy: RetryPolicy
     stats: ReadStats
     fields: set[str] | None = None  # those every record is read with (see reference_fields)
+    unread_told: SharedNumber | None = None  # 1 once fields not read were warned of (see iter_foreign_rows)
 
     def windows(self, epoch: int, consumer: int, consumers: int) -> Iterator[tuple[Columns, np.ndarray]]:
         """The windows of consumer ``consumer`` of ``consumers`` in ``epoch``: columns, and the
@@ -115,7 +117,7 @@ class ForeignStream:
             waited = busy = 0.0
 
         rows = iter_foreign_rows(url, self.wanted, fields, policy=self.policy, stats=self.stats, fill=self.fill,
-                                 on_lost=lost if self.skip else None, on_wait=wait)
+                                 on_lost=lost if self.skip else None, on_wait=wait, told=self.unread_told)
         try:
             while True:
                 started = time.perf_counter()

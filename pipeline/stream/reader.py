@@ -27,7 +27,7 @@ from ..storage.buffers import pooled_concatenate, pooled_stack
 from ..storage.errors import CutShort
 from ..storage.opener import open_stream, read_range
 from ..storage.retry import RetryPolicy, RetrySink
-from .first_time import first_time
+from .shared_memory import SharedNumber
 
 Columns = dict[str, Any]
 _RESERVED = frozenset((ROWS_FIELD, KEYS_FIELD))
@@ -324,14 +324,16 @@ class _TimedReads:
 def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str] | None = None, *,
                       policy: RetryPolicy | None = None, stats: RetrySink | None = None,
                       fill: Mapping[str, Any] | None = None, on_lost: LostRecordHandler | None = None,
-                      on_wait: Callable[[float], None] | None = None) -> Iterator[Columns]:
+                      on_wait: Callable[[float], None] | None = None,
+                      told: SharedNumber | None = None) -> Iterator[Columns]:
     """Every record of a shard without an index (a plain tar, or one gzip-compressed), as
     columns (one row, or a packed record's rows), with the ``fields`` given (by default those of
     the first record; a record that lacks one has it filled from ``fill``, else ``None``). The
     shard is streamed under ``policy``, its retries reported to ``stats``. A record that fails
     its own checks raises, or with ``on_lost`` costs that record only; a broken tar structure
     ends the shard (without an index, nothing after it can be found). ``on_wait`` is told the
-    seconds each read of the shard's bytes took."""
+    seconds each read of the shard's bytes took. A record with fields that are not read is
+    warned of, unless ``told`` (the dataset's mark, which its workers share) says one was."""
     def lost(exc: ShardError, number: int) -> None:
         if on_lost is None:
             raise exc
@@ -345,21 +347,23 @@ def iter_foreign_rows(url: str, wanted: set[str] | None = None, fields: set[str]
                 fields = _first_fields(walked, wanted, fill or {}, url)
             if unread and walked.fields.keys() - fields - _RESERVED:
                 unread = False
-                _log_unread(url, walked.key, sorted(walked.fields.keys() - fields - _RESERVED), sorted(fields))
+                _log_unread(url, walked.key, sorted(walked.fields.keys() - fields - _RESERVED), sorted(fields), told)
             yield _record_columns(walked, fields, fill or {})  # (the walk reads to the end, where a gzip-compressed
             # shard checks its checksum)
 
 
-def _log_unread(url: str, key: str, unread: list[str], fields: list[str]) -> None:
+def _log_unread(url: str, key: str, unread: list[str], fields: list[str], told: SharedNumber | None) -> None:
     """Tell that record ``key`` of the shard at ``url`` has fields that are not read: a warning the
-    first time a process meets those fields unread beside those read, DEBUG after that (every
-    shard of a set, read every epoch, would tell it again, for ever)."""
-    first = first_time(("unread", tuple(unread), tuple(fields)))
+    first time a dataset's processes meet such a record (``told`` is 0), DEBUG after that (every
+    shard of a set, read every epoch by workers started anew, would tell it again, for ever)."""
+    first = told is None or not told.get()
+    if told is not None:
+        told.set(1)
     log.log(logging.WARNING if first else logging.DEBUG,
             "%s: record %r has fields %s that are not read (the fields read are %s, those of the shards' first "
             "record): pass fields= naming every field, and fill= a value for the records without one, to read "
             "them%s", redact(url), key, unread, fields,
-            "; other shards' records with these fields are logged at DEBUG level" if first else "")
+            "; other records with fields that are not read are logged at DEBUG level" if first else "")
 
 
 def _first_fields(walked: WalkedRecord, wanted: set[str] | None, fill: Mapping[str, Any], url: str) -> set[str]:

@@ -275,7 +275,7 @@ def test_a_record_with_fields_the_first_lacks_is_told_of_and_read_when_named(tmp
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
         f"{url}: record 's9' has fields ['png'] that are not read (the fields read are ['cls', 'jpg'], those of the "
         f"shards' first record): pass fields= naming every field, and fill= a value for the records without one, "
-        f"to read them; other shards' records with these fields are logged at DEBUG level"]
+        f"to read them; other records with fields that are not read are logged at DEBUG level"]
     named = next(iter(make_loader(url, num_workers=0, batch_size=10, shuffle=False, fields=["jpg", "png", "cls"],
                                   fill={"png": None})))
     assert named["png"][9] == bytes([9]) * 8 and named["png"][:9] == [None] * 9 and named["jpg"][9] is None
@@ -294,7 +294,7 @@ def test_fields_not_read_are_told_of_once_not_for_every_shard_every_epoch(tmp_pa
             assert sum(len(batch["cls"]) for batch in loader) == 12
     told = [(r.levelname, r.getMessage()) for r in caplog.records if "that are not read" in r.getMessage()]
     assert [level for level, _ in told] == ["WARNING"] + ["DEBUG"] * 5
-    assert told[0][1].endswith("; other shards' records with these fields are logged at DEBUG level")
+    assert told[0][1].endswith("; other records with fields that are not read are logged at DEBUG level")
 
 
 def test_foreign_samples_of_other_types_keep_their_values_and_types(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import webdataset as wds
 
 from pipeline import ShardDataset, make_loader
 from tests.stream.test_dataset import webdataset_shards
@@ -55,3 +56,50 @@ def test_a_plain_dataloaders_workers_tell_of_idle_consumers_once_not_every_epoch
                             text=True, timeout=60)
     assert (result.returncode, result.stdout) == (0, "10\n10\n"), result.stderr
     assert result.stderr.count(IDLE) == 1, result.stderr
+
+
+UNREAD = "that are not read (the fields read are"
+
+
+def captioned_shards(folder: Path, count: int = 4) -> str:
+    """``count`` shards of 4 samples, each with a caption but the first, whose fields (those read
+    without fields=) so leave every other caption unread."""
+    folder.mkdir()
+    for s in range(count):
+        with wds.TarWriter(str(folder / f"s-{s}.tar")) as writer:
+            for i in range(4):
+                writer.write({"__key__": f"k{s}-{i}", "cls": i, **({"notes.txt": "words"} if s or i else {})})
+    return str(folder / f"s-{{0..{count - 1}}}.tar")
+
+
+NEW_WORKERS_EACH_EPOCH = """
+import logging, sys
+from pipeline import make_loader
+
+if __name__ == "__main__":
+    logging.basicConfig(format="%(levelname)s %(message)s")
+    loader = make_loader(sys.argv[1], num_workers=2, batch_size=4, persistent_workers=False)
+    for _ in range(2):
+        print(sum(len(batch["cls"]) for batch in loader))
+"""
+
+
+def test_fields_not_read_are_told_once_not_by_each_epochs_new_workers(tmp_path: Path) -> None:
+    """Each worker told once, in a registry of its process: non-persistent workers, forked anew
+    each epoch from a process that never saw the warning, told it every epoch."""
+    (tmp_path / "loop.py").write_text(NEW_WORKERS_EACH_EPOCH)
+    result = subprocess.run([sys.executable, str(tmp_path / "loop.py"), captioned_shards(tmp_path / "wds")],
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout) == (0, "16\n16\n"), result.stderr
+    assert result.stderr.count(UNREAD) == 1, result.stderr
+
+
+def test_fields_not_read_are_told_of_each_set_with_them(tmp_path: Path, caplog) -> None:
+    """A validation set with the same fields as the training set, read in the same process, was
+    told of at DEBUG level only: the registry was the process's, keyed by the fields."""
+    train, validation = captioned_shards(tmp_path / "train"), captioned_shards(tmp_path / "validation", count=2)
+    with caplog.at_level("WARNING", logger="pipeline.stream"):
+        for pattern in (train, validation):
+            assert sum(len(batch["cls"]) for batch in make_loader(pattern, num_workers=0, batch_size=4)) > 0
+    told = [r.getMessage() for r in caplog.records if UNREAD in r.getMessage()]
+    assert [Path(message.split(":")[0]).parent.name for message in told] == ["train", "validation"]
