@@ -6,17 +6,21 @@ level shows some library line, which tells the user nothing and is shown once fo
 caller alike. Here the level is found: the first frame outside this package and outside the
 code that runs a DataLoader's loop (torch's data loading, and the multiprocessing that starts
 its workers), which a user's line calls into: in a forked worker, the stack still holds the
-parent's frames at the fork, the user's loop among them, beneath torch's worker loop.
+parent's frames at the fork, the user's loop among them, beneath torch's worker loop. A spawned
+worker's (or a forkserver's) holds none: beneath multiprocessing's frames lies only the
+``python -c "from multiprocessing.spawn import spawn_main; ..."`` that started it, no user's line.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import warnings
 from types import FrameType
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_MULTIPROCESSING = os.path.dirname(multiprocessing.__file__) + os.sep
 
 
 #: Modules whose frames run a DataLoader's loop between the user's line and this package's.
@@ -40,10 +44,14 @@ def user_line() -> str:
 
 def _user_frame(frame: FrameType | None) -> tuple[int, FrameType | None]:
     """The nearest frame from ``frame`` outside this package and the loop's runners, and how many
-    frames up it is (1: ``frame`` itself)."""
+    frames up it is (1: ``frame`` itself); ``None`` where there is none, or only the command line
+    that started a spawned process (see the module docstring)."""
     skipped = (_PACKAGE, *(os.path.dirname(module.__file__) + os.sep for module in map(sys.modules.get, _LOOP_RUNNERS)
                            if module is not None and module.__file__))  # (not imported: none of its frames)
-    level = 1
+    level, called = 1, None
     while frame is not None and frame.f_code.co_filename.startswith(skipped):
-        level, frame = level + 1, frame.f_back
+        level, called, frame = level + 1, frame, frame.f_back
+    if frame is not None and frame.f_code.co_filename == "<string>" and called is not None and \
+            called.f_code.co_filename.startswith(_MULTIPROCESSING):
+        return level, None
     return level, frame
