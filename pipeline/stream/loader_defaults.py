@@ -22,6 +22,9 @@ _NOT_TAKEN = {
                  "workers",
 }
 _NOT_TAKEN["batch_sampler"] = _NOT_TAKEN["sampler"]
+#: DataLoader's options passed on as given (``in_order=False`` the loader refuses; newer PyTorch
+#: versions ignore ``pin_memory_device``, pinning for the current accelerator, and say so).
+_PASSED_ON = ("in_order", "pin_memory_device")
 
 
 def make_loader(
@@ -43,7 +46,7 @@ def make_loader(
     generators seeded for each batch: see :mod:`.transform_seeds`.)"""
     refuse_unknown("make_loader", dataset_options, _ACCEPTED, _NOT_TAKEN)
     check_loader_options(num_workers, prefetch_factor)
-    loader_options = {"in_order": dataset_options.pop("in_order")} if "in_order" in dataset_options else {}
+    loader_options = {name: dataset_options.pop(name) for name in _PASSED_ON if name in dataset_options}
     if not isinstance(dataset, ShardDataset):
         dataset = ShardDataset(dataset, **dataset_options)
     elif dataset_options:
@@ -62,8 +65,8 @@ def make_loader(
     )
 
 
-#: The names make_loader takes: its own, ShardDataset's options, and DataLoader's ``in_order``.
+#: The names make_loader takes: its own, ShardDataset's options, and DataLoader's passed on as given.
 _ACCEPTED = [name for function in (make_loader, ShardDataset.__init__)
              for name, parameter in inspect.signature(function).parameters.items()
              if parameter.kind is not inspect.Parameter.VAR_KEYWORD and name not in ("dataset", "self", "source")] + \
-    ["in_order"]
+    list(_PASSED_ON)

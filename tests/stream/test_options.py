@@ -99,6 +99,14 @@ def test_a_shard_loader_made_directly_checks_its_workers_as_make_loader_does(sha
         ShardLoader(ShardDataset(shards), num_workers=300)
 
 
+def test_dataloaders_pin_memory_device_is_passed_on(shards: Path) -> None:
+    """A loop written for a DataLoader may pass it: it was refused, asking "did you mean pin_memory=?"."""
+    loader = make_loader(shards, num_workers=0, batch_size=50, pin_memory=False, pin_memory_device="cuda")
+    assert loader.pin_memory_device == "cuda"
+    assert len(next(iter(loader))["y"]) == 50
+    assert make_loader(ShardDataset(shards), pin_memory_device="cuda").pin_memory_device == "cuda"  # beside a dataset
+
+
 @pytest.mark.parametrize("weight", [float("inf"), float("nan"), -1, "0.7", True])
 def test_a_weight_that_is_not_a_finite_number_at_least_0_is_an_error_naming_its_source(shards: Path,
                                                                                       weight: float) -> None:
