@@ -112,8 +112,7 @@ class ForeignStream:
 
         def count() -> None:  # a record is too small to count one by one
             nonlocal waited, busy
-            self.stats.spent(Count.STORAGE, waited)
-            self.stats.spent(Count.DECODE, busy - waited)
+            self.stats.spent_reading(waited, busy)
             waited = busy = 0.0
 
         rows = iter_foreign_rows(url, self.wanted, fields, policy=self.policy, stats=self.stats, fill=self.fill,

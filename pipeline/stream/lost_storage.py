@@ -47,6 +47,8 @@ class LostStorage:
 
     def read(self, source: int) -> None:
         """A read of ``source`` succeeded: its server answers."""
+        if source not in self._runs:  # (each piece read asks: the lock only when there is a run to end)
+            return
         with self._lock:
             self._runs.pop(source, None)
 

@@ -85,31 +85,37 @@ class ReadStats:
     def __setstate__(self, state: dict) -> None:
         self.table, self._view = in_shared_memory(state["table"]), None  # (a copy's, anew)
 
-    def _add(self, column: Count, count: int) -> None:
+    def _add(self, *counts: tuple[Count, int]) -> None:
+        """Add each ``(column, count)`` to this process's row, in one turn of the lock."""
         if self._view is None:  # NumPy's view of the shared table: adding to it costs ~100x less than torch's
             self._view = self.table.numpy()
         info = get_worker_info()
         row = MAX_WORKERS if info is None else info.id % MAX_WORKERS  # (more workers: refused by make_loader)
         with _lock:
-            self._view[row, column] += count
+            for column, count in counts:
+                self._view[row, column] += count
 
     def retried(self) -> None:
         """One more retry of a remote read."""
-        self._add(Count.RETRIES, 1)
+        self._add((Count.RETRIES, 1))
 
     def requested(self) -> None:
         """One more request sent for a remote read (its first, a retry, or a resume)."""
-        self._add(Count.REQUESTS, 1)
+        self._add((Count.REQUESTS, 1))
 
     def skipped(self, samples: int) -> None:
         """One more piece skipped, whose ``samples`` other samples stand in for (or, without
         an index, that could not be read)."""
-        self._add(Count.SKIPPED, 1)
-        self._add(Count.REPLACED, samples)
+        self._add((Count.SKIPPED, 1), (Count.REPLACED, samples))
 
     def spent(self, stage: Count, seconds: float) -> None:
         """``seconds`` more spent in ``stage`` (one of :data:`STAGES`)."""
-        self._add(stage, int(seconds * 1e9))
+        self._add((stage, int(seconds * 1e9)))
+
+    def spent_reading(self, waited: float, seconds: float) -> None:
+        """``seconds`` more spent reading a piece, ``waited`` of them waiting for storage (the
+        rest decoding and checking it): one add, as a piece of a record costs a few microseconds."""
+        self._add((Count.STORAGE, int(waited * 1e9)), (Count.DECODE, int((seconds - waited) * 1e9)))
 
     @contextmanager
     def timing(self, stage: Count) -> Iterator[None]:

@@ -70,6 +70,8 @@ class UnitReader:
         self.rebuild_checked: set[str] = set()  # shards failed, whose set's index was read again
         self.layouts = [RunLayouts() for _ in sources.shards]  # of each source's records, as they are read
         self.file_maps: FileMaps | None = None  # local files' mappings, shared by a unit's pieces while it is read
+        self.urls: dict[tuple[int, int], str] = {}  # of the shards read in the unit: see _shard
+        self.entries: dict[tuple[int, int], ShardInfo] = {}
 
     def read(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
              blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
@@ -81,6 +83,7 @@ class UnitReader:
             return self._read_unit(material, first_leg, positions, blocks)
         finally:
             self.file_maps = None  # (the unit's views hold the mappings they need)
+            self.urls, self.entries = {}, {}
 
     def _read_unit(self, material: Material, first_leg: list[RankSequence], positions: np.ndarray,
                    blocks: np.ndarray) -> tuple[Columns, np.ndarray]:
@@ -189,13 +192,28 @@ class UnitReader:
         return self.sources.shards[source].shards.sha256[shard].tobytes().hex()
 
     def _url(self, source: int, shard: int) -> str:
-        return self.sources.shards[source].url(shard)
+        """The URL of a shard, kept for the unit (see :meth:`_shard`)."""
+        url = self.urls.get((source, shard))
+        if url is None:
+            url = self.urls[source, shard] = self.sources.shards[source].url(shard)
+        return url
+
+    def _shard(self, source: int, shard: int) -> ShardInfo:
+        """The index's entry of a shard, kept for the unit. Why: a unit of a mix of small sets
+        reads thousands of pieces of a record or a few from a few shards, and making the entry
+        (its name, its records' offsets and checksums) and the URL anew for each piece cost as
+        much as reading and checking its records. Kept for one unit, not longer: the entries of
+        a set of a million shards read over many units would fill the memory."""
+        entry = self.entries.get((source, shard))
+        if entry is None:
+            entry = self.entries[source, shard] = self.sources.shards[source].shards[shard]
+        return entry
 
     def _read_piece(self, source: int, shard: int, start: int, stop: int) -> list[Columns | int] | None:
         """Rows ``[start, stop)`` of one shard, as parts for :func:`stand_in`; ``None`` under the
         skip policy when none of them can be read."""
         shards = self.sources.shards[source]
-        url = shards.url(shard)
+        url = self._url(source, shard)
         started, waited = time.perf_counter(), 0.0
 
         def lost(exc: ShardError | SourceError, samples: int) -> None:
@@ -216,7 +234,7 @@ class UnitReader:
                 waited += time.perf_counter() - asked
 
         try:
-            parts = read_rows(url, shards.shards[shard], shards.index.pack, start, stop, self.wanted,
+            parts = read_rows(url, self._shard(source, shard), shards.index.pack, start, stop, self.wanted,
                               timed_reader, shards.index.fields or None, self.check_records, self.fill,
                               lost if self.skip else None, join=False, layouts=self.layouts[source])
             self.lost_storage.read(source)
@@ -239,8 +257,7 @@ class UnitReader:
             lost(exc, stop - start)
             return None
         finally:
-            self.stats.spent(Count.STORAGE, waited)
-            self.stats.spent(Count.DECODE, time.perf_counter() - started - waited)
+            self.stats.spent_reading(waited, time.perf_counter() - started)
 
     def _check_table(self, exc: ShardError | SourceError, source: int) -> None:
         """Raise, even under skip, when a read of ``source`` failed (``exc``) because the

@@ -405,3 +405,53 @@ def test_a_small_source_drawn_many_times_is_cut_as_a_source_of_the_samples_it_gi
     ids = np.concatenate([batch["i"].numpy() for batch in loader])
     assert sorted(ids[ids < 10**6].tolist()) == list(range(20_000))
     assert Counter(ids[ids >= 10**6].tolist()) == {10**6 + n: 200 for n in range(100)}
+
+
+def test_a_unit_makes_each_shards_url_and_index_entry_once_however_many_pieces_it_reads(tmp_path: Path,
+                                                                                        monkeypatch) -> None:
+    """A mix of sets of one sample a record reads thousands of pieces of one record from a few
+    shards, and each piece formatted its shard's name twice and made its index entry (offsets,
+    checksums) anew: as much as reading and checking the record. A unit now makes each once;
+    the next unit anew (entries kept longer would fill the memory of a set of many shards)."""
+    import pipeline.stream.units as units
+    from pipeline.format.shard_table import ShardTable
+    from pipeline.storage.indexes import IndexedShards
+    from pipeline.stream.units import UnitReader
+
+    for name, first in (("a", 0), ("b", 10**6)):
+        write_shards(tmp_path / name, {"i": first + np.arange(600), "x": np.ones((600, 4), np.float32)}, pack=1,
+                     shard_samples=200, quiet=True)
+    unit, urls, entries, pieces = [0, False], Counter(), Counter(), Counter()
+    read, item, url, read_rows = UnitReader.read, ShardTable.item, IndexedShards.url, units.read_rows
+
+    def counted(counts: Counter, key: str) -> None:
+        if unit[1]:  # (the loader's own look-ups, outside a unit's reads, are not the pieces')
+            counts[unit[0], key] += 1
+
+    def read_unit(self, *args):
+        unit[0], unit[1] = unit[0] + 1, True
+        try:
+            return read(self, *args)
+        finally:
+            unit[1] = False
+
+    def url_of(self, i: int) -> str:
+        counted(urls, f"{self.base} {i}")
+        return url(self, i)
+
+    def entry(self, i: int):
+        counted(entries, f"{id(self)} {i}")
+        return item(self, i)
+
+    monkeypatch.setattr(UnitReader, "read", read_unit)
+    monkeypatch.setattr(IndexedShards, "url", url_of)
+    monkeypatch.setattr(ShardTable, "item", entry)
+    monkeypatch.setattr(units, "read_rows", lambda url, *args, **kwargs: (counted(pieces, url),
+                                                                          read_rows(url, *args, **kwargs))[1])
+    loader = make_loader({"a": tmp_path / "a", "b": tmp_path / "b"}, num_workers=0, batch_size=100, seed=2,
+                         shuffle_buffer=600, chunks_per_buffer=120)
+    ids = np.concatenate([batch["i"].numpy() for batch in loader])
+    assert sorted(ids.tolist()) == list(range(600)) + list(10**6 + np.arange(600))
+    assert unit[0] > 1 and sum(pieces.values()) > 4 * len(pieces)  # several units, many pieces of each shard in each
+    assert set(urls.values()) == set(entries.values()) == {1}  # a shard's once a unit
+    assert len(urls) == len(entries) == len(pieces)
