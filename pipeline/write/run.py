@@ -296,13 +296,13 @@ def build_shards(
     options: dict[str, Any] = dict(shard_samples=shard_samples, shard_bytes=shard_bytes, pack=pack, dtypes=dtypes,
                                    workers=workers, part=part, overwrite=overwrite, resume=resume, quiet=quiet,
                                    executor=executor, engine=engine, scheduler=scheduler)
+    check_build_options(out_dir, prefix, **options)  # (before anything is written, a split's folder too)
     if validation is not None:
         from .splits import build_splits  # (which builds each split with this function: imported on use)
 
         if prefix != "shard":
             raise ValueError("a split build names shards after each split (train-000000.tar); a prefix does not apply")
         return build_splits(source, out_dir, validation, seed, **options)
-    check_build_options(out_dir, prefix, **options)
     metadata = dict(source.metadata or {})
     if dtypes:
         source = CastSource(source, dtypes)

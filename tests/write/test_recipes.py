@@ -423,3 +423,16 @@ def test_an_id_with_both_a_pt_and_an_npy_file_is_refused_before_anything_is_writ
                                 quiet=True)
     assert read_back(tmp_path / "out" / "train")[1]["x"][1].tolist() == np.full((3, 2, 2), 7.0).tolist()
 
+
+
+def test_a_split_build_of_a_source_of_ones_own_refuses_bad_options_before_writing_anything(tmp_path: Path) -> None:
+    """build_shards(validation=) checked its options only as each split began: a part given as a
+    tuple failed with Python's words, and a refused option left an empty folder behind."""
+    from pipeline.write.sources.arrays import ArraySource
+
+    source = ArraySource({"x": np.arange(100)})
+    with pytest.raises(TypeError, match=re.escape("part takes pipeline.Part(I, N), part I of N counting from 0")):
+        pipeline.build_shards(source, tmp_path / "out", validation=0.1, part=(0, 2))
+    with pytest.raises(ValueError, match=re.escape("workers must be a whole number >= 1")):
+        pipeline.build_shards(source, tmp_path / "out", validation=0.1, workers=0)
+    assert not (tmp_path / "out").exists()
