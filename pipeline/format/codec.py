@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 import re
 import struct
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -74,18 +75,20 @@ def check_dtype(dtype: np.dtype) -> np.dtype:
     return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
 
 
-def _array_head(arr: np.ndarray, dtype_str: str) -> bytes:
+@lru_cache(maxsize=4096)
+def _array_head(shape: tuple[int, ...], dtype_str: str) -> bytes:
     """Our header of an array payload, unpadded: version, dtype, shape."""
-    if arr.ndim > 255:
-        raise _Unsupported(f"array with {arr.ndim} dimensions (at most 255)")
-    head = _HEAD.pack(_PAYLOAD_VERSION, len(dtype_str), arr.ndim, 0) + dtype_str.encode("ascii")
-    return head + struct.pack(f"<{arr.ndim}Q", *arr.shape)
+    if len(shape) > 255:
+        raise _Unsupported(f"array with {len(shape)} dimensions (at most 255)")
+    head = _HEAD.pack(_PAYLOAD_VERSION, len(dtype_str), len(shape), 0) + dtype_str.encode("ascii")
+    return head + struct.pack(f"<{len(shape)}Q", *shape)
 
 
 def _with_padding(head: bytes, pad: int) -> bytes:
     return head[:3] + bytes((pad,)) + head[4:] + b"\0" * pad
 
 
+@lru_cache(maxsize=4096)  # (a writer's records mostly have arrays of a few shapes at a few places)
 def _padded(head: bytes, code: int, data_bytes: int, position: int | None) -> tuple[bytes, bytes]:
     """``(extension header, header with its padding)`` such that the array data starts at a
     multiple of 16 bytes from the start of the record (``position``: where the extension
@@ -120,13 +123,13 @@ def array_parts(value: Any) -> tuple[int, bytes, memoryview | bytes]:
         tensor = resolved(value)
         if tensor.dtype == torch.bfloat16:
             bits = tensor.contiguous().view(torch.int16).numpy()
-            return BFLOAT16_EXT, _array_head(bits, "bf16"), _raw_bytes(bits)
+            return BFLOAT16_EXT, _array_head(bits.shape, "bf16"), _raw_bytes(bits)
         value = tensor.numpy()
     arr = np.asarray(value)
     dtype = check_dtype(arr.dtype)
     if dtype != arr.dtype:
         arr = arr.astype(dtype)
-    return NUMPY_EXT, _array_head(arr, dtype.str), _raw_bytes(arr)
+    return NUMPY_EXT, _array_head(arr.shape, dtype.str), _raw_bytes(arr)
 
 
 def _is_array(value: Any) -> bool:

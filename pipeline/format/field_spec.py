@@ -9,6 +9,7 @@ arrays have a Python type name as dtype, and several types make ``any``: a list 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
@@ -49,20 +50,33 @@ Schema = dict[str, FieldSpec]
 
 
 def spec_of(value: Any, packed: bool = False) -> FieldSpec:
-    """The FieldSpec of one value (of a packed column when ``packed``: drop its first axis)."""
+    """The FieldSpec of one value (of a packed column when ``packed``: drop its first axis).
+    Values of one type, dtype and shape share one spec object (see :func:`_numpy_spec`)."""
     if type(value).__module__ == "torch":
         dtype = str(value.dtype).removeprefix("torch.")
         shape = tuple(value.shape)
     elif isinstance(value, np.ndarray) or (isinstance(value, np.generic) and not isinstance(value, np.character)):
-        dtype, shape = np.dtype(value.dtype).name, tuple(np.shape(value))
+        return _numpy_spec(type(value.dtype), value.dtype, value.shape[1:] if packed else value.shape)
     else:
         if packed and isinstance(value, list) and value:
             value = value[0]
         if outside_int64(value):  # (another tool's .cls of 2**63): no tensor holds it, so every batch a list
             return FieldSpec("any", None)
-        plain = str if isinstance(value, str) else bytes if isinstance(value, bytes) else type(value)  # (np.str_)
-        return FieldSpec(plain.__name__, None)
+        return _plain_spec(str if isinstance(value, str) else bytes if isinstance(value, bytes) else type(value))  # (np.str_)
     return FieldSpec(dtype, shape[1:] if packed else shape)
+
+
+@lru_cache(maxsize=1024)
+def _numpy_spec(kind: type, dtype: np.dtype, shape: tuple[int, ...]) -> FieldSpec:
+    """The spec of NumPy values of ``dtype`` (of class ``kind``: equal dtypes of one class have one
+    name) and ``shape``, made once: a dtype's ``name`` is computed in Python, and a writer asks for
+    it once a sample."""
+    return FieldSpec(dtype.name, shape)
+
+
+@lru_cache(maxsize=1024)
+def _plain_spec(plain: type) -> FieldSpec:
+    return FieldSpec(plain.__name__, None)
 
 
 def text_kind(dtype: str) -> str | None:
@@ -84,7 +98,10 @@ def merge_spec(name: str, old: FieldSpec, new: FieldSpec, where: str,
                error: type[FormatError] = IndexFormatError) -> FieldSpec:
     """Combine two specs of one field: dims that differ become ``None``; a dtype change of an
     array field is an ``error`` (the reader could not collate it): an index's, or, in a build, a
-    :class:`SampleError`, the input's; optional if either is."""
+    :class:`SampleError`, the input's; optional if either is. Merging ``new`` into the result
+    again gives the result, without an error (a writer skips that, for a sample like the one before)."""
+    if old is new:  # (specs are shared: see spec_of)
+        return old
     if old.optional != new.optional:
         old, new = replace(old, optional=True), replace(new, optional=True)
     if old == new:
@@ -143,6 +160,8 @@ def merge_schema(old: Schema | None, new: Schema, where: str, optional: bool = F
     :func:`merge_spec`."""
     if old is None:
         return dict(new)
+    if old == new:  # (a sample like those before: the usual case, made quick)
+        return dict(old)
     if set(old) != set(new) and not optional:
         missing, extra = sorted(set(old) - set(new)), sorted(set(new) - set(old))
         raise error(f"{where}: fields differ from earlier samples (missing {missing}, extra {extra})")

@@ -9,6 +9,7 @@ slicing, so array sources never loop in Python per sample when ``pack > 1``.
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
@@ -96,13 +97,16 @@ class RowBlock:
         if not self.columns:
             raise SampleError("a sample needs at least one field")
         check_field_names(self.columns, "?")
+        self._rows = next(iter(lengths.values()))
         if self.keys is not None and len(self.keys) != len(self):
             raise SampleError(f"{len(self.keys)} keys for {len(self)} rows")
 
     def __len__(self) -> int:
-        return len(next(iter(self.columns.values())))
+        return self._rows
 
     def slice(self, start: int, stop: int) -> "RowBlock":
+        if start == 0 and stop >= len(self):  # (the block is never changed in place: it is its own whole slice)
+            return self
         keys = None if self.keys is None else self.keys[start:stop]
         return RowBlock({n: c[start:stop] for n, c in self.columns.items()}, keys)
 
@@ -164,6 +168,8 @@ class RowBlock:
                 columns[name] = _as_python_numbers(column, _PYTHON_KINDS[first.dtype])
             elif first.shape == () and isinstance(column, list) and first.dtype in _NUMPY_NUMBERS:
                 columns[name] = _as_numpy_numbers(column, np.dtype(first.dtype))
+        if all(map(operator.is_, columns.values(), self.columns.values())):  # (nothing converted: the block as it is)
+            return self
         return RowBlock(columns, self.keys)
 
     def data_bytes(self) -> int:
@@ -184,18 +190,21 @@ class RowBlock:
             if isinstance(col, np.ndarray):
                 schema[name] = self._merged(name, spec, spec_of(col, packed=True), 0, first, varied)
                 continue
+            last = None
             for i, value in enumerate(col):
                 if outside_int64(value):
                     raise SampleError(f"{self._where(i, first)}, field {name!r}: {value} does not fit int64, the integers of "
                                       f"a batch's tensor; write such values as an array of np.uint64 (if they are "
                                       f"IDs under 2**64) or str")
-                spec = self._merged(name, spec, spec_of(value), i, first, varied)
+                new = spec_of(value)
+                if new is not last:  # (merging the spec of the value before again changes nothing: see merge_spec)
+                    spec, last = self._merged(name, spec, new, i, first, varied), new
             schema[name] = spec
         return schema
 
     def _merged(self, name: str, old: FieldSpec | None, new: FieldSpec, i: int, first: int,
                 varied: dict[str, str] | None) -> FieldSpec:
-        if old is None:
+        if old is None or old is new:  # (merging a spec into itself changes nothing: spare the words of an error)
             return new
         merged = merge_spec(name, old, new, self._where(i, first), SampleError)  # the input's error, not an index's
         if varied is not None and name not in varied and merged.varies and not old.varies:
@@ -216,9 +225,12 @@ def _numpy_scalar(value: Any) -> bool:
 
 
 def _as_python_numbers(column: Any, kinds: str) -> Any:
-    """A column's NumPy scalars of ``kinds`` as Python numbers (``.item()``: exact)."""
+    """A column's NumPy scalars of ``kinds`` as Python numbers (``.item()``: exact); the column
+    itself where it holds none."""
     if isinstance(column, np.ndarray):
         return column.tolist() if column.ndim == 1 and column.dtype.kind in kinds else column
+    if all(type(value) in (bool, int, float) for value in column):
+        return column
     return [value.item() if _numpy_scalar(value) and value.dtype.kind in kinds else value for value in column]
 
 
@@ -253,7 +265,7 @@ def encode_records(block: RowBlock, first_index: int, pack: int) -> Iterator[tup
         cols = [block.columns[name] for name in names]
         for i in range(n):
             key = generated_key(first_index + i) if block.keys is None else block.keys[i]
-            yield key, encode_parts(dict(zip(names, (c[i] for c in cols))), key), 1
+            yield key, encode_parts(dict(zip(names, [c[i] for c in cols])), key), 1
         return
     for start in range(0, n, pack):
         stop = min(start + pack, n)

@@ -31,6 +31,7 @@ Buffer = bytes | memoryview
 _FLUSH_BYTES = 8 << 20
 _QUEUED_FLUSHES = 3  # bounds memory: at most this many flushes wait for the writer thread
 _MAX_IOV = 1024
+_JOIN_BYTES = 16 << 10  # a record smaller than this is copied into one buffer, rather than hashed and written in parts
 
 
 class _Worker:
@@ -120,16 +121,19 @@ class ShardFile:
     def add_record(self, key: str, parts: Sequence[Buffer], rows: int) -> None:
         """Append the record ``<key>.msgpack`` whose payload is the concatenation of ``parts``
         and which holds ``rows`` samples. The parts must not change until the shard is done."""
-        size = sum(len(part) for part in parts)
+        size = sum(map(len, parts))
+        header, pad = member_header(f"{key}.msgpack", size), padding(size)
+        if size < _JOIN_BYTES:  # (a small record's parts as one buffer: the threads take each in a call of their own)
+            record = b"".join((header, *parts, pad))
+            self.checksum.append(record_checksum((memoryview(record)[len(header):len(header) + size],)))
+            self._pending.append(record)
+        else:
+            self.checksum.append(record_checksum(parts))
+            self._pending += (header, *parts, pad)
         self.offsets.append(self.position)
-        self.checksum.append(record_checksum(parts))
         self.samples += rows
-        self._append(member_header(f"{key}.msgpack", size))
-        for part in parts:
-            self._append(part)
-        pad = padding(size)
-        if pad:
-            self._append(pad)
+        self._pending_bytes += len(header) + size + len(pad)
+        self.position += len(header) + size + len(pad)
         if self._pending_bytes >= _FLUSH_BYTES:
             self._flush()
 

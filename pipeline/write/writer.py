@@ -18,7 +18,8 @@ shards that were not written over go too, so that no folder holds a mix of old a
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
