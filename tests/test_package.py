@@ -69,7 +69,7 @@ def test_a_type_checker_is_told_a_split_build_returns_a_dict_of_indexes(build: C
 
     told = {inspect.signature(overload).parameters["validation"].annotation:
             inspect.signature(overload).return_annotation for overload in typing.get_overloads(build)}
-    assert told == {"None": "DatasetIndex", "float | int": "dict[str, DatasetIndex]"}
+    assert told == {"None": "DatasetIndex", "SplitSize": "dict[str, DatasetIndex]"}
     assert all(shape(overload) == shape(build) for overload in typing.get_overloads(build))
 
 

@@ -6,13 +6,17 @@ float64, and ints beside floats to floats: past 2**53 such a float is another nu
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Union
 
 import numpy as np
 
 from .errors import SampleError
 
 _EXACT_IN_FLOAT64 = 1 << 53
+#: A whole number, Python's or NumPy's: what a seed or a count takes (see :func:`is_whole`).
+WholeNumber = Union[int, np.integer]
+#: A fraction of the samples or a number of them, Python's or NumPy's: what ``validation=`` takes.
+SplitSize = Union[float, int, np.integer, np.floating]
 
 
 def outside_int64(value: Any) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union, overload
 
 from ..format.index import DatasetIndex
+from ..format.numbers import SplitSize, WholeNumber
 from ..unknown_options import refuse_unknown
 from .run import build_shards
 from .source import Source, advise_pack
@@ -52,7 +53,7 @@ def refuse_unknown_options(function: Callable[..., Any], options: Mapping[str, A
 
 
 def build_dataset(source: Source, out_dir: str | os.PathLike[str], prefix: str = "shard",
-                  validation: float | int | None = None, seed: int = 0, **options: Any) -> BuildResult:
+                  validation: SplitSize | None = None, seed: WholeNumber = 0, **options: Any) -> BuildResult:
     """``source`` as one shard set in ``out_dir``, or split into ``out_dir/train`` and
     ``out_dir/validation`` when ``validation`` is given (rows chosen at random by ``seed``);
     then the note on ``pack`` that a converter's input may call for (a split build's is its own)."""
@@ -64,14 +65,14 @@ def build_dataset(source: Source, out_dir: str | os.PathLike[str], prefix: str =
 
 @overload
 def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], prefix: str = ...,
-                 keys: Sequence[str] | None = ..., *, validation: None = ..., seed: int = ...,
+                 keys: Sequence[str] | None = ..., *, validation: None = ..., seed: WholeNumber = ...,
                  **options: Any) -> DatasetIndex: ...
 @overload
 def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], prefix: str = ...,
-                 keys: Sequence[str] | None = ..., *, validation: float | int, seed: int = ...,
+                 keys: Sequence[str] | None = ..., *, validation: SplitSize, seed: WholeNumber = ...,
                  **options: Any) -> dict[str, DatasetIndex]: ...
 def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], prefix: str = "shard",
-                 keys: Sequence[str] | None = None, *, validation: float | int | None = None, seed: int = 0,
+                 keys: Sequence[str] | None = None, *, validation: SplitSize | None = None, seed: WholeNumber = 0,
                  **options: Any) -> BuildResult:
     """Write equally long arrays (one per field: ndarrays, memmaps, torch tensors or ``.npy``
     paths) as shards."""
@@ -89,12 +90,12 @@ def write_shards(out_dir: str | os.PathLike[str], arrays: Mapping[str, Any], pre
 
 @overload
 def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ..., *,
-              validation: None = ..., seed: int = ..., **options: Any) -> DatasetIndex: ...
+              validation: None = ..., seed: WholeNumber = ..., **options: Any) -> DatasetIndex: ...
 @overload
 def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ..., *,
-              validation: float | int, seed: int = ..., **options: Any) -> dict[str, DatasetIndex]: ...
+              validation: SplitSize, seed: WholeNumber = ..., **options: Any) -> dict[str, DatasetIndex]: ...
 def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard", *,
-              validation: float | int | None = None, seed: int = 0, **options: Any) -> BuildResult:
+              validation: SplitSize | None = None, seed: WholeNumber = 0, **options: Any) -> BuildResult:
     """Every array of an ``.npz`` becomes a field."""
     refuse_unknown_options(build_npz, options)
     return build_dataset(ArraySource(open_npz(path), description=str(path)), out_dir, prefix, validation, seed,
@@ -104,16 +105,16 @@ def build_npz(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], pre
 @overload
 def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
                  fields: tuple[str, str] = ..., batch_size: int | None = ..., lists: str | None = ...,
-                 classes: Sequence[str] | None = ..., *, validation: None = ..., seed: int = ...,
+                 classes: Sequence[str] | None = ..., *, validation: None = ..., seed: WholeNumber = ...,
                  **options: Any) -> DatasetIndex: ...
 @overload
 def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
                  fields: tuple[str, str] = ..., batch_size: int | None = ..., lists: str | None = ...,
-                 classes: Sequence[str] | None = ..., *, validation: float | int, seed: int = ...,
+                 classes: Sequence[str] | None = ..., *, validation: SplitSize, seed: WholeNumber = ...,
                  **options: Any) -> dict[str, DatasetIndex]: ...
 def build_joblib(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
                  fields: tuple[str, str] = ("x", "y"), batch_size: int | None = None, lists: str | None = None,
-                 classes: Sequence[str] | None = None, *, validation: float | int | None = None, seed: int = 0,
+                 classes: Sequence[str] | None = None, *, validation: SplitSize | None = None, seed: WholeNumber = 0,
                  **options: Any) -> BuildResult:
     """Convert ``x_<B>.job``/``y_<B>.job`` files (trusted input only: they are pickles);
     ``batch_size=B`` picks the pair of one run of the batch recipe; ``lists="batches"`` or
@@ -145,13 +146,13 @@ def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any
 
 @overload
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
-                 recursive: bool = ..., *, validation: None = ..., seed: int = ..., **options: Any) -> DatasetIndex: ...
+                 recursive: bool = ..., *, validation: None = ..., seed: WholeNumber = ..., **options: Any) -> DatasetIndex: ...
 @overload
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
-                 recursive: bool = ..., *, validation: float | int, seed: int = ...,
+                 recursive: bool = ..., *, validation: SplitSize, seed: WholeNumber = ...,
                  **options: Any) -> dict[str, DatasetIndex]: ...
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
-                 recursive: bool = False, *, validation: float | int | None = None, seed: int = 0,
+                 recursive: bool = False, *, validation: SplitSize | None = None, seed: WholeNumber = 0,
                  **options: Any) -> BuildResult:
     """Files grouped by stem (``0001.jpg`` + ``0001.json``), bytes kept as they are."""
     refuse_unknown_options(build_folder, options)
@@ -159,8 +160,8 @@ def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str]
 
 
 def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = "shard",
-                      max_side: int | None = None, quality: int | None = None, validation: float | int | None = None,
-                      seed: int = 0, classes: Sequence[str] | None = None, **options: Any) -> BuildResult:
+                      max_side: int | None = None, quality: int | None = None, validation: SplitSize | None = None,
+                      seed: WholeNumber = 0, classes: Sequence[str] | None = None, **options: Any) -> BuildResult:
     """``ROOT/<class>/<image>`` as ``{"image": bytes, "label": int}`` samples, the class names in
     the index's metadata. A ROOT holding ``train/`` and ``val/`` (or ``validation/``) class
     folders makes two sets, ``out_dir/train`` and ``out_dir/validation``, labelled by the
@@ -189,14 +190,14 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
 @overload
 def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = ...,
                   columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: None = ...,
-                  seed: int = ..., **options: Any) -> DatasetIndex: ...
+                  seed: WholeNumber = ..., **options: Any) -> DatasetIndex: ...
 @overload
 def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = ...,
-                  columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: float | int,
-                  seed: int = ..., **options: Any) -> dict[str, DatasetIndex]: ...
+                  columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: SplitSize,
+                  seed: WholeNumber = ..., **options: Any) -> dict[str, DatasetIndex]: ...
 def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "shard",
                   columns: Sequence[str] | None = None, fill: Mapping[str, Any] | None = None, *,
-                  validation: float | int | None = None, seed: int = 0, **options: Any) -> BuildResult:
+                  validation: SplitSize | None = None, seed: WholeNumber = 0, **options: Any) -> BuildResult:
     """Rows of Parquet files (or folders of ``*.parquet``), a column a field: ``columns`` picks
     them (all by default), ``fill`` (``{"col": value}``) replaces nulls, which are otherwise an
     error. Needs pyarrow (``pip install 'pipeline[parquet]'``), imported on the first call so
@@ -210,14 +211,14 @@ def build_parquet(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str =
 @overload
 def build_arrow(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = ...,
                 columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: None = ...,
-                seed: int = ..., **options: Any) -> DatasetIndex: ...
+                seed: WholeNumber = ..., **options: Any) -> DatasetIndex: ...
 @overload
 def build_arrow(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = ...,
-                columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: float | int,
-                seed: int = ..., **options: Any) -> dict[str, DatasetIndex]: ...
+                columns: Sequence[str] | None = ..., fill: Mapping[str, Any] | None = ..., *, validation: SplitSize,
+                seed: WholeNumber = ..., **options: Any) -> dict[str, DatasetIndex]: ...
 def build_arrow(inputs: Inputs, out_dir: str | os.PathLike[str], prefix: str = "shard",
                 columns: Sequence[str] | None = None, fill: Mapping[str, Any] | None = None, *,
-                validation: float | int | None = None, seed: int = 0, **options: Any) -> BuildResult:
+                validation: SplitSize | None = None, seed: WholeNumber = 0, **options: Any) -> BuildResult:
     """Rows of Arrow IPC files or streams, or of a ``datasets`` ``save_to_disk`` folder; options
     as :func:`build_parquet`."""
     refuse_unknown_options(build_arrow, options)

@@ -31,6 +31,7 @@ from ..format.index import (
     merge_schema,
     part_index_name,
 )
+from ..format.numbers import SplitSize, WholeNumber
 from ..interrupts import held_ctrl_c
 from ..storage.destination import Destination, destination
 from ..storage.errors import RetriesSpent, SourceError
@@ -248,13 +249,13 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
 
 @overload
 def build_shards(source: Source, out_dir: str | os.PathLike[str], prefix: str = ..., *, validation: None = ...,
-                 seed: int = ..., shard_samples: int | None = ..., shard_bytes: int | None = ..., pack: int | str = ...,
+                 seed: WholeNumber = ..., shard_samples: int | None = ..., shard_bytes: int | None = ..., pack: int | str = ...,
                  dtypes: Mapping[str, str] | None = ..., workers: int = ..., part: Part | None = ...,
                  overwrite: bool = ..., resume: bool = ..., quiet: bool = ..., executor: Executor | None = ...,
                  engine: str = ..., scheduler: str | None = ...) -> DatasetIndex: ...
 @overload
-def build_shards(source: Source, out_dir: str | os.PathLike[str], prefix: str = ..., *, validation: float | int,
-                 seed: int = ..., shard_samples: int | None = ..., shard_bytes: int | None = ..., pack: int | str = ...,
+def build_shards(source: Source, out_dir: str | os.PathLike[str], prefix: str = ..., *, validation: SplitSize,
+                 seed: WholeNumber = ..., shard_samples: int | None = ..., shard_bytes: int | None = ..., pack: int | str = ...,
                  dtypes: Mapping[str, str] | None = ..., workers: int = ..., part: Part | None = ...,
                  overwrite: bool = ..., resume: bool = ..., quiet: bool = ..., executor: Executor | None = ...,
                  engine: str = ..., scheduler: str | None = ...) -> dict[str, DatasetIndex]: ...
@@ -263,8 +264,8 @@ def build_shards(
     out_dir: str | os.PathLike[str],
     prefix: str = "shard",
     *,
-    validation: float | int | None = None,
-    seed: int = 0,
+    validation: SplitSize | None = None,
+    seed: WholeNumber = 0,
     shard_samples: int | None = None,
     shard_bytes: int | None = DEFAULT_SHARD_BYTES,
     pack: int | str = "auto",
