@@ -226,10 +226,11 @@ def _numpy_scalar(value: Any) -> bool:
 
 def _as_python_numbers(column: Any, kinds: str) -> Any:
     """A column's NumPy scalars of ``kinds`` as Python numbers (``.item()``: exact); the column
-    itself where it holds none."""
+    itself where it is a list that holds none (any other sequence a list: a ``deque`` cannot be
+    sliced as a shard or a record takes its rows)."""
     if isinstance(column, np.ndarray):
         return column.tolist() if column.ndim == 1 and column.dtype.kind in kinds else column
-    if all(type(value) in (bool, int, float) for value in column):
+    if type(column) is list and all(type(value) in (bool, int, float) for value in column):
         return column
     return [value.item() if _numpy_scalar(value) and value.dtype.kind in kinds else value for value in column]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import pipeline
 from pipeline import ShardWriter
 
 
@@ -52,3 +53,16 @@ def test_shards_written_a_sample_at_a_time_are_those_of_write_columns(tmp_path: 
             writer.write({"x": x[row], "y": x[row, :2].astype(np.int16)})
     for name in ("shard-000000.tar", "shard-000001.tar", "shard-000002.tar", "index.json"):
         assert (tmp_path / "samples" / name).read_bytes() == (tmp_path / "columns" / name).read_bytes(), name
+
+
+def test_a_column_of_numbers_in_a_sequence_that_cannot_be_sliced_is_written(tmp_path: Path) -> None:
+    """A deque of Python numbers was kept as given, then sliced as shards and records took its
+    rows: "sequence index must be integer, not 'slice'"."""
+    from collections import deque
+
+    with ShardWriter(tmp_path, pack=2, shard_samples=2) as writer:
+        writer.write_columns({"y": deque([1, 2, 3, 4, 5])})
+    index = pipeline.load_index(tmp_path)
+    assert index.shards.samples.tolist() == [2, 2, 1]
+    assert [int(y) for batch in pipeline.make_loader(tmp_path, batch_size=5, shuffle=False) for y in batch["y"]] \
+        == [1, 2, 3, 4, 5]
