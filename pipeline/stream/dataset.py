@@ -70,7 +70,7 @@ from .rank_agreement import check_ranks_agree
 from .read_ahead import read_ahead
 from .reader import LARGE_SAMPLE_BYTES, Columns
 from .shards import ForeignShards
-from .shared_memory import SharedNumber
+from .shared_memory import shared_numbers
 from .sources import Sources, SourceSet, open_sources
 from .stats import Count, ReadStats
 from .transform_seeds import batch_seeds
@@ -174,9 +174,9 @@ class ShardDataset(IterableDataset):
                              self.world_size)
         self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
         self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers
-        self._epoch = SharedNumber()  # (persistent DataLoader workers see set_epoch())
-        self._consumers_told = SharedNumber()  # the most consumers checked for idle ones (see tell_idle_consumers)
-        self._unread_told = SharedNumber()  # 1 once a record's fields not read were warned of (see ForeignStream)
+        # the epoch (persistent DataLoader workers see set_epoch()), the most consumers checked for
+        # idle ones (see tell_idle_consumers), 1 once a record's fields not read were warned of (see ForeignStream)
+        self._epoch, self._consumers_told, self._unread_told = shared_numbers(3)
         self._position: tuple[int, tuple[Leg, ...], int, bool] | None = None  # resumed: legs, batches, layout
         check_ranks_agree(self)
 

@@ -27,8 +27,9 @@ class SharedNumber:
     original's). Not a lock: two processes that change it at the same moment may each miss the
     other's change."""
 
-    def __init__(self, value: int = 0) -> None:
-        self._value = torch.full((), value, dtype=torch.int64).share_memory_()
+    def __init__(self, value: int = 0, place: torch.Tensor | None = None) -> None:
+        """``place``: an element of a shared tensor to hold it (see :func:`shared_numbers`)."""
+        self._value = torch.full((), value, dtype=torch.int64).share_memory_() if place is None else place
 
     def get(self) -> int:
         return int(self._value.item())
@@ -44,3 +45,11 @@ class SharedNumber:
 
     def __setstate__(self, state: dict) -> None:
         self._value = in_shared_memory(state["value"])
+
+
+def shared_numbers(count: int) -> list[SharedNumber]:
+    """``count`` numbers, 0 each, in one block of shared memory: each block holds a file open for
+    as long as it lives, and a process has a thousand or so (a number a block halved the datasets
+    a process could hold)."""
+    block = torch.zeros(count, dtype=torch.int64).share_memory_()
+    return [SharedNumber(place=block[i]) for i in range(count)]
