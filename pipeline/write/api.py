@@ -146,7 +146,8 @@ def build_sample_files(root: str | os.PathLike[str], labels: Any, partition: Any
 
 @overload
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
-                 recursive: bool = ..., *, validation: None = ..., seed: WholeNumber = ..., **options: Any) -> DatasetIndex: ...
+                 recursive: bool = ..., *, validation: None = ..., seed: WholeNumber = ...,
+                 **options: Any) -> DatasetIndex: ...
 @overload
 def build_folder(folder: str | os.PathLike[str], out_dir: str | os.PathLike[str], prefix: str = ...,
                  recursive: bool = ..., *, validation: SplitSize, seed: WholeNumber = ...,

@@ -249,16 +249,16 @@ def run_tasks(tasks: list[ShardRun], executor: Executor | None, progress: BuildP
 
 @overload
 def build_shards(source: Source, out_dir: str | os.PathLike[str], prefix: str = ..., *, validation: None = ...,
-                 seed: WholeNumber = ..., shard_samples: int | None = ..., shard_bytes: int | None = ..., pack: int | str = ...,
-                 dtypes: Mapping[str, str] | None = ..., workers: int = ..., part: Part | None = ...,
-                 overwrite: bool = ..., resume: bool = ..., quiet: bool = ..., executor: Executor | None = ...,
-                 engine: str = ..., scheduler: str | None = ...) -> DatasetIndex: ...
+                 seed: WholeNumber = ..., shard_samples: int | None = ..., shard_bytes: int | None = ...,
+                 pack: int | str = ..., dtypes: Mapping[str, str] | None = ..., workers: int = ...,
+                 part: Part | None = ..., overwrite: bool = ..., resume: bool = ..., quiet: bool = ...,
+                 executor: Executor | None = ..., engine: str = ..., scheduler: str | None = ...) -> DatasetIndex: ...
 @overload
 def build_shards(source: Source, out_dir: str | os.PathLike[str], prefix: str = ..., *, validation: SplitSize,
-                 seed: WholeNumber = ..., shard_samples: int | None = ..., shard_bytes: int | None = ..., pack: int | str = ...,
-                 dtypes: Mapping[str, str] | None = ..., workers: int = ..., part: Part | None = ...,
-                 overwrite: bool = ..., resume: bool = ..., quiet: bool = ..., executor: Executor | None = ...,
-                 engine: str = ..., scheduler: str | None = ...) -> dict[str, DatasetIndex]: ...
+                 seed: WholeNumber = ..., shard_samples: int | None = ..., shard_bytes: int | None = ...,
+                 pack: int | str = ..., dtypes: Mapping[str, str] | None = ..., workers: int = ...,
+                 part: Part | None = ..., overwrite: bool = ..., resume: bool = ..., quiet: bool = ...,
+                 executor: Executor | None = ..., engine: str = ..., scheduler: str | None = ...) -> dict[str, DatasetIndex]: ...
 def build_shards(
     source: Source,
     out_dir: str | os.PathLike[str],
@@ -286,9 +286,9 @@ def build_shards(
 
     ``pack="auto"`` stores samples of fixed shape in records of about 64 KiB (smaller in a set
     under 32 MiB: see :func:`resolve_pack`; one sample per record when a sample is larger, or
-    when samples differ in shape); ``dtypes`` (``{"x":
-    "float32"}``) stores fields cast to other dtypes (see :mod:`.casting`). With ``part``, only that part's shards are written and a partial index
-    (``index.part-I-of-N.json``) is saved; join the parts with ``merge_index_files``.
+    when samples differ in shape); ``dtypes`` (``{"x": "float32"}``) stores fields cast to other
+    dtypes (see :mod:`.casting`). With ``part``, only that part's shards are written and a
+    partial index (``index.part-I-of-N.json``) is saved; join the parts with ``merge_index_files``.
     ``resume=True`` completes a build that was killed, keeping the shards it finished (a local
     folder only); if its index is already there, nothing is done. The tasks run here, in
     ``workers`` processes, in ``executor``, or on Dask (``engine="dask"``: a cluster of

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..format.index import INDEX_NAME, DatasetIndex, part_index_name
-from ..format.numbers import is_whole
+from ..format.numbers import SplitSize, WholeNumber, is_whole
 from ..storage import join
 from ..storage.destination import destination
 from ..storage.opener import scheme
@@ -30,7 +30,7 @@ from .source import Source, advise_pack, greedy_bounds
 TRAIN, VALIDATION = "train", "validation"
 
 
-def validation_rows(rows: int, validation: float | int, seed: int) -> np.ndarray:
+def validation_rows(rows: int, validation: SplitSize, seed: WholeNumber) -> np.ndarray:
     """The sorted row numbers of the validation split: ``validation`` is a fraction in (0, 1)
     (a float) or a number of rows (an int), chosen at random by ``seed``."""
     if not is_whole(seed) or seed < 0:
@@ -150,7 +150,7 @@ def _take(block: RowBlock, positions: list[int]) -> RowBlock:
     return RowBlock(columns, keys)
 
 
-def build_splits(source: Source, out_dir: str | os.PathLike[str], validation: float | int, seed: int = 0,
+def build_splits(source: Source, out_dir: str | os.PathLike[str], validation: SplitSize, seed: WholeNumber = 0,
                  **options: Any) -> dict[str, DatasetIndex]:
     """``source`` split into ``out_dir/train`` and ``out_dir/validation`` (shards
     ``train-000000.tar``...), ``validation`` a fraction or a number of rows chosen by ``seed``.
