@@ -16,8 +16,10 @@ import torch
 
 
 def in_shared_memory(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor``, or a copy of it in shared memory where it is not there."""
-    return tensor if tensor.is_shared() else tensor.clone().share_memory_()
+    """``tensor``, moved to shared memory where it is not there: a copy's own (made from a pickled
+    state), whose numbers of one block, views of one storage in a deep copy, move there together
+    (a block each would hold a file open each)."""
+    return tensor if tensor.is_shared() else tensor.share_memory_()
 
 
 class SharedNumber:

@@ -74,4 +74,6 @@ def test_a_dataset_holds_few_files_open_for_its_shared_numbers(numbered: Path) -
     before = open_files()
     kept = [pipeline.ShardDataset(numbered, batch_size=8) for _ in range(20)]
     assert open_files() - before <= 2 * len(kept)  # its counts' table and its numbers' block
-    del kept
+    copies = [copy.deepcopy(kept[0]) for _ in range(20)]  # (a validation variant of a training set)
+    assert open_files() - before <= 2 * (len(kept) + len(copies))
+    del kept, copies
