@@ -23,8 +23,9 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MULTIPROCESSING = os.path.dirname(multiprocessing.__file__) + os.sep
 
 
-#: Modules whose frames run a DataLoader's loop between the user's line and this package's.
-_LOOP_RUNNERS = ("torch.utils.data", "multiprocessing")
+#: The module of torch whose frames run a DataLoader's loop between the user's line and this
+#: package's (multiprocessing's, which starts its workers, are skipped too).
+_DATA_LOADING = "torch.utils.data"
 
 
 def warn_caller(message: str, category: type[Warning] = UserWarning) -> None:
@@ -46,8 +47,9 @@ def _user_frame(frame: FrameType | None) -> tuple[int, FrameType | None]:
     """The nearest frame from ``frame`` outside this package and the loop's runners, and how many
     frames up it is (1: ``frame`` itself); ``None`` where there is none, or only the command line
     that started a spawned process (see the module docstring)."""
-    skipped = (_PACKAGE, *(os.path.dirname(module.__file__) + os.sep for module in map(sys.modules.get, _LOOP_RUNNERS)
-                           if module is not None and module.__file__))  # (not imported: none of its frames)
+    loading = sys.modules.get(_DATA_LOADING)  # (not imported: none of its frames)
+    skipped = (_PACKAGE, _MULTIPROCESSING,
+               *([os.path.dirname(loading.__file__) + os.sep] if loading is not None and loading.__file__ else []))
     level, called = 1, None
     while frame is not None and frame.f_code.co_filename.startswith(skipped):
         level, called, frame = level + 1, frame, frame.f_back

@@ -122,7 +122,7 @@ class TuneResult:
         """The settings measured, as a Markdown table, then what was not tried and why."""
         best = self._pick()
         header = ["num_workers", "prefetch_factor", "samples/s", "batch MB/s", "first batch s", "peak PSS MB",
-                  "input-bound", "workers' time: storage / decode / gather / transform / handover", "choice"]
+                  "input-bound", "workers' time: " + " / ".join(key.removesuffix("_s") for key in STAGES.values()), "choice"]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for r in self.rows:
             cells = [str(r.setting.num_workers), str(r.setting.prefetch_factor or "-"), f"{r.samples_per_s:,.0f}",

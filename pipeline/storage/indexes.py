@@ -257,26 +257,30 @@ def no_shard_either(index_error: IndexSourceError, url: str, policy: RetryPolicy
     says both (a bucket served over HTTP forbids a file that is not there: a folder's URL
     misspelt without its "/", whose index error alone was replaced by the shard's bare 403).
     ``None`` where ``url`` may be a shard (or why it cannot be read is for reading it to tell)."""
-    try:
-        read_range(url, 0, 1, policy, stats=stats)
-    except SourceError as exc:
-        if nothing_at(exc):
-            return index_error
-        if http_forbidden(exc):
-            return UnansweredIndexError(index_error.url, None, f"cannot read index file ({index_error.cause}), nor "
-                                                               f"{url} as a shard ({exc.reason or exc}); "
-                                                               f"{_forbidden_advice(both=True)}")
+    exc = _first_byte_error(url, policy, stats)
+    if exc is not None and nothing_at(exc):
+        return index_error
+    if exc is not None and http_forbidden(exc):
+        return UnansweredIndexError(index_error.url, None, f"cannot read index file ({index_error.cause}), nor "
+                                                           f"{url} as a shard ({exc.reason or exc}); "
+                                                           f"{_forbidden_advice(both=True)}")
     return None
 
 
 def nothing_there(url: str, policy: RetryPolicy | None = None, stats: RetrySink | None = None) -> bool:
     """Whether the store says that nothing is at the remote ``url``, asked for its first byte
     (``False`` where something is, or where the answer says only why it cannot be read)."""
+    exc = _first_byte_error(url, policy, stats)
+    return exc is not None and nothing_at(exc)
+
+
+def _first_byte_error(url: str, policy: RetryPolicy | None, stats: RetrySink | None) -> SourceError | None:
+    """Why the first byte at ``url`` cannot be read (``None``: it can)."""
     try:
         read_range(url, 0, 1, policy, stats=stats)
     except SourceError as exc:
-        return nothing_at(exc)
-    return False
+        return exc
+    return None
 
 
 def http_forbidden(exc: Exception) -> bool:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import logging
 
 from ..storage import redact
-from .first_time import first_time
+
+_WARNED: set[str] = set()  # the shards this process has warned of
 
 
 def log_skip(log: logging.Logger, url: str, what: str, exc: Exception | str) -> None:
     """Log that ``what`` (``"12 samples"``, ``"a record"``) of the shard at ``url`` is skipped
     because of ``exc``."""
-    first = first_time(("skip", url))
+    first = url not in _WARNED
+    _WARNED.add(url)
     note = "; later skips in this shard are logged at DEBUG level (stats() counts them all)" if first else ""
     log.log(logging.WARNING if first else logging.DEBUG, "skipping %s of %s: %s%s", what, redact(url), exc, note)
