@@ -139,7 +139,8 @@ class ShardDataset(IterableDataset):
         self.as_tuple = None if as_tuple is None else list(as_tuple)
         self.on_error = on_error
         self.check_records = check_records  # each record read against its checksum in the index
-        self.read_ahead = None if read_ahead is None else int(read_ahead)  # units read ahead in a thread (None: see _read_ahead)
+        # units read ahead in a thread (None: see _read_ahead)
+        self.read_ahead = None if read_ahead is None else int(read_ahead)
         self.fill = dict(fill or {})  # values for the fields a sample lacks (optional ones)
         folder = check_cache_options(cache_dir, cache_bytes, verify)
         obstore_ranges.check_setting()  # (else its first read, the shard table's maybe, would be said to fail)
@@ -170,8 +171,8 @@ class ShardDataset(IterableDataset):
         self.shuffle_buffer = int(shuffle_buffer or self._default_buffer())  # (a NumPy uint would wrap in the plan)
         if self.sources is not None:
             default = REMOTE_CHUNKS_PER_BUFFER if self._remote() else CHUNKS_PER_BUFFER
-            self.sources.cut(self.shuffle_buffer, max(default if chunks_per_buffer is None else int(chunks_per_buffer), 1),
-                             self.world_size)
+            per_buffer = default if chunks_per_buffer is None else int(chunks_per_buffer)
+            self.sources.cut(self.shuffle_buffer, max(per_buffer, 1), self.world_size)
         self.relay_errors = False  # send errors as a WorkerFailure: set in a ShardLoader's workers
         self.unit_messages = False  # send a unit's batches as one message: set in a ShardLoader's workers
         # the epoch (persistent DataLoader workers see set_epoch()), the most consumers checked for

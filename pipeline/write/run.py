@@ -252,13 +252,15 @@ def build_shards(source: Source, out_dir: str | os.PathLike[str], prefix: str = 
                  seed: WholeNumber = ..., shard_samples: int | None = ..., shard_bytes: int | None = ...,
                  pack: int | str = ..., dtypes: Mapping[str, str] | None = ..., workers: int = ...,
                  part: Part | None = ..., overwrite: bool = ..., resume: bool = ..., quiet: bool = ...,
-                 executor: Executor | None = ..., engine: str = ..., scheduler: str | None = ...) -> DatasetIndex: ...
+                 executor: Executor | None = ..., engine: str = ...,
+                 scheduler: str | None = ...) -> DatasetIndex: ...
 @overload
 def build_shards(source: Source, out_dir: str | os.PathLike[str], prefix: str = ..., *, validation: SplitSize,
                  seed: WholeNumber = ..., shard_samples: int | None = ..., shard_bytes: int | None = ...,
                  pack: int | str = ..., dtypes: Mapping[str, str] | None = ..., workers: int = ...,
                  part: Part | None = ..., overwrite: bool = ..., resume: bool = ..., quiet: bool = ...,
-                 executor: Executor | None = ..., engine: str = ..., scheduler: str | None = ...) -> dict[str, DatasetIndex]: ...
+                 executor: Executor | None = ..., engine: str = ...,
+                 scheduler: str | None = ...) -> dict[str, DatasetIndex]: ...
 def build_shards(
     source: Source,
     out_dir: str | os.PathLike[str],
