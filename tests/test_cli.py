@@ -216,6 +216,21 @@ def test_a_name_given_twice_is_an_error_and_a_text_fill_may_be_empty(tmp_path: P
     assert read_back(tmp_path / "table")[1]["caption"] == ["a", "", "c"]
 
 
+def test_seed_without_validation_is_an_error_and_with_it_chooses_the_split(tmp_path: Path, capsys) -> None:
+    np.save(tmp_path / "x.npy", np.arange(40))
+    command = ["build", "arrays", str(tmp_path / "out"), "--array", f"x={tmp_path / 'x.npy'}", "--quiet"]
+    with pytest.raises(SystemExit, match=re.escape("error: --seed 7 chooses the samples --validation holds out: "
+                                                   "give --validation too")):
+        main([*command, "--seed", "7"])  # (a user who meant a shuffled build would get the order given)
+    assert not (tmp_path / "out").exists()
+    held_out = []
+    for seed in (["--seed", "7"], [], ["--seed", "0"]):
+        assert main([*command, "--validation", "10", *seed, "--overwrite"]) == 0, capsys.readouterr().err
+        held_out.append(sorted(int(x) for x in read_back(tmp_path / "out" / "validation")[1]["x"]))
+    assert held_out[1] == held_out[2] != held_out[0]  # 0 is the default, and 7 draws another split
+    assert all(len(rows) == 10 for rows in held_out)
+
+
 def test_a_folder_of_splits_given_for_a_shard_set_is_an_error_naming_its_splits(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.zeros((20, 2), np.float32))
     assert run_cli("build", "arrays", str(tmp_path / "out"), "--array", f"x={tmp_path / 'x.npy'}", "--validation",
