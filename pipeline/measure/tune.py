@@ -121,8 +121,9 @@ class TuneResult:
     def table(self) -> str:
         """The settings measured, as a Markdown table, then what was not tried and why."""
         best = self._pick()
+        stages = " / ".join(key.removesuffix("_s") for key in STAGES.values())
         header = ["num_workers", "prefetch_factor", "samples/s", "batch MB/s", "first batch s", "peak PSS MB",
-                  "input-bound", "workers' time: " + " / ".join(key.removesuffix("_s") for key in STAGES.values()), "choice"]
+                  "input-bound", f"workers' time: {stages}", "choice"]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for r in self.rows:
             cells = [str(r.setting.num_workers), str(r.setting.prefetch_factor or "-"), f"{r.samples_per_s:,.0f}",
@@ -305,20 +306,20 @@ def _check_grid(name: str, what: str, values: Any, least: int) -> None:
 
 def _redacted(data: Any) -> Any:
     """``data`` (a location, a list of them, or a mix's mapping of them) with each URL redacted."""
-    if isinstance(data, Mapping):
-        return {name: _redacted(location) for name, location in data.items()}
-    if isinstance(data, list) or type(data) is tuple:
-        return type(data)(_redacted(url) for url in data)
-    return redact(data) if isinstance(data, str) else data
+    return _each_location(data, lambda location: redact(location) if isinstance(location, str) else location)
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as a call writes it: a path as its text, also in a dict, list or tuple (its repr,
+def _plain(data: Any) -> Any:
+    """``data`` as a call writes it: a path as its text, also in a dict, list or tuple (its repr,
     ``PosixPath('...')``, names nothing after ``import pipeline``)."""
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list) or type(value) is tuple:
-        return type(value)(_plain(item) for item in value)
-    return value
+    return _each_location(data, lambda location: os.fspath(location) if isinstance(location, os.PathLike) else location)
+
+
+def _each_location(data: Any, change: Callable[[Any], Any]) -> Any:
+    """``data`` with ``change`` applied to each location in it: ``data`` itself, or the values of a
+    mix's mapping, or the items of a list or tuple (of the types they were)."""
+    if isinstance(data, Mapping):
+        return {name: _each_location(location, change) for name, location in data.items()}
+    if isinstance(data, list) or type(data) is tuple:
+        return type(data)(_each_location(location, change) for location in data)
+    return change(data)
