@@ -202,6 +202,7 @@ class RunLayouts:
 
     def __init__(self) -> None:
         self.by_size: dict[int, RunLayout] = {}  # replaced, never changed: reader threads share it
+        self.tried = False  # whether a record was walked to learn from (records with strings teach nothing)
 
     def read(self, data: memoryview, starts: np.ndarray, checksums: np.ndarray | None
              ) -> tuple[RunLayout, dict[str, np.ndarray]] | None:

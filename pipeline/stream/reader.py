@@ -234,6 +234,8 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
     stop = int(shard.offsets[last]) if last < shard.records else shard.bytes
     view = memoryview(_read_to_the_end(reader, url, start, stop, shard, last == shard.records))
     if layouts is not None:
+        if not layouts.tried:
+            _learn_first(layouts, view, url, shard, pack, first, schema, check_records)
         fixed = _fixed_run(layouts, view, shard, pack, first, last, row_start, row_stop, wanted, check_records)
         if fixed is not None:
             return stand_in(fixed) if join else fixed
@@ -279,6 +281,26 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
                 continue
             lose(exc, done)
     return collector.columns() if join else collector.unjoined()
+
+
+def _learn_first(layouts: RunLayouts, view: memoryview, url: str, shard: ShardInfo, pack: int, first: int,
+                 schema: Schema | None, check_records: bool) -> None:
+    """Learn the layout of record ``first`` (the first in ``view``), walked with every check,
+    before a source's first range is read: else that range is walked a record at a time, learnt
+    from only as it starts, and a mix of many sets pays a walked range for each of them (200
+    sets of 500 samples: 11,000 records walked, a tenth of the epoch). A record that fails is
+    left to the walk that reads the range, which says what is wrong."""
+    at = int(shard.offsets[first])
+    until = int(shard.offsets[first + 1]) if first + 1 < shard.records else shard.bytes
+    try:
+        walked = next(walk_shard(view[:until - at], url, start=at, first_record=first, whole=False, schema=schema,
+                                 entry=shard, checksums=check_records, records=1))
+    except (ShardError, StopIteration):
+        layouts.tried = True
+        return
+    if walked.rows == min(pack, shard.samples - first * pack):
+        layouts.learn(walked, view[walked.offset - at:walked.end - at])
+    layouts.tried = True
 
 
 def _fixed_run(layouts: RunLayouts, view: memoryview, shard: ShardInfo, pack: int, first: int, last: int,

@@ -19,6 +19,7 @@ from pipeline.format import fixed_runs
 from pipeline.format.fixed_runs import RunLayouts
 from pipeline.format.tar import BLOCK
 from pipeline.storage.opener import map_range
+from pipeline.stream import reader
 from pipeline.stream.reader import read_rows
 from tests.format.crafted import FUZZ
 
@@ -224,3 +225,52 @@ def test_the_loader_delivers_every_sample_of_fixed_runs_once_and_intact(pristine
         assert np.array_equal(batch["x"].numpy(), sample_x(y)) and batch["z"].numpy().tolist() == [[i, -i] for i in y]
         seen.extend(y.tolist())
     assert sorted(seen) == list(range(SAMPLES))
+
+
+def walks_counted(monkeypatch) -> list[int]:
+    """The numbers of the records ``read_rows`` walks one by one, as it walks them."""
+    walked: list[int] = []
+    walk = reader.walk_shard
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        for record in walk(*args, **kwargs):
+            walked.append(record.number)
+            yield record
+
+    monkeypatch.setattr(reader, "walk_shard", counted)
+    return walked
+
+
+def test_a_readers_first_range_walks_one_record_to_learn_from_and_checks_the_rest_in_bulk(
+        pristine: Path, monkeypatch) -> None:
+    """A reader that had learnt nothing walked the whole of its first range a record at a time,
+    and learnt only as it began: a mix of 200 sets of 500 samples walked 11,000 records an epoch,
+    one range of every set. It walks the first record, then reads the range as a run."""
+    walked = walks_counted(monkeypatch)
+    first_ranges = []
+    for start in (0, 1):
+        expected = read(pristine, 0, start, PER_SHARD, None), read(pristine, 1, start, PER_SHARD, None)
+        walked.clear()
+        layouts = RunLayouts()
+        assert read(pristine, 0, start, PER_SHARD, layouts) == expected[0]
+        first_ranges.append(list(walked))
+        walked.clear()
+        assert read(pristine, 1, start, PER_SHARD, layouts) == expected[1]
+        assert walked == []  # learnt: a run
+    pack = pipeline.load_index(pristine).pack
+    assert first_ranges == [[0], [1 // pack]]
+
+
+def test_records_that_teach_no_layout_are_tried_once_then_walked_as_before(tmp_path: Path, monkeypatch) -> None:
+    """Records with text have no layout to learn: the reader's first range walks its first record
+    once more to learn from, and no later range does."""
+    pipeline.write_shards(tmp_path / "text", {"y": np.arange(SAMPLES), "caption": [f"c{i}" for i in range(SAMPLES)]},
+                          prefix="part", shard_samples=PER_SHARD, pack=1, quiet=True)
+    walked = walks_counted(monkeypatch)
+    layouts = RunLayouts()
+    for start in (0, 3):
+        walked.clear()
+        got = read(tmp_path / "text", 0, start, PER_SHARD, layouts)
+        assert got[0]["y"] == list(range(start, PER_SHARD))
+        assert sorted(walked) == sorted([*range(start, PER_SHARD), *([0] if start == 0 else [])])
+    assert not layouts.by_size
