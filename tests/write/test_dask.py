@@ -168,6 +168,67 @@ def test_ctrl_c_while_the_local_cluster_starts_is_one_line_not_distributeds_trac
     assert left == []
 
 
+STOPPED_WHILE_WRITING = """
+import sys, time
+from pathlib import Path
+import distributed, numpy as np, pipeline
+from pipeline.write.source import Source
+
+class SlowInWorkers(Source):
+    description = "slow rows"
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __len__(self):
+        return len(self.inner)
+
+    def approx_row_bytes(self):
+        return self.inner.approx_row_bytes()
+
+    def read(self, start, stop):
+        try:
+            distributed.get_worker()
+        except ValueError:  # the build's own process
+            return self.inner.read(start, stop)
+        Path(sys.argv[2], f"writing-{start}").touch()
+        time.sleep(60)
+
+if __name__ == "__main__":
+    try:
+        source = SlowInWorkers(pipeline.ArraySource({"x": np.arange(4000)}))
+        pipeline.build_shards(source, sys.argv[1], engine="dask", workers=2, shard_samples=1000, quiet=True)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+"""
+
+
+def test_ctrl_c_while_the_local_clusters_workers_write_says_nothing_of_their_cancelled_tasks(
+        tmp_path: Path) -> None:
+    """Stopped by Ctrl-C while its workers were writing shards, the build closed its cluster, and
+    each worker logged a WARNING of distributed's that its task "ended with CancelledError", a
+    line per task after the build's own."""
+    (tmp_path / "stop.py").write_text(STOPPED_WHILE_WRITING)
+    (tmp_path / "tasks").mkdir()
+    build = subprocess.Popen([sys.executable, str(tmp_path / "stop.py"), str(tmp_path / "out"),
+                              str(tmp_path / "tasks")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while len(list((tmp_path / "tasks").iterdir())) < 2 and build.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.killpg(build.pid, signal.SIGINT)  # a terminal's Ctrl-C: to the build and every process of its group
+        _, err = build.communicate(timeout=60)
+    finally:
+        left = _left_in_group(build.pid)
+        if left:
+            os.killpg(build.pid, signal.SIGKILL)
+    assert len(list((tmp_path / "tasks").iterdir())) == 2  # both workers were writing a shard when it was cut
+    assert (build.returncode, err) == (130, "interrupted\n")
+    assert left == []
+
+
 def _left_in_group(group: int, wait_s: float = 5) -> list[str]:
     """The processes of ``group`` still running ``wait_s`` after its leader ended (multiprocessing's
     resource tracker ends as it sees the build gone: a moment later)."""
