@@ -131,7 +131,9 @@ class SourceSet:
         (see :func:`~.plan.unit_size`; chunks cut for one rank would leave the units of ``W``
         ranks ``W`` times fewer of them). Each source's chunks are about ``unit /
         chunks_per_window`` samples, but no larger than its share of a unit, so that every unit
-        holds some of every source. A mix's units then hold as many chunks as one source's: cut by
+        holds some of every source, nor smaller than half of ``unit / chunks_per_window``: a mix
+        of many sources (more than ``2 * chunks_per_window``) would else put a chunk of each in
+        every unit, however small. A mix's units then hold at most twice one source's chunks: cut by
         each source's own size, every source put ``chunks_per_window`` chunks in every unit, and
         a mix of 200 sets of 500 samples was read a sample a piece, 17 times slower than the same
         samples in one set. A source read several times over in an epoch is cut by its samples of
@@ -142,7 +144,10 @@ class SourceSet:
         unit = max(min(window, epoch // (8 * world)), 1)
         for s, count in enumerate(self.counts):
             share = unit * count / epoch if count else unit  # (a source not read: any cut will do)
-            self.chunks.append(self._cut(s, max(int(min(unit / chunks_per_window, share)), 1)))
+            # (no smaller than half the chunks of one set: however many sources, a unit holds at most
+            # twice the chunks of one set's)
+            per_chunk = min(unit / chunks_per_window, max(share, unit / (2 * chunks_per_window)))
+            self.chunks.append(self._cut(s, max(int(per_chunk), 1)))
 
     def schema(self, fields: Sequence[str] | None) -> Schema:
         """The fields read (``fields``, or all), the same in every source: a field a source lacks,

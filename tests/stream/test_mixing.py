@@ -472,3 +472,15 @@ def test_many_small_sources_are_cut_as_one_set_of_their_samples_and_every_unit_h
     assert sorted(np.concatenate(batches).tolist()) == list(range(10_000))
     units = [np.concatenate(batches[u:u + 5]) for u in range(0, 40, 5)]  # 1,250 samples: an eighth of the epoch
     assert all(len(set((unit // 500).tolist())) == 20 for unit in units)
+
+
+def test_a_mix_of_more_sources_than_chunks_per_buffer_cuts_each_to_at_least_half_a_sets_chunk(tmp_path: Path) -> None:
+    """Cut to its share of a unit, each of 40 sources mixed on 8 chunks a buffer was read in
+    chunks of a fortieth of a unit: units of 40 chunks, five times one set's. A source's chunk
+    is at least half of one set's: a unit holds at most twice one set's chunks."""
+    for s in range(40):
+        write_shards(tmp_path / f"s{s}", {"i": s * 1000 + np.arange(1000)}, pack=1, quiet=True)
+    mix = make_loader({f"s{s}": tmp_path / f"s{s}" for s in range(40)}, num_workers=0, batch_size=250, seed=0,
+                      chunks_per_buffer=8, shuffle_buffer=5000)
+    assert mix.state_dict()["chunk_samples"] == [5000 // 16] * 40  # (not 5000 // 40)
+    assert sorted(np.concatenate([batch["i"].numpy() for batch in mix]).tolist()) == list(range(40_000))
