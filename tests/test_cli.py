@@ -222,6 +222,9 @@ def test_seed_without_validation_is_an_error_and_with_it_chooses_the_split(tmp_p
     with pytest.raises(SystemExit, match=re.escape("error: --seed 7 chooses the samples --validation holds out: "
                                                    "give --validation too")):
         main([*command, "--seed", "7"])  # (a user who meant a shuffled build would get the order given)
+    with pytest.raises(ValueError, match=re.escape("seed=7 chooses the samples validation= holds out: give "
+                                                   "validation= too")):
+        pipeline.write_shards(tmp_path / "out", {"x": np.arange(40)}, seed=7, quiet=True)  # as in Python
     assert not (tmp_path / "out").exists()
     held_out = []
     for seed in (["--seed", "7"], [], ["--seed", "0"]):

@@ -177,9 +177,9 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
     if folders is None:
         return build_dataset(ImageFolderSource(root, classes, max_side, quality), out_dir, prefix, validation, seed,
                              **options)
-    if validation is not None:
+    if validation is not None or seed != 0:
         raise ValueError(f"{root} already holds train/ and val/ folders: the split is theirs; "
-                         f"leave out --validation (validation=)")
+                         f"leave out --validation and --seed (validation=, seed=)")
     if prefix != "shard":
         raise ValueError("train/ and val/ folders make two sets named after each split (train-000000.tar); "
                          "a prefix does not apply")

@@ -306,6 +306,9 @@ def build_shards(
         if prefix != "shard":
             raise ValueError("a split build names shards after each split (train-000000.tar); a prefix does not apply")
         return build_splits(source, out_dir, validation, seed, **options)
+    if seed != 0:  # (the build has no other draw it could seed)
+        raise ValueError(f"seed={seed!r} chooses the samples validation= holds out: give validation= too (without "
+                         f"it, every sample is written, in the order given)")
     metadata = dict(source.metadata or {})
     if dtypes:
         source = CastSource(source, dtypes)
