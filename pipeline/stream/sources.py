@@ -127,27 +127,26 @@ class SourceSet:
 
     def cut(self, window: int, chunks_per_window: int, world: int) -> None:
         """Cut the sources into chunks so that a rank's unit mixes about ``chunks_per_window`` of
-        them: a unit holds ``window`` samples, or an eighth of a rank's span of a smaller epoch
-        (see :func:`~.plan.unit_size`; chunks cut for one rank would leave the units of ``W``
-        ranks ``W`` times fewer of them). Each source's chunks are about ``unit /
-        chunks_per_window`` samples, but no larger than its share of a unit, so that every unit
-        holds some of every source, nor smaller than half of ``unit / chunks_per_window``: a mix
-        of many sources (more than ``2 * chunks_per_window``) would else put a chunk of each in
-        every unit, however small. A mix's units then hold at most twice one source's chunks: cut by
-        each source's own size, every source put ``chunks_per_window`` chunks in every unit, and
-        a mix of 200 sets of 500 samples was read a sample a piece, 17 times slower than the same
-        samples in one set. A source read several times over in an epoch is cut by its samples of
-        the epoch, not its size. Independent of the workers; an epoch resumed in its middle on
-        another world size keeps the chunks it began on (:meth:`resume_cut`)."""
+        them, as it would the chunks of one set of all their samples. A unit holds ``window``
+        samples, or an eighth of a rank's span of a smaller epoch (see :func:`~.plan.unit_size`;
+        chunks cut for one rank would leave the units of ``W`` ranks ``W`` times fewer of them).
+
+        A chunk is ``unit / chunks_per_window`` samples, or a source's share of a unit where that
+        is smaller, so that every unit holds some of every source; but no smaller than half a
+        chunk, so that a unit holds at most twice the chunks of one set however many sources are
+        mixed (200 sources each in every unit read a tenth of a set's chunk at a time: 3 times
+        slower). Cut by its own size instead, each source put ``chunks_per_window`` chunks in
+        every unit: a mix of 200 sets of 500 samples was read a sample a piece, 17 times slower
+        than one set of their samples. A source read several times over in an epoch is cut by
+        its samples of the epoch, not its size. Independent of the workers; an epoch resumed in
+        its middle on another world size keeps the chunks it began on (:meth:`resume_cut`)."""
         self.chunks, self._material = [], None
         epoch = sum(self.counts)
         unit = max(min(window, epoch // (8 * world)), 1)
+        chunk = unit / chunks_per_window
         for s, count in enumerate(self.counts):
             share = unit * count / epoch if count else unit  # (a source not read: any cut will do)
-            # (no smaller than half the chunks of one set: however many sources, a unit holds at most
-            # twice the chunks of one set's)
-            per_chunk = min(unit / chunks_per_window, max(share, unit / (2 * chunks_per_window)))
-            self.chunks.append(self._cut(s, max(int(per_chunk), 1)))
+            self.chunks.append(self._cut(s, max(int(min(chunk, max(share, chunk / 2))), 1)))
 
     def schema(self, fields: Sequence[str] | None) -> Schema:
         """The fields read (``fields``, or all), the same in every source: a field a source lacks,
