@@ -1,0 +1,45 @@
+"""The lowest versions ``pyproject.toml`` claims are ones the package runs on. CI runs one
+Python and the newest libraries, so what only the oldest would show is checked here from the
+claims themselves: the grammar of the lowest Python, and floors that what the code calls (or
+what the other floors allow) rules out."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10, where pytest brings tomli
+    import tomli as tomllib
+
+ROOT = Path(__file__).parent.parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _floors(requirements: list[str]) -> dict[str, tuple[int, ...]]:
+    """``{"urllib3": (2, 1), ...}`` from requirements such as ``"urllib3>=2.1"``."""
+    found = (re.fullmatch(r"([A-Za-z0-9_.-]+)>=([\d.]+)", text.split(";")[0].strip()) for text in requirements)
+    return {match[1]: tuple(map(int, match[2].split("."))) for match in found if match}
+
+
+FLOORS = _floors(PROJECT["dependencies"] + [text for extra in PROJECT["optional-dependencies"].values()
+                                            for text in extra])
+
+
+def test_the_package_parses_with_the_grammar_of_its_lowest_python() -> None:
+    lowest = tuple(map(int, PROJECT["requires-python"].removeprefix(">=").split(".")))
+    assert lowest == (3, 10)
+    for path in sorted((ROOT / "pipeline").rglob("*.py")):
+        ast.parse(path.read_text(), filename=str(path), feature_version=lowest)  # raises SyntaxError
+
+
+@pytest.mark.parametrize(("name", "needed", "why"), [
+    ("urllib3", (2, 2), "HTTP bodies are read with HTTPResponse.read1, which urllib3 2.0 and 2.1 lack"),
+    ("boto3", (1, 34), "botocore before 1.34 holds urllib3 below 2.1 (read1 came in 2.2) on Python 3.10 and later"),
+])
+def test_a_floor_is_no_lower_than_what_the_code_needs(name: str, needed: tuple[int, ...], why: str) -> None:
+    assert FLOORS[name] >= needed, f"{name}>={'.'.join(map(str, FLOORS[name]))}: {why}"
