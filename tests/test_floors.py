@@ -43,3 +43,9 @@ def test_the_package_parses_with_the_grammar_of_its_lowest_python() -> None:
 ])
 def test_a_floor_is_no_lower_than_what_the_code_needs(name: str, needed: tuple[int, ...], why: str) -> None:
     assert FLOORS[name] >= needed, f"{name}>={'.'.join(map(str, FLOORS[name]))}: {why}"
+
+
+def test_the_floor_of_obstore_installs_on_the_lowest_python() -> None:
+    """obstore 0.12 and later need Python 3.11: a floor of 0.12 made the s3, obstore and test
+    extras impossible to install on 3.10, which the package claims."""
+    assert FLOORS["obstore"] <= (0, 11)
