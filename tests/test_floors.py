@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,27 @@ def test_the_floor_of_obstore_installs_on_the_lowest_python() -> None:
     """obstore 0.12 and later need Python 3.11: a floor of 0.12 made the s3, obstore and test
     extras impossible to install on 3.10, which the package claims."""
     assert FLOORS["obstore"] <= (0, 11)
+
+
+def test_every_library_the_package_imports_is_declared() -> None:
+    """A library imported by the package but not declared (braceexpand, which came only as a
+    dependency of webdataset's) breaks the install of a user whose other packages bring another
+    webdataset, or none; an extra's library is declared in that extra."""
+    from importlib.metadata import packages_distributions
+
+    distributions = packages_distributions()
+    imported: set[str] = set()
+    for path in (ROOT / "pipeline").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    brought = {"botocore": "boto3's own, pinned by it ([s3])", "cloudpickle": "distributed's own ([dask])",
+               "fsspec": "the user's, for the schemes only fsspec opens: an error says to install it"}
+    third_party = imported - set(sys.stdlib_module_names) - {"pipeline", "__future__"} - set(brought)
+    declared = {re.split(r"[<>=~!;\[ ]", text)[0].lower() for text in
+                PROJECT["dependencies"] + [text for extra in PROJECT["optional-dependencies"].values() for text in extra]}
+    undeclared = {name: distributions.get(name, [name]) for name in third_party
+                  if not any(d.lower() in declared for d in distributions.get(name, [name]))}
+    assert undeclared == {}
