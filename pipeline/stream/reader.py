@@ -285,11 +285,12 @@ def read_rows(url: str, shard: ShardInfo, pack: int, row_start: int, row_stop: i
 
 def _learn_first(layouts: RunLayouts, view: memoryview, url: str, shard: ShardInfo, pack: int, first: int,
                  schema: Schema | None, check_records: bool) -> None:
-    """Learn the layout of record ``first`` (the first in ``view``), walked with every check,
-    before a source's first range is read: else that range is walked a record at a time, learnt
-    from only as it starts, and a mix of many sets pays a walked range for each of them (200
-    sets of 500 samples: 11,000 records walked, a tenth of the epoch). A record that fails is
-    left to the walk that reads the range, which says what is wrong."""
+    """Learn the layout of record ``first`` (the first in ``view``), walked with the checks the
+    range gets (its checksum unless ``check_records`` is false), before a source's first range
+    is read: else that range is walked a record at a time, learnt from only as it starts, and a
+    mix of many sets pays a walked range for each of them (200 sets of 500 samples: 11,000
+    records walked, a tenth of the epoch). A record that fails is left to the walk that reads
+    the range, which says what is wrong."""
     at = int(shard.offsets[first])
     until = int(shard.offsets[first + 1]) if first + 1 < shard.records else shard.bytes
     try:
