@@ -39,6 +39,25 @@ def test_the_built_wheel_holds_the_py_typed_marker(tmp_path: Path) -> None:
     assert "pipeline/py.typed" in zipfile.ZipFile(wheel).namelist()
 
 
+def test_the_build_meets_no_deprecation_of_setuptools(tmp_path: Path) -> None:
+    """The license as a TOML table (``{ text = "MIT" }``) is deprecated by setuptools 77 and
+    refused once its date passes (2027-02-18): every install from source, editable ones
+    included, then fails. Its metadata is built here with setuptools' deprecations as errors."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "pipeline", tree / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    (tmp_path / "meta").mkdir()
+    code = ("import warnings; from setuptools import build_meta; "
+            "from setuptools.warnings import SetuptoolsDeprecationWarning; "
+            "warnings.simplefilter('error', SetuptoolsDeprecationWarning); "
+            f"print(build_meta.prepare_metadata_for_build_wheel({str(tmp_path / 'meta')!r}))")
+    built = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=60)
+    assert built.returncode == 0, built.stderr[-2000:]
+    metadata = (tmp_path / "meta" / built.stdout.split()[-1] / "METADATA").read_text()
+    assert "License-Expression: MIT\n" in metadata
+
+
 def test_a_type_checker_sees_every_lazily_imported_name() -> None:
     """The ``if TYPE_CHECKING:`` block of ``__init__.py`` imports what ``__getattr__`` imports on
     first use, each from the same module: a name added to one and not the other would reach a
