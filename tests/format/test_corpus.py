@@ -41,8 +41,8 @@ EXPECTED = {
     "tar-gnu-long-name-not-utf8.bin": r"at byte 0: GNU long name b'\\xff.*' is not UTF-8",
     # once: np.load allocated the 30 GB the header claims (MemoryError)
     "tar-npy-claims-30-gb.bin": r"at byte 0: record 'a': array of shape \(4000000000,\) .* needs 32000000000 bytes",
-    # once: RecursionError out of json.loads
-    "tar-json-nested-5000.bin": r"at byte 0: record 'a', member 'json': RecursionError",
+    # once: RecursionError out of json.loads (Python 3.13's json refuses it as a JSONDecodeError)
+    "tar-json-nested-5000.bin": r"at byte 0: record 'a', member 'json': (RecursionError|JSONDecodeError)",
     # once: decoded into a msgpack.Timestamp, a value no writer of ours produces
     "record-timestamp-extension.bin": r"unknown msgpack extension type -1 at byte 4",
     # once: the second value silently replaced the first
