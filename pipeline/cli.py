@@ -44,7 +44,7 @@ def _build_options(parser: argparse.ArgumentParser, splits: bool = True) -> None
         parser.add_argument("--validation", type=values.validation, metavar="FRACTION|N",
                             help="hold out this share (0.1) or number (5000) of samples: writes OUT/train "
                                  "and OUT/validation")
-        parser.add_argument("--seed", type=int, help="seed of the --validation split (default 0)")
+        parser.add_argument("--seed", type=int, default=0, help="seed of the --validation split (default 0)")
     parser.add_argument("--workers", type=values.positive, default=1, metavar="N",
                         help="processes writing shards in parallel (default 1)")
     parser.add_argument("--part", type=values.part, metavar="I/N",
@@ -67,13 +67,10 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                "scheduler": args.scheduler, "quiet": args.quiet}
     if "validation" in args:
         options.update(prefix="shard" if args.prefix is None else args.prefix, validation=args.validation,
-                       seed=0 if args.seed is None else args.seed)
+                       seed=args.seed)
         if args.validation is not None and args.prefix:
             raise SystemExit("error: with --validation, shards are named after each split (train-000000.tar); "
                              "--prefix does not apply")
-        if args.validation is None and args.seed is not None:  # (the build has no other draw it could seed)
-            raise SystemExit(f"error: --seed {args.seed} chooses the samples --validation holds out: give "
-                             f"--validation too (without it, every sample is written, in the order given)")
     return options
 
 

@@ -216,19 +216,25 @@ def test_a_name_given_twice_is_an_error_and_a_text_fill_may_be_empty(tmp_path: P
     assert read_back(tmp_path / "table")[1]["caption"] == ["a", "", "c"]
 
 
-def test_seed_without_validation_is_an_error_and_with_it_chooses_the_split(tmp_path: Path, capsys) -> None:
+def test_seed_without_validation_is_told_unused_and_with_it_chooses_the_split(tmp_path: Path, capsys) -> None:
+    """A build given --seed without --validation wrote every sample in the order given and said
+    nothing: a user who took the seed for a shuffle of the build got none. It is told (a warning,
+    not an error: a script may pass its seed whether it splits or not)."""
     np.save(tmp_path / "x.npy", np.arange(40))
     command = ["build", "arrays", str(tmp_path / "out"), "--array", f"x={tmp_path / 'x.npy'}", "--quiet"]
-    with pytest.raises(SystemExit, match=re.escape("error: --seed 7 chooses the samples --validation holds out: "
-                                                   "give --validation too")):
-        main([*command, "--seed", "7"])  # (a user who meant a shuffled build would get the order given)
-    with pytest.raises(ValueError, match=re.escape("seed=7 chooses the samples validation= holds out: give "
-                                                   "validation= too")):
-        pipeline.write_shards(tmp_path / "out", {"x": np.arange(40)}, seed=7, quiet=True)  # as in Python
-    assert not (tmp_path / "out").exists()
+    assert main([*command, "--seed", "7"]) == 0
+    assert capsys.readouterr().err == ("warning: seed=7 (--seed) chooses the samples validation= (--validation) "
+                                       "holds out, and none is given: every sample is written, in the order given "
+                                       "(the seed is not used)\n")
+    assert read_back(tmp_path / "out")[1]["x"] == list(range(40))
+    with pytest.warns(UserWarning, match=re.escape("seed=7 (--seed) chooses the samples validation= "
+                                                   "(--validation) holds out, and none is given")) as told:
+        pipeline.write_shards(tmp_path / "py", {"x": np.arange(40)}, seed=7, quiet=True)  # as in Python
+    assert told[0].filename == __file__  # (the user's line)
     held_out = []
     for seed in (["--seed", "7"], [], ["--seed", "0"]):
-        assert main([*command, "--validation", "10", *seed, "--overwrite"]) == 0, capsys.readouterr().err
+        assert main([*command, "--validation", "10", *seed, "--overwrite"]) == 0
+        assert capsys.readouterr().err == ""
         held_out.append(sorted(int(x) for x in read_back(tmp_path / "out" / "validation")[1]["x"]))
     assert held_out[1] == held_out[2] != held_out[0]  # 0 is the default, and 7 draws another split
     assert all(len(rows) == 10 for rows in held_out)

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union, overload
 
+from ..caller_warning import warn_caller
 from ..format.index import DatasetIndex
 from ..format.numbers import SplitSize, WholeNumber
 from ..unknown_options import refuse_unknown
@@ -177,9 +178,12 @@ def build_imagefolder(root: str | os.PathLike[str], out_dir: str | os.PathLike[s
     if folders is None:
         return build_dataset(ImageFolderSource(root, classes, max_side, quality), out_dir, prefix, validation, seed,
                              **options)
-    if validation is not None or seed != 0:
+    if validation is not None:
         raise ValueError(f"{root} already holds train/ and val/ folders: the split is theirs; "
-                         f"leave out --validation and --seed (validation=, seed=)")
+                         f"leave out --validation (validation=)")
+    if seed != 0:
+        warn_caller(f"{root} already holds train/ and val/ folders: the split is theirs, and seed={seed!r}, which "
+                    f"would draw one, is not used")
     if prefix != "shard":
         raise ValueError("train/ and val/ folders make two sets named after each split (train-000000.tar); "
                          "a prefix does not apply")

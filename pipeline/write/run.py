@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, NamedTuple, overload
 
 import numpy as np
 
+from ..caller_warning import warn_caller
 from ..format.errors import FormatError, SampleError
 from ..format.index import (
     INDEX_NAME,
@@ -306,9 +307,9 @@ def build_shards(
         if prefix != "shard":
             raise ValueError("a split build names shards after each split (train-000000.tar); a prefix does not apply")
         return build_splits(source, out_dir, validation, seed, **options)
-    if seed != 0:  # (the build has no other draw it could seed)
-        raise ValueError(f"seed={seed!r} chooses the samples validation= holds out: give validation= too (without "
-                         f"it, every sample is written, in the order given)")
+    if seed != 0:  # (the build has no other draw it could seed; a script may pass its seed whether it splits or not)
+        warn_caller(f"seed={seed!r} (--seed) chooses the samples validation= (--validation) holds out, and none "
+                    f"is given: every sample is written, in the order given (the seed is not used)")
     metadata = dict(source.metadata or {})
     if dtypes:
         source = CastSource(source, dtypes)

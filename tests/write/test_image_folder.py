@@ -45,9 +45,10 @@ def test_train_and_val_folders_make_two_sets_labelled_by_the_training_classes(tm
     assert dict(zip(keys, fields["label"])) == {"dog_0000": 1, "eel_0001": 2, "eel_0002": 2}
     with pytest.raises(ValueError, match="already holds train/ and val/ folders"):
         pipeline.build_imagefolder(tmp_path / "root", tmp_path / "other", validation=0.2, quiet=True)
-    with pytest.raises(ValueError, match=re.escape("the split is theirs; leave out --validation and --seed")):
-        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "other", seed=3, quiet=True)  # (no split to draw)
-    assert not (tmp_path / "other").exists()
+    with pytest.warns(UserWarning, match=re.escape("the split is theirs, and seed=3, which would draw one, is not "
+                                                   "used")):
+        pipeline.build_imagefolder(tmp_path / "root", tmp_path / "other", seed=3, quiet=True)
+    assert pipeline.load_index(tmp_path / "other" / "validation").samples == 3
 
 
 def test_a_class_only_the_validation_folder_has_is_an_error(tmp_path: Path) -> None:
