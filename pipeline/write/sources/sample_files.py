@@ -86,7 +86,7 @@ def _loaded(path: Path) -> Any:
 
 #: How ``torch.load(weights_only=True)`` names the global it refuses to unpickle, and where its
 #: message says what went wrong (its first lines say to load with ``weights_only=False``: unsafe).
-_REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+_REFUSED_GLOBAL = re.compile(r"(?:Unsupported global: GLOBAL|Unsupported class) ([\w.]+)")  # (the second: torch 2.3)
 _UNPICKLER_ERROR = "WeightsUnpickler error:"
 #: What torch's safe unpickler says of an opcode it lacks: those of newer pickle protocols.
 _NEWER_PROTOCOL = re.compile(r"Unsupported operand (\d+)")
