@@ -8,14 +8,10 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10, where pytest brings tomli
-    import tomli as tomllib
 
 ROOT = Path(__file__).parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -33,23 +29,17 @@ FLOORS = _floors(PROJECT["dependencies"] + [text for extra in PROJECT["optional-
 
 def test_the_package_parses_with_the_grammar_of_its_lowest_python() -> None:
     lowest = tuple(map(int, PROJECT["requires-python"].removeprefix(">=").split(".")))
-    assert lowest == (3, 10)
+    assert lowest == (3, 11)
     for path in sorted((ROOT / "pipeline").rglob("*.py")):
         ast.parse(path.read_text(), filename=str(path), feature_version=lowest)  # raises SyntaxError
 
 
 @pytest.mark.parametrize(("name", "needed", "why"), [
     ("urllib3", (2, 2), "HTTP bodies are read with HTTPResponse.read1, which urllib3 2.0 and 2.1 lack"),
-    ("boto3", (1, 34), "botocore before 1.34 holds urllib3 below 2.1 (read1 came in 2.2) on Python 3.10 and later"),
+    ("boto3", (1, 34), "botocore before 1.34 holds urllib3 below 2.1 (read1 came in 2.2)"),
 ])
 def test_a_floor_is_no_lower_than_what_the_code_needs(name: str, needed: tuple[int, ...], why: str) -> None:
     assert FLOORS[name] >= needed, f"{name}>={'.'.join(map(str, FLOORS[name]))}: {why}"
-
-
-def test_the_floor_of_obstore_installs_on_the_lowest_python() -> None:
-    """obstore 0.12 and later need Python 3.11: a floor of 0.12 made the s3, obstore and test
-    extras impossible to install on 3.10, which the package claims."""
-    assert FLOORS["obstore"] <= (0, 11)
 
 
 def test_every_library_the_package_imports_is_declared() -> None:

@@ -15,13 +15,13 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import joblib
 import numpy as np
 import pytest
-import tomllib
 import torch
 import webdataset as wds
 

@@ -37,8 +37,7 @@ class WorkerFailure:
         this object nor this frame keeps it: with its traceback, that would be a reference
         cycle holding the loader until a garbage collection, maybe in a forked worker.)"""
         error, self.error = self.error, None  # type: ignore[assignment]
-        if hasattr(error, "add_note"):  # Python 3.11+
-            error.add_note(f"Raised in DataLoader worker {self.worker} (pid {self.pid}):\n{self.traceback.rstrip()}")
+        error.add_note(f"Raised in DataLoader worker {self.worker} (pid {self.pid}):\n{self.traceback.rstrip()}")
         try:
             raise error
         finally:
