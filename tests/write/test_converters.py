@@ -268,6 +268,21 @@ def test_pt_files_holding_pickled_code_are_refused(tmp_path: Path) -> None:
         pipeline.build_sample_files(tmp_path / "data", {"a": 0}, {"train": ["a"]}, tmp_path / "out", quiet=True)
 
 
+@pytest.mark.parametrize("words", [
+    "Unsupported global: GLOBAL numpy.core.multiarray._reconstruct was not an allowed global by default.",
+    "Unsupported class numpy.core.multiarray._reconstruct",  # (torch before 2.4)
+])
+def test_torchs_refusal_of_numpy_data_is_read_in_the_words_of_every_supported_torch(words: str) -> None:
+    """CI runs one torch: the words of torch 2.3 (the floor) are checked here from its message."""
+    from pipeline.write.sources.sample_files import _torch_load_failure
+
+    error = _torch_load_failure(Path("a.pt"), RuntimeError(
+        "Weights only load failed. Re-running `torch.load` with `weights_only` set to `False` will likely succeed, "
+        f"but it can result in arbitrary code execution. WeightsUnpickler error: {words}"))
+    assert str(error).startswith("a.pt: holds NumPy data, which torch.load(weights_only=True) refuses to unpickle: "
+                                 "save the array with np.save")
+
+
 def test_folder_of_files_grouped_by_stem_keeps_bytes_exactly(tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
