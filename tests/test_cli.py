@@ -231,6 +231,11 @@ def test_seed_without_validation_is_told_unused_and_with_it_chooses_the_split(tm
                                                    "(--validation) holds out, and none is given")) as told:
         pipeline.write_shards(tmp_path / "py", {"x": np.arange(40)}, seed=7, quiet=True)  # as in Python
     assert told[0].filename == __file__  # (the user's line)
+    for bad in (-1, None, 1.5):  # refused as with validation=, not warned of as unused
+        with pytest.raises(ValueError, match=re.escape(f"seed must be an integer >= 0 (it picks the validation "
+                                                       f"rows), got {bad!r}")):
+            pipeline.write_shards(tmp_path / "bad", {"x": np.arange(40)}, seed=bad, quiet=True)
+    assert not (tmp_path / "bad").exists()
     held_out = []
     for seed in (["--seed", "7"], [], ["--seed", "0"]):
         assert main([*command, "--validation", "10", *seed, "--overwrite"]) == 0

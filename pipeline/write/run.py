@@ -301,9 +301,10 @@ def build_shards(
                                    workers=workers, part=part, overwrite=overwrite, resume=resume, quiet=quiet,
                                    executor=executor, engine=engine, scheduler=scheduler)
     check_build_options(out_dir, prefix, **options)  # (before anything is written, a split's folder too)
-    if validation is not None:
-        from .splits import build_splits  # (which builds each split with this function: imported on use)
+    from .splits import build_splits, check_seed  # (splits build each split with this function: imported on use)
 
+    check_seed(seed)
+    if validation is not None:
         if prefix != "shard":
             raise ValueError("a split build names shards after each split (train-000000.tar); a prefix does not apply")
         return build_splits(source, out_dir, validation, seed, **options)

@@ -30,11 +30,16 @@ from .source import Source, advise_pack, greedy_bounds
 TRAIN, VALIDATION = "train", "validation"
 
 
+def check_seed(seed: WholeNumber) -> None:
+    """Refuse a seed that is no whole number >= 0 (also where no split uses it: a typo is told)."""
+    if not is_whole(seed) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 (it picks the validation rows), got {seed!r}")
+
+
 def validation_rows(rows: int, validation: SplitSize, seed: WholeNumber) -> np.ndarray:
     """The sorted row numbers of the validation split: ``validation`` is a fraction in (0, 1)
     (a float) or a number of rows (an int), chosen at random by ``seed``."""
-    if not is_whole(seed) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0 (it picks the validation rows), got {seed!r}")
+    check_seed(seed)
     if isinstance(validation, (bool, np.bool_)) or not isinstance(validation, (int, float, np.integer, np.floating)):
         raise ValueError(f"validation must be a fraction in (0, 1) or a number of rows, got {validation!r}")
     if isinstance(validation, (float, np.floating)):
