@@ -109,6 +109,8 @@ def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
     from distributed import Client, LocalCluster
     from distributed.utils import LoopRunner
 
+    from .dask_quiet import NANNY_KILLED, QuietCancelledTasks, Without
+
     with ExitStack() as stack:
         if scheduler is None:
             # a terminal's Ctrl-C reaches the local cluster's worker processes too, which print pages of
@@ -119,9 +121,7 @@ def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
             with ctrl_c_blocked():
                 loop.start()
             stack.callback(loop.stop)
-            # (closed while a worker writes, its nanny, in this process, kills it after a few seconds: say
-            # nothing of that, as of the task it cancels, see _quiet_cancelled_tasks; removed once it is closed)
-            killed = _Without("Worker process still alive after")
+            killed = Without(NANNY_KILLED)  # (see dask_quiet: removed once the cluster is closed)
             logging.getLogger("distributed.nanny").addFilter(killed)
             stack.callback(logging.getLogger("distributed.nanny").removeFilter, killed)
         # cut while it starts, a cluster is left half-started, which distributed's exit handler then fails to
@@ -133,7 +133,7 @@ def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
                     n_workers=max(workers, 1), threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address=":0", loop=loop.loop))  # any free port: 8787 may be another cluster's
                 client = stack.enter_context(Client(cluster))
-                client.run(_quiet_cancelled_tasks)
+                client.register_plugin(QuietCancelledTasks())
             else:
                 client = stack.enter_context(Client(scheduler))
         slots = sum(client.nthreads().values())
@@ -144,23 +144,3 @@ def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
         else:
             yield Workers(AbsolutePathsExecutor(executor), max(slots, 1), elsewhere=True)
 
-
-def _quiet_cancelled_tasks() -> None:
-    """(Run in each worker of a cluster the build started.) A build stopped by Ctrl-C closes its
-    cluster, and each worker that was writing a shard then logged a WARNING that its task "ended
-    with CancelledError", a line of distributed's internals per task after the build's own
-    "interrupted" line. The shards they were writing are temporary files, which a resume
-    replaces. Only that message is dropped: the workers' other warnings (memory, a dead worker)
-    still show, and a cluster of the user's is left as its owner configured it."""
-    logging.getLogger("distributed.worker.state_machine").addFilter(_Without("ended with CancelledError"))
-
-
-class _Without(logging.Filter):
-    """Drops the log records whose message holds ``text``."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.text not in record.getMessage()
