@@ -291,17 +291,16 @@ def _learn_first(layouts: RunLayouts, view: memoryview, url: str, shard: ShardIn
     mix of many sets pays a walked range for each of them (200 sets of 500 samples: 11,000
     records walked, a tenth of the epoch). A record that fails is left to the walk that reads
     the range, which says what is wrong."""
+    layouts.tried = True
     at = int(shard.offsets[first])
     until = int(shard.offsets[first + 1]) if first + 1 < shard.records else shard.bytes
     try:
         walked = next(walk_shard(view[:until - at], url, start=at, first_record=first, whole=False, schema=schema,
                                  entry=shard, checksums=check_records, records=1))
     except (ShardError, StopIteration):
-        layouts.tried = True
         return
     if walked.rows == min(pack, shard.samples - first * pack):
         layouts.learn(walked, view[walked.offset - at:walked.end - at])
-    layouts.tried = True
 
 
 def _fixed_run(layouts: RunLayouts, view: memoryview, shard: ShardInfo, pack: int, first: int, last: int,

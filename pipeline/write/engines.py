@@ -143,4 +143,3 @@ def _dask_workers(scheduler: str | None, workers: int) -> Iterator[Workers]:
             yield Workers(executor, max(slots, 1))
         else:
             yield Workers(AbsolutePathsExecutor(executor), max(slots, 1), elsewhere=True)
-
