@@ -222,3 +222,14 @@ def test_a_compressed_batch_is_decompressed_once_for_all_its_reads(tmp_path: Pat
     parts = [source.read(start, start + 1000).columns["x"] for start in range(0, rows, 1000)]
     assert pool.total_bytes_allocated() - before < 3 * rows * 40  # (100 reads: 100 decompressions were 400 MB)
     np.testing.assert_array_equal(np.concatenate(parts).ravel(), np.arange(rows * 10, dtype=np.float32))
+
+
+def test_a_files_count_of_nulls_below_those_seen_is_not_told() -> None:
+    """pyarrow 14 read a batch header's count of a list column's nulls as 0, and the error said
+    "has 0 null, at rows 1": a count below the nulls a batch shows is not the file's."""
+    from pipeline.write.sources.table_nulls import FileNulls
+
+    nulls = FileNulls(Path("t.arrow"), ["y"], {})
+    nulls.add(0, pa.RecordBatch.from_pydict({"y": [0, None, None]}), in_file=lambda name: 0)
+    with pytest.raises(SampleError, match=re.escape("t.arrow: column 'y' has nulls, the first at rows 1, 2 (counting")):
+        nulls.refuse()
