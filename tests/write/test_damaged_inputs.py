@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -65,7 +66,10 @@ SAMPLE_FILE_DAMAGE = {
                                   r"array"),
     "an .npy cut short": (".npy", cut_to(140), r"cannot load with np\.load \(ValueError: .*\); if the file is "
                                                r"truncated or damaged, save it again"),
-    "an empty .npy": (".npy", cut_to(0), r"cannot load with np\.load \(EOFError: No data left in file\)"),
+    "an empty .npy": (".npy", cut_to(0), r"cannot load with np\.load \((EOFError: No data left in file|it is no "
+                                         r"\.npy file: it does not begin as one)\)"),  # (NumPy 2; NumPy 1)
+    "a pickle named .npy": (".npy", lambda path: path.write_bytes(pickle.dumps([1, 2])),
+                            r"cannot load with np\.load \(it is no \.npy file: it does not begin as one\)"),
     "an .npy of strings": (".npy", lambda path: np.save(path, np.array(["cat", "dog"])),
                            r"unsupported array dtype <U3 \(supported: bool, int8-64, uint8-64, float16/32/64\); save "
                            r"it as numbers of a dtype shards store \(tensor\.float\(\), say\)$"),

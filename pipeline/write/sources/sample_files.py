@@ -46,9 +46,11 @@ def _loaded(path: Path) -> Any:
         except MemoryError:
             raise
         except Exception as exc:  # noqa: BLE001 - NumPy raises ValueError, EOFError, OSError...
-            if "allow_pickle" in str(exc):
+            if "allow_pickle" in str(exc) and _begins_as_npy(path):
                 raise SampleError(f"{path}: holds an array of Python objects, which only pickle could load: save "
                                   f"a numeric array") from None
+            if "allow_pickle" in str(exc):  # (a file that is no .npy is taken for a pickle: an empty one too, NumPy 1)
+                raise unloadable(path, "np.load", "it is no .npy file: it does not begin as one") from None
             raise unloadable(path, "np.load", explain(exc)) from None
     import torch
 
@@ -82,6 +84,11 @@ def _loaded(path: Path) -> Any:
     raise SampleError(f"{path}: holds a {type(value).__name__}, not a tensor: this layout stores each file's one "
                       f"tensor or array as field x and its label as y; save one tensor per file "
                       f"(torch.save(tensor, path)), or write samples of several fields with pipeline.ShardWriter")
+
+
+def _begins_as_npy(path: Path) -> bool:
+    with open(path, "rb") as file:
+        return file.read(6) == b"\x93NUMPY"
 
 
 #: How ``torch.load(weights_only=True)`` names the global it refuses to unpickle, and where its
