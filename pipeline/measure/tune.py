@@ -57,12 +57,15 @@ class TuneResult:
     """The settings measured, in the order they ran, which is recommended, and what was not
     tried and why (``skipped``)."""
 
-    data: Sources  # (paths as their text)
+    data: Sources  # (paths as their text: see __post_init__)
     options: dict[str, Any]
     rows: list[Measured]
     memory_mb: float | None = None
     step_ms: float = 0.0  # the simulated step: without one, the loop only waits, and input-bound says nothing
     skipped: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.data = _plain(self.data)  # (a result made of paths shows them as the call writes them)
 
     def __repr__(self) -> str:
         """A dataclass's, but with each URL's credentials left out: a notebook shows it."""
@@ -98,9 +101,9 @@ class TuneResult:
         setting = self.best.setting
         options = "".join(f", {key}={_source(key, value)}" for key, value in self.options.items())
         prefetch = f", prefetch_factor={setting.prefetch_factor}" if setting.num_workers else ""
-        data = _plain(self.data)
-        shown = _redacted(data)
-        left_out = "  # credentials (user, password, query) left out of the URL: put them back" if shown != data else ""
+        shown = _redacted(self.data)
+        left_out = "  # credentials (user, password, query) left out of the URL: put them back" if shown != self.data \
+            else ""
         return f"pipeline.make_loader({shown!r}, num_workers={setting.num_workers}{prefetch}{options}){left_out}"
 
     def note(self, row: Measured, best: Measured | None) -> str:
@@ -154,7 +157,7 @@ class TuneResult:
             memory_axis.axhline(self.memory_mb, linestyle="--", color="tab:red")
         memory_axis.set_ylabel("peak PSS MB", color="tab:red")
         memory_axis.set_ylim(bottom=0)
-        shown = _redacted(_plain(self.data))
+        shown = _redacted(self.data)
         rate_axis.set_title(f"{shown}: " + (f"recommended {best.setting}" if best else
                                             f"none within {self.memory_mb:,.0f} MB"))
         figure.tight_layout()
@@ -252,7 +255,7 @@ def tune(data: Sources, *, batch_size: int = 256, workers: Sequence[int] | None 
     options = {"batch_size": batch_size, **(options or {})}
     pickled_options(options)  # one that cannot reach the measuring process is named before any starts
     make_loader(data, num_workers=0, **options)  # (bad options are told here, each as itself, not by each setting)
-    result = TuneResult(_plain(data), dict(options), [], memory_mb, step_ms)
+    result = TuneResult(data, dict(options), [], memory_mb, step_ms)
     rows = result.rows
 
     def run(setting: Setting) -> Measured:
