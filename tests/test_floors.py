@@ -23,8 +23,9 @@ def _floors(requirements: list[str]) -> dict[str, tuple[int, ...]]:
     return {match[1]: tuple(map(int, match[2].split("."))) for match in found if match}
 
 
-FLOORS = _floors(PROJECT["dependencies"] + [text for extra in PROJECT["optional-dependencies"].values()
-                                            for text in extra])
+#: Every requirement: the core's and each extra's.
+REQUIREMENTS = PROJECT["dependencies"] + [text for extra in PROJECT["optional-dependencies"].values() for text in extra]
+FLOORS = _floors(REQUIREMENTS)
 
 
 def test_the_package_parses_with_the_grammar_of_its_lowest_python() -> None:
@@ -59,8 +60,7 @@ def test_every_library_the_package_imports_is_declared() -> None:
     brought = {"botocore": "boto3's own, pinned by it ([s3])", "cloudpickle": "distributed's own ([dask])",
                "fsspec": "the user's, for the schemes only fsspec opens: an error says to install it"}
     third_party = imported - set(sys.stdlib_module_names) - {"pipeline", "__future__"} - set(brought)
-    declared = {re.split(r"[<>=~!;\[ ]", text)[0].lower() for text in
-                PROJECT["dependencies"] + [text for extra in PROJECT["optional-dependencies"].values() for text in extra]}
+    declared = {re.split(r"[<>=~!;\[ ]", text)[0].lower() for text in REQUIREMENTS}
     undeclared = {name: distributions.get(name, [name]) for name in third_party
                   if not any(d.lower() in declared for d in distributions.get(name, [name]))}
     assert undeclared == {}

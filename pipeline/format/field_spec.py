@@ -62,7 +62,8 @@ def spec_of(value: Any, packed: bool = False) -> FieldSpec:
             value = value[0]
         if outside_int64(value):  # (another tool's .cls of 2**63): no tensor holds it, so every batch a list
             return FieldSpec("any", None)
-        return _plain_spec(str if isinstance(value, str) else bytes if isinstance(value, bytes) else type(value))  # (np.str_)
+        plain = str if isinstance(value, str) else bytes if isinstance(value, bytes) else type(value)  # (np.str_)
+        return _plain_spec(plain)
     return FieldSpec(dtype, shape[1:] if packed else shape)
 
 

@@ -28,7 +28,8 @@ from .worker_failure import WorkerFailure
 from .workers import LoaderWorker, WatchedWorkersIterator, stop_workers, unit_batches
 
 #: Why a loader takes no ``collate_fn`` (``make_loader``'s error says it too).
-COLLATE_FN_NOT_TAKEN = "a DataLoader's option: batches come collated from the workers; batch_transform= changes each batch"
+COLLATE_FN_NOT_TAKEN = ("a DataLoader's option: batches come collated from the workers; batch_transform= changes "
+                        "each batch")
 
 
 class ShardLoader(DataLoader):

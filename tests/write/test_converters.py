@@ -263,8 +263,8 @@ def test_pt_files_holding_pickled_code_are_refused(tmp_path: Path) -> None:
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "a.pt").write_bytes(pickle.dumps(Evil(), protocol=2))
-    with pytest.raises(SampleError, match=r"a\.pt: holds a pickled object \((__builtin__\.)?print\) that torch\.load\(weights_only=True\) "
-                                                   r"refuses to load, as it refuses any code"):
+    with pytest.raises(SampleError, match=r"a\.pt: holds a pickled object \((__builtin__\.)?print\) that "
+                                          r"torch\.load\(weights_only=True\) refuses to load, as it refuses any code"):
         pipeline.build_sample_files(tmp_path / "data", {"a": 0}, {"train": ["a"]}, tmp_path / "out", quiet=True)
 
 
