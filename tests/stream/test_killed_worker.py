@@ -318,14 +318,16 @@ except pipeline.WorkerError as exc:
 
 def test_timeout_is_a_batchs_though_a_worker_sends_a_units_batches_at_once(tmp_path: Path) -> None:
     """DataLoader's timeout waits for a message, here a unit's batches: a timeout that each batch
-    met (50 ms) fired before the first one came (a unit of 10 batches, 0.5 s)."""
+    met (a batch takes 0.2 s, the timeout 1 s) fired before the first one came (a unit of 10
+    batches, 2 s). (The unit's timeout, 10 s, leaves the worker's start room on a busy machine:
+    with 50 ms batches and a 2 s unit timeout, it timed out once under three test runs at once.)"""
     pipeline.write_shards(tmp_path / "set", {"i": np.arange(5120)}, quiet=True)
 
     def slow(batch: dict) -> dict:
-        time.sleep(0.05)
+        time.sleep(0.2)
         return batch
     loader = make_loader(tmp_path / "set", num_workers=1, batch_size=64, shuffle_buffer=640, batch_transform=slow,
-                         timeout=0.2)
+                         timeout=1.0)
     assert len(next(iter(loader))["i"]) == 64
     stuck = make_loader(tmp_path / "set", num_workers=1, batch_size=64, shuffle_buffer=128, timeout=0.01,
                         batch_transform=slow)
